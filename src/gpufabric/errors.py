@@ -1,0 +1,63 @@
+"""One error type for bad input: it names the file, the field and what is allowed.
+
+The CLI turns a :class:`InputError` into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class InputError(ValueError):
+    """Bad user input: a malformed file, an impossible design, an unknown name.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong and what is allowed.
+    file : str, optional
+        The file (or preset / spec string) the input came from.
+    field : str, optional
+        Dotted path of the offending field, e.g. ``host.sockets`` or ``links[3].bw_GBps``.
+
+    Examples
+    --------
+    >>> str(InputError("must be 1 or 2", file="box.yaml", field="host.sockets"))
+    'box.yaml: host.sockets: must be 1 or 2'
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None):
+        self.message = message
+        self.file = file
+        self.field = field
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.file, self.field) if p]
+        return ": ".join(parts + [self.message])
+
+    def located(self, file: str | None = None, field_prefix: str | None = None) -> "InputError":
+        """Return a copy with the file set (if unset) and the field prefixed."""
+        field = self.field
+        if field_prefix:
+            field = f"{field_prefix}.{field}" if field else field_prefix
+        return InputError(self.message, file=self.file or file, field=field)
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None = None,
+                 field: str | None = None) -> InputError:
+    """An :class:`InputError` for an unknown catalog name, suggesting the closest known one.
+
+    Examples
+    --------
+    >>> str(unknown_name("GPU", "A100-SXM", ["A100-SXM4-80GB", "H100-SXM"], field="gpu"))
+    "gpu: unknown GPU 'A100-SXM'; did you mean 'A100-SXM4-80GB'? (known: A100-SXM4-80GB, H100-SXM)"
+    """
+    known = sorted(known)
+    low = name.lower()
+    close = [k for k in known if k.lower().startswith(low) or low.startswith(k.lower())][:1]
+    close = close or difflib.get_close_matches(name, known, n=1, cutoff=0.4)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
+    return InputError(f"unknown {kind} '{name}'{hint} (known: {listing})", file=file, field=field)

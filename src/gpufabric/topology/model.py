@@ -1,0 +1,212 @@
+"""The topology model: devices and links as a graph.
+
+A :class:`Topology` holds every device of a server or a cluster (GPUs, CPU sockets, PCIe
+switches, NVSwitch fabrics, NICs, network switches) and the links between them. Each link has
+a kind, a bandwidth per direction and a latency. The model is plain data; builders
+(:mod:`gpufabric.topology.build`) make it from a spec, rules check it, and the path and network
+layers run algorithms on it.
+
+Device ids are short and stable: ``n0.gpu3`` (node 0, GPU 3), ``n0.cpu1``, ``n0.sw2`` (PCIe
+switch), ``n0.nvsw`` (NVSwitch fabric), ``n0.nic1``, ``leaf.r0.0`` / ``spine.0`` (fabric switches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any, Iterator
+
+import networkx as nx
+
+#: Device kinds.
+GPU, CPU, PCIE_SWITCH, NVSWITCH, NIC, NET_SWITCH = (
+    "gpu", "cpu", "pcie_switch", "nvswitch", "nic", "net_switch")
+DEVICE_KINDS = (GPU, CPU, PCIE_SWITCH, NVSWITCH, NIC, NET_SWITCH)
+
+#: Link kinds. ``pcie``: a PCIe link (lanes x generation); ``nvlink``: one or more NVLink links
+#: bundled (``count``); ``xgmi``: AMD Infinity Fabric between GPUs; ``cpu``: the inter-socket
+#: link (UPI / xGMI / Grace C2C); ``c2c``: NVLink-C2C between a Grace CPU and its GPU;
+#: ``sli`` / ``crossfire``: legacy graphics bridges (no compute traffic); ``net``: a NIC or
+#: switch port on the scale-out fabric (InfiniBand or RoCE).
+LINK_KINDS = ("pcie", "nvlink", "xgmi", "cpu", "c2c", "sli", "crossfire", "net")
+
+
+@dataclass
+class Device:
+    """A device in the topology.
+
+    Parameters
+    ----------
+    id : str
+        Unique id, e.g. ``n0.gpu3``.
+    kind : str
+        One of :data:`DEVICE_KINDS`.
+    model : str
+        Catalog name of the hardware (``H100-SXM``, ``EPYC-7763``, ``ConnectX-7``...), or ``""``.
+    node : int
+        Server index (``-1`` for fabric switches that belong to no server).
+    index : int
+        Index of this device among devices of its kind in its node (GPU 3 -> 3).
+    numa : int
+        NUMA node / CPU socket this device hangs off (``-1`` if none).
+    attrs : dict
+        Extra facts (e.g. ``{"tier": "leaf", "rail": 0}`` for switches).
+    """
+
+    id: str
+    kind: str
+    model: str = ""
+    node: int = 0
+    index: int = 0
+    numa: int = -1
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Link:
+    """A bidirectional link; bandwidth is per direction.
+
+    Parameters
+    ----------
+    a, b : str
+        Device ids of the two ends. For PCIe, ``a`` is the upstream end (CPU or switch).
+    kind : str
+        One of :data:`LINK_KINDS`.
+    bw_GBps : float
+        Bandwidth per direction in GB/s (1e9 B/s), as the hardware signals it (raw rate).
+    lat_us : float
+        One-way latency of crossing the link, microseconds.
+    count : int
+        Number of parallel physical links bundled here (NVLink links, ports).
+    lanes : int
+        PCIe lane width (0 for non-PCIe links).
+    gen : int
+        PCIe or NVLink generation (0 if not applicable).
+    attrs : dict
+        Extra facts, e.g. ``{"host_bridge": 2}`` for a link to a CPU root port.
+    """
+
+    a: str
+    b: str
+    kind: str
+    bw_GBps: float
+    lat_us: float = 0.0
+    count: int = 1
+    lanes: int = 0
+    gen: int = 0
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def other(self, dev_id: str) -> str:
+        """The end of the link that is not ``dev_id``."""
+        return self.b if dev_id == self.a else self.a
+
+
+@dataclass
+class Topology:
+    """A server or a cluster: devices, links and what the builder knew.
+
+    Parameters
+    ----------
+    name : str
+        System name (preset name or file stem).
+    devices : dict[str, Device]
+        Devices by id, in build order.
+    links : list[Link]
+        Links; at most one link per device pair (parallel links are bundled with ``count``).
+    meta : dict
+        The spec it was built from and derived facts (``nodes``, ``gpus_per_node``,
+        ``scale_up``, ``fabric``...). Plain JSON-able data.
+
+    Examples
+    --------
+    >>> t = Topology("two", {})
+    >>> t.add_device(Device("n0.gpu0", GPU, "H100-SXM"))
+    >>> t.add_device(Device("n0.gpu1", GPU, "H100-SXM", index=1))
+    >>> t.add_link(Link("n0.gpu0", "n0.gpu1", "nvlink", 450.0, count=18))
+    >>> [g.id for g in t.gpus()], t.link("n0.gpu1", "n0.gpu0").count
+    (['n0.gpu0', 'n0.gpu1'], 18)
+    """
+
+    name: str
+    devices: dict[str, Device] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- construction -------------------------------------------------------------------
+    def add_device(self, dev: Device) -> None:
+        if dev.id in self.devices:
+            raise ValueError(f"duplicate device id {dev.id!r}")
+        self.devices[dev.id] = dev
+        self._invalidate()
+
+    def add_link(self, link: Link) -> None:
+        for end in (link.a, link.b):
+            if end not in self.devices:
+                raise ValueError(f"link {link.a}-{link.b}: no device {end!r}")
+        if self._pair_index().get(frozenset((link.a, link.b))) is not None:
+            raise ValueError(f"duplicate link {link.a}-{link.b}; bundle parallel links with count")
+        self.links.append(link)
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        for attr in ("graph", "_pairs", "_adjacent"):
+            self.__dict__.pop(attr, None)
+
+    # -- queries ------------------------------------------------------------------------
+    def _pair_index(self) -> dict[frozenset, Link]:
+        if "_pairs" not in self.__dict__:
+            self.__dict__["_pairs"] = {frozenset((l.a, l.b)): l for l in self.links}
+        return self.__dict__["_pairs"]
+
+    def link(self, a: str, b: str) -> Link | None:
+        """The link between ``a`` and ``b``, or None."""
+        return self._pair_index().get(frozenset((a, b)))
+
+    def neighbors(self, dev_id: str) -> list[tuple[str, Link]]:
+        """(neighbor id, link) pairs of a device, in link order."""
+        if "_adjacent" not in self.__dict__:
+            adj: dict[str, list[tuple[str, Link]]] = {d: [] for d in self.devices}
+            for l in self.links:
+                adj[l.a].append((l.b, l))
+                adj[l.b].append((l.a, l))
+            self.__dict__["_adjacent"] = adj
+        return self.__dict__["_adjacent"][dev_id]
+
+    def of_kind(self, kind: str, node: int | None = None) -> list[Device]:
+        """Devices of one kind (optionally of one node), in build order."""
+        return [d for d in self.devices.values()
+                if d.kind == kind and (node is None or d.node == node)]
+
+    def gpus(self, node: int | None = None) -> list[Device]:
+        return self.of_kind(GPU, node)
+
+    def nics(self, node: int | None = None) -> list[Device]:
+        return self.of_kind(NIC, node)
+
+    @property
+    def node_count(self) -> int:
+        nodes = {d.node for d in self.devices.values() if d.node >= 0}
+        return len(nodes)
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """A networkx view: nodes carry ``device``, edges carry ``link``."""
+        g = nx.Graph()
+        for d in self.devices.values():
+            g.add_node(d.id, device=d)
+        for l in self.links:
+            g.add_edge(l.a, l.b, link=l)
+        return g
+
+    def __iter__(self) -> Iterator[Device]:
+        return iter(self.devices.values())
+
+    # -- export -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data: the whole model."""
+        return {
+            "name": self.name,
+            "meta": self.meta,
+            "devices": [asdict(d) for d in self.devices.values()],
+            "links": [asdict(l) for l in self.links],
+        }

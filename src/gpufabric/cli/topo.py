@@ -1,11 +1,10 @@
-"""The ``gpufabric`` command: a thin shell over the library."""
+"""CLI: systems, show, p2p, topo, import, compare."""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Model how GPUs are connected and what that connection costs.")
+from gpufabric.cli.common import app
 
 
 @app.command()
@@ -14,7 +13,3 @@ def systems() -> None:
     from gpufabric.topology import presets
     for name in presets.names():
         typer.echo(name)
-
-
-def main() -> None:
-    app()

@@ -1,0 +1,36 @@
+"""The ``gpufabric`` command: thin shells over the library, one module per area.
+
+Each module registers its commands on :data:`app` when imported:
+``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate),
+``schedule`` (schedule).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpufabric.cli.common import app
+from gpufabric.errors import InputError
+
+from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)
+from gpufabric.cli import collective as _collective  # noqa: F401,E402
+from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input becomes one line on stderr and exit status 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except InputError as exc:
+        print(f"gpufabric: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise

@@ -1,0 +1,1 @@
+"""CLI: collective and validate commands (see gpufabric.collectives)."""

@@ -1,0 +1,1 @@
+"""CLI: schedule command (see gpufabric.scheduler)."""

@@ -137,19 +137,22 @@ class Topology:
         if dev.id in self.devices:
             raise ValueError(f"duplicate device id {dev.id!r}")
         self.devices[dev.id] = dev
-        self._invalidate()
+        self._invalidate(links=False)
 
     def add_link(self, link: Link) -> None:
         for end in (link.a, link.b):
             if end not in self.devices:
                 raise ValueError(f"link {link.a}-{link.b}: no device {end!r}")
-        if self._pair_index().get(frozenset((link.a, link.b))) is not None:
+        pairs = self._pair_index()
+        key = frozenset((link.a, link.b))
+        if key in pairs:
             raise ValueError(f"duplicate link {link.a}-{link.b}; bundle parallel links with count")
         self.links.append(link)
-        self._invalidate()
+        pairs[key] = link
+        self._invalidate(links=False)
 
-    def _invalidate(self) -> None:
-        for attr in ("graph", "_pairs", "_adjacent"):
+    def _invalidate(self, links: bool = True) -> None:
+        for attr in ("graph", "_adjacent") + (("_pairs",) if links else ()):
             self.__dict__.pop(attr, None)
 
     # -- queries ------------------------------------------------------------------------

@@ -96,6 +96,10 @@ class Link:
     gen: int = 0
     attrs: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.bw_GBps = float(self.bw_GBps)
+        self.lat_us = float(self.lat_us)
+
     def other(self, dev_id: str) -> str:
         """The end of the link that is not ``dev_id``."""
         return self.b if dev_id == self.a else self.a

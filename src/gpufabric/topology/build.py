@@ -1,0 +1,639 @@
+"""Builders: a :class:`~gpufabric.topology.model.Topology` from a spec, a system file or a preset.
+
+Three ways in, one model out (docs/systems.md describes the formats):
+
+* :func:`from_spec` takes the shorthand of the calibration file (``gpu``, ``gpus_per_node``,
+  ``scale_up``, ``host``, ``nics_per_node``, ``nic``, ``fabric``...).
+* :func:`from_system_file` takes a file naming every device and link.
+* :func:`load` takes what a user types: a preset name, a YAML file, or ``key=value,...``.
+
+Every builder ends with :func:`gpufabric.topology.rules.check`, so an impossible design never
+becomes a model.
+
+Examples
+--------
+>>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "scale_up": "nvswitch"})
+>>> len(t.gpus()), t.link("n0.gpu0", "n0.nvsw").count
+(8, 18)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufabric import catalog
+from gpufabric.errors import InputError
+from gpufabric.topology.model import (CPU, DEVICE_KINDS, GPU, LINK_KINDS, NET_SWITCH, NIC,
+                                      NVSWITCH, PCIE_SWITCH, Device, Link, Topology)
+
+SCALE_UP = ("nvswitch", "nvlink-mesh", "nvlink-bridge", "xgmi", "pcie", "sli", "crossfire", "none")
+MESHES = ("full", "hybrid-cube")
+SWITCH_LAYOUTS = ("dual-root", "single-root", "cascade")
+FABRICS = ("rail-optimized", "fat-tree")
+SPEC_KEYS = ("gpu", "gpus_per_node", "nodes", "scale_up", "mesh", "nvlink_links", "bridge",
+             "pcie_gen", "p2p", "host", "nics_per_node", "nic", "fabric", "name", "description")
+HOST_KEYS = ("cpu", "sockets", "pcie_switches", "switch_layout", "switch", "numa_per_socket",
+             "attach")
+ATTACH = ("pcie", "c2c")
+FABRIC_KEYS = ("topology", "oversubscription", "switch")
+DEFAULT_CPU = "EPYC-7763"            # PCIe Gen4 hosts
+DEFAULT_CPU_GEN5 = "Xeon-Platinum-8480+"  # PCIe Gen5 hosts (the usual HGX H100 head node)
+#: NVLink-C2C between a Grace CPU and each of its two GPUs (GB200 superchip), GB/s per direction.
+C2C_GBPS, C2C_SOURCE = 450.0, "NVIDIA GB200 NVL72 product page: NVLink-C2C 900 GB/s bidirectional"
+
+#: DGX-1 hybrid cube-mesh: NVLink links per GPU pair (8 V100s, 6 links each).
+HYBRID_CUBE_MESH = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2,
+                    (2, 3): 2, (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
+                    (5, 7): 1, (6, 7): 2}
+
+
+# --------------------------------------------------------------------------------------------
+# spec normalisation
+# --------------------------------------------------------------------------------------------
+def _want(value: Any, kind: type | tuple, field: str, allowed: str, file: str | None) -> Any:
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise InputError(f"expected {allowed}, got {value!r}", file=file, field=field)
+    if not isinstance(value, kind):
+        raise InputError(f"expected {allowed}, got {value!r}", file=file, field=field)
+    return value
+
+
+def _choice(value: Any, choices: tuple[str, ...], field: str, file: str | None) -> str:
+    if value not in choices:
+        raise InputError(f"got {value!r}; allowed: {', '.join(choices)}", file=file, field=field)
+    return value
+
+
+def _positive_int(value: Any, field: str, file: str | None, minimum: int = 1) -> int:
+    _want(value, int, field, f"an integer >= {minimum}", file)
+    if value < minimum:
+        raise InputError(f"expected an integer >= {minimum}, got {value}", file=file, field=field)
+    return value
+
+
+def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, Any]:
+    """Check a shorthand spec and fill in every default; returns a new dict.
+
+    Raises
+    ------
+    InputError
+        On an unknown key, a value of the wrong type or outside what is allowed, or an
+        unknown catalog name.
+    """
+    if not isinstance(spec, dict):
+        raise InputError("a system spec must be a mapping of keys to values", file=file)
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
+    if unknown:
+        raise InputError(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SPEC_KEYS)}",
+                         file=file, field=unknown[0])
+    if "gpu" not in spec:
+        raise InputError("required: the GPU model (e.g. gpu: H100-SXM)", file=file, field="gpu")
+    raw_gpus = spec["gpu"] if isinstance(spec["gpu"], list) else [spec["gpu"]]
+    if not raw_gpus:
+        raise InputError("expected a GPU model or a list of them", file=file, field="gpu")
+    gpus = [catalog.gpu(str(g), file=file, field="gpu") for g in raw_gpus]
+    g0 = gpus[0]
+    s: dict[str, Any] = {"gpu": [g.name for g in gpus] if len(gpus) > 1 else g0.name}
+    s["gpus_per_node"] = _positive_int(spec.get("gpus_per_node", len(gpus) if len(gpus) > 1 else 8),
+                                       "gpus_per_node", file)
+    s["nodes"] = _positive_int(spec.get("nodes", 1), "nodes", file)
+
+    default_up = ("nvswitch" if g0.peer_link and g0.peer_links >= 8 and g0.form_factor == "sxm"
+                  and g0.peer_link.startswith("nvlink") else
+                  "xgmi" if g0.peer_link and g0.peer_link.startswith("xgmi") else "pcie")
+    s["scale_up"] = _choice(spec.get("scale_up", default_up), SCALE_UP, "scale_up", file)
+    s["mesh"] = _choice(spec.get("mesh", "full"), MESHES, "mesh", file)
+    if "nvlink_links" in spec:
+        s["nvlink_links"] = _positive_int(spec["nvlink_links"], "nvlink_links", file)
+    else:
+        s["nvlink_links"] = g0.peer_links
+    if "bridge" in spec:
+        s["bridge"] = catalog.bridge(str(spec["bridge"]), file=file, field="bridge").name
+    elif s["scale_up"] in ("nvlink-bridge", "sli", "crossfire"):
+        kind = {"nvlink-bridge": "nvlink"}.get(s["scale_up"], s["scale_up"])
+        fits = [b for b in g0.bridges if catalog.bridge(b).kind == kind]
+        if not fits:
+            raise InputError(f"{g0.name} takes no {kind} bridge (its bridges: "
+                             f"{', '.join(g0.bridges) or 'none'})", file=file, field="scale_up")
+        s["bridge"] = fits[0]
+
+    host = spec.get("host", {}) or {}
+    _want(host, dict, "host", "a mapping with keys " + ", ".join(HOST_KEYS), file)
+    bad = sorted(set(host) - set(HOST_KEYS))
+    if bad:
+        raise InputError(f"unknown key(s) {', '.join(bad)}; allowed: {', '.join(HOST_KEYS)}",
+                         file=file, field=f"host.{bad[0]}")
+    want_gen = spec.get("pcie_gen", g0.pcie_gen)
+    catalog.pcie_gen(_want(want_gen, int, "pcie_gen", "3, 4, 5 or 6", file), file=file,
+                     field="pcie_gen")
+    default_cpu = DEFAULT_CPU_GEN5 if want_gen >= 5 else DEFAULT_CPU
+    cpu = catalog.cpu(str(host.get("cpu", default_cpu)), file=file, field="host.cpu")
+    attach = _choice(host.get("attach", "c2c" if cpu.intersocket == "c2c" else "pcie"),
+                     ATTACH, "host.attach", file)
+    per_cpu = 2 if attach == "c2c" else 0
+    sockets_default = (math.ceil(s["gpus_per_node"] / per_cpu) if per_cpu
+                       else min(2, cpu.max_sockets))
+    sockets = _positive_int(host.get("sockets", sockets_default), "host.sockets", file)
+    if sockets > cpu.max_sockets and attach == "pcie":
+        raise InputError(f"{cpu.name} supports at most {cpu.max_sockets} socket(s), got {sockets}",
+                         file=file, field="host.sockets")
+    if "pcie_gen" in spec and want_gen > cpu.pcie_gen and "cpu" in host:
+        raise InputError(f"{cpu.name} has PCIe Gen{cpu.pcie_gen} root ports; allowed pcie_gen: "
+                         f"{cpu.pcie_gen} or lower", file=file, field="pcie_gen")
+    pcie_gen = min(want_gen, cpu.pcie_gen) if "pcie_gen" not in spec else want_gen
+    s["pcie_gen"] = pcie_gen
+    baseboard = g0.form_factor in ("sxm", "oam") and s["gpus_per_node"] >= 4 and attach == "pcie"
+    n_sw = _positive_int(host.get("pcie_switches", s["gpus_per_node"] // 2 if baseboard else 0),
+                         "host.pcie_switches", file, minimum=0)
+    sw_default = "PEX89144" if pcie_gen >= 5 else "PEX88096" if pcie_gen == 4 else "PEX8796"
+    sw = catalog.pcie_switch(str(host.get("switch", sw_default)), file=file, field="host.switch")
+    s["host"] = {
+        "cpu": cpu.name, "sockets": sockets, "pcie_switches": n_sw,
+        "switch_layout": _choice(host.get("switch_layout", "dual-root"), SWITCH_LAYOUTS,
+                                 "host.switch_layout", file),
+        "switch": sw.name,
+        "attach": attach,
+        "numa_per_socket": _positive_int(host.get("numa_per_socket", 1), "host.numa_per_socket",
+                                         file),
+    }
+    p2p = spec.get("p2p", all(g.p2p_pcie for g in gpus))
+    s["p2p"] = _want(p2p, bool, "p2p", "true or false", file)
+
+    s["nics_per_node"] = _positive_int(spec.get("nics_per_node", 0 if s["nodes"] == 1 else 8),
+                                       "nics_per_node", file, minimum=0)
+    s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
+    fab = spec.get("fabric", {}) or {}
+    _want(fab, dict, "fabric", "a mapping with keys " + ", ".join(FABRIC_KEYS), file)
+    bad = sorted(set(fab) - set(FABRIC_KEYS))
+    if bad:
+        raise InputError(f"unknown key(s) {', '.join(bad)}; allowed: {', '.join(FABRIC_KEYS)}",
+                         file=file, field=f"fabric.{bad[0]}")
+    over = fab.get("oversubscription", 1.0)
+    _want(over, (int, float), "fabric.oversubscription", "a number >= 1 (downlinks:uplinks)", file)
+    if over < 1:
+        raise InputError(f"expected a number >= 1 (downlinks:uplinks), got {over}", file=file,
+                         field="fabric.oversubscription")
+    speed = catalog.net_speed(s["nic"])
+    s["fabric"] = {
+        "topology": _choice(fab.get("topology", "rail-optimized"), FABRICS, "fabric.topology",
+                            file),
+        "oversubscription": float(over),
+        "switch": catalog.net_switch(str(fab.get("switch", speed.switch)), file=file,
+                                     field="fabric.switch").name,
+    }
+    if s["nodes"] > 1 and s["nics_per_node"] == 0:
+        raise InputError("a cluster of several nodes needs NICs; set nics_per_node >= 1",
+                         file=file, field="nics_per_node")
+    for k in ("name", "description"):
+        if k in spec:
+            s[k] = str(spec[k])
+    return s
+
+
+# --------------------------------------------------------------------------------------------
+# spec -> topology
+# --------------------------------------------------------------------------------------------
+def _affinity(cpu: catalog.CPU, socket: int, sockets: int) -> str:
+    if not cpu.cores:
+        return ""
+    lo = socket * cpu.cores
+    ranges = [f"{lo}-{lo + cpu.cores - 1}"]
+    if cpu.threads_per_core > 1:
+        lo2 = sockets * cpu.cores + lo
+        ranges.append(f"{lo2}-{lo2 + cpu.cores - 1}")
+    return ",".join(ranges)
+
+
+class _NodeBuilder:
+    """Adds one server's devices and links to a topology."""
+
+    def __init__(self, t: Topology, s: dict[str, Any], n: int, file: str | None):
+        self.t, self.s, self.n, self.file = t, s, n, file
+        self.p = f"n{n}."
+        self.cpu = catalog.cpu(s["host"]["cpu"])
+        self.pcie = catalog.pcie_gen(s["pcie_gen"])
+        self.next_hb = [0] * s["host"]["sockets"]
+
+    # -- helpers ------------------------------------------------------------------------
+    def dev(self, local_id: str, kind: str, model: str, index: int, numa: int, **attrs) -> str:
+        self.t.add_device(Device(self.p + local_id, kind, model, self.n, index, numa, attrs))
+        return self.p + local_id
+
+    def numa_of(self, socket: int, hb: int) -> int:
+        nps = self.s["host"]["numa_per_socket"]
+        return socket * nps + (hb * nps // max(1, self.cpu.host_bridges))
+
+    def root_port(self, socket: int, child: str, lanes: int, gen: int) -> None:
+        """Attach ``child`` to the next free host bridge of ``socket``."""
+        hb = self.next_hb[socket] % max(1, self.cpu.host_bridges)
+        self.next_hb[socket] += 1
+        self.t.devices[child].numa = self.numa_of(socket, hb)
+        self.pcie_link(f"{self.p}cpu{socket}", child, lanes, gen, host_bridge=hb)
+
+    def pcie_link(self, up: str, down: str, lanes: int, gen: int, **attrs) -> None:
+        g = catalog.pcie_gen(gen)
+        self.t.add_link(Link(up, down, "pcie", g.bw_GBps(lanes), g.lat_us, lanes=lanes, gen=gen,
+                             attrs=attrs))
+
+    # -- the node -----------------------------------------------------------------------
+    def build(self) -> None:
+        s, h = self.s, self.s["host"]
+        sockets = h["sockets"]
+        for k in range(sockets):
+            self.dev(f"cpu{k}", CPU, self.cpu.name, k, self.numa_of(k, 0), socket=k,
+                     cpu_affinity=_affinity(self.cpu, k, sockets))
+        for k in range(1, sockets):   # a chain of inter-socket links (2 sockets: one link)
+            if h["attach"] == "pcie" and k > 1:
+                break
+            self.t.add_link(Link(f"{self.p}cpu{k - 1}", f"{self.p}cpu{k}", "cpu",
+                                 self.cpu.intersocket_GBps, 0.1,
+                                 attrs={"type": self.cpu.intersocket}))
+        models = s["gpu"] if isinstance(s["gpu"], list) else [s["gpu"]]
+        gpus = []
+        for i in range(s["gpus_per_node"]):
+            g = catalog.gpu(models[i % len(models)])
+            gpus.append(self.dev(f"gpu{i}", GPU, g.name, i, -1))
+        speed = catalog.net_speed(s["nic"])
+        nic_model = catalog.nic(speed.nic)
+        nics = [self.dev(f"nic{i}", NIC, nic_model.name, i, -1, name=f"mlx5_{i}",
+                         speed=speed.name) for i in range(s["nics_per_node"])]
+        self.attach_pcie(gpus, nics, nic_model)
+        self.scale_up(gpus)
+
+    def attach_pcie(self, gpus: list[str], nics: list[str], nic_model: catalog.NIC) -> None:
+        h = self.s["host"]
+        sockets, n_sw, gen = h["sockets"], h["pcie_switches"], self.s["pcie_gen"]
+        gpu_lanes = [catalog.gpu(self.t.devices[g].model).pcie_lanes for g in gpus]
+        nic_gen = min(nic_model.pcie_gen, max(gen, self.cpu.pcie_gen))
+        if h["attach"] == "c2c":   # Grace superchips: two GPUs per CPU over NVLink-C2C
+            for i, g in enumerate(gpus):
+                cpu_id = f"{self.p}cpu{min(i // 2, sockets - 1)}"
+                self.t.devices[g].numa = self.t.devices[cpu_id].numa
+                self.t.add_link(Link(cpu_id, g, "c2c", C2C_GBPS, 0.1, attrs={"source": C2C_SOURCE}))
+            for i, c in enumerate(nics):
+                self.root_port(i * sockets // len(nics), c, nic_model.pcie_lanes, nic_gen)
+            return
+        if n_sw == 0:
+            for i, g in enumerate(gpus):
+                self.root_port(i * sockets // len(gpus), g, gpu_lanes[i], gen)
+            for i, c in enumerate(nics):
+                self.root_port(i * sockets // len(nics), c, nic_model.pcie_lanes, nic_gen)
+            return
+        sw = catalog.pcie_switch(h["switch"])
+        sw_gen = min(sw.gen, max(gen, 3))
+        layout = h["switch_layout"]
+        leaves = []
+        uppers = []
+        if layout == "cascade":
+            roots = sockets if n_sw >= 2 * sockets else 1
+            for k in range(roots):
+                u = self.dev(f"sw{n_sw + k}", PCIE_SWITCH, sw.name, n_sw + k, -1, tier="upper")
+                self.root_port(k, u, 16, sw_gen)
+                uppers.append(u)
+        for j in range(n_sw):
+            leaf = self.dev(f"sw{j}", PCIE_SWITCH, sw.name, j, -1)
+            if layout == "cascade":
+                up = uppers[j * len(uppers) // n_sw]
+                self.t.devices[leaf].numa = self.t.devices[up].numa
+                self.pcie_link(up, leaf, 16, sw_gen)
+            else:
+                socket = 0 if layout == "single-root" else j * sockets // n_sw
+                self.root_port(socket, leaf, 16, sw_gen)
+            leaves.append(leaf)
+        for devs, lanes_of, dgen in ((gpus, lambda i: gpu_lanes[i], gen),
+                                     (nics, lambda i: nic_model.pcie_lanes, nic_gen)):
+            for i, d in enumerate(devs):
+                leaf = leaves[i * n_sw // len(devs)]
+                self.t.devices[d].numa = self.t.devices[leaf].numa
+                self.pcie_link(leaf, d, lanes_of(i), min(dgen, sw.gen))
+
+    def scale_up(self, gpus: list[str]) -> None:
+        s = self.s
+        mode, n = s["scale_up"], len(gpus)
+        g0 = catalog.gpu(self.t.devices[gpus[0]].model)
+        links = s["nvlink_links"]
+        if mode in ("pcie", "none"):
+            return
+        if mode in ("sli", "crossfire", "nvlink-bridge"):
+            br = catalog.bridge(s["bridge"])
+            group = br.max_gpus if mode != "nvlink-bridge" else 2
+            kind = {"nvlink": "nvlink"}.get(br.kind, br.kind)
+            for start in range(0, n - 1, group):
+                members = gpus[start:start + group]
+                for a, b in zip(members, members[1:]):
+                    count = br.links if br.kind == "nvlink" else 1
+                    self.t.add_link(Link(a, b, kind, br.bw_GBps, br.lat_us, count=count,
+                                         attrs={"bridge": br.name}))
+            return
+        if not g0.peer_link:
+            raise InputError(f"{g0.name} has no NVLink or Infinity Fabric; use scale_up: pcie",
+                             file=self.file, field="scale_up")
+        pl = catalog.peer_link(g0.peer_link)
+        kind = "xgmi" if pl.name.startswith("xgmi") else "nvlink"
+        if mode == "nvswitch":
+            gens = [sw for sw in map(catalog.nvswitch, catalog.names("nvswitch"))
+                    if sw.peer_link == pl.name]
+            if not gens or kind != "nvlink":
+                raise InputError(f"no NVSwitch generation speaks {pl.name} ({g0.name})",
+                                 file=self.file, field="scale_up")
+            hub = self.dev("nvsw", NVSWITCH, gens[0].name, 0, -1)
+            for g in gpus:
+                self.t.add_link(Link(g, hub, kind, links * pl.per_link_GBps, pl.lat_us,
+                                     count=links, gen=pl.gen))
+            return
+        # direct GPU-GPU meshes (nvlink-mesh, xgmi)
+        if s["mesh"] == "hybrid-cube":
+            if n != 8:
+                raise InputError(f"the hybrid cube-mesh joins exactly 8 GPUs, got {n}",
+                                 file=self.file, field="gpus_per_node")
+            pairs = HYBRID_CUBE_MESH
+        else:
+            per_pair = links // max(1, n - 1)
+            if per_pair < 1:
+                raise InputError(f"a full mesh of {n} GPUs needs at least {n - 1} links per GPU; "
+                                 f"{g0.name} has {links}", file=self.file, field="gpus_per_node")
+            pairs = {(i, j): per_pair for i in range(n) for j in range(i + 1, n)}
+        for (i, j), count in pairs.items():
+            self.t.add_link(Link(gpus[i], gpus[j], kind, count * pl.per_link_GBps, pl.lat_us,
+                                 count=count, gen=pl.gen))
+
+
+def _add_fabric(t: Topology, s: dict[str, Any], built_nodes: int) -> dict[str, Any]:
+    """Leaf switches (per rail or per node group) and one aggregated core; returns fabric meta."""
+    nodes, k = s["nodes"], s["nics_per_node"]
+    speed = catalog.net_speed(s["nic"])
+    sw = catalog.net_switch(s["fabric"]["switch"])
+    over = s["fabric"]["oversubscription"]
+    down = max(1, math.floor(sw.radix * over / (1 + over)))
+    up = max(1, math.ceil(down / over))
+    rail = s["fabric"]["topology"] == "rail-optimized"
+    if rail:
+        per_rail = math.ceil(nodes / down)
+        leaves_total = per_rail * k
+    else:
+        per_rail = 0
+        leaves_total = math.ceil(nodes * k / down)
+    core_needed = leaves_total > 1
+    fab = {"topology": s["fabric"]["topology"], "oversubscription": over, "switch": sw.name,
+           "leaf_radix": sw.radix, "leaf_down": down, "leaf_up": up if core_needed else 0,
+           "leaves_per_rail": per_rail, "leaves": leaves_total, "core": core_needed,
+           "port_GBps": speed.bw_GBps, "protocol": speed.protocol}
+    if core_needed:
+        t.add_device(Device("fabric.core", NET_SWITCH, sw.name, -1, 0, -1,
+                            {"tier": "core", "aggregated": True}))
+    half = speed.lat_us / 2
+    for n in range(built_nodes):
+        for r in range(k):
+            leaf_idx = (r * per_rail + n // down) if rail else (n * k + r) // down
+            leaf = f"fabric.leaf{leaf_idx}"
+            if leaf not in t.devices:
+                t.add_device(Device(leaf, NET_SWITCH, sw.name, -1, leaf_idx, -1,
+                                    {"tier": "leaf", "rail": r if rail else None}))
+                if core_needed:
+                    t.add_link(Link(leaf, "fabric.core", "net", up * speed.bw_GBps,
+                                    speed.switch_lat_us, count=up, attrs={"speed": speed.name}))
+            t.add_link(Link(f"n{n}.nic{r}", leaf, "net", speed.bw_GBps, half,
+                            attrs={"speed": speed.name}))
+    return fab
+
+
+def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
+              materialize_nodes: int | None = None) -> Topology:
+    """Build a topology from the shorthand spec.
+
+    Parameters
+    ----------
+    spec : dict
+        The shorthand (docs/systems.md); validated by :func:`normalize_spec`.
+    name : str
+        System name; defaults to ``spec['name']`` or a name made from the spec.
+    file : str, optional
+        Where the spec came from, for error messages.
+    materialize_nodes : int, optional
+        Build only the first ``k`` nodes (and their leaf switches) of a large cluster;
+        ``meta['nodes']`` keeps the true count. Models that exploit symmetry use this.
+
+    Examples
+    --------
+    >>> t = from_spec({"gpu": "H100-SXM", "nodes": 4, "nic": "ib-ndr"})
+    >>> t.meta["nodes"], len(t.gpus()), t.meta["fabric"]["topology"]
+    (4, 32, 'rail-optimized')
+    """
+    s = normalize_spec(spec, file)
+    name = name or s.get("name") or _spec_name(s)
+    t = Topology(name, meta={"spec": s, "source": file or "spec"})
+    built = s["nodes"] if materialize_nodes is None else min(s["nodes"], materialize_nodes)
+    for n in range(built):
+        _NodeBuilder(t, s, n, file).build()
+    t.meta.update({k: s[k] for k in ("nodes", "gpus_per_node", "nics_per_node", "nic",
+                                     "scale_up", "p2p", "pcie_gen", "host")})
+    t.meta["materialized_nodes"] = built
+    if s["nics_per_node"] and (s["nodes"] > 1):
+        t.meta["fabric"] = _add_fabric(t, s, built)
+    from gpufabric.topology import rules
+    rules.check(t, file=file)
+    return t
+
+
+def _spec_name(s: dict[str, Any]) -> str:
+    g = s["gpu"] if isinstance(s["gpu"], str) else "+".join(s["gpu"])
+    base = f"{s['gpus_per_node']}x{g}-{s['scale_up']}"
+    return f"{s['nodes']}x{base}-{s['nics_per_node']}x{s['nic']}" if s["nodes"] > 1 else base
+
+
+# --------------------------------------------------------------------------------------------
+# system file -> topology
+# --------------------------------------------------------------------------------------------
+_MODEL_TABLE = {GPU: "gpu", CPU: "cpu", PCIE_SWITCH: "pcie_switch", NVSWITCH: "nvswitch",
+                NIC: "nic", NET_SWITCH: "net_switch"}
+DEVICE_FIELDS = ("id", "kind", "model", "node", "index", "numa", "attrs")
+LINK_FIELDS = ("a", "b", "kind", "bw_GBps", "lat_us", "count", "lanes", "gen", "attrs")
+
+
+def from_system_file(data: dict[str, Any], name: str = "", file: str | None = None) -> Topology:
+    """Build a topology from a system file that names every device and link.
+
+    Bandwidth and latency of a link come from the catalog unless the file gives them: PCIe
+    from ``gen`` and ``lanes``, NVLink from ``count`` and the GPU's NVLink generation, the
+    inter-socket link from the CPU model, ``net`` from the NIC's ``speed``.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
+        raise InputError("a system file needs a 'devices' list (and a 'links' list)", file=file,
+                         field="devices")
+    links = data.get("links", [])
+    if not isinstance(links, list):
+        raise InputError("expected a list of links", file=file, field="links")
+    t = Topology(name or str(data.get("name", "system")),
+                 meta={"source": file or "system file", "system_file": True})
+    counters: dict[tuple[int, str], int] = {}
+    for i, d in enumerate(data["devices"]):
+        where = f"devices[{i}]"
+        if not isinstance(d, dict):
+            raise InputError("expected a mapping with id and kind", file=file, field=where)
+        bad = sorted(set(d) - set(DEVICE_FIELDS))
+        if bad:
+            raise InputError(f"unknown field {bad[0]!r}; allowed: {', '.join(DEVICE_FIELDS)}",
+                             file=file, field=f"{where}.{bad[0]}")
+        for req in ("id", "kind"):
+            if req not in d:
+                raise InputError(f"required field '{req}' is missing", file=file,
+                                 field=f"{where}.{req}")
+        kind = _choice(d["kind"], DEVICE_KINDS, f"{where}.kind", file)
+        model = str(d.get("model") or "")
+        if model:
+            model = catalog.get(_MODEL_TABLE[kind], model, file=file, field=f"{where}.model").name
+        node = int(d.get("node", 0))
+        idx = d.get("index")
+        if idx is None:
+            idx = counters.get((node, kind), 0)
+        counters[(node, kind)] = int(idx) + 1
+        dev = Device(str(d["id"]), kind, model, node, int(idx), int(d.get("numa", -1)),
+                     dict(d.get("attrs") or {}))
+        if dev.id in t.devices:
+            raise InputError(f"duplicate device id {dev.id!r}", file=file, field=f"{where}.id")
+        t.add_device(dev)
+    for i, l in enumerate(links):
+        where = f"links[{i}]"
+        if not isinstance(l, dict):
+            raise InputError("expected a mapping with a, b and kind", file=file, field=where)
+        bad = sorted(set(l) - set(LINK_FIELDS))
+        if bad:
+            raise InputError(f"unknown field {bad[0]!r}; allowed: {', '.join(LINK_FIELDS)}",
+                             file=file, field=f"{where}.{bad[0]}")
+        for req in ("a", "b", "kind"):
+            if req not in l:
+                raise InputError(f"required field '{req}' is missing", file=file,
+                                 field=f"{where}.{req}")
+        for end in ("a", "b"):
+            if l[end] not in t.devices:
+                raise InputError(f"no device with id {l[end]!r}", file=file,
+                                 field=f"{where}.{end}")
+        kind = _choice(l["kind"], LINK_KINDS, f"{where}.kind", file)
+        link = _complete_link(t, l, kind, file, where)
+        if t.link(link.a, link.b):
+            raise InputError(f"a second link between {link.a} and {link.b}; bundle parallel links "
+                             "with count", file=file, field=where)
+        t.add_link(link)
+    from gpufabric.topology import rules
+    rules.check(t, file=file)
+    return t
+
+
+def _complete_link(t: Topology, l: dict[str, Any], kind: str, file: str | None,
+                   where: str) -> Link:
+    a, b = t.devices[l["a"]], t.devices[l["b"]]
+    count = int(l.get("count", 1))
+    lanes = int(l.get("lanes", 16 if kind == "pcie" else 0))
+    gen = int(l.get("gen", 0))
+    bw, lat = l.get("bw_GBps"), l.get("lat_us")
+    attrs = dict(l.get("attrs") or {})
+    if kind == "pcie":
+        gen = gen or min([_pcie_gen_of(d) for d in (a, b) if _pcie_gen_of(d)] or [4])
+        pg = catalog.pcie_gen(gen, file=file, field=f"{where}.gen")
+        bw = pg.bw_GBps(lanes) if bw is None else bw
+        lat = pg.lat_us if lat is None else lat
+    elif kind in ("nvlink", "xgmi", "c2c"):
+        gpu = next((d for d in (a, b) if d.kind == GPU and d.model), None)
+        pl_name = catalog.gpu(gpu.model).peer_link if gpu else None
+        if pl_name is None and bw is None:
+            # an imported GPU of unknown model: assume the NVLink generation named by gen
+            pl_name = f"nvlink{gen}" if gen else None
+        if bw is None:
+            if not pl_name:
+                raise InputError("bandwidth unknown: give bw_GBps, a GPU model with NVLink, "
+                                 "or gen (NVLink generation)", file=file, field=f"{where}.bw_GBps")
+            pl = catalog.peer_link(pl_name)
+            bw, gen = count * pl.per_link_GBps, gen or pl.gen
+            lat = pl.lat_us if lat is None else lat
+    elif kind == "cpu":
+        cpu = next((d for d in (a, b) if d.kind == CPU and d.model), None)
+        if bw is None:
+            c = catalog.cpu(cpu.model if cpu else DEFAULT_CPU)
+            bw, attrs.setdefault("type", c.intersocket)
+    elif kind == "net":
+        if bw is None:
+            speed = attrs.get("speed") or a.attrs.get("speed") or b.attrs.get("speed")
+            if not speed:
+                raise InputError("bandwidth unknown: give bw_GBps or attrs.speed (e.g. ib-ndr)",
+                                 file=file, field=f"{where}.bw_GBps")
+            sp = catalog.net_speed(speed, file=file, field=f"{where}.attrs.speed")
+            bw, lat = count * sp.bw_GBps, sp.lat_us / 2 if lat is None else lat
+    elif bw is None:  # sli / crossfire: a graphics bridge, no compute traffic
+        bw = 0.0
+    _want(bw, (int, float), f"{where}.bw_GBps", "a number of GB/s per direction", file)
+    return Link(a.id, b.id, kind, float(bw), float(lat or 0.0), count, lanes, gen, attrs)
+
+
+def _pcie_gen_of(d: Device) -> int:
+    if not d.model:
+        return 0
+    table = _MODEL_TABLE.get(d.kind)
+    obj = catalog.get(table, d.model) if table else None
+    return getattr(obj, "pcie_gen", 0) or getattr(obj, "gen", 0) or 0
+
+
+# --------------------------------------------------------------------------------------------
+# what a user types
+# --------------------------------------------------------------------------------------------
+def from_data(data: Any, name: str, file: str | None = None,
+              materialize_nodes: int | None = None) -> Topology:
+    """A topology from parsed YAML: a system file, a spec, or ``{system: spec}``."""
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping (a spec with 'gpu', or 'devices' and 'links')",
+                         file=file)
+    if "devices" in data:
+        return from_system_file(data, name, file)
+    if "system" in data and isinstance(data["system"], dict):
+        data = data["system"]
+    return from_spec(data, name, file, materialize_nodes)
+
+
+def parse_inline(text: str) -> dict[str, Any]:
+    """``gpu=H100-SXM,nodes=4,host.sockets=2`` -> a spec dict (values parsed as YAML scalars)."""
+    spec: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InputError(f"expected key=value, got {part!r}", file=text)
+        val = yaml.safe_load(value)
+        cur = spec
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            cur = cur.setdefault(p, {})
+        cur[leaf] = val
+    return spec
+
+
+def load(system: str, materialize_nodes: int | None = None) -> Topology:
+    """Load what a user names: a preset, a YAML file (spec or system file), or ``k=v,...``.
+
+    Examples
+    --------
+    >>> load("gpu=A100-SXM4-80GB,gpus_per_node=8").meta["scale_up"]
+    'nvswitch'
+    """
+    from gpufabric.topology import presets
+    if system in presets.names():
+        return presets.load(system, materialize_nodes=materialize_nodes)
+    path = Path(system)
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
+        if not path.is_file():
+            raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
+                             file=system)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark else None
+            raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=system,
+                             field=where) from None
+        return from_data(data, path.stem, system, materialize_nodes)
+    if "=" in system:
+        return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes)
+    from gpufabric.errors import unknown_name
+    raise unknown_name("system (preset name, YAML file or key=value spec)", system,
+                       presets.names())

@@ -1,0 +1,185 @@
+"""Paths between devices of one server, classified as ``nvidia-smi topo -m`` names them.
+
+For every pair of GPUs (and GPU-NIC, NIC-NIC) :func:`path` gives the path type (``X``,
+``NV#``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``), the links crossed, the bottleneck
+bandwidth, the latency and whether peer-to-peer works. Without P2P (GeForce cards, a path
+across sockets) data bounces through host memory, so the links crossed run up to the CPU and
+down again even when the two devices share a PCIe switch. For a GPU and a NIC, ``p2p`` means
+GPUDirect RDMA, which NCCL uses by default only when the path stays below the CPU (PIX/PXB).
+
+Examples
+--------
+>>> from gpufabric.topology.build import from_spec
+>>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+>>> p = path(t, "n0.gpu0", "n0.gpu5")
+>>> p.type, p.bw_GBps, p.p2p
+('NV18', 450.0, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufabric import catalog
+from gpufabric.topology.model import CPU, GPU, NIC, NVSWITCH, Link, Topology
+
+PEER_KINDS = ("nvlink", "xgmi")
+
+
+@dataclass
+class Path:
+    """How data gets from ``a`` to ``b``."""
+
+    a: str
+    b: str
+    type: str
+    links: list[tuple[str, str, str]] = field(default_factory=list)  # (from, to, kind)
+    bw_GBps: float = 0.0
+    lat_us: float = 0.0
+    p2p: bool = True
+    via_host: bool = False
+
+    @property
+    def hops(self) -> int:
+        return len(self.links)
+
+
+def upstream(t: Topology, dev_id: str) -> list[tuple[str, Link | None]]:
+    """The PCIe chain from a device up to its CPU: ``[(dev, None), (sw, link), ..., (cpu, link)]``.
+
+    Each link is the one crossed to reach that element from the previous one.
+    """
+    chain: list[tuple[str, Link | None]] = [(dev_id, None)]
+    cur = dev_id
+    seen = {cur}
+    while t.devices[cur].kind != CPU:
+        ups = [(n, l) for n, l in t.neighbors(cur) if l.kind == "pcie" and l.b == cur]
+        if not ups:
+            break
+        nxt, link = ups[0]
+        if nxt in seen:
+            break
+        seen.add(nxt)
+        chain.append((nxt, link))
+        cur = nxt
+    return chain
+
+
+def _peer(t: Topology, x: str, y: str) -> tuple[int, list[Link]] | None:
+    """NVLink / Infinity Fabric: a direct bundle, or both on one NVSwitch fabric."""
+    direct = t.link(x, y)
+    if direct is not None and direct.kind in PEER_KINDS:
+        return direct.count, [direct]
+    for hub, lx in t.neighbors(x):
+        if t.devices[hub].kind == NVSWITCH and lx.kind in PEER_KINDS:
+            ly = t.link(y, hub)
+            if ly is not None and ly.kind in PEER_KINDS:
+                return min(lx.count, ly.count), [lx, ly]
+    return None
+
+
+def _gpu_p2p_capable(t: Topology, dev_id: str) -> bool:
+    d = t.devices[dev_id]
+    if d.kind != GPU:
+        return True
+    if t.meta.get("spec", {}).get("p2p") is False:
+        return False
+    if "p2p" in d.attrs:
+        return bool(d.attrs["p2p"])
+    return catalog.gpu(d.model).p2p_pcie if d.model else True
+
+
+def _cpu_link(t: Topology, a: str, b: str) -> Link | None:
+    link = t.link(a, b)
+    if link is not None:
+        return link
+    return next((l for l in t.links if l.kind == "cpu"), None)
+
+
+def path(t: Topology, x: str, y: str) -> Path:
+    """Classify and describe the path between two devices of the same server."""
+    if x == y:
+        return Path(x, y, "X", [], float("inf"), 0.0, True)
+    peer = _peer(t, x, y)
+    if peer is not None:
+        count, links = peer
+        return Path(x, y, f"NV{count}", [(l.a, l.b, l.kind) for l in links],
+                    min(l.bw_GBps for l in links), sum(l.lat_us for l in links), True)
+    cx, cy = upstream(t, x), upstream(t, y)
+    ids_y = [d for d, _ in cy]
+    lca_i = next((i for i, (d, _) in enumerate(cx[1:], 1) if d in ids_y), None)
+    if lca_i is not None and t.devices[cx[lca_i][0]].kind != CPU:
+        lca_j = ids_y.index(cx[lca_i][0])
+        switches = lca_i + lca_j - 1   # switches crossed: those below the LCA on both sides + LCA
+        ptype = "PIX" if switches == 1 else "PXB"
+    else:
+        cpu_x, cpu_y = cx[-1][0], cy[-1][0]
+        if t.devices[cpu_x].kind != CPU or t.devices[cpu_y].kind != CPU:
+            return Path(x, y, "SYS", [], 0.0, 0.0, False, via_host=True)
+        if cpu_x != cpu_y:
+            ptype = "SYS"
+        else:
+            hb_x = cx[-1][1].attrs.get("host_bridge") if cx[-1][1] else None
+            hb_y = cy[-1][1].attrs.get("host_bridge") if cy[-1][1] else None
+            numa_x, numa_y = t.devices[x].numa, t.devices[y].numa
+            if numa_x != numa_y and numa_x >= 0 and numa_y >= 0:
+                ptype = "SYS"
+            elif hb_x == hb_y:
+                ptype = "PHB"
+            else:
+                ptype = "NODE"
+    kinds = {t.devices[x].kind, t.devices[y].kind}
+    if kinds == {GPU}:
+        p2p = ptype != "SYS" and _gpu_p2p_capable(t, x) and _gpu_p2p_capable(t, y)
+    elif GPU in kinds:   # GPUDirect RDMA
+        p2p = ptype in ("PIX", "PXB") and all(_gpu_p2p_capable(t, d) for d in (x, y)
+                                              if t.devices[d].kind == GPU)
+    else:
+        p2p = ptype in ("PIX", "PXB")
+    if p2p and lca_i is not None and ptype in ("PIX", "PXB"):
+        up = [l for _, l in cx[1:lca_i + 1]]
+        down = [l for _, l in cy[1:ids_y.index(cx[lca_i][0]) + 1]]
+    else:   # through the CPU (and, without P2P, through host memory)
+        up = [l for _, l in cx[1:]]
+        down = [l for _, l in cy[1:]]
+        if cx[-1][0] != cy[-1][0]:
+            cl = _cpu_link(t, cx[-1][0], cy[-1][0])
+            up = up + ([cl] if cl else [])
+    links = [l for l in up + list(reversed(down)) if l is not None]
+    bw = min((l.bw_GBps for l in links), default=0.0)
+    return Path(x, y, ptype, [(l.a, l.b, l.kind) for l in links], bw,
+                sum(l.lat_us for l in links), p2p, via_host=not p2p)
+
+
+def endpoints(t: Topology, node: int = 0) -> list[tuple[str, str]]:
+    """(label, device id) of a node's GPUs then NICs, as nvidia-smi lists them."""
+    gpus = sorted(t.gpus(node), key=lambda d: d.index)
+    nics = sorted(t.nics(node), key=lambda d: d.index)
+    return [(f"GPU{d.index}", d.id) for d in gpus] + [(f"NIC{d.index}", d.id) for d in nics]
+
+
+def matrix(t: Topology, node: int = 0) -> tuple[list[str], list[list[Path]]]:
+    """Labels and the square matrix of :class:`Path` for a node's GPUs and NICs."""
+    ends = endpoints(t, node)
+    return [lab for lab, _ in ends], [[path(t, a, b) for _, b in ends] for _, a in ends]
+
+
+def gpu_pair_bw(t: Topology, node: int = 0) -> np.ndarray:
+    """Bottleneck bandwidth (GB/s per direction) between GPU i and GPU j of a node.
+
+    Order is ``t.gpus(node)`` by index; the diagonal is 0.
+
+    Examples
+    --------
+    >>> from gpufabric.topology.build import from_spec
+    >>> float(gpu_pair_bw(from_spec({"gpu": "H100-SXM", "gpus_per_node": 2}))[0, 1])
+    450.0
+    """
+    gpus = [d.id for d in sorted(t.gpus(node), key=lambda d: d.index)]
+    m = np.zeros((len(gpus), len(gpus)))
+    for i, a in enumerate(gpus):
+        for j in range(i + 1, len(gpus)):
+            m[i, j] = m[j, i] = path(t, a, gpus[j]).bw_GBps
+    return m

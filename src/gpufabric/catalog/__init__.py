@@ -198,9 +198,24 @@ class NetSwitch:
     protocol: str
     radix: int                    # ports at full speed
     gbps: float
+    lat_us: float = 0.0           # port to port, one way
+    port_modes: dict[float, int] = field(default_factory=dict, hash=False, compare=False)
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+    def ports_at(self, gbps: float) -> int:
+        """Ports available at ``gbps`` Gbit/s: full speed, a listed breakout mode, or 0.
+
+        Examples
+        --------
+        >>> from gpufabric import catalog
+        >>> catalog.net_switch("QM9700").ports_at(200)
+        128
+        """
+        if gbps == self.gbps:
+            return self.radix
+        return int(self.port_modes.get(gbps, self.port_modes.get(int(gbps), 0)))
 
 
 T = TypeVar("T")

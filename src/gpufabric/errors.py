@@ -56,8 +56,8 @@ def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None
     """
     known = sorted(known)
     low = name.lower()
-    close = [k for k in known if k.lower().startswith(low) or low.startswith(k.lower())][:1]
-    close = close or difflib.get_close_matches(name, known, n=1, cutoff=0.4)
+    starts = [k for k in known if k.lower().startswith(low)]
+    close = difflib.get_close_matches(name, starts or known, n=1, cutoff=0.0 if starts else 0.4)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
     return InputError(f"unknown {kind} '{name}'{hint} (known: {listing})", file=file, field=field)

@@ -197,14 +197,16 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
 # --------------------------------------------------------------------------------------------
 # spec -> topology
 # --------------------------------------------------------------------------------------------
-def _affinity(cpu: catalog.CPU, socket: int, sockets: int) -> str:
+def _affinity(cpu: catalog.CPU, numa: int, sockets: int, numa_per_socket: int = 1) -> str:
+    """Linux CPU list of one NUMA node (physical cores, then their SMT siblings)."""
     if not cpu.cores:
         return ""
-    lo = socket * cpu.cores
-    ranges = [f"{lo}-{lo + cpu.cores - 1}"]
-    if cpu.threads_per_core > 1:
-        lo2 = sockets * cpu.cores + lo
-        ranges.append(f"{lo2}-{lo2 + cpu.cores - 1}")
+    per = cpu.cores // numa_per_socket
+    lo = (numa // numa_per_socket) * cpu.cores + (numa % numa_per_socket) * per
+    ranges = [f"{lo}-{lo + per - 1}"]
+    for t in range(1, cpu.threads_per_core):
+        lo2 = t * sockets * cpu.cores + lo
+        ranges.append(f"{lo2}-{lo2 + per - 1}")
     return ",".join(ranges)
 
 
@@ -243,9 +245,11 @@ class _NodeBuilder:
     def build(self) -> None:
         s, h = self.s, self.s["host"]
         sockets = h["sockets"]
+        nps = h["numa_per_socket"]
         for k in range(sockets):
             self.dev(f"cpu{k}", CPU, self.cpu.name, k, self.numa_of(k, 0), socket=k,
-                     cpu_affinity=_affinity(self.cpu, k, sockets))
+                     cpu_affinity=",".join(_affinity(self.cpu, k * nps + j, sockets, nps)
+                                           for j in range(nps)))
         for k in range(1, sockets):   # a chain of inter-socket links (2 sockets: one link)
             if h["attach"] == "pcie" and k > 1:
                 break
@@ -263,6 +267,10 @@ class _NodeBuilder:
                          speed=speed.name) for i in range(s["nics_per_node"])]
         self.attach_pcie(gpus, nics, nic_model)
         self.scale_up(gpus)
+        for g in gpus:   # what `nvidia-smi topo -m` prints in the affinity columns
+            d = self.t.devices[g]
+            d.attrs["cpu_affinity"] = _affinity(self.cpu, d.numa, sockets, nps)
+            d.attrs["numa_affinity"] = str(d.numa)
 
     def attach_pcie(self, gpus: list[str], nics: list[str], nic_model: catalog.NIC) -> None:
         h = self.s["host"]
@@ -553,7 +561,8 @@ def _complete_link(t: Topology, l: dict[str, Any], kind: str, file: str | None,
         cpu = next((d for d in (a, b) if d.kind == CPU and d.model), None)
         if bw is None:
             c = catalog.cpu(cpu.model if cpu else DEFAULT_CPU)
-            bw, attrs.setdefault("type", c.intersocket)
+            bw = c.intersocket_GBps
+            attrs.setdefault("type", c.intersocket)
     elif kind == "net":
         if bw is None:
             speed = attrs.get("speed") or a.attrs.get("speed") or b.attrs.get("speed")

@@ -412,3 +412,87 @@ def test_round_trip_mlx5_labels():
 
     m = parse(mlx5_labelled(fixture("dgx_a100_nv12.txt")))
     assert from_topology(build.from_system_file(to_system(m, "old"), "old")) == m
+
+
+@st.composite
+def pcie_systems(draw):
+    """Random servers: sockets, host bridges, root-port devices, switches, cascades, NVLink."""
+    devices, links = [], []
+    gpus, nics, switches = [], [], []
+
+    def endpoint(up, numa, hb=None):
+        if draw(st.integers(0, 3)) or not gpus:
+            did = f"gpu{len(gpus)}"
+            gpus.append(did)
+            devices.append({"id": did, "kind": "gpu", "numa": numa, "index": len(gpus) - 1,
+                            "attrs": {"cpu_affinity": f"{numa * 8}-{numa * 8 + 7}",
+                                      "numa_affinity": str(numa)}})
+        else:
+            did = f"nic{len(nics)}"
+            nics.append(did)
+            devices.append({"id": did, "kind": "nic", "numa": numa, "index": len(nics) - 1,
+                            "attrs": {"name": f"mlx5_{len(nics) - 1}"}})
+        links.append(pcie(up, did, hb))
+
+    def pcie(a, b, hb=None):
+        link = {"a": a, "b": b, "kind": "pcie", "gen": 4, "lanes": 16}
+        if hb is not None:
+            link["attrs"] = {"host_bridge": hb}
+        return link
+
+    def switch(numa):
+        sid = f"sw{len(switches)}"
+        switches.append(sid)
+        devices.append({"id": sid, "kind": "pcie_switch", "numa": numa})
+        return sid
+
+    n_sock = draw(st.integers(1, 3))
+    for s in range(n_sock):
+        devices.append({"id": f"cpu{s}", "kind": "cpu", "numa": s})
+        for t in range(s):
+            links.append({"a": f"cpu{t}", "b": f"cpu{s}", "kind": "cpu", "bw_GBps": 32.0})
+        for hb in range(draw(st.integers(1, 3))):
+            for _ in range(draw(st.integers(1, 3))):
+                shape = draw(st.sampled_from(["direct", "switch", "cascade"]))
+                if shape == "direct":
+                    endpoint(f"cpu{s}", s, hb)
+                elif shape == "switch":
+                    sw = switch(s)
+                    links.append(pcie(f"cpu{s}", sw, hb))
+                    for _ in range(draw(st.integers(1, 3))):
+                        endpoint(sw, s)
+                else:
+                    up = switch(s)
+                    links.append(pcie(f"cpu{s}", up, hb))
+                    for _ in range(draw(st.integers(0, 1))):
+                        endpoint(up, s)
+                    for _ in range(draw(st.integers(2, 3))):
+                        low = switch(s)
+                        links.append(pcie(up, low))
+                        for _ in range(draw(st.integers(1, 2))):
+                            endpoint(low, s)
+    fabric = draw(st.sampled_from(["none", "pairs", "nvswitch"]))
+    if fabric == "nvswitch" and len(gpus) > 1:
+        devices.append({"id": "nvsw", "kind": "nvswitch"})
+        count = draw(st.integers(1, 18))
+        links.extend({"a": g, "b": "nvsw", "kind": "nvlink", "count": count, "gen": 4}
+                     for g in gpus)
+    elif fabric == "pairs":
+        for i, a in enumerate(gpus):
+            for b in gpus[i + 1:]:
+                if draw(st.booleans()):
+                    links.append({"a": a, "b": b, "kind": "nvlink", "gen": 3,
+                                  "count": draw(st.integers(1, 4))})
+    return {"name": "random", "devices": devices, "links": links}
+
+
+@settings(max_examples=60, deadline=None)
+@given(pcie_systems())
+def test_to_system_reproduces_any_pcie_tree(system):
+    """Whatever tree made a matrix, the system inferred from it prints the same matrix."""
+    build = builder()
+    from gpufabric.topology.nvsmi import from_topology
+
+    m = from_topology(build.from_system_file(system, "random"))
+    again = from_topology(build.from_system_file(to_system(m, "inferred"), "inferred"))
+    assert again == m

@@ -6,6 +6,7 @@ The CLI turns a :class:`InputError` into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 
 
@@ -56,8 +57,14 @@ def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None
     """
     known = sorted(known)
     low = name.lower()
-    starts = [k for k in known if k.lower().startswith(low)]
-    close = difflib.get_close_matches(name, starts or known, n=1, cutoff=0.0 if starts else 0.4)
+
+    def score(k: str) -> tuple[int, float]:   # longest shared prefix first, then similarity
+        kl = k.lower()
+        prefix = len(os.path.commonprefix([low, kl]))
+        return prefix, difflib.SequenceMatcher(None, low, kl).ratio()
+
+    best = max(known, key=score, default=None)
+    close = [best] if best is not None and (score(best)[0] >= 3 or score(best)[1] >= 0.5) else []
     hint = f"; did you mean '{close[0]}'?" if close else ""
     listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
     return InputError(f"unknown {kind} '{name}'{hint} (known: {listing})", file=file, field=field)

@@ -222,7 +222,8 @@ def test_nvlink_only_between_gpus():
     text = fixture("rtx6000ada_4gpu_4nic.txt").replace(
         "NIC0    NODE    NODE    SYS     SYS      X      PIX",
         "NIC0    NODE    NODE    SYS     SYS      X      NV4").replace(
-        "NIC1    NODE    NODE    SYS     SYS     PIX", "NIC1    NODE    NODE    SYS     SYS     NV4")
+        "NIC1    NODE    NODE    SYS     SYS     PIX",
+        "NIC1    NODE    NODE    SYS     SYS     NV4")
     with pytest.raises(InputError, match="row NIC0, column NIC1: 'NV4' is not a path type here"):
         parse(text)
 

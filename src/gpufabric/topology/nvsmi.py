@@ -317,7 +317,8 @@ def render(m: TopoMatrix) -> str:
         cells = [" X " if c == "X" else c for c in m.paths[i]]
         row = label + "\t" + "\t".join(cells)
         if _GPU.match(label):
-            vals = [m.cpu_affinity[g], m.numa_affinity[g]] + ([m.gpu_numa_id[g]] if gpu_numa else [])
+            vals = [m.cpu_affinity[g], m.numa_affinity[g]]
+            vals += [m.gpu_numa_id[g]] if gpu_numa else []
             # an empty cell before a filled one would read as a shift of columns: print N/A
             vals = [v or ("N/A" if any(vals[k + 1:]) else "") for k, v in enumerate(vals)]
             row += "\t" + "\t".join(vals[:2]) + ("\t\t" + vals[2] if gpu_numa else "")
@@ -449,7 +450,8 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
 
     Examples
     --------
-    >>> m = parse("\\tGPU0\\tGPU1\\tCPU Affinity\\nGPU0\\t X \\tPIX\\t0-7\\nGPU1\\tPIX\\t X \\t0-7\\n")
+    >>> m = parse("\\tGPU0\\tGPU1\\tCPU Affinity\\n"
+    ...           "GPU0\\t X \\tPIX\\t0-7\\nGPU1\\tPIX\\t X \\t0-7\\n")
     >>> sysf = to_system(m, "box")
     >>> [(d["id"], d["kind"]) for d in sysf["devices"]]
     [('cpu0', 'cpu'), ('sw0', 'pcie_switch'), ('gpu0', 'gpu'), ('gpu1', 'gpu')]

@@ -52,14 +52,17 @@ def systems(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     console.print(table)
 
 
-def _matrix_table(title: str, labels: list[str], cells: list[list[str]]) -> Table:
+def _print_matrix(title: str, labels: list[str], cells: list[list[str]]) -> None:
+    """A square matrix, never squeezed: wider than the terminal beats unreadable cells."""
     table = Table(title=title, box=None, pad_edge=False)
-    table.add_column("")
+    table.add_column("", no_wrap=True)
     for lab in labels:
-        table.add_column(lab, justify="right")
+        table.add_column(lab, justify="right", no_wrap=True)
     for lab, row in zip(labels, cells):
         table.add_row(lab, *row)
-    return table
+    widest = max([len(c) for row in cells for c in row] + [len(l) for l in labels] + [1])
+    need = 8 + (widest + 2) * (len(labels) + 1)
+    (console if console.width >= need else Console(width=need)).print(table)
 
 
 @app.command()
@@ -103,8 +106,7 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     console.print(lt)
     cells = [[("X" if ty == "X" else f"{ty} {bw:g}") for ty, bw in zip(trow, brow)]
              for trow, brow in zip(pt["type"], pt["bw_GBps"])]
-    console.print(_matrix_table("Paths (type, bottleneck GB/s per direction)", pt["labels"],
-                                cells))
+    _print_matrix("Paths (type, bottleneck GB/s per direction)", pt["labels"], cells)
     for w in warns:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
@@ -125,8 +127,8 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
     cells = [["-" if ty == "X" else f"{bw:g}{'' if ok else '*'}"
               for ty, bw, ok in zip(trow, brow, prow)]
              for trow, brow, prow in zip(sub["type"], sub["bw_GBps"], sub["p2p"])]
-    console.print(_matrix_table(f"{t.name}: GPU-pair bandwidth, GB/s per direction "
-                                "(* = no P2P: through host memory)", pt["labels"][:n], cells))
+    _print_matrix(f"{t.name}: GPU-pair bandwidth, GB/s per direction (* = no P2P: through host "
+                  "memory)", pt["labels"][:n], cells)
 
 
 @app.command()

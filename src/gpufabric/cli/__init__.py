@@ -18,19 +18,12 @@ from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input becomes one line on stderr and exit status 2."""
+    """Entry point: bad input becomes one line on stderr and exit status 2.
+
+    Usage errors (a missing option, an unknown command) exit 2 through typer itself.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="gpufabric")
     except InputError as exc:
         print(f"gpufabric: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise

@@ -39,7 +39,7 @@ SPEC_KEYS = ("gpu", "gpus_per_node", "nodes", "scale_up", "mesh", "nvlink_links"
 HOST_KEYS = ("cpu", "sockets", "pcie_switches", "switch_layout", "switch", "numa_per_socket",
              "attach")
 ATTACH = ("pcie", "c2c")
-FABRIC_KEYS = ("topology", "oversubscription", "switch")
+FABRIC_KEYS = ("topology", "oversubscription", "switch", "nodes_per_leaf")
 DEFAULT_CPU = "EPYC-7763"            # PCIe Gen4 hosts
 DEFAULT_CPU_GEN5 = "Xeon-Platinum-8480+"  # PCIe Gen5 hosts (the usual HGX H100 head node)
 #: NVLink-C2C between a Grace CPU and each of its two GPUs (GB200 superchip), GB/s per direction.
@@ -182,6 +182,8 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
         "topology": _choice(fab.get("topology", "rail-optimized"), FABRICS, "fabric.topology",
                             file),
         "oversubscription": float(over),
+        "nodes_per_leaf": (_positive_int(fab["nodes_per_leaf"], "fabric.nodes_per_leaf", file)
+                           if "nodes_per_leaf" in fab else None),
         "switch": catalog.net_switch(str(fab.get("switch", speed.switch)), file=file,
                                      field="fabric.switch").name,
     }
@@ -377,8 +379,15 @@ def _add_fabric(t: Topology, s: dict[str, Any], built_nodes: int) -> dict[str, A
     sw = catalog.net_switch(s["fabric"]["switch"])
     over = s["fabric"]["oversubscription"]
     down = max(1, math.floor(sw.radix * over / (1 + over)))
-    up = max(1, math.ceil(down / over))
     rail = s["fabric"]["topology"] == "rail-optimized"
+    npl = s["fabric"]["nodes_per_leaf"]   # a rail group / rack smaller than the switch allows
+    if npl is not None:
+        ports = npl if rail else npl * k
+        if ports > down:
+            raise InputError(f"{npl} nodes need {ports} leaf ports but a {sw.name} at "
+                             f"{over:g}:1 has {down} downlinks", field="fabric.nodes_per_leaf")
+        down = ports
+    up = max(1, math.ceil(down / over))
     if rail:
         per_rail = math.ceil(nodes / down)
         leaves_total = per_rail * k
@@ -387,6 +396,7 @@ def _add_fabric(t: Topology, s: dict[str, Any], built_nodes: int) -> dict[str, A
         leaves_total = math.ceil(nodes * k / down)
     core_needed = leaves_total > 1
     fab = {"topology": s["fabric"]["topology"], "oversubscription": over, "switch": sw.name,
+           "nodes_per_leaf": down if rail else down // max(1, k),
            "leaf_radix": sw.radix, "leaf_down": down, "leaf_up": up if core_needed else 0,
            "leaves_per_rail": per_rail, "leaves": leaves_total, "core": core_needed,
            "port_GBps": speed.bw_GBps, "protocol": speed.protocol}

@@ -1,0 +1,443 @@
+"""Traffic patterns of collective algorithms, built on the symmetry of the algorithms.
+
+Every step of a ring is alike, every node of a tree level is alike: an algorithm's bandwidth
+cost is the time the network needs to carry, all at once, what each link carries over the whole
+operation. So an algorithm here is one set of concurrent transfers (per-rank bytes for a buffer
+of ``S`` bytes), handed to :class:`gpufabric.network.Network`, which shares the links max-min
+fairly; plus the list of hops one message crosses in sequence (for the latency term).
+
+When the topology materializes only the first ``m`` of ``N`` nodes (a 2,048-node cluster built
+as 2 nodes), the pattern is laid on the materialized nodes with wrap-around: node ``m-1`` sends
+to node 0 as node ``N-1`` would. Each link then carries exactly what it carries in the full
+cluster, and the hop counts are scaled to ``N`` nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import permutations
+
+from gpufabric.errors import InputError
+from gpufabric.network import Network, Transfer
+from gpufabric.topology.model import NVSWITCH, Topology
+
+
+@dataclass
+class Layout:
+    """Which GPUs take part: ``per_node`` ranks on each of ``nodes`` nodes.
+
+    ``gpus[k]`` lists the rank GPUs of materialized node ``k`` (``len(gpus) <= nodes``).
+    """
+
+    nodes: int
+    per_node: int
+    gpus: list[list[str]]
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.per_node
+
+    @property
+    def m(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def scale(self) -> float:
+        """True nodes per materialized node (hop counts scale by this)."""
+        return self.nodes / self.m
+
+
+def layout(topo: Topology, ranks: int | None = None) -> Layout:
+    """Place ``ranks`` ranks, one per GPU, filling nodes in order (as nccl-tests with MPI).
+
+    Raises
+    ------
+    InputError
+        If there are more ranks than GPUs, or ranks span nodes without filling them.
+    """
+    by_node: dict[int, list[str]] = {}
+    for g in topo.gpus():
+        by_node.setdefault(g.node, []).append(g.id)
+    if not by_node:
+        raise InputError("the system has no GPU", file=topo.name)
+    node_ids = sorted(by_node)
+    gpn = int(topo.meta.get("gpus_per_node") or len(by_node[node_ids[0]]))
+    n_nodes = int(topo.meta.get("nodes") or len(node_ids))
+    total = gpn * n_nodes
+    if ranks is None:
+        ranks = total
+    if not 1 <= ranks <= total:
+        raise InputError(f"must be between 1 and {total} (GPUs in the system), got {ranks}",
+                         field="ranks")
+    if ranks <= gpn:
+        return Layout(1, ranks, [by_node[node_ids[0]][:ranks]])
+    if ranks % gpn:
+        raise InputError(f"ranks across nodes must fill them: a multiple of {gpn}, got {ranks}",
+                         field="ranks")
+    nodes = ranks // gpn
+    mat = [by_node[k][:gpn] for k in node_ids[:nodes]]
+    return Layout(nodes, gpn, mat)
+
+
+@dataclass
+class Pattern:
+    """An algorithm's traffic for a buffer of ``size`` bytes.
+
+    ``transfers``: concurrent transfers carrying everything; ``hops``: transports crossed in
+    sequence by one piece of data (scaled by ``hop_scale``), latency ``extra_lat_us``.
+    ``channels``: how the work was split (for the explanation).
+    """
+
+    transfers: list[Transfer]
+    hops: list[str] = field(default_factory=list)
+    hop_scale: float = 1.0
+    tree_hops: list[str] = field(default_factory=list)
+    extra_lat_us: float = 0.0
+    note: str = ""
+
+
+class Planner:
+    """Builds patterns on one topology (rings, chains, trees, NVLS) and caches them."""
+
+    def __init__(self, topo: Topology, net: Network | None = None):
+        self.topo = topo
+        self.net = net or Network(topo)
+        self.router = self.net.router
+
+    # -- ring orders -----------------------------------------------------------------------
+    def _peer(self, a: str, b: str) -> bool:
+        return self.router.peer_walk(a, b) is not None
+
+    def ring_orders(self, gpus: list[str]) -> list[list[str]]:
+        """Intra-node rings: one in index order when every pair has NVLink (NVSwitch) or only
+        PCIe joins them; on a partial NVLink mesh, Hamiltonian cycles over NVLink (each
+        direction), so that rings use every NVLink bundle as NCCL's search does."""
+        n = len(gpus)
+        if n <= 2:
+            return [list(gpus)]
+        peer = {(a, b): self._peer(a, b) for a in gpus for b in gpus if a != b}
+        if all(peer.values()) or not any(peer.values()):
+            return [list(gpus)]
+        cycles = self._hamiltonian_cycles(gpus, peer, limit=6)
+        if not cycles:
+            # partial NVLink without a full ring (bridged pairs): keep pairs adjacent
+            return [list(gpus)]
+        out = []
+        for c in cycles:
+            out.append(c)
+            out.append([c[0]] + list(reversed(c[1:])))
+        return out
+
+    @staticmethod
+    def _hamiltonian_cycles(gpus, peer, limit):
+        n = len(gpus)
+        found: list[list[str]] = []
+        used_edges: set[frozenset] = set()
+        start = gpus[0]
+
+        def dfs(path, seen):
+            if len(found) >= limit * 4:
+                return
+            if len(path) == n:
+                if peer[(path[-1], start)]:
+                    found.append(list(path))
+                return
+            for g in gpus:
+                if g not in seen and peer[(path[-1], g)]:
+                    seen.add(g)
+                    path.append(g)
+                    dfs(path, seen)
+                    path.pop()
+                    seen.discard(g)
+
+        if n > 10:
+            return []
+        dfs([start], {start})
+        # prefer cycles that cover edges not yet used; drop mirror images
+        picked = []
+        for c in found:
+            edges = {frozenset(p) for p in zip(c, c[1:] + c[:1])}
+            if edges <= used_edges:
+                continue
+            picked.append(c)
+            used_edges |= edges
+            if len(picked) >= limit:
+                break
+        return picked
+
+    # -- rails -----------------------------------------------------------------------------
+    def rails(self, lay: Layout) -> list[int]:
+        """Indices of the NICs used as rails (every NIC of node 0 that has a fabric port)."""
+        if lay.nodes <= 1:
+            return []
+        nics = self.topo.nics(self.topo.devices[lay.gpus[0][0]].node)
+        rails = [i for i, n in enumerate(nics)
+                 if any(l.kind == "net" for _, l in self.topo.neighbors(n.id))]
+        if not rails:
+            raise InputError("ranks span several nodes but the nodes have no NIC on a fabric",
+                             file=self.topo.name, field="nics_per_node")
+        return rails
+
+    def _nic(self, node_gpus: list[str], rail: int) -> str:
+        node = self.topo.devices[node_gpus[0]].node
+        return self.topo.nics(node)[rail].id
+
+    def _entry(self, node_gpus: list[str], rail: int) -> str:
+        """The rank GPU that owns a rail on this node (falls back to rail mod ranks)."""
+        home = self.router.home_gpu(self._nic(node_gpus, rail))
+        return home if home in node_gpus else node_gpus[rail % len(node_gpus)]
+
+    def _net_transfer(self, lay: Layout, k: int, src: str, dst_of_next, rail: int,
+                      size: float, tag: str) -> Transfer:
+        """From a GPU of node k to a GPU of node k+1 (wrapping) on one rail."""
+        nxt = (k + 1) % lay.m
+        nic_a = self._nic(lay.gpus[k], rail)
+        nic_b = self._nic(lay.gpus[nxt], rail)
+        dst = dst_of_next(lay.gpus[nxt])
+        w1, _, _ = self.router.gpu_nic_walk(src, nic_a, prefer_pxn=True)
+        w3, _, _ = self.router.gpu_nic_walk(dst, nic_b, prefer_pxn=True)
+        # one node materialized: leave through the rail and come back as from the next node
+        fab = self.router.fabric_walks(nic_a, nic_b if nxt != k else nic_a)[0]
+        return Transfer(src, dst, size, walk=w1 + fab[1:-1] + tuple(reversed(w3)), tag=tag)
+
+    # -- patterns --------------------------------------------------------------------------
+    def ring(self, lay: Layout, per_rank_bytes: float) -> Pattern:
+        """Rings over all ranks; each link of each ring carries ``per_rank_bytes`` in total."""
+        if lay.nodes == 1:
+            orders = self.ring_orders(lay.gpus[0])
+            ch = len(orders)
+            tr, hops = [], []
+            for c, order in enumerate(orders):
+                for a, b in zip(order, order[1:] + order[:1]):
+                    if a == b:
+                        continue
+                    tr.append(Transfer(a, b, per_rank_bytes / ch, tag=f"ring{c}"))
+            for a, b in zip(orders[0], orders[0][1:] + orders[0][:1]):
+                if a != b:
+                    hops.append(self.net.route(Transfer(a, b, 0)).transport)
+            return Pattern(tr, hops, note=f"{ch} ring(s) inside the node")
+        rails = self.rails(lay)
+        ch = len(rails)
+        tr = []
+        hops: list[str] = []
+        base = self.ring_orders(lay.gpus[0])[0]
+        idx = {g: i for i, g in enumerate(lay.gpus[0])}
+        for c, rail in enumerate(rails):
+            for k, node_gpus in enumerate(lay.gpus):
+                entry = self._entry(node_gpus, rail)
+                pos = [g for g in node_gpus]
+                # the node's ring order (same shape as node 0's), rotated to start at the entry
+                order = [node_gpus[idx[g]] for g in base] if len(base) == len(node_gpus) else pos
+                s = order.index(entry)
+                order = order[s:] + order[:s]
+                for a, b in zip(order, order[1:]):
+                    tr.append(Transfer(a, b, per_rank_bytes / ch, tag=f"ring{c}"))
+                    if c == 0:
+                        hops.append(self.net.route(tr[-1]).transport)
+                exit_gpu = order[-1]
+                t = self._net_transfer(lay, k, exit_gpu,
+                                       lambda g, r=rail: self._entry(g, r), rail,
+                                       per_rank_bytes / ch, f"ring{c}")
+                tr.append(t)
+                if c == 0:
+                    hops.append("net")
+        return Pattern(tr, hops, hop_scale=lay.scale,
+                       note=f"{ch} ring(s), one per rail NIC, over {lay.nodes} nodes")
+
+    def _hop_kinds(self, tr):
+        return [self.net.route(t).transport for t in tr]
+
+    def chain_tree(self, lay: Layout, size: float) -> Pattern:
+        """NCCL's tree for all_reduce: a chain inside each node from the rail GPU, a double
+        binary tree across nodes (one per rail); reduce goes up while broadcast comes down."""
+        g = lay.per_node
+        tr: list[Transfer] = []
+        if lay.nodes == 1:
+            order = self.ring_orders(lay.gpus[0])[0]
+            for a, b in zip(order, order[1:]):
+                tr.append(Transfer(b, a, size, tag="up"))
+                tr.append(Transfer(a, b, size, tag="down"))
+            kinds = self._hop_kinds(tr[::2])
+            return Pattern(tr, tree_hops=kinds, note="a chain through the node")
+        rails = self.rails(lay)
+        ch = len(rails)
+        per = size / ch
+        f = 1.0 if lay.nodes == 2 else 2.0
+        intra_kinds: list[str] = []
+        for c, rail in enumerate(rails):
+            for k, node_gpus in enumerate(lay.gpus):
+                head = self._entry(node_gpus, rail)
+                order = [head] + [x for x in node_gpus if x != head]
+                for a, b in zip(order, order[1:]):
+                    tr.append(Transfer(b, a, per, tag=f"tree{c}-up"))
+                    tr.append(Transfer(a, b, per, tag=f"tree{c}-down"))
+                    if c == 0 and k == 0:
+                        intra_kinds.append(self.net.route(tr[-1]).transport)
+                tr.append(self._net_transfer(lay, k, head, lambda gg, r=rail: self._entry(gg, r),
+                                             rail, f * per, f"tree{c}-net"))
+        depth = max(1, math.ceil(math.log2(lay.nodes)))
+        return Pattern(tr, tree_hops=intra_kinds + ["net"] * depth,
+                       note=f"{ch} double binary tree(s) across {lay.nodes} nodes, "
+                            f"chains of {g} inside")
+
+    def nvls_ok(self, lay: Layout) -> bool:
+        """NVLS needs every rank GPU of a node on one NVSwitch fabric that reduces in-switch."""
+        from gpufabric import catalog
+        for node_gpus in lay.gpus:
+            hub = self._switch_of(node_gpus[0])
+            if hub is None or any(self._switch_of(x) != hub for x in node_gpus):
+                return False
+            model = self.topo.devices[hub].model
+            try:
+                if not catalog.nvswitch(model).nvls:
+                    return False
+            except InputError:
+                return False
+        return lay.per_node > 1
+
+    def _switch_of(self, gpu: str) -> str | None:
+        for v, l in self.topo.neighbors(gpu):
+            if l.kind == "nvlink" and self.topo.devices[v].kind == NVSWITCH:
+                return v
+        return None
+
+    def nvls(self, lay: Layout, size: float) -> Pattern:
+        """NVLS all_reduce: each GPU pushes its buffer into the switch to be reduced
+        (multimem ld_reduce) and takes the result back by multicast: S (1 + 1/G) each way;
+        across nodes (NVLS tree), each GPU's reduced shard also crosses a tree on its rail."""
+        g = lay.per_node
+        tr: list[Transfer] = []
+        per_dir = size * (1 + 1 / g)
+        for node_gpus in lay.gpus:
+            hub = self._switch_of(node_gpus[0])
+            for x in node_gpus:
+                tr.append(Transfer(x, hub, per_dir, tag="nvls-reduce"))
+                tr.append(Transfer(hub, x, per_dir, tag="nvls-multicast"))
+        if lay.nodes == 1:
+            return Pattern(tr, note="NVLink SHARP: reduction inside the NVSwitch")
+        rails = self.rails(lay)
+        f = 1.0 if lay.nodes == 2 else 2.0
+        shard = size / len(rails)
+        for c, rail in enumerate(rails):
+            for k, node_gpus in enumerate(lay.gpus):
+                head = self._entry(node_gpus, rail)
+                tr.append(self._net_transfer(lay, k, head, lambda gg, r=rail: self._entry(gg, r),
+                                             rail, f * shard, f"nvls-tree{c}"))
+        depth = max(1, math.ceil(math.log2(lay.nodes)))
+        return Pattern(tr, tree_hops=["net"] * depth,
+                       note=f"NVLS inside each node, {len(rails)} trees across {lay.nodes} nodes")
+
+    def hierarchical(self, lay: Layout, size: float) -> list[Pattern]:
+        """Three sequential phases: reduce_scatter inside the node, all_reduce of each shard
+        across nodes on its rail, all_gather inside the node."""
+        g = lay.per_node
+        intra = Layout(1, g, [lay.gpus[0]])
+        rs = self.ring(intra, size * (g - 1) / g)
+        out = [rs]
+        if lay.nodes > 1:
+            n = lay.nodes
+            shard = size / g
+            rails = self.rails(lay)
+            tr = []
+            for k, node_gpus in enumerate(lay.gpus):
+                for i, x in enumerate(node_gpus):
+                    rail = rails[i % len(rails)]
+                    tr.append(self._net_transfer(lay, k, x, lambda gg, j=i: gg[j], rail,
+                                                 shard * 2 * (n - 1) / n, "inter"))
+            out.append(Pattern(tr, hops=["net"] * lay.m, hop_scale=lay.scale,
+                               note=f"a ring per local rank across {n} nodes"))
+        out.append(self.ring(intra, size * (g - 1) / g))
+        return out
+
+    def pairwise(self, lay: Layout, size: float) -> Pattern:
+        """all_to_all: every rank sends ``size / n`` to every other rank. Across nodes the data
+        for peer GPU j travels on rail j (PXN: first over NVLink to the local GPU j when there
+        is one); traffic to nodes under other leaf switches crosses the core, sampled as a
+        loop through it."""
+        n = lay.ranks
+        piece = size / n
+        tr: list[Transfer] = []
+        for node_gpus in lay.gpus:
+            for a in node_gpus:
+                for b in node_gpus:
+                    if a != b:
+                        tr.append(Transfer(a, b, piece, tag="local"))
+        if lay.nodes == 1:
+            return Pattern(tr, hops=[self.net.route(tr[0]).transport] if tr else [],
+                           note="direct pairs inside the node")
+        rails = self.rails(lay)
+        g = lay.per_node
+        remote_nodes = lay.nodes - 1
+        in_leaf, cross = self._leaf_split(lay)
+        for k, node_gpus in enumerate(lay.gpus):
+            for i, a in enumerate(node_gpus):
+                for j, b_local in enumerate(node_gpus):
+                    rail = rails[j % len(rails)]
+                    bytes_out = piece * remote_nodes      # a -> GPU j of every remote node
+                    via = self._entry(node_gpus, rail)
+                    if via != a:                          # PXN relay to the rail's GPU
+                        tr.append(Transfer(a, via, bytes_out, tag="pxn"))
+                    if in_leaf:
+                        tr.append(self._net_transfer(lay, k, via,
+                                                     lambda gg, r=rail: self._entry(gg, r),
+                                                     rail, bytes_out * in_leaf, "a2a-leaf"))
+                    if cross:
+                        tr.append(self._core_loop(node_gpus, via, rail, bytes_out * cross))
+        kinds = ["nvlink", "net"]
+        return Pattern(tr, hops=kinds, extra_lat_us=0.0,
+                       note=f"pairwise exchange over {len(rails)} rails, {g} ranks per node")
+
+    def _leaf_split(self, lay: Layout) -> tuple[float, float]:
+        """Share of a node's remote peers under its own leaf switch, and beyond it."""
+        fab = self.topo.meta.get("fabric") or {}
+        remote = lay.nodes - 1
+        if remote <= 0:
+            return 0.0, 0.0
+        if not fab.get("core"):
+            return 1.0, 0.0
+        down = int(fab.get("leaf_down") or remote + 1)
+        if fab.get("topology") == "rail-optimized":
+            per_leaf = down
+        else:
+            per_leaf = max(1, down // max(1, int(self.topo.meta.get("nics_per_node") or 1)))
+        same = min(per_leaf, lay.nodes) - 1
+        return same / remote, (remote - same) / remote
+
+    def _core_loop(self, node_gpus, gpu, rail, size) -> Transfer:
+        nic = self._nic(node_gpus, rail)
+        w1, _, _ = self.router.gpu_nic_walk(gpu, nic)
+        leaf = next(v for v, l in self.topo.neighbors(nic) if l.kind == "net")
+        core = next((v for v, l in self.topo.neighbors(leaf)
+                     if l.kind == "net" and self.topo.devices[v].kind != "nic"), None)
+        if core is None:
+            loop = (leaf,)
+        else:
+            loop = (leaf, core, leaf)
+        return Transfer(gpu, gpu, size, walk=w1 + loop + tuple(reversed(w1)), tag="a2a-core")
+
+    def send_recv(self, lay: Layout, size: float) -> Pattern:
+        """Each rank sends ``size`` to the next rank and receives from the previous one."""
+        tr = []
+        flat = [(k, g) for k, gs in enumerate(lay.gpus) for g in gs]
+        crossing = False
+        for i, (k, a) in enumerate(flat):
+            k2, b = flat[(i + 1) % len(flat)]
+            wraps = lay.nodes > 1 and lay.m == 1 and i == len(flat) - 1
+            if k2 != k or wraps:
+                nics = self.topo.nics(self.topo.devices[a].node)
+                near = self.router.nearest_nic(a)
+                rail = next((j for j, x in enumerate(nics) if x.id == near), self.rails(lay)[0])
+                tr.append(self._net_transfer(lay, k, a, lambda gg: gg[0], rail, size, "p2p"))
+                crossing = True
+            else:
+                tr.append(Transfer(a, b, size, tag="p2p"))
+        if crossing:
+            hops = ["net"]
+        else:
+            hops = [max((self.net.route(t).transport for t in tr), key=_TRANSPORT_ORDER.index)]
+        return Pattern(tr, hops=hops, note="each rank to the next")
+
+
+_TRANSPORT_ORDER = ["nvlink", "pcie", "shm", "net"]

@@ -1,0 +1,236 @@
+"""Concurrent transfers over a topology: routes, max-min fair sharing, per-hop latency.
+
+This is where contention lives, once, for every caller: a collective algorithm, a training
+step or a scheduler hands a set of concurrent :class:`Transfer` s to :meth:`Network.simulate`
+and gets back when each one ends and how busy each link direction was.
+
+Every link is two directed edges (one per direction) with the link's *usable* rate
+(:func:`gpufabric.network.capacity.usable_GBps`). Transfers are routed by
+:class:`gpufabric.network.routing.Router` (NVLink, PCIe P2P, host-memory bounce, GPUDirect
+RDMA or staged, PXN, rails and ECMP across the fabric), then shared max-min fairly as fluid
+flows; each transfer also pays the latency of the links it crosses.
+
+Examples
+--------
+Two GPUs on one PCIe switch, both sending to a third GPU behind the CPU:
+
+>>> from gpufabric.topology.model import Topology, Device, Link
+>>> t = Topology("box", meta={"p2p": True})
+>>> for d in (Device("cpu", "cpu", numa=0), Device("sw", "pcie_switch", numa=0),
+...           Device("g0", "gpu"), Device("g1", "gpu", index=1), Device("g2", "gpu", index=2)):
+...     t.add_device(d)
+>>> t.add_link(Link("cpu", "sw", "pcie", 31.5, gen=4, lanes=16))
+>>> for g in ("g0", "g1"): t.add_link(Link("sw", g, "pcie", 31.5, gen=4, lanes=16))
+>>> t.add_link(Link("cpu", "g2", "pcie", 31.5, gen=4, lanes=16))
+>>> net = Network(t)
+>>> res = net.simulate([Transfer("g0", "g2", 24e9), Transfer("g1", "g2", 24e9)])
+>>> [round(x, 3) for x in res.time_s]      # the switch uplink (24 GB/s usable) is shared
+[2.0, 2.0]
+>>> res.bottleneck().busy
+1.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufabric.network.capacity import usable_GBps
+from gpufabric.network.fairshare import fluid, maxmin_rates
+from gpufabric.network.routing import Route, Router
+from gpufabric.topology.model import Topology
+
+__all__ = ["Transfer", "Network", "SimResult", "EdgeUse", "Route", "Router", "usable_GBps",
+           "maxmin_rates", "fluid", "SHM_EFFICIENCY"]
+
+#: A GPU-to-GPU copy bounced through host memory (no P2P) delivers this fraction of the rate of
+#: the links it crosses: the sender's posted writes are cheap, but the receiver pulls the data
+#: with PCIe reads of host memory, in chunks, with a flag handshake per chunk. (A transfer to a
+#: NIC staged through host memory is read by the NIC's DMA engine and keeps the link rate.)
+SHM_EFFICIENCY = 0.73
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One point-to-point transfer.
+
+    Parameters
+    ----------
+    src, dst : str
+        Device ids (GPUs usually; a GPU to an NVSwitch models NVLS traffic).
+    size_bytes : float
+        Bytes to move.
+    nic_src, nic_dst : str, optional
+        Force the NICs (the rail) when the transfer crosses nodes.
+    walk : tuple of str, optional
+        Force the devices crossed (skips routing), e.g. a loop through the fabric core.
+    tag : str
+        Free label (the caller's phase or channel).
+    """
+
+    src: str
+    dst: str
+    size_bytes: float
+    nic_src: str | None = None
+    nic_dst: str | None = None
+    walk: tuple[str, ...] | None = None
+    tag: str = ""
+
+
+@dataclass
+class EdgeUse:
+    """How busy one link direction was: ``busy`` = bytes / (usable rate x makespan)."""
+
+    src: str
+    dst: str
+    kind: str
+    usable_GBps: float
+    bytes: float
+    busy: float
+    label: str = ""
+
+    def describe(self) -> str:
+        return f"{self.label} ({self.src} -> {self.dst}), {self.busy:.0%} busy"
+
+
+@dataclass
+class SimResult:
+    """Outcome of :meth:`Network.simulate`.
+
+    ``time_s[i]`` is when transfer ``i`` ended (its route's latency plus its fluid finish);
+    ``makespan_s`` the last of them; ``bw_time_s`` the fluid part alone (no latency).
+    """
+
+    time_s: list[float]
+    makespan_s: float
+    bw_time_s: float
+    transports: list[str]
+    edges: list[EdgeUse] = field(default_factory=list)
+
+    def bottleneck(self) -> EdgeUse | None:
+        """The busiest link direction (None if nothing moved)."""
+        return max(self.edges, key=lambda e: e.busy, default=None)
+
+
+def describe_edge(topo: Topology, u: str, v: str) -> str:
+    """Plain-words name of a link direction, e.g. 'the PCIe root port of socket 0'."""
+    du, dv = topo.devices[u], topo.devices[v]
+    l = topo.link(u, v)
+    k = l.kind
+    if k == "pcie":
+        up, down = (du, dv) if l.a == u else (dv, du)
+        arrow = "down" if l.a == u else "up"
+        if up.kind == "cpu":
+            return f"the PCIe root port of socket {max(up.numa, 0)} to {down.id} ({arrow})"
+        if up.kind == "pcie_switch":
+            return f"the PCIe switch {up.id} port to {down.id} ({arrow})"
+        return f"the PCIe link {up.id}-{down.id} ({arrow})"
+    if k == "cpu":
+        return f"the inter-socket link {u} -> {v}"
+    if k in ("nvlink", "xgmi"):
+        if dv.kind == "nvswitch":
+            return f"the NVLink ports of {u} into the NVSwitch"
+        if du.kind == "nvswitch":
+            return f"the NVLink ports of the NVSwitch into {v}"
+        return f"the {k} bundle {u} -> {v}"
+    if k == "net":
+        if du.kind == "nic":
+            return f"the NIC port {u} -> {v}"
+        if dv.kind == "nic":
+            return f"the switch port {u} -> NIC {v}"
+        return f"the fabric uplinks {u} -> {v}"
+    return f"the {k} link {u} -> {v}"
+
+
+class Network:
+    """Routes and times concurrent transfers on one topology.
+
+    Parameters
+    ----------
+    topo : Topology
+        The system. Routes are cached per instance; build one ``Network`` per topology.
+    """
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self.router = Router(topo)
+        n = len(topo.links)
+        self._index = {}
+        caps = np.zeros(2 * n)
+        lat = np.zeros(2 * n)
+        for i, l in enumerate(topo.links):
+            self._index[(l.a, l.b)] = 2 * i
+            self._index[(l.b, l.a)] = 2 * i + 1
+            c = usable_GBps(l, topo) * 1e9
+            caps[2 * i] = caps[2 * i + 1] = c
+            lat[2 * i] = lat[2 * i + 1] = l.lat_us
+        self.caps_Bps = caps
+        self.lat_us = lat
+
+    def edge(self, u: str, v: str) -> int:
+        """Index of the directed edge u -> v."""
+        try:
+            return self._index[(u, v)]
+        except KeyError:
+            raise ValueError(f"no link {u}-{v}") from None
+
+    def edges_of(self, walk: tuple[str, ...]) -> np.ndarray:
+        return np.fromiter((self._index[(u, v)] for u, v in zip(walk, walk[1:])),
+                           dtype=int, count=max(len(walk) - 1, 0))
+
+    def _is_gpu(self, dev: str) -> bool:
+        return self.topo.devices[dev].kind == "gpu"
+
+    def route(self, t: Transfer) -> Route:
+        if t.walk is not None:
+            kinds = {self.topo.link(u, v).kind for u, v in zip(t.walk, t.walk[1:])}
+            tr = "net" if "net" in kinds else "pcie" if kinds & {"pcie", "cpu", "c2c"} else "nvlink"
+            return Route((t.walk,), tr)
+        return self.router.route(t.src, t.dst, nic_src=t.nic_src, nic_dst=t.nic_dst)
+
+    def simulate(self, transfers: list[Transfer]) -> SimResult:
+        """Time concurrent transfers that all start at once.
+
+        Each transfer is routed, split evenly over its equal-cost walks, shared max-min fairly
+        with every other one on each link direction, and pays its route's latency.
+        """
+        paths: list[np.ndarray] = []
+        sizes: list[float] = []
+        fcaps: list[float] = []
+        owner: list[int] = []
+        lats: list[float] = []
+        transports: list[str] = []
+        for i, t in enumerate(transfers):
+            r = self.route(t)
+            transports.append("shm" if r.staged and r.transport != "net" else r.transport)
+            lat = 0.0
+            k = len(r.walks)
+            # a GPU-to-GPU bounce through host memory costs its links 1/SHM_EFFICIENCY
+            # bytes per byte delivered (the receiving GPU reads host memory across PCIe)
+            bounce = r.transport == "shm" and self._is_gpu(t.src) and self._is_gpu(t.dst)
+            weight = 1.0 / SHM_EFFICIENCY if bounce else 1.0
+            for w in r.walks:
+                e = self.edges_of(w)
+                paths.append(e)
+                sizes.append(t.size_bytes * weight / k)
+                fcaps.append(np.inf)
+                owner.append(i)
+                lat = max(lat, float(self.lat_us[e].sum()) if len(e) else 0.0)
+            lats.append(lat)
+        res = fluid(paths, self.caps_Bps, np.array(sizes), np.array(fcaps))
+        fin = np.zeros(len(transfers))
+        np.maximum.at(fin, np.array(owner, dtype=int), res.finish_s) if owner else None
+        times = [float(f + l * 1e-6) if transfers[i].size_bytes > 0 else float(l * 1e-6)
+                 for i, (f, l) in enumerate(zip(fin, lats))]
+        edges: list[EdgeUse] = []
+        span = res.makespan_s
+        inv = {v: k for k, v in self._index.items()}
+        for e in np.flatnonzero(res.edge_bytes > 0):
+            u, v = inv[int(e)]
+            cap = self.caps_Bps[e]
+            busy = float(res.edge_bytes[e] / (cap * span)) if span > 0 and cap > 0 else 0.0
+            edges.append(EdgeUse(u, v, self.topo.link(u, v).kind, cap / 1e9,
+                                 float(res.edge_bytes[e]), round(busy, 6),
+                                 describe_edge(self.topo, u, v)))
+        return SimResult(times, max(times, default=0.0), span, transports, edges)

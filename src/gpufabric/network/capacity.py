@@ -1,0 +1,108 @@
+"""Usable rate of a link per direction: the raw rate the topology carries, turned into what a
+collective library actually moves, using the catalog's NCCL-usable rates per link type.
+
+The rule is one per link *type*, never per machine:
+
+- ``nvlink``: ``count`` x the generation's ``PeerLink.nccl_GBps``;
+- ``pcie``: the generation's ``PCIeGen.nccl_x16_GBps`` x lanes / 16;
+- ``cpu`` (UPI / xGMI between sockets): the raw rate x :data:`INTERSOCKET_EFFICIENCY`, never
+  below the CPU's ``nccl_intersocket_GBps``;
+- ``net``: the raw rate x the fabric speed's ``NetSpeed.efficiency`` (headers, flow control);
+- ``xgmi`` / ``c2c``: the raw rate x :data:`OTHER_EFFICIENCY`;
+- ``sli`` / ``crossfire``: 0 (graphics bridges carry no compute traffic).
+"""
+
+from __future__ import annotations
+
+from gpufabric import catalog
+from gpufabric.errors import InputError
+from gpufabric.topology.model import Link, Topology
+
+#: Fraction of an inter-socket link's raw rate that GPU DMA traffic crossing it achieves
+#: (coherent-fabric protocol overhead and remote-memory round trips). Fitted on the 8-GPU
+#: no-P2P PCIe Gen5 machine of the calibration file, where the ring crosses the sockets.
+INTERSOCKET_EFFICIENCY = 0.45
+
+#: Fraction of the raw rate usable on links with no catalog NCCL rate (xGMI, C2C, unknown).
+OTHER_EFFICIENCY = 0.8
+
+#: Used when a link's generation is unknown: usable / raw of the most common generations.
+NVLINK_FALLBACK = 0.82
+PCIE_FALLBACK = 0.76
+
+
+def _nvlink(link: Link) -> float:
+    if link.gen:
+        try:
+            pl = catalog.peer_link(f"nvlink{link.gen}")
+            per_raw = link.bw_GBps / max(link.count, 1)
+            # keep the ratio if the builder gave a non-catalog rate per link
+            scale = per_raw / pl.per_link_GBps if pl.per_link_GBps else 1.0
+            return pl.nccl_GBps * max(link.count, 1) * scale
+        except InputError:
+            pass
+    return link.bw_GBps * NVLINK_FALLBACK
+
+
+def _pcie(link: Link) -> float:
+    if link.gen:
+        try:
+            g = catalog.pcie_gen(link.gen)
+            lanes = link.lanes or 16
+            raw = g.bw_GBps(lanes)
+            # a builder may cap a link below lanes x gen (e.g. a slower end): keep its ratio
+            scale = min(1.0, link.bw_GBps / raw) if raw and link.bw_GBps else 1.0
+            return g.nccl_x16_GBps * lanes / 16 * scale
+        except InputError:
+            pass
+    return link.bw_GBps * PCIE_FALLBACK
+
+
+def _cpu(link: Link, topo: Topology) -> float:
+    floor = 0.0
+    for end in (link.a, link.b):
+        model = topo.devices[end].model
+        if model:
+            try:
+                floor = max(floor, catalog.cpu(model).nccl_intersocket_GBps)
+            except InputError:
+                pass
+    return max(link.bw_GBps * INTERSOCKET_EFFICIENCY, min(floor, link.bw_GBps))
+
+
+def _net(link: Link, topo: Topology) -> float:
+    name = link.attrs.get("speed") or topo.meta.get("nic") or ""
+    eff = None
+    if name:
+        try:
+            eff = catalog.net_speed(str(name)).efficiency
+        except InputError:
+            eff = None
+    if eff is None:
+        eff = 0.95
+    return link.bw_GBps * eff
+
+
+def usable_GBps(link: Link, topo: Topology) -> float:
+    """Usable rate of ``link`` per direction, GB/s.
+
+    Examples
+    --------
+    >>> from gpufabric.topology.model import Topology, Device, Link
+    >>> t = Topology("x")
+    >>> t.add_device(Device("g0", "gpu")); t.add_device(Device("g1", "gpu", index=1))
+    >>> usable_GBps(Link("g0", "g1", "nvlink", 450.0, count=18, gen=4), t)
+    370.8
+    """
+    k = link.kind
+    if k == "nvlink":
+        return _nvlink(link)
+    if k == "pcie":
+        return _pcie(link)
+    if k == "cpu":
+        return _cpu(link, topo)
+    if k == "net":
+        return _net(link, topo)
+    if k in ("sli", "crossfire"):
+        return 0.0
+    return link.bw_GBps * OTHER_EFFICIENCY

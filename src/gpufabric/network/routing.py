@@ -1,0 +1,303 @@
+"""Routes: which links a transfer crosses, and by which transport.
+
+The rules follow what NCCL does on real machines:
+
+- two GPUs with a direct NVLink (or xGMI) bundle use it; two GPUs on one NVSwitch fabric go
+  through the switch (transport ``nvlink``);
+- otherwise PCIe peer-to-peer along the shortest PCIe path (through switches, the root complex,
+  or across the inter-socket link) when the GPUs allow P2P (transport ``pcie``);
+- no P2P (GeForce cards with the stock driver): the data bounces through host memory, going up
+  to the sender's CPU socket and down to the receiver (transport ``shm``);
+- GPU to NIC: GPUDirect RDMA when the NIC is close (same PCIe switch, or same host bridge);
+  when it is not, and an NVLink peer sits next to the NIC, NCCL's PXN relays through that peer
+  over NVLink; otherwise the data is staged through host memory (transport ``shm``);
+- across nodes: sender GPU -> its rail's NIC -> leaf -> (core) -> leaf -> NIC -> receiver GPU;
+  equal-cost fabric paths (ECMP) share the bytes evenly.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gpufabric.topology.model import (CPU, GPU, NET_SWITCH, NIC, NVSWITCH, PCIE_SWITCH,
+                                      Topology)
+
+HOST_LINKS = ("pcie", "cpu", "c2c")
+PEER_LINKS = ("nvlink", "xgmi")
+
+#: transports, fastest first
+TRANSPORTS = ("nvlink", "pcie", "shm", "net")
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route: device walks (several for ECMP, bytes split evenly) and the transport class.
+
+    ``transport`` is the slowest class of hop on the way: ``nvlink``, ``pcie`` (P2P or
+    GPUDirect), ``shm`` (bounce through host memory) or ``net`` (crosses the fabric).
+    ``staged`` is True when some part is staged through host memory.
+    """
+
+    walks: tuple[tuple[str, ...], ...]
+    transport: str
+    staged: bool = False
+
+
+def _bfs(topo: Topology, src: str, ok_link, ok_via) -> dict[str, str | None]:
+    """Parents of a BFS from ``src`` over links passing ``ok_link`` and devices ``ok_via``."""
+    parent: dict[str, str | None] = {src: None}
+    q = deque([src])
+    while q:
+        u = q.popleft()
+        if u != src and not ok_via(u):
+            continue
+        for v, l in topo.neighbors(u):
+            if v in parent or not ok_link(l):
+                continue
+            parent[v] = u
+            q.append(v)
+    return parent
+
+
+def _walk(parent: dict[str, str | None], dst: str) -> tuple[str, ...] | None:
+    if dst not in parent:
+        return None
+    out = [dst]
+    while parent[out[-1]] is not None:
+        out.append(parent[out[-1]])
+    return tuple(reversed(out))
+
+
+class Router:
+    """Computes and caches routes on one topology."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self._host_bfs: dict[str, dict] = {}
+        self._cache: dict[tuple, Route] = {}
+        self._near_nic: dict[str, str | None] = {}
+        self._home_gpu: dict[str, str | None] = {}
+        meta_p2p = topo.meta.get("p2p")
+        self.p2p_default = True if meta_p2p is None else bool(meta_p2p)
+
+    # -- host (PCIe) side ------------------------------------------------------------------
+    def host_walk(self, src: str, dst: str) -> tuple[str, ...] | None:
+        """Shortest PCIe / inter-socket walk; intermediate devices are switches and CPUs."""
+        if src not in self._host_bfs:
+            devs = self.topo.devices
+            self._host_bfs[src] = _bfs(
+                self.topo, src, lambda l: l.kind in HOST_LINKS,
+                lambda d: devs[d].kind in (PCIE_SWITCH, CPU))
+        return _walk(self._host_bfs[src], dst)
+
+    def _cpu_of(self, dev: str) -> str | None:
+        d = self.topo.devices[dev]
+        cpus = self.topo.of_kind(CPU, d.node)
+        for c in cpus:
+            if c.numa == d.numa:
+                return c.id
+        # nearest CPU by PCIe hops
+        best = None
+        for c in cpus:
+            w = self.host_walk(dev, c.id)
+            if w and (best is None or len(w) < len(best)):
+                best = w
+        return best[-1] if best else None
+
+    def _is_close(self, walk: tuple[str, ...]) -> bool:
+        """GPUDirect-able: no CPU on the way, or one CPU entered and left by one host bridge."""
+        devs = self.topo.devices
+        mids = walk[1:-1]
+        cpus = [i for i, d in enumerate(walk) if devs[d].kind == CPU and 0 < i < len(walk) - 1]
+        if not cpus:
+            return all(devs[d].kind == PCIE_SWITCH for d in mids)
+        if len(cpus) > 1:
+            return False
+        i = cpus[0]
+        l1 = self.topo.link(walk[i - 1], walk[i])
+        l2 = self.topo.link(walk[i], walk[i + 1])
+        hb1, hb2 = l1.attrs.get("host_bridge"), l2.attrs.get("host_bridge")
+        return hb1 is not None and hb1 == hb2
+
+    def _p2p(self, a: str, b: str) -> bool:
+        from gpufabric import catalog
+        from gpufabric.errors import InputError
+        if self.topo.meta.get("p2p") is not None:
+            return bool(self.topo.meta["p2p"])
+        for d in (a, b):
+            m = self.topo.devices[d].model
+            if m:
+                try:
+                    if not catalog.gpu(m).p2p_pcie:
+                        return False
+                except InputError:
+                    pass
+        return True
+
+    # -- scale-up side ---------------------------------------------------------------------
+    def peer_walk(self, a: str, b: str) -> tuple[str, ...] | None:
+        """GPU-GPU over NVLink / xGMI: a direct bundle, or one NVSwitch fabric."""
+        l = self.topo.link(a, b)
+        if l is not None and l.kind in PEER_LINKS:
+            return (a, b)
+        for v, l1 in self.topo.neighbors(a):
+            if l1.kind in PEER_LINKS and self.topo.devices[v].kind == NVSWITCH:
+                l2 = self.topo.link(v, b)
+                if l2 is not None and l2.kind in PEER_LINKS:
+                    return (a, v, b)
+        return None
+
+    # -- NICs ------------------------------------------------------------------------------
+    def _rails(self, node: int) -> None:
+        """Match NICs and GPUs of a node one to one, closest first (NCCL's rail pairing)."""
+        gpus = self.topo.gpus(node)
+        nics = self.topo.nics(node)
+        cand = []
+        for n in nics:
+            for g in gpus:
+                w = self.host_walk(g.id, n.id)
+                if w is not None:
+                    cand.append(((not self._is_close(w), len(w), abs(g.index - n.index),
+                                  n.index, g.index), n.id, g.id))
+        cand.sort()
+        used_g: set[str] = set()
+        for _, n, g in cand:
+            if n in self._home_gpu or g in used_g:
+                continue
+            self._home_gpu[n] = g
+            self._near_nic[g] = n
+            used_g.add(g)
+        for key, n, g in cand:              # more NICs than GPUs: share the closest GPU
+            self._home_gpu.setdefault(n, g)
+        for key, n, g in cand:              # more GPUs than NICs: the closest NIC
+            self._near_nic.setdefault(g, n)
+        for g in gpus:
+            self._near_nic.setdefault(g.id, None)
+        for n in nics:
+            self._home_gpu.setdefault(n.id, None)
+
+    def nearest_nic(self, gpu: str) -> str | None:
+        """The NIC paired with a GPU (its rail): the closest, one NIC per GPU where possible."""
+        if gpu not in self._near_nic:
+            self._rails(self.topo.devices[gpu].node)
+        return self._near_nic[gpu]
+
+    def home_gpu(self, nic: str) -> str | None:
+        """The GPU paired with a NIC (the GPU that owns that rail)."""
+        if nic not in self._home_gpu:
+            self._rails(self.topo.devices[nic].node)
+        return self._home_gpu[nic]
+
+    def gpu_nic_walk(self, gpu: str, nic: str, prefer_pxn: bool = False
+                     ) -> tuple[tuple[str, ...], str, bool]:
+        """Walk from a GPU to a NIC of its node: (walk, transport, staged).
+
+        ``prefer_pxn``: relay through the NIC's own GPU over NVLink even when a PCIe path
+        exists (NCCL's rings and trees keep each NIC fed by one GPU this way).
+        """
+        w = self.host_walk(gpu, nic)
+        home = self.home_gpu(nic)
+        if prefer_pxn and home and home != gpu and self.peer_walk(gpu, home):
+            hw = self.host_walk(home, nic)
+            if hw and self._is_close(hw):
+                return self.peer_walk(gpu, home) + hw[1:], "nvlink", False
+        if w is not None and self._is_close(w):
+            return w, "pcie", False
+        if home and home != gpu:
+            pw = self.peer_walk(gpu, home)
+            hw = self.host_walk(home, nic)
+            if pw and hw and self._is_close(hw):
+                return pw + hw[1:], "nvlink", False          # PXN
+        if w is None:
+            raise ValueError(f"no PCIe path from {gpu} to {nic}")
+        cpu = self._cpu_of(gpu)
+        if cpu and cpu not in w:
+            a, b = self.host_walk(gpu, cpu), self.host_walk(cpu, nic)
+            if a and b:
+                w = a + b[1:]
+        return w, "shm", True
+
+    def fabric_walks(self, nic_a: str, nic_b: str, limit: int = 8) -> list[tuple[str, ...]]:
+        """Equal-cost walks over the scale-out fabric (net links, through net switches)."""
+        import networkx as nx
+        g = self._fabric_graph()
+        if nic_a == nic_b:
+            leaf = next((v for v, l in self.topo.neighbors(nic_a) if l.kind == "net"), None)
+            if leaf is None:
+                raise ValueError(f"{nic_a} has no fabric port")
+            return [(nic_a, leaf, nic_a)]
+        try:
+            out = []
+            for p in nx.all_shortest_paths(g, nic_a, nic_b):
+                out.append(tuple(p))
+                if len(out) >= limit:
+                    break
+            return out
+        except nx.NetworkXNoPath:
+            raise ValueError(f"no fabric path from {nic_a} to {nic_b}") from None
+
+    def _fabric_graph(self):
+        if not hasattr(self, "_fg"):
+            import networkx as nx
+            g = nx.Graph()
+            # a NIC has one fabric port, so it is only ever an end of a walk
+            g.add_edges_from((l.a, l.b) for l in self.topo.links if l.kind == "net")
+            self._fg = g
+        return self._fg
+
+    # -- the general entry -----------------------------------------------------------------
+    def route(self, src: str, dst: str, *, nic_src: str | None = None,
+              nic_dst: str | None = None) -> Route:
+        """Route between two devices (GPUs usually), following NCCL's transport rules."""
+        key = (src, dst, nic_src, nic_dst)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        r = self._route(src, dst, nic_src, nic_dst)
+        self._cache[key] = r
+        return r
+
+    def _route(self, src, dst, nic_src, nic_dst) -> Route:
+        devs = self.topo.devices
+        if src == dst and nic_src is None:
+            return Route(((src,),), "nvlink")
+        a, b = devs[src], devs[dst]
+        remote = a.node != b.node or nic_src is not None or nic_dst is not None
+        if a.kind == GPU and b.kind == GPU and not remote:
+            pw = self.peer_walk(src, dst)
+            if pw:
+                return Route((pw,), "nvlink")
+            hw = self.host_walk(src, dst)
+            if hw is None:
+                raise ValueError(f"no path from {src} to {dst}")
+            if self._p2p(src, dst):
+                return Route((hw,), "pcie")
+            cpu = self._cpu_of(src)
+            up, down = self.host_walk(src, cpu), self.host_walk(cpu, dst)
+            return Route((up + down[1:],), "shm", True)
+        if a.kind == GPU and b.kind == GPU:
+            ns = nic_src or self.nearest_nic(src)
+            nd = nic_dst or self.nearest_nic(dst)
+            if ns is None or nd is None:
+                raise ValueError(f"no NIC to reach {dst} from {src}")
+            w1, t1, s1 = self.gpu_nic_walk(src, ns)
+            w3, t3, s3 = self.gpu_nic_walk(dst, nd)
+            w3 = tuple(reversed(w3))
+            walks = tuple(w1 + f[1:-1] + w3 for f in self.fabric_walks(ns, nd))
+            return Route(walks, "net", s1 or s3)
+        if a.kind == GPU and b.kind == NIC:
+            w, t, s = self.gpu_nic_walk(src, dst)
+            return Route((w,), t, s)
+        if a.kind == NIC and b.kind == GPU:
+            w, t, s = self.gpu_nic_walk(dst, src)
+            return Route((tuple(reversed(w)),), t, s)
+        # anything else (GPU <-> NVSwitch for NVLS, NIC <-> switch...): shortest usable walk
+        par = _bfs(self.topo, src, lambda l: l.kind not in ("sli", "crossfire"),
+                   lambda d: devs[d].kind in (PCIE_SWITCH, CPU, NVSWITCH, NET_SWITCH))
+        w = _walk(par, dst)
+        if w is None:
+            raise ValueError(f"no path from {src} to {dst}")
+        kinds = {self.topo.link(x, y).kind for x, y in zip(w, w[1:])}
+        t = "net" if "net" in kinds else "pcie" if kinds & set(HOST_LINKS) else "nvlink"
+        return Route((w,), t)

@@ -78,7 +78,10 @@ def draw(t: Topology, node: int = 0, width: int = 900) -> str:
     n_leaves = sum(1 for d in t.devices.values() if d.node == node and d.kind in (GPU, NIC))
     width = max(width, 46 * n_leaves)
     box_w = max(18, min(70, width / max(1, n_leaves) - 8))
-    height = 320
+    levels = len({round(y, 6) for _, y in pos.values()})
+    row_links = any(abs(pos[l.a][1] - pos[l.b][1]) < 1e-9 for l in t.links
+                    if l.a in pos and l.b in pos)
+    height = 70 + 62 * max(2, levels) + (60 if row_links else 0)
     X = lambda x: 20 + x * (width - 40)          # noqa: E731
     Y = lambda y: 30 + y * (height - 70)         # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -92,10 +95,13 @@ def draw(t: Topology, node: int = 0, width: int = 900) -> str:
         label = f"{l.a} - {l.b}: {l.kind}"
         label += f" x{l.lanes}" if l.lanes else ""
         label += f" x{l.count}" if l.count > 1 else ""
-        parts.append(f'<line x1="{X(x1):.1f}" y1="{Y(y1):.1f}" x2="{X(x2):.1f}" y2="{Y(y2):.1f}" '
-                     f'stroke="{KIND_COLOR.get(l.kind, "#000")}" stroke-width="{sw:.1f}" '
-                     f'stroke-opacity="0.7"{dash}><title>{_e(label)}, {l.bw_GBps:g} GB/s'
-                     '</title></line>')
+        # links within one row (GPU-GPU meshes, bridges) bow below it so they do not overlap
+        bow = (abs(X(x2) - X(x1)) * 0.18 if abs(y1 - y2) < 1e-9 and l.kind != "cpu" else 0.0)
+        mx, my = (X(x1) + X(x2)) / 2, (Y(y1) + Y(y2)) / 2 + bow
+        parts.append(f'<path d="M{X(x1):.1f},{Y(y1):.1f} Q{mx:.1f},{my + bow:.1f} {X(x2):.1f},'
+                     f'{Y(y2):.1f}" fill="none" stroke="{KIND_COLOR.get(l.kind, "#000")}" '
+                     f'stroke-width="{sw:.1f}" stroke-opacity="0.7"{dash}><title>{_e(label)}, '
+                     f'{l.bw_GBps:g} GB/s</title></path>')
     for dev_id, (x, y) in pos.items():
         d = t.devices[dev_id]
         w = box_w if d.kind in (GPU, NIC) else max(box_w, 60)
@@ -196,7 +202,7 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
                     f"{busbw_chart(series, op)}</section>")
     for t, r in zip(topos, rows):
         fab = t.meta.get("fabric")
-        extra = (f" {t.meta['nodes']} nodes over {t.meta['nics_per_node']}x {t.meta['nic']} per "
+        extra = (f". {t.meta['nodes']} nodes over {t.meta['nics_per_node']}x {t.meta['nic']} per "
                  f"node, {fab['topology']} fabric, {fab['oversubscription']:g}:1 "
                  f"({fab['leaves']} leaf switches); node 0 shown." if fab else "")
         warns = "".join(f"<div class='warn'>warning: {_e(w)}</div>" for w in r["warnings"])

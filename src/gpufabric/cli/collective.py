@@ -1,1 +1,141 @@
 """CLI: collective and validate commands (see gpufabric.collectives)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import typer
+
+from gpufabric.cli.common import app, emit_json
+from gpufabric.errors import InputError
+
+SYSTEM_HELP = "A preset name (see `gpufabric systems`), a YAML spec or system file, or key=value,..."
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str, field: str) -> int:
+    """``8``, ``64K``, ``1M``, ``8G`` (binary units, as nccl-tests) -> bytes.
+
+    >>> parse_size("8G", "--max"), parse_size("64k", "--min")
+    (8589934592, 65536)
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise InputError(f"bad size {text!r}; allowed: a number of bytes with an optional "
+                         "K, M, G or T suffix (powers of 1024), e.g. 8, 64K, 1M, 8G", field=field)
+    val = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if val < 1:
+        raise InputError(f"bad size {text!r}; must be at least 1 byte", field=field)
+    return val
+
+
+def _sizes(lo: int, hi: int, factor: float) -> list[int]:
+    if hi < lo:
+        raise InputError(f"--max ({hi}) is below --min ({lo})", field="--max")
+    if factor <= 1:
+        raise InputError(f"must be above 1, got {factor}", field="--step-factor")
+    out, s = [], lo
+    while s <= hi:
+        out.append(int(s))
+        s = s * factor
+    return out
+
+
+def _fmt_size(n: int) -> str:
+    for u, v in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= v and n % v == 0:
+            return f"{n // v}{u}"
+    return str(n)
+
+
+@app.command()
+def collective(
+    system: str = typer.Argument(..., help=SYSTEM_HELP),
+    op: str = typer.Option("all_reduce", "--op", help="all_reduce, all_gather, reduce_scatter, "
+                           "all_to_all, broadcast, reduce or send_recv."),
+    min_size: str = typer.Option("8", "--min", "-b", help="Smallest size (bytes; K/M/G)."),
+    max_size: str = typer.Option("8G", "--max", "-e", help="Largest size (bytes; K/M/G)."),
+    step_factor: float = typer.Option(2.0, "--step-factor", "-f", help="Size multiplier."),
+    ranks: Optional[int] = typer.Option(None, "--ranks", "-n",
+                                        help="GPUs taking part (default: all)."),
+    algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
+                             "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
+    json: bool = typer.Option(False, "--json", help="Print JSON."),
+    explain: bool = typer.Option(False, "--explain",
+                                 help="Name the bottleneck link and how busy it is."),
+) -> None:
+    """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
+    from gpufabric import collectives as C
+    from gpufabric.topology.build import load
+    opn = C.check_op(op)
+    algo_n = C.check_algo(algo)
+    lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
+    sizes = _sizes(lo, hi, step_factor)
+    if ranks is not None and ranks < 1:
+        raise InputError(f"must be at least 1, got {ranks}", field="--ranks")
+    topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
+    m = C.model(topo)
+    try:
+        preds = [m.predict(opn, s, ranks, algo_n) for s in sizes]
+    except InputError as exc:
+        raise InputError(exc.message, file=system,
+                         field=f"--{exc.field}" if exc.field else None) from None
+    if json:
+        emit_json({"system": topo.name, "op": opn, "ranks": preds[0].ranks,
+                   "rows": [p.to_dict() for p in preds]})
+        return
+    n = preds[0].ranks
+    typer.echo(f"# gpufabric collective: {opn} on {topo.name}, {n} ranks "
+               f"(predicted; nccl-tests columns, out-of-place)")
+    typer.echo(f"#{'size':>11} {'count':>12} {'type':>7} {'redop':>6} {'root':>5} "
+               f"{'time':>10} {'algbw':>7} {'busbw':>7}  algo/proto")
+    typer.echo(f"#{'(B)':>11} {'(elements)':>12} {'':>7} {'':>6} {'':>5} "
+               f"{'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7}")
+    for p in preds:
+        typer.echo(f" {p.size:>11} {p.count:>12} {p.type:>7} {p.redop:>6} {p.root:>5} "
+                   f"{p.time_us:>10.2f} {p.algbw:>7.2f} {p.busbw:>7.2f}  {p.algo}/{p.proto}")
+    avg = sum(p.busbw for p in preds) / len(preds)
+    typer.echo(f"# Avg bus bandwidth    : {avg:.3f}")
+    if explain:
+        typer.echo("#")
+        for p in preds:
+            if p.bottleneck:
+                typer.echo(f"# {_fmt_size(p.size):>6}: {p.algo}/{p.proto}, bottleneck "
+                           f"{p.bottleneck}, {p.bottleneck_busy:.0%} busy")
+            else:
+                typer.echo(f"# {_fmt_size(p.size):>6}: {p.algo}/{p.proto}, {p.note}")
+        if preds[-1].note:
+            typer.echo(f"# algorithm: {preds[-1].note}")
+
+
+@app.command()
+def validate(
+    file: str = typer.Argument(..., help="Measurements file (schema: shared/calibration/README.md)."),
+    json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
+) -> None:
+    """Predicted against measured for every point of a measurements file, with a summary."""
+    from gpufabric.collectives.validate import validate as run
+    res = run(file)
+    if json:
+        emit_json(res)
+        return
+    typer.echo(f"# gpufabric validate {file}")
+    typer.echo(f"# {'id':<30} {'op':<14} {'ranks':>5} {'size':>11} {'measured':>16} "
+               f"{'predicted':>10} {'error':>8}  algo/proto")
+    for r in res["points"]:
+        if r["measured"] == "busbw":
+            meas, pred, unit = r["measured_busbw"], r["predicted_busbw"], "GB/s"
+        else:
+            meas, pred, unit = r["measured_time_us"], r["predicted_time_us"], "us"
+        typer.echo(f"  {r['id']:<30} {r['collective']:<14} {r['ranks']:>5} {r['size']:>11} "
+                   f"{meas:>11.1f} {unit:<4} {pred:>10.1f} {r['err_pct']:>+7.1f}%  "
+                   f"{r['algo']}/{r['proto']}")
+    s = res["summary"]
+
+    def f(x):
+        return "n/a" if x is None else f"{x:.1f}%"
+    typer.echo(f"# summary: {s['points']} points; large (>= 64 MiB, busbw): median "
+               f"{f(s['large_median_abs_pct'])}, max {f(s['large_max_abs_pct'])} over "
+               f"{s['large_points']}; small (< 64 KiB, time): median "
+               f"{f(s['small_median_abs_pct'])} over {s['small_points']}")

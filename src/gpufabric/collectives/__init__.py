@@ -26,7 +26,7 @@ Examples
 >>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "scale_up": "nvswitch"})
 >>> p = predict(t, "all_gather", 8 * 2**30)
 >>> p.algo, p.proto, round(p.busbw)
-('ring', 'Simple', 371)
+('ring', 'Simple', 370)
 >>> busbw_factor("all_reduce", 8)
 1.75
 """

@@ -1,0 +1,156 @@
+"""Predicted against measured: run every entry of a measurements file.
+
+The file follows the schema of ``../shared/calibration/README.md``: a list of entries, each with
+``id``, ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``algorithm`` and
+``points`` (``size`` with ``busbw`` in GB/s or ``time_us``). Any such file works, not only ours.
+
+The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
+over points of 64 MiB and more), ``small_median_abs_pct`` (absolute % error of time over
+points below 64 KiB) and ``points``. A point measured as time is compared as busbw when large,
+and a point measured as busbw is compared as time when small (each derived from the other with
+the nccl-tests definitions).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufabric.collectives import OPS, busbw_factor, check_algo, model, params
+from gpufabric.errors import InputError
+
+
+def _need(entry: dict, key: str, where: str, file: str, kind, allowed: str) -> Any:
+    if key not in entry:
+        raise InputError(f"missing; expected {allowed}", file=file, field=f"{where}.{key}")
+    v = entry[key]
+    if kind is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+        raise InputError(f"got {v!r}; expected {allowed}", file=file, field=f"{where}.{key}")
+    return v
+
+
+def load_entries(path: str) -> list[dict]:
+    """Read and check a measurements file; bad input raises :class:`InputError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", file=path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path,
+                         field=f"line {mark.line + 1}" if mark else None) from None
+    if isinstance(data, dict) and isinstance(data.get("entries"), list):
+        data = data["entries"]
+    if not isinstance(data, list) or not data:
+        raise InputError("expected a list of entries (id, system, collective, ranks, points)",
+                         file=path)
+    out = []
+    for i, e in enumerate(data):
+        where = f"[{i}]"
+        if not isinstance(e, dict):
+            raise InputError("expected a mapping with id, system, collective, ranks, points",
+                             file=path, field=where)
+        eid = str(e.get("id", where))
+        where = f"[{i}]({eid})" if "id" in e else where
+        _need(e, "system", where, path, dict, "a system spec mapping (gpu, nodes, ...)")
+        op = _need(e, "collective", where, path, str, "one of " + ", ".join(OPS))
+        if op not in OPS:
+            raise InputError(f"unknown collective '{op}'; allowed: {', '.join(OPS)}",
+                             file=path, field=f"{where}.collective")
+        ranks = e.get("ranks")
+        if ranks is not None and (not isinstance(ranks, int) or isinstance(ranks, bool)
+                                  or ranks < 1):
+            raise InputError(f"got {ranks!r}; expected a positive integer", file=path,
+                             field=f"{where}.ranks")
+        try:
+            algo = check_algo(e.get("algorithm"))
+        except InputError as exc:
+            raise InputError(exc.message, file=path, field=f"{where}.algorithm") from None
+        pts = _need(e, "points", where, path, list, "a list of {size, busbw | time_us}")
+        clean = []
+        for j, pt in enumerate(pts):
+            pw = f"{where}.points[{j}]"
+            if not isinstance(pt, dict):
+                raise InputError("expected {size, busbw} or {size, time_us}", file=path, field=pw)
+            size = pt.get("size")
+            if not isinstance(size, (int, float)) or isinstance(size, bool) or size <= 0:
+                raise InputError(f"got {size!r}; expected a size in bytes > 0", file=path,
+                                 field=f"{pw}.size")
+            if not any(isinstance(pt.get(k), (int, float)) and pt.get(k) > 0
+                       for k in ("busbw", "time_us")):
+                raise InputError("needs busbw (GB/s) or time_us (us), a number > 0",
+                                 file=path, field=pw)
+            clean.append({"size": int(size), "busbw": pt.get("busbw"),
+                          "time_us": pt.get("time_us")})
+        out.append({"id": eid, "where": where, "system": e["system"], "collective": op,
+                    "ranks": ranks, "algorithm": algo, "points": clean,
+                    "source": e.get("source", ""), "confidence": e.get("confidence", "")})
+    return out
+
+
+def validate(path: str) -> dict:
+    """Predict every point of a measurements file; return ``{summary, points}``.
+
+    Examples
+    --------
+    >>> r = validate("tests/data/calibration/collectives.yaml")   # doctest: +SKIP
+    >>> r["summary"]["large_median_abs_pct"] <= 10
+    True
+    """
+    from gpufabric.topology.build import from_spec
+    rows = []
+    for e in load_entries(path):
+        try:
+            topo = from_spec(dict(e["system"]), name=e["id"], file=path,
+                             materialize_nodes=4)
+        except InputError as exc:
+            raise exc.located(path, f"{e['where']}.system") from None
+        m = model(topo)
+        for pt in e["points"]:
+            try:
+                p = m.predict(e["collective"], pt["size"], e["ranks"], e["algorithm"])
+            except InputError as exc:
+                raise InputError(exc.message, file=path,
+                                 field=f"{e['where']}.{exc.field or 'ranks'}") from None
+            n = p.ranks
+            f = busbw_factor(e["collective"], n)
+            if pt["busbw"] is not None:
+                meas_bus = float(pt["busbw"])
+                meas_t = pt["size"] * f / (meas_bus * 1e9) * 1e6 if f else None
+            else:
+                meas_t = float(pt["time_us"])
+                meas_bus = pt["size"] / (meas_t * 1e-6) / 1e9 * f
+            row = {"id": e["id"], "collective": e["collective"], "ranks": n,
+                   "size": pt["size"], "algo": p.algo, "proto": p.proto,
+                   "measured_busbw": meas_bus, "predicted_busbw": p.busbw,
+                   "measured_time_us": meas_t, "predicted_time_us": p.time_us,
+                   "measured": "busbw" if pt["busbw"] is not None else "time_us"}
+            row["busbw_err_pct"] = (p.busbw - meas_bus) / meas_bus * 100 if meas_bus else None
+            row["time_err_pct"] = ((p.time_us - meas_t) / meas_t * 100) if meas_t else None
+            row["err_pct"] = row["busbw_err_pct"] if row["measured"] == "busbw" \
+                else row["time_err_pct"]
+            rows.append(row)
+    return {"file": path, "summary": summarize(rows), "points": rows}
+
+
+def summarize(rows: list[dict]) -> dict:
+    large = [abs(r["busbw_err_pct"]) for r in rows
+             if r["size"] >= params.LARGE_BYTES and r["busbw_err_pct"] is not None]
+    small = [abs(r["time_err_pct"]) for r in rows
+             if r["size"] < params.SMALL_BYTES and r["time_err_pct"] is not None]
+    allp = [abs(r["err_pct"]) for r in rows if r["err_pct"] is not None]
+
+    def med(x):
+        return round(statistics.median(x), 2) if x else None
+
+    return {"large_median_abs_pct": med(large),
+            "large_max_abs_pct": round(max(large), 2) if large else None,
+            "small_median_abs_pct": med(small),
+            "small_max_abs_pct": round(max(small), 2) if small else None,
+            "all_median_abs_pct": med(allp),
+            "large_points": len(large), "small_points": len(small),
+            "points": len(rows)}

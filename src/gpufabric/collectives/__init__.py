@@ -186,10 +186,30 @@ class Model:
         tot = 0.0
         for k in kinds:
             lat = table[k][proto]
-            if multinode and proto == "LL" and k != "net":
+            if k == "net":
+                lat += self._net_wire_extra
+            elif multinode and proto == "LL":
                 lat *= P.LL_MULTINODE_INTRA
             tot += lat
         return tot
+
+    @property
+    def _net_wire_extra(self) -> float:
+        """Fabric wire latency of one inter-node hop beyond NCCL's reference (IB NDR, one
+        leaf): RoCE NICs and extra switch tiers add to every network hop."""
+        if "_wire" not in self.__dict__:
+            self.__dict__["_wire"] = 0.0
+            nics = [n for n in self.topo.nics() if any(
+                l.kind == "net" for _, l in self.topo.neighbors(n.id))]
+            if nics:
+                walk = self.net.router.fabric_walks(nics[0].id, nics[0].id)[0]
+                others = [n for n in nics if n.node != nics[0].node
+                          and n.index == nics[0].index]
+                if others:
+                    walk = self.net.router.fabric_walks(nics[0].id, others[0].id)[0]
+                wire = sum(self.topo.link(u, v).lat_us for u, v in zip(walk, walk[1:]))
+                self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
+        return self.__dict__["_wire"]
 
     def _make_plan(self, op: str, algo: str, lay: Layout) -> _Plan:
         n = lay.ranks

@@ -37,6 +37,11 @@ HOP_LAT_US = {
     "net": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
 }
 
+#: The NET figures above include the wire: NIC to NIC through one InfiniBand NDR leaf switch
+#: (catalog ib-ndr lat_us). A network hop adds its own fabric latency beyond this reference
+#: (RoCE NICs and switches, a hop through the core).
+NET_REF_WIRE_US = 1.5
+
 #: Latency of one tree hop (us): NCCL tuning.cc hwLat (Tree row).
 TREE_HOP_LAT_US = {
     "nvlink": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},

@@ -96,6 +96,7 @@ class Pattern:
     tree_hops: list[str] = field(default_factory=list)
     extra_lat_us: float = 0.0
     note: str = ""
+    net_wire_us: float | None = None
 
 
 class Planner:
@@ -111,34 +112,70 @@ class Planner:
         return self.router.peer_walk(a, b) is not None
 
     def ring_orders(self, gpus: list[str]) -> list[list[str]]:
-        """Intra-node rings: one in index order when every pair has NVLink (NVSwitch) or only
-        PCIe joins them; on a partial NVLink mesh, Hamiltonian cycles over NVLink (each
-        direction), so that rings use every NVLink bundle as NCCL's search does."""
+        """Intra-node ring orders (see :meth:`weighted_rings`), without their weights."""
+        return [o for o, _ in self.weighted_rings(gpus)]
+
+    def weighted_rings(self, gpus: list[str]) -> list[tuple[list[str], float]]:
+        """Intra-node rings with the share of the data each carries.
+
+        One ring in index order when every pair has NVLink (NVSwitch) or only PCIe joins
+        them. On a partial NVLink mesh (DGX-1's hybrid cube-mesh), rings are packed greedily
+        as NCCL's search does: take the Hamiltonian NVLink cycle with the most spare capacity,
+        give it that capacity, subtract it from its links, repeat.
+        """
+        key = tuple(gpus)
+        cache = self.__dict__.setdefault("_rings", {})
+        if key in cache:
+            return cache[key]
         n = len(gpus)
-        if n <= 2:
-            return [list(gpus)]
-        peer = {(a, b): self._peer(a, b) for a in gpus for b in gpus if a != b}
-        if all(peer.values()) or not any(peer.values()):
-            return [list(gpus)]
-        cycles = self._hamiltonian_cycles(gpus, peer, limit=6)
-        if not cycles:
-            # partial NVLink without a full ring (bridged pairs): keep pairs adjacent
-            return [list(gpus)]
-        out = []
-        for c in cycles:
-            out.append(c)
-            out.append([c[0]] + list(reversed(c[1:])))
+        out: list[tuple[list[str], float]] = [(list(gpus), 1.0)]
+        if n > 2:
+            peer = {(a, b): self._peer(a, b) for a in gpus for b in gpus if a != b}
+            if not all(peer.values()) and any(peer.values()):
+                packed = self._pack_rings(gpus, peer)
+                if packed:
+                    out = packed
+        cache[key] = out
         return out
 
+    def _pack_rings(self, gpus, peer, max_rings: int = 16):
+        cycles = self._hamiltonian_cycles(gpus, peer)
+        if not cycles:
+            return []
+        cap: dict[tuple[str, str], float] = {}
+        for (a, b), ok in peer.items():
+            if ok:
+                w = self.router.peer_walk(a, b)
+                cap[(a, b)] = min(self.net.caps_Bps[self.net.edge(u, v)]
+                                  for u, v in zip(w, w[1:]))
+        picked: list[tuple[list[str], float]] = []
+        first = None
+        for _ in range(max_rings):
+            best, best_rate = None, 0.0
+            for c in cycles:
+                rate = min(cap[(a, b)] for a, b in zip(c, c[1:] + c[:1]))
+                if rate > best_rate * (1 + 1e-9):
+                    best, best_rate = c, rate
+            if best is None or best_rate <= 0 or (first and best_rate < 0.05 * first):
+                break
+            first = first or best_rate
+            for a, b in zip(best, best[1:] + best[:1]):
+                cap[(a, b)] -= best_rate
+            picked.append((best, best_rate))
+        tot = sum(r for _, r in picked)
+        return [(c, r / tot) for c, r in picked]
+
     @staticmethod
-    def _hamiltonian_cycles(gpus, peer, limit):
+    def _hamiltonian_cycles(gpus, peer, limit: int = 5000):
+        """Directed Hamiltonian cycles over NVLink pairs, starting at the first GPU."""
         n = len(gpus)
+        if n > 12:
+            return []
         found: list[list[str]] = []
-        used_edges: set[frozenset] = set()
         start = gpus[0]
 
         def dfs(path, seen):
-            if len(found) >= limit * 4:
+            if len(found) >= limit:
                 return
             if len(path) == n:
                 if peer[(path[-1], start)]:
@@ -152,20 +189,8 @@ class Planner:
                     path.pop()
                     seen.discard(g)
 
-        if n > 10:
-            return []
         dfs([start], {start})
-        # prefer cycles that cover edges not yet used; drop mirror images
-        picked = []
-        for c in found:
-            edges = {frozenset(p) for p in zip(c, c[1:] + c[:1])}
-            if edges <= used_edges:
-                continue
-            picked.append(c)
-            used_edges |= edges
-            if len(picked) >= limit:
-                break
-        return picked
+        return found
 
     # -- rails -----------------------------------------------------------------------------
     def rails(self, lay: Layout) -> list[int]:
@@ -206,14 +231,15 @@ class Planner:
     def ring(self, lay: Layout, per_rank_bytes: float) -> Pattern:
         """Rings over all ranks; each link of each ring carries ``per_rank_bytes`` in total."""
         if lay.nodes == 1:
-            orders = self.ring_orders(lay.gpus[0])
+            rings = self.weighted_rings(lay.gpus[0])
+            orders = [o for o, _ in rings]
             ch = len(orders)
             tr, hops = [], []
-            for c, order in enumerate(orders):
+            for c, (order, share) in enumerate(rings):
                 for a, b in zip(order, order[1:] + order[:1]):
                     if a == b:
                         continue
-                    tr.append(Transfer(a, b, per_rank_bytes / ch, tag=f"ring{c}"))
+                    tr.append(Transfer(a, b, per_rank_bytes * share, tag=f"ring{c}"))
             for a, b in zip(orders[0], orders[0][1:] + orders[0][:1]):
                 if a != b:
                     hops.append(self.net.route(Transfer(a, b, 0)).transport)
@@ -384,10 +410,21 @@ class Planner:
                                                      lambda gg, r=rail: self._entry(gg, r),
                                                      rail, bytes_out * in_leaf, "a2a-leaf"))
                     if cross:
-                        tr.append(self._core_loop(node_gpus, via, rail, bytes_out * cross))
+                        tr.extend(self._core_loop(lay, node_gpus, via, rail,
+                                                  bytes_out * cross))
         kinds = ["nvlink", "net"]
         return Pattern(tr, hops=kinds, extra_lat_us=0.0,
                        note=f"pairwise exchange over {len(rails)} rails, {g} ranks per node")
+
+    def _per_leaf(self, lay: Layout) -> int:
+        """Nodes under one leaf switch (one rail's leaf on a rail-optimized fabric)."""
+        fab = self.topo.meta.get("fabric") or {}
+        if fab.get("nodes_per_leaf"):
+            return int(fab["nodes_per_leaf"])
+        down = int(fab.get("leaf_down") or lay.nodes)
+        if fab.get("topology") == "rail-optimized":
+            return down
+        return max(1, down // max(1, int(self.topo.meta.get("nics_per_node") or 1)))
 
     def _leaf_split(self, lay: Layout) -> tuple[float, float]:
         """Share of a node's remote peers under its own leaf switch, and beyond it."""
@@ -397,25 +434,29 @@ class Planner:
             return 0.0, 0.0
         if not fab.get("core"):
             return 1.0, 0.0
-        down = int(fab.get("leaf_down") or remote + 1)
-        if fab.get("topology") == "rail-optimized":
-            per_leaf = down
-        else:
-            per_leaf = max(1, down // max(1, int(self.topo.meta.get("nics_per_node") or 1)))
-        same = min(per_leaf, lay.nodes) - 1
+        same = min(self._per_leaf(lay), lay.nodes) - 1
         return same / remote, (remote - same) / remote
 
-    def _core_loop(self, node_gpus, gpu, rail, size) -> Transfer:
+    def _core_loop(self, lay: Layout, node_gpus, gpu, rail, size) -> list[Transfer]:
+        """Traffic to nodes under other leaves: out of the NIC to its leaf and back (the NIC
+        and PCIe load), and up to the core and back down, scaled from the sampled nodes to
+        all the nodes that share this leaf's uplinks."""
         nic = self._nic(node_gpus, rail)
-        w1, _, _ = self.router.gpu_nic_walk(gpu, nic)
+        w1, _, _ = self.router.gpu_nic_walk(gpu, nic, prefer_pxn=True)
         leaf = next(v for v, l in self.topo.neighbors(nic) if l.kind == "net")
+        out = [Transfer(gpu, gpu, size, walk=w1 + (leaf,) + tuple(reversed(w1)),
+                        tag="a2a-core")]
         core = next((v for v, l in self.topo.neighbors(leaf)
                      if l.kind == "net" and self.topo.devices[v].kind != "nic"), None)
-        if core is None:
-            loop = (leaf,)
-        else:
-            loop = (leaf, core, leaf)
-        return Transfer(gpu, gpu, size, walk=w1 + loop + tuple(reversed(w1)), tag="a2a-core")
+        if core is not None:
+            sampled = sum(
+                1 for gs in lay.gpus
+                if any(v == leaf for v, l in self.topo.neighbors(self._nic(gs, rail))
+                       if l.kind == "net"))
+            scale = min(self._per_leaf(lay), lay.nodes) / max(sampled, 1)
+            out.append(Transfer(leaf, leaf, size * scale, walk=(leaf, core, leaf),
+                                tag="a2a-uplink"))
+        return out
 
     def send_recv(self, lay: Layout, size: float) -> Pattern:
         """Each rank sends ``size`` to the next rank and receives from the previous one."""

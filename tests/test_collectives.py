@@ -1,0 +1,163 @@
+"""Collectives: nccl-tests definitions, algorithms, the automatic choice, symmetry, calibration."""
+
+from pathlib import Path
+
+import pytest
+
+from gpufabric import collectives as C
+from gpufabric.collectives import params as P
+from gpufabric.collectives.validate import validate
+from gpufabric.errors import InputError
+from gpufabric.topology.build import from_spec
+
+DATA = Path(__file__).parent / "data" / "calibration" / "collectives.yaml"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "collectives.yaml"
+
+H100 = {"gpu": "H100-SXM", "gpus_per_node": 8, "scale_up": "nvswitch"}
+A100 = {"gpu": "A100-SXM4-80GB", "gpus_per_node": 8, "scale_up": "nvswitch"}
+GB = 2**30
+
+
+def spec(**kw):
+    return from_spec(kw)
+
+
+# -- nccl-tests definitions ------------------------------------------------------------
+@pytest.mark.parametrize("op,factor", [("all_reduce", 2 * 7 / 8), ("all_gather", 7 / 8),
+                                       ("reduce_scatter", 7 / 8), ("all_to_all", 7 / 8),
+                                       ("broadcast", 1.0), ("reduce", 1.0), ("send_recv", 1.0)])
+def test_busbw_factors_are_nccl_tests(op, factor):
+    assert C.busbw_factor(op, 8) == pytest.approx(factor)
+    p = C.predict(from_spec(H100), op, GB)
+    assert p.busbw == pytest.approx(p.algbw * factor)
+    assert p.algbw == pytest.approx(GB / (p.time_us * 1e-6) / 1e9)
+
+
+def test_unknown_op_and_algorithm_name_what_is_allowed():
+    t = from_spec(H100)
+    with pytest.raises(InputError, match="allowed: all_reduce, all_gather"):
+        C.predict(t, "allsum", 8)
+    with pytest.raises(InputError, match="allowed: auto, ring"):
+        C.predict(t, "all_reduce", 8, algo="butterfly")
+    with pytest.raises(InputError, match="cannot run all_gather"):
+        C.predict(t, "all_gather", 8, algo="tree")
+
+
+# -- exact values ------------------------------------------------------------------------
+def test_ring_small_message_latency_is_base_plus_hops():
+    # 8 ranks on NVSwitch, LL: 6.6 us + 2*(8-1) hops x 0.6 us = 15.0 us
+    p = C.predict(from_spec(H100), "all_reduce", 8)
+    assert (p.algo, p.proto) == ("ring", "LL")
+    assert p.time_us == pytest.approx(15.0, abs=0.01)
+
+
+def test_ring_bandwidth_is_the_nvlink_rate_nccl_uses():
+    # all_gather 8 GB over 18 NVLink4 links at 20.6 GB/s each: busbw -> 370.8 GB/s
+    p = C.predict(from_spec(H100), "all_gather", 8 * GB)
+    assert p.busbw == pytest.approx(370.8, rel=0.002)
+    t_bw = 8 * GB * 7 / 8 / 370.8e9 * 1e6
+    assert p.time_us == pytest.approx(P.BASE_LAT_US["ring"]["Simple"] + 7 * 3.4 + t_bw)
+
+
+def test_nvls_reduces_in_the_switch_on_hopper_not_on_ampere():
+    h = C.predict(from_spec(H100), "all_reduce", 8 * GB)
+    a = C.predict(from_spec(A100), "all_reduce", 8 * GB)
+    assert h.algo == "nvls" and a.algo == "ring"
+    # S (1 + 1/8) through each GPU's NVLink at 370.8 x 0.83: busbw = 1.75 x 370.8 x 0.83 / 1.125
+    assert h.busbw == pytest.approx(1.75 * 370.8 * 0.83 / 1.125, rel=0.002)
+    assert a.busbw == pytest.approx(240.0, rel=0.002)
+    with pytest.raises(InputError):
+        C.predict(from_spec(A100), "all_reduce", GB, algo="nvls")
+
+
+def test_protocol_choice_moves_from_ll_to_simple_with_size():
+    rows = C.sweep(from_spec(A100), "all_reduce", [8, 2**16, 2**20, 2**30])
+    assert rows[0]["proto"] == "LL" and rows[-1]["proto"] == "Simple"
+    pcie = C.sweep(spec(gpu="RTX-5090", gpus_per_node=4, scale_up="pcie", p2p=False),
+                   "all_reduce", [8, 2**30])
+    assert all(r["proto"] != "LL128" for r in pcie)      # LL128 needs NVLink
+
+
+def test_no_p2p_pays_the_host_bounce():
+    kw = dict(gpu="RTX-5090", gpus_per_node=4, scale_up="pcie", pcie_gen=5)
+    bounce = C.predict(spec(**kw, p2p=False), "all_reduce", GB, algo="ring")
+    direct = C.predict(spec(**kw, p2p=True), "all_reduce", GB, algo="ring")
+    assert direct.busbw == pytest.approx(48.0, rel=0.01)          # Gen5 x16 as NCCL rates it
+    assert bounce.busbw == pytest.approx(48.0 * 0.73, rel=0.01)   # host-memory bounce
+    assert "root port" in bounce.bottleneck
+
+
+def test_multinode_ring_is_bound_by_the_nic_path():
+    t = spec(gpu="A100-SXM4-80GB", gpus_per_node=8, nodes=2, nics_per_node=8, nic="ib-hdr")
+    p = C.predict(t, "all_reduce", 8 * GB, algo="ring")
+    # 8 rails x min(HDR 25 x 0.99, PCIe Gen4 x16 at 24) = 192 GB/s
+    assert p.busbw == pytest.approx(192.0, rel=0.01)
+
+
+def test_nvls_tree_across_two_nodes_beats_the_nic_limit():
+    t = spec(gpu="H100-SXM", gpus_per_node=8, nodes=2, nics_per_node=8, nic="ib-ndr")
+    p = C.predict(t, "all_reduce", 8 * GB)
+    ring = C.predict(t, "all_reduce", 8 * GB, algo="ring")
+    assert p.algo == "nvls_tree" and p.busbw > 8 * 48 > ring.busbw * 0.99
+
+
+def test_hierarchical_is_the_sum_of_its_phases():
+    t = spec(gpu="H100-SXM", gpus_per_node=8, nodes=2, nics_per_node=8, nic="ib-ndr")
+    h = C.predict(t, "all_reduce", 8 * GB, algo="hierarchical")
+    r = C.predict(t, "all_reduce", 8 * GB, algo="ring")
+    assert h.busbw < r.busbw   # three phases in sequence, no overlap
+
+
+# -- symmetry: a sampled cluster gives what the whole cluster gives -----------------------------
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "all_to_all", "send_recv"])
+def test_sampled_nodes_match_the_full_cluster(op):
+    sp = {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 4, "nics_per_node": 8, "nic": "ib-ndr"}
+    full = C.predict(from_spec(sp), op, GB)
+    part = C.predict(from_spec(sp, materialize_nodes=2), op, GB)
+    assert part.busbw == pytest.approx(full.busbw, rel=1e-6)
+    assert part.time_us == pytest.approx(full.time_us, rel=1e-6)
+
+
+def test_ranks_subset_and_bad_ranks():
+    t = from_spec(H100)
+    assert C.predict(t, "all_reduce", GB, ranks=4).ranks == 4
+    with pytest.raises(InputError, match="between 1 and 8"):
+        C.predict(t, "all_reduce", GB, ranks=9)
+    t2 = spec(gpu="H100-SXM", gpus_per_node=8, nodes=2, nics_per_node=8, nic="ib-ndr")
+    with pytest.raises(InputError, match="multiple of 8"):
+        C.predict(t2, "all_reduce", GB, ranks=12)
+
+
+def test_oversubscription_slows_all_to_all_across_leaves():
+    base = {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 64, "nics_per_node": 8,
+            "nic": "ib-ndr", "fabric": {"topology": "rail-optimized", "nodes_per_leaf": 16}}
+    full = from_spec(base, materialize_nodes=2)
+    over = from_spec({**base, "fabric": {**base["fabric"], "oversubscription": 2.0}},
+                     materialize_nodes=2)
+    a, b = C.predict(full, "all_to_all", GB), C.predict(over, "all_to_all", GB)
+    assert b.busbw < a.busbw
+    assert "core" in b.bottleneck or "uplink" in b.bottleneck
+
+
+def test_summary_has_the_compare_columns():
+    s = C.summary(from_spec(H100))
+    assert set(s) >= {"allreduce_busbw_1GB", "allreduce_8B_lat_us", "alltoall_busbw_1GB"}
+    assert s["allreduce_8B_lat_us"] == pytest.approx(15.0, abs=0.05)
+
+
+# -- calibration -------------------------------------------------------------------------
+def _check_goals(path):
+    s = validate(str(path))["summary"]
+    assert s["large_median_abs_pct"] <= 10.0, s
+    assert s["small_median_abs_pct"] <= 25.0, s
+    return s
+
+
+def test_calibration_goals_on_the_repository_copy():
+    s = _check_goals(DATA)
+    assert s["points"] == 21
+
+
+@pytest.mark.skipif(not SHARED.is_file(), reason="../shared not present")
+def test_calibration_goals_on_shared_file():
+    _check_goals(SHARED)

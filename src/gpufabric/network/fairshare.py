@@ -153,7 +153,8 @@ def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
         dt = dt_each.min()
         done = dt_each <= dt * (1 + 1e-9)
         t += dt
-        remaining[idx] -= np.where(np.isinf(r), remaining[idx], r * dt)
+        inf = np.isinf(r)
+        remaining[idx] -= np.where(inf, remaining[idx], np.where(inf, 0.0, r) * dt)
         finish[idx[done]] = t
         remaining[idx[done]] = 0.0
         alive[idx[done]] = False

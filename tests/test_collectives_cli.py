@@ -1,0 +1,125 @@
+"""The collective and validate commands, and their bad-input messages (exit status 2)."""
+
+import json
+from pathlib import Path
+
+from gpufabric.cli import main
+
+DATA = Path(__file__).parent / "data" / "calibration" / "collectives.yaml"
+
+
+def run(capsys, *args):
+    """Run the command in-process; returns (exit status, stdout, stderr)."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_collective_prints_the_nccl_tests_table(capsys):
+    code, out, _ = run(capsys, "collective", "hgx-h100", "--op", "all_reduce", "--min", "8",
+                       "--max", "8G", "-f", "1024")
+    assert code == 0
+    lines = out.splitlines()
+    assert "size" in lines[1] and "busbw" in lines[1] and "redop" in lines[1]
+    rows = [l.split() for l in lines if not l.startswith("#")]
+    assert [r[0] for r in rows] == ["8", "8192", "8388608", "8589934592"]
+    assert rows[0][1:5] == ["2", "float", "sum", "-1"]
+    assert rows[0][5] == "15.00"                            # ring/LL on 8 ranks
+    assert rows[-1][-1] == "nvls/Simple"
+    assert lines[-1].startswith("# Avg bus bandwidth")
+
+
+def test_collective_json_and_ranks(capsys):
+    code, out, _ = run(capsys, "collective", "gpu=H100-SXM,gpus_per_node=8", "--op",
+                       "all_gather", "--min", "1G", "--max", "1G", "--ranks", "4", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["ranks"] == 4 and data["op"] == "all_gather"
+    row = data["rows"][0]
+    assert row["size"] == 2**30 and row["busbw"] == row["algbw"] * 3 / 4
+
+
+def test_collective_forced_algorithm(capsys):
+    code, out, _ = run(capsys, "collective", "hgx-h100", "--min", "1G", "--max", "1G",
+                       "--algo", "ring", "--json")
+    assert code == 0 and json.loads(out)["rows"][0]["algo"] == "ring"
+
+
+def test_explain_names_the_bottleneck_and_how_busy(capsys):
+    code, out, _ = run(capsys, "collective", "gpu=RTX-5090,gpus_per_node=8,scale_up=pcie,"
+                       "p2p=false,pcie_gen=5", "--min", "1G", "--max", "1G", "--explain")
+    assert code == 0
+    line = next(l for l in out.splitlines() if "bottleneck" in l)
+    assert "PCIe root port of socket" in line
+    busy = int(line.rsplit(",", 1)[1].strip().removesuffix("% busy"))
+    assert 95 <= busy <= 100          # a 1 GB ring keeps the bottleneck busy all along
+
+
+def test_bad_op_size_algo_exit_2_with_one_line(capsys):
+    for args, needle in [
+        (("--op", "allsum"), "op: unknown operation 'allsum'; allowed: all_reduce"),
+        (("--min", "12Q"), "--min: bad size '12Q'; allowed:"),
+        (("--min", "1G", "--max", "8"), "--max"),
+        (("--algo", "butterfly"), "algorithm: unknown algorithm 'butterfly'; allowed: auto"),
+        (("--ranks", "99"), "ranks: must be between 1 and 8"),
+    ]:
+        code, out, err = run(capsys, "collective", "hgx-h100", *args)
+        assert code == 2, args
+        assert err.count("\n") == 1 and needle in err, (args, err)
+        assert "Traceback" not in err
+
+
+def test_unknown_system_exit_2(capsys):
+    code, _, err = run(capsys, "collective", "no-such-box")
+    assert code == 2 and "known:" in err and err.count("\n") == 1
+
+
+def test_validate_json_summary_and_points(capsys):
+    code, out, _ = run(capsys, "validate", str(DATA), "--json")
+    data = json.loads(out)
+    assert code == 0
+    s = data["summary"]
+    assert set(s) >= {"large_median_abs_pct", "large_max_abs_pct", "small_median_abs_pct",
+                      "points"}
+    assert s["points"] == len(data["points"]) == 21
+    assert s["large_median_abs_pct"] <= 10 and s["small_median_abs_pct"] <= 25
+    p = data["points"][0]
+    assert {"id", "size", "measured_busbw", "predicted_busbw", "err_pct"} <= set(p)
+
+
+def test_validate_table(capsys):
+    code, out, _ = run(capsys, "validate", str(DATA))
+    assert code == 0
+    assert "azure-nd-h200-v5" in out and out.splitlines()[-1].startswith("# summary: 21 points")
+
+
+def test_validate_bad_files(capsys, tmp_path):
+    cases = {
+        "missing.yaml": None,
+        "notalist.yaml": "a: 1\n",
+        "badop.yaml": "- {id: x, system: {gpu: H100-SXM}, collective: allsum, ranks: 8, "
+                      "points: [{size: 8, time_us: 10}]}\n",
+        "badgpu.yaml": "- {id: x, system: {gpu: H999}, collective: all_reduce, ranks: 8, "
+                       "points: [{size: 8, time_us: 10}]}\n",
+        "nopoint.yaml": "- {id: x, system: {gpu: H100-SXM}, collective: all_reduce, ranks: 8, "
+                        "points: [{size: 8}]}\n",
+        "badyaml.yaml": "- {id: x\n  : [\n",
+    }
+    expect = {
+        "missing.yaml": "no such file",
+        "notalist.yaml": "expected a list of entries",
+        "badop.yaml": "[0](x).collective: unknown collective 'allsum'; allowed: all_reduce",
+        "badgpu.yaml": "[0](x).system.gpu: unknown GPU 'H999'",
+        "nopoint.yaml": "[0](x).points[0]: needs busbw (GB/s) or time_us",
+        "badyaml.yaml": "not valid YAML",
+    }
+    for name, text in cases.items():
+        f = tmp_path / name
+        if text is not None:
+            f.write_text(text)
+        code, _, err = run(capsys, "validate", str(f))
+        assert code == 2, name
+        assert err.count("\n") == 1 and str(f) in err and expect[name] in err, (name, err)

@@ -131,11 +131,13 @@ class Model:
         The system; may materialize only some nodes of a large cluster (``meta['nodes']``).
     """
 
-    #: Most nodes laid out explicitly; a larger symmetric cluster is sampled and wrapped.
+    #: Most nodes laid out explicitly; a larger symmetric cluster (built from a spec, so every
+    #: node is alike) is sampled and wrapped. ``sample_nodes=0`` lays out every node.
     SAMPLE_NODES = 4
 
-    def __init__(self, topo: Topology):
+    def __init__(self, topo: Topology, sample_nodes: int | None = None):
         self.topo = topo
+        self.sample_nodes = self.SAMPLE_NODES if sample_nodes is None else sample_nodes
         self.net = Network(topo)
         self.planner = Planner(topo, self.net)
         self._plans: dict[tuple, _Plan | None] = {}
@@ -143,8 +145,8 @@ class Model:
     # -- layout ----------------------------------------------------------------------------
     def layout(self, ranks: int | None) -> Layout:
         lay = layout(self.topo, ranks)
-        if lay.m > self.SAMPLE_NODES and "spec" in self.topo.meta:
-            lay = Layout(lay.nodes, lay.per_node, lay.gpus[: self.SAMPLE_NODES])
+        if self.sample_nodes and lay.m > self.sample_nodes and "spec" in self.topo.meta:
+            lay = Layout(lay.nodes, lay.per_node, lay.gpus[: self.sample_nodes])
         return lay
 
     # -- which algorithms ------------------------------------------------------------------

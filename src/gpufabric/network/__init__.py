@@ -167,6 +167,8 @@ class Network:
             lat[2 * i] = lat[2 * i + 1] = l.lat_us
         self.caps_Bps = caps
         self.lat_us = lat
+        self._kinds = [l.kind for l in topo.links for _ in (0, 1)]
+        self._ends = [(l.a, l.b) if d == 0 else (l.b, l.a) for l in topo.links for d in (0, 1)]
 
     def edge(self, u: str, v: str) -> int:
         """Index of the directed edge u -> v."""
@@ -184,7 +186,7 @@ class Network:
 
     def route(self, t: Transfer) -> Route:
         if t.walk is not None:
-            kinds = {self.topo.link(u, v).kind for u, v in zip(t.walk, t.walk[1:])}
+            kinds = {self._kinds[e] for e in self.edges_of(t.walk)}
             tr = "net" if "net" in kinds else "pcie" if kinds & {"pcie", "cpu", "c2c"} else "nvlink"
             return Route((t.walk,), tr)
         return self.router.route(t.src, t.dst, nic_src=t.nic_src, nic_dst=t.nic_dst)
@@ -225,12 +227,15 @@ class Network:
                  for i, (f, l) in enumerate(zip(fin, lats))]
         edges: list[EdgeUse] = []
         span = res.makespan_s
-        inv = {v: k for k, v in self._index.items()}
-        for e in np.flatnonzero(res.edge_bytes > 0):
-            u, v = inv[int(e)]
-            cap = self.caps_Bps[e]
-            busy = float(res.edge_bytes[e] / (cap * span)) if span > 0 and cap > 0 else 0.0
-            edges.append(EdgeUse(u, v, self.topo.link(u, v).kind, cap / 1e9,
-                                 float(res.edge_bytes[e]), round(busy, 6),
-                                 describe_edge(self.topo, u, v)))
+        used = np.flatnonzero(res.edge_bytes > 0)
+        caps = self.caps_Bps[used]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            busy = np.where((caps > 0) & (span > 0), res.edge_bytes[used] / (caps * span), 0.0)
+        order = np.argsort(-busy, kind="stable")
+        for rank, j in enumerate(order):       # busiest first; plain words for the top ones
+            e = int(used[j])
+            u, v = self._ends[e]
+            edges.append(EdgeUse(u, v, self._kinds[e], caps[j] / 1e9,
+                                 float(res.edge_bytes[e]), round(float(busy[j]), 6),
+                                 describe_edge(self.topo, u, v) if rank < 8 else ""))
         return SimResult(times, max(times, default=0.0), span, transports, edges)

@@ -196,6 +196,13 @@ class Router:
         ``prefer_pxn``: relay through the NIC's own GPU over NVLink even when a PCIe path
         exists (NCCL's rings and trees keep each NIC fed by one GPU this way).
         """
+        cache = self.__dict__.setdefault("_gn_cache", {})
+        key = (gpu, nic, prefer_pxn)
+        if key not in cache:
+            cache[key] = self._gpu_nic_walk(gpu, nic, prefer_pxn)
+        return cache[key]
+
+    def _gpu_nic_walk(self, gpu: str, nic: str, prefer_pxn: bool):
         w = self.host_walk(gpu, nic)
         home = self.home_gpu(nic)
         if prefer_pxn and home and home != gpu and self.peer_walk(gpu, home):
@@ -220,6 +227,13 @@ class Router:
 
     def fabric_walks(self, nic_a: str, nic_b: str, limit: int = 8) -> list[tuple[str, ...]]:
         """Equal-cost walks over the scale-out fabric (net links, through net switches)."""
+        cache = self.__dict__.setdefault("_fabric_cache", {})
+        key = (nic_a, nic_b, limit)
+        if key not in cache:
+            cache[key] = self._fabric_walks(nic_a, nic_b, limit)
+        return cache[key]
+
+    def _fabric_walks(self, nic_a: str, nic_b: str, limit: int) -> list[tuple[str, ...]]:
         import networkx as nx
         g = self._fabric_graph()
         if nic_a == nic_b:

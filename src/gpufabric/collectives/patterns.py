@@ -118,9 +118,9 @@ class Planner:
     def weighted_rings(self, gpus: list[str]) -> list[tuple[list[str], float]]:
         """Intra-node rings with the share of the data each carries.
 
-        One ring in index order when every pair has NVLink (NVSwitch) or only PCIe joins
-        them. On a partial NVLink mesh (DGX-1's hybrid cube-mesh), rings are packed greedily
-        as NCCL's search does: take the Hamiltonian NVLink cycle with the most spare capacity,
+        One ring in index order when every pair meets on an NVSwitch or only PCIe joins them.
+        On direct GPU-GPU links (DGX-1's hybrid cube-mesh, an xGMI or NVLink full mesh), rings
+        are packed greedily as NCCL's search does: take the Hamiltonian NVLink cycle with the most spare capacity,
         give it that capacity, subtract it from its links, repeat.
         """
         key = tuple(gpus)
@@ -131,7 +131,9 @@ class Planner:
         out: list[tuple[list[str], float]] = [(list(gpus), 1.0)]
         if n > 2:
             peer = {(a, b): self._peer(a, b) for a in gpus for b in gpus if a != b}
-            if not all(peer.values()) and any(peer.values()):
+            switched = all(len(self.router.peer_walk(a, b)) > 2
+                           for (a, b), ok in peer.items() if ok)
+            if any(peer.values()) and not (all(peer.values()) and switched):
                 packed = self._pack_rings(gpus, peer)
                 if packed:
                     out = packed

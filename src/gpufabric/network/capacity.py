@@ -3,12 +3,12 @@ collective library actually moves, using the catalog's NCCL-usable rates per lin
 
 The rule is one per link *type*, never per machine:
 
-- ``nvlink``: ``count`` x the generation's ``PeerLink.nccl_GBps``;
+- ``nvlink`` / ``xgmi``: ``count`` x the generation's ``PeerLink.nccl_GBps``;
 - ``pcie``: the generation's ``PCIeGen.nccl_x16_GBps`` x lanes / 16;
 - ``cpu`` (UPI / xGMI between sockets): the raw rate x :data:`INTERSOCKET_EFFICIENCY`, never
   below the CPU's ``nccl_intersocket_GBps``;
 - ``net``: the raw rate x the fabric speed's ``NetSpeed.efficiency`` (headers, flow control);
-- ``xgmi`` / ``c2c``: the raw rate x :data:`OTHER_EFFICIENCY`;
+- ``c2c`` and links with no catalog rate: the raw rate x :data:`OTHER_EFFICIENCY`;
 - ``sli`` / ``crossfire``: 0 (graphics bridges carry no compute traffic).
 """
 
@@ -31,16 +31,32 @@ NVLINK_FALLBACK = 0.82
 PCIE_FALLBACK = 0.76
 
 
-def _nvlink(link: Link) -> float:
+def _peer_family(link: Link, topo: Topology | None):
+    """The catalog link family: the GPU end's own ``peer_link``, else ``{kind}{gen}``."""
+    if topo is not None:
+        for end in (link.a, link.b):
+            d = topo.devices.get(end)
+            if d is not None and d.kind == "gpu" and d.model:
+                try:
+                    name = catalog.gpu(d.model).peer_link
+                    if name:
+                        return catalog.peer_link(name)
+                except InputError:
+                    pass
     if link.gen:
         try:
-            pl = catalog.peer_link(f"nvlink{link.gen}")
-            per_raw = link.bw_GBps / max(link.count, 1)
-            # keep the ratio if the builder gave a non-catalog rate per link
-            scale = per_raw / pl.per_link_GBps if pl.per_link_GBps else 1.0
-            return pl.nccl_GBps * max(link.count, 1) * scale
+            return catalog.peer_link(f"{link.kind}{link.gen}")
         except InputError:
-            pass
+            return None
+    return None
+
+
+def _nvlink(link: Link, topo: Topology | None = None) -> float:
+    pl = _peer_family(link, topo)
+    if pl is not None and pl.per_link_GBps:
+        per_raw = link.bw_GBps / max(link.count, 1)
+        # keep the ratio if the builder gave a non-catalog rate per link
+        return pl.nccl_GBps * max(link.count, 1) * per_raw / pl.per_link_GBps
     return link.bw_GBps * NVLINK_FALLBACK
 
 
@@ -95,8 +111,8 @@ def usable_GBps(link: Link, topo: Topology) -> float:
     370.8
     """
     k = link.kind
-    if k == "nvlink":
-        return _nvlink(link)
+    if k in ("nvlink", "xgmi"):
+        return _nvlink(link, topo)
     if k == "pcie":
         return _pcie(link)
     if k == "cpu":

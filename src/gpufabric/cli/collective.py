@@ -131,6 +131,8 @@ def validate(
         typer.echo(f"  {r['id']:<30} {r['collective']:<14} {r['ranks']:>5} {r['size']:>11} "
                    f"{meas:>11.1f} {unit:<4} {pred:>10.1f} {r['err_pct']:>+7.1f}%  "
                    f"{r['algo']}/{r['proto']}")
+    for sk in res.get("skipped", []):
+        typer.echo(f"# skipped {sk['id']}: {sk['error']}")
     s = res["summary"]
 
     def f(x):

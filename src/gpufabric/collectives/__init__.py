@@ -79,7 +79,9 @@ def check_algo(algo: str | None) -> str:
     if algo is None:
         return "auto"
     a = algo.strip().lower().replace("-", "_")
-    a = {"nvlstree": "nvls_tree", "collnet": "nvls", "hier": "hierarchical"}.get(a, a)
+    a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "pat": "ring",
+         "collnetdirect": "auto", "collnetchain": "auto", "collnet": "auto"}.get(
+        a.replace("_", ""), a)
     if a not in ALGOS:
         raise InputError(f"unknown algorithm '{algo}'; allowed: {', '.join(ALGOS)}",
                          field="algorithm")

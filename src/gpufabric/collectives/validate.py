@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gpufabric.collectives import OPS, busbw_factor, check_algo, model, params
+from gpufabric.collectives import OPS, Model, busbw_factor, check_algo, model, params
 from gpufabric.errors import InputError
 
 
@@ -93,7 +93,12 @@ def load_entries(path: str) -> list[dict]:
 
 
 def validate(path: str) -> dict:
-    """Predict every point of a measurements file; return ``{summary, points}``.
+    """Predict every point of a measurements file; return ``{summary, points, skipped}``.
+
+    An entry whose system cannot be built here (say, a GPU missing from the catalog) is listed
+    in ``skipped`` with the reason, and the others still run; if none can run, the first
+    reason is raised. A forced ``algorithm`` this model lacks for that system (``collnet``,
+    or ``nvls`` without NVLS hardware) falls back to the automatic choice, noted per point.
 
     Examples
     --------
@@ -102,20 +107,39 @@ def validate(path: str) -> dict:
     True
     """
     from gpufabric.topology.build import from_spec
-    rows = []
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    first_error: InputError | None = None
     for e in load_entries(path):
+        # an entry whose system this model cannot build (a GPU not in the catalog...) is
+        # reported and skipped, so one exotic entry does not hide the others
         try:
             topo = from_spec(dict(e["system"]), name=e["id"], file=path,
-                             materialize_nodes=4)
+                             materialize_nodes=Model.SAMPLE_NODES)
+            m = model(topo)
+            algo = e["algorithm"]
+            note = ""
+            if algo != "auto":
+                try:
+                    m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo)
+                except InputError as exc:
+                    if exc.field != "algorithm":
+                        raise
+                    note = f"algorithm {algo} not modelled here; auto used"
+                    algo = "auto"
+            preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo)
+                     for pt in e["points"]]
         except InputError as exc:
-            raise exc.located(path, f"{e['where']}.system") from None
-        m = model(topo)
-        for pt in e["points"]:
-            try:
-                p = m.predict(e["collective"], pt["size"], e["ranks"], e["algorithm"])
-            except InputError as exc:
-                raise InputError(exc.message, file=path,
-                                 field=f"{e['where']}.{exc.field or 'ranks'}") from None
+            sub = exc.field or ""
+            if sub in ("ranks", "size", "op", "algorithm", "proto"):
+                field = f"{e['where']}.{sub}"
+            else:
+                field = f"{e['where']}.system" + (f".{sub}" if sub else "")
+            err = InputError(exc.message, file=path, field=field)
+            first_error = first_error or err
+            skipped.append({"id": e["id"], "error": str(err)})
+            continue
+        for pt, p in zip(e["points"], preds):
             n = p.ranks
             f = busbw_factor(e["collective"], n)
             if pt["busbw"] is not None:
@@ -128,13 +152,16 @@ def validate(path: str) -> dict:
                    "size": pt["size"], "algo": p.algo, "proto": p.proto,
                    "measured_busbw": meas_bus, "predicted_busbw": p.busbw,
                    "measured_time_us": meas_t, "predicted_time_us": p.time_us,
-                   "measured": "busbw" if pt["busbw"] is not None else "time_us"}
+                   "measured": "busbw" if pt["busbw"] is not None else "time_us",
+                   "note": note}
             row["busbw_err_pct"] = (p.busbw - meas_bus) / meas_bus * 100 if meas_bus else None
             row["time_err_pct"] = ((p.time_us - meas_t) / meas_t * 100) if meas_t else None
             row["err_pct"] = row["busbw_err_pct"] if row["measured"] == "busbw" \
                 else row["time_err_pct"]
             rows.append(row)
-    return {"file": path, "summary": summarize(rows), "points": rows}
+    if not rows and first_error is not None:
+        raise first_error
+    return {"file": path, "summary": summarize(rows), "points": rows, "skipped": skipped}
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -1,1 +1,190 @@
 """CLI: schedule command (see gpufabric.scheduler)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufabric.cli.common import app, emit_json
+from gpufabric.errors import InputError
+
+TRACE_HELP = ("A bundled openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10) or a "
+              "CSV path with the openb columns.")
+NODES_HELP = ("gpu_node or all_node (bundled openb node lists), a CSV path with the openb node "
+              "columns, or a synthetic spec like 'V100M32x8*16+tpu-v4-8*4+cpu*32'.")
+
+
+def _progress(enabled: bool, total: float, label: str):
+    """A rich progress bar on stderr (or nothing), and its advance function."""
+    if not enabled:
+        return None, (lambda *_: None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
+        "{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=Console(stderr=True),
+        transient=True)
+    task = prog.add_task(label, total=total)
+    return prog, (lambda n=1: prog.advance(task, n))
+
+
+@app.command()
+def schedule(
+    trace: str = typer.Argument(..., help=TRACE_HELP),
+    nodes: str = typer.Option("gpu_node", "--nodes", help=NODES_HELP),
+    policy: str = typer.Option("fgd", "--policy",
+                               help="Placement policy, or 'all' to compare them all."),
+    mode: str = typer.Option("arrival", "--mode", help="arrival (FGD paper protocol) or replay."),
+    seed: int = typer.Option(42, "--seed", help="First seed; runs use seed, seed+1, ..."),
+    runs: Optional[int] = typer.Option(None, "--runs",
+                                       help="Seeds to average (default: 10 arrival, 1 replay)."),
+    failures: Optional[str] = typer.Option(
+        None, "--failures", help="replay: 'mtbf=500h[,repair=2h]', 'NODE@TIME[+REPAIR],...' "
+        "or a file of such items."),
+    queue: str = typer.Option("fifo", "--queue", help="replay: queue order, fifo or priority "
+                              "(with preemption)."),
+    routing: str = typer.Option("kind", "--routing", help="Route jobs by kind (kind) or not "
+                                "(none)."),
+    checkpoint: str = typer.Option("30m", "--checkpoint", help="replay: checkpoint interval "
+                                   "of jobs that give none (0: restart from scratch)."),
+    load: float = typer.Option(1.0, "--load", help="replay: divide arrival times by this."),
+    ratio: float = typer.Option(1.3, "--ratio", help="arrival: GPU request to pack, as a "
+                                "multiple of capacity."),
+    jobs_out: bool = typer.Option(False, "--jobs", help="replay --json: include every job."),
+    json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
+    from gpufabric.scheduler import REGISTRY, load_jobs, load_nodes
+    from gpufabric.scheduler.arrival import arrival
+    from gpufabric.scheduler.failures import parse_duration, parse_failures
+    from gpufabric.scheduler.replay import replay
+
+    if mode not in ("arrival", "replay"):
+        raise InputError(f"unknown mode '{mode}' (allowed: arrival, replay)", field="--mode")
+    names = REGISTRY.names("placement")
+    policies = names if policy == "all" else [policy]
+    for p in policies:
+        REGISTRY.get("placement", p)  # InputError naming the known ones
+    REGISTRY.get("queue", queue)
+    REGISTRY.get("routing", routing)
+    if runs is None:
+        runs = 10 if mode == "arrival" else 1
+    if runs < 1:
+        raise InputError("must be at least 1", field="--runs")
+    if mode == "arrival" and failures:
+        raise InputError("failures apply to replay only", field="--failures")
+    if not 0 < ratio <= 10:
+        raise InputError("must be in (0, 10]", field="--ratio")
+    cluster = load_nodes(nodes)
+    jobs = load_jobs(trace)
+    seeds = list(range(seed, seed + runs))
+    show = not json and sys.stderr.isatty()
+
+    if mode == "arrival":
+        prog, adv = _progress(show, len(policies) * runs * 130, "arrival")
+        results = []
+        with (prog or _Null()):
+            for p in policies:
+                results.append(arrival(cluster, jobs, p, seeds, ratio, routing,
+                                       tick=lambda k: adv()))
+        if json:
+            out = [dict(_arrival_json(r)) for r in results]
+            emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
+                                                     "nodes": cluster.source, "seeds": seeds,
+                                                     "policies": out})
+            return
+        _arrival_table(results, jobs, cluster, seeds)
+        return
+
+    spec = parse_failures(failures, cluster.names) if failures else None
+    ck = parse_duration(checkpoint, "--checkpoint")
+    span = float(jobs.creation.max() - jobs.creation.min()) / load if len(jobs) else 1.0
+    prog, adv = _progress(show, len(policies) * runs * 201, "replay")
+    results = []
+    with (prog or _Null()):
+        for p in policies:
+            for s in seeds:
+                results.append(replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
+                                      routing=routing, default_checkpoint_s=ck, load=load,
+                                      tick=lambda t: adv()))
+    if json:
+        out = []
+        for r in results:
+            d = dataclasses.asdict(r)
+            if not jobs_out:
+                d.pop("jobs")
+            out.append(d)
+        emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
+        return
+    _replay_table(results, span)
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _arrival_json(r) -> dict:
+    d = dataclasses.asdict(r)
+    d["allocation_pct_at_100"] = r.at(100)
+    d["allocation_pct_at_130"] = r.at(130)
+    d["runs"] = [{k: v for k, v in run.items() if k != "allocation_pct"} | {
+        "allocation_pct_at_100": run["allocation_pct"][100]} for run in d["runs"]]
+    return d
+
+
+def _wide(min_width: int) -> Console:
+    """A console at least ``min_width`` wide: wider than the terminal beats cut cells."""
+    c = Console()
+    return c if c.width >= min_width else Console(width=min_width)
+
+
+def _arrival_table(results, jobs, cluster, seeds) -> None:
+    console = _wide(110)
+    t = Table(title=f"arrival: {jobs.source.split('/')[-1]} on {cluster.source.split('/')[-1]} "
+              f"({len(cluster)} nodes, {int(cluster.num_gpu.sum())} GPUs), seeds "
+              f"{seeds[0]}..{seeds[-1]}: GPU allocation % when X% of capacity has arrived",
+              box=None)
+    cols = (50, 80, 90, 100, 110, 120, 130)
+    t.add_column("policy")
+    for c in cols:
+        t.add_column(f"{c}%", justify="right")
+    t.add_column("skipped pods", justify="right")
+    t.add_column("s/run", justify="right")
+    for r in results:
+        skipped = sum(x.skipped for x in r.runs) / len(r.runs)
+        sec = sum(x.time_s for x in r.runs) / len(r.runs)
+        t.add_row(r.policy, *[f"{r.at(c):.2f}" for c in cols], f"{skipped:.0f}", f"{sec:.1f}")
+    console.print(t)
+
+
+def _replay_table(results, span) -> None:
+    console = _wide(150)
+    t = Table(title="replay", box=None)
+    for c in ("policy", "seed", "done", "failed", "unsched", "JCT mean h", "wait mean s",
+              "wait p95 s", "GPU util %", "frag %", "node fails", "preempt", "redone GPU-h",
+              "avail min"):
+        t.add_column(c, justify="left" if c == "policy" else "right")
+    for r in results:
+        s = r.summary
+        t.add_row(r.policy, str(r.seed), str(s["completed"]), str(s["failed"]),
+                  str(s["unscheduled"]), f"{s['jct_mean_s'] / 3600:.2f}",
+                  f"{s['wait_mean_s']:.0f}", f"{s['wait_p95_s']:.0f}",
+                  f"{s['gpu_util_mean_pct_while_arriving']:.1f}",
+                  f"{s['frag_mean_pct_of_free']:.1f}", str(s["node_failures"]),
+                  str(s["preemptions"]), f"{s['gpu_hours_redone']:.1f}",
+                  f"{s['availability_min']:.3f}")
+    console.print(t)
+    reasons = {}
+    for r in results[:1]:
+        for j in r.jobs:
+            if j["state"] != "completed":
+                reasons.setdefault(j["state"], []).append(f"{j['name']}: {j['reason']}")
+    for state, items in reasons.items():
+        console.print(f"{state}: {len(items)} jobs, e.g. {items[0]}")

@@ -1,0 +1,270 @@
+"""The cluster: nodes with CPU, memory and accelerators, in pools (GPU servers, TPU slices, CPU).
+
+A :class:`Cluster` is columns over nodes (numpy arrays) plus each node's accelerator model and
+pool. Each GPU or TPU node keeps an internal topology (:func:`Cluster.topology`), built from the
+node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
+
+``NODES`` in the CLI is one of
+
+- ``gpu_node`` / ``all_node``: the bundled openb node lists (1,213 GPU nodes; plus 310 CPU nodes);
+- a path to a CSV with the openb node columns ``sn,cpu_milli,memory_mib,gpu,model``
+  (an optional ``pool`` column: ``gpu``, ``tpu`` or ``cpu``);
+- a synthetic spec: pools joined by ``+``, each ``NAME*COUNT`` (or ``COUNTxNAME``), where NAME is
+  a TPU slice of :data:`TPU_SLICES` (``tpu-v4-8``), ``cpu`` / ``cpu-<cores>`` for a CPU node,
+  ``<MODEL>x<N>`` for an openb-style GPU node (``V100M32x8``, ``T4x4``), or a system preset of
+  :mod:`gpufabric.topology.presets` (its GPUs per node, CPU 16 cores and 128 GiB per GPU).
+
+Examples
+--------
+>>> c = load_nodes("gpu_node")
+>>> len(c), int(c.num_gpu.sum())
+(1213, 6212)
+>>> c = load_nodes("V100M32x8*2+tpu-v4-8*1+cpu*3")
+>>> c.pools(), c.models[:1], int(c.num_gpu.sum())
+(['gpu', 'tpu', 'cpu'], ['V100M32'], 20)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpufabric.errors import InputError, unknown_name
+from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
+from gpufabric.scheduler import nodetopo
+
+POOLS = ("gpu", "tpu", "cpu")
+NODE_LISTS = ("gpu_node", "all_node")
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+
+#: Job kind -> pools it may run in, in order of preference. A pool the cluster lacks is
+#: skipped; if the cluster has none of a kind's pools, the job may use any node.
+ROUTES = {
+    "training": ("gpu",),
+    "inference": ("tpu", "gpu"),
+    "service": ("cpu",),
+    "batch": ("gpu", "tpu", "cpu"),
+}
+
+#: TPU slices as schedulable nodes: chips, HBM GiB per chip, host vCPU and memory GiB per slice.
+#: Source: Google Cloud TPU documentation, "System architecture" pages for v4, v5e, v5p and v6e
+#: (chips per host and HBM per chip; host CPU/memory are those of the TPU VM machine types,
+#: rounded).
+TPU_SLICES = {
+    "tpu-v4-8": dict(chips=4, model="TPU-v4", hbm_GiB=32, cpu=240, mem_GiB=400),
+    "tpu-v4-16": dict(chips=8, model="TPU-v4", hbm_GiB=32, cpu=480, mem_GiB=800),
+    "tpu-v4-32": dict(chips=16, model="TPU-v4", hbm_GiB=32, cpu=960, mem_GiB=1600),
+    "tpu-v5e-4": dict(chips=4, model="TPU-v5e", hbm_GiB=16, cpu=112, mem_GiB=192),
+    "tpu-v5e-8": dict(chips=8, model="TPU-v5e", hbm_GiB=16, cpu=224, mem_GiB=384),
+    "tpu-v5p-8": dict(chips=4, model="TPU-v5p", hbm_GiB=95, cpu=208, mem_GiB=448),
+    "tpu-v6e-8": dict(chips=8, model="TPU-v6e", hbm_GiB=32, cpu=180, mem_GiB=720),
+}
+
+
+@dataclass
+class Cluster:
+    """Nodes as columns: name, CPU milli, memory MiB, accelerators, model, pool.
+
+    ``model_id`` indexes ``models`` (``""`` for CPU nodes); ``pool`` indexes :data:`POOLS`.
+    """
+
+    names: list[str]
+    cpu: np.ndarray
+    mem: np.ndarray
+    num_gpu: np.ndarray
+    model_id: np.ndarray
+    models: list[str]
+    pool: np.ndarray
+    source: str = ""
+    presets: dict[int, str] = field(default_factory=dict)  # node -> preset name
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def max_gpus(self) -> int:
+        return int(self.num_gpu.max()) if len(self) else 0
+
+    @property
+    def gpu_capacity_milli(self) -> int:
+        return int(self.num_gpu.sum()) * 1000
+
+    def model(self, i: int) -> str:
+        return self.models[self.model_id[i]]
+
+    def pools(self) -> list[str]:
+        """Pools present, in :data:`POOLS` order."""
+        return [p for k, p in enumerate(POOLS) if (self.pool == k).any()]
+
+    def topology(self, i: int):
+        """The internal :class:`~gpufabric.topology.model.Topology` of node ``i``."""
+        if i in self.presets:
+            from gpufabric.topology import presets  # type: ignore
+            return presets.load(self.presets[i])
+        return nodetopo.build_node(self.model(i), int(self.num_gpu[i]), name=self.names[i])
+
+    def gpu_tables(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(bottleneck GB/s, hops) between the accelerators of node ``i`` (cached per type)."""
+        key = (self.model(i), int(self.num_gpu[i]), self.presets.get(i))
+        cache = self.__dict__.setdefault("_tables", {})
+        if key not in cache:
+            if key[2]:
+                topo = self.topology(i)
+                bw = nodetopo.pair_bandwidth(topo)
+                _, hops = nodetopo.widest_paths(topo)
+                cache[key] = (bw, hops)
+            else:
+                cache[key] = nodetopo.node_tables(key[0], key[1])
+        return cache[key]
+
+    def model_mask(self, allowed: tuple[str, ...]) -> np.ndarray:
+        """Nodes whose accelerator model is in ``allowed`` (all nodes if empty)."""
+        if not allowed:
+            return np.ones(len(self), dtype=bool)
+        ok = np.array([m in allowed for m in self.models], dtype=bool)
+        return ok[self.model_id]
+
+    def route_mask(self, kind: str) -> np.ndarray:
+        """Nodes that :data:`ROUTES` allows for a job kind."""
+        present = [POOLS.index(p) for p in ROUTES[kind] if (self.pool == POOLS.index(p)).any()]
+        if not present:
+            return np.ones(len(self), dtype=bool)
+        return np.isin(self.pool, present)
+
+    def summary(self) -> dict:
+        """Counts per (pool, model, accelerators) for reports."""
+        out: dict[str, int] = {}
+        for i in range(len(self)):
+            m = self.model(i)
+            key = f"{POOLS[self.pool[i]]}:{m}x{self.num_gpu[i]}" if m else "cpu"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[str, int, int, int, str, str]], source: str = "",
+                  presets: dict[int, str] | None = None) -> "Cluster":
+        """Build from (name, cpu_milli, memory_mib, accelerators, model, pool) tuples."""
+        models = [""]
+        mid = []
+        for r in rows:
+            if r[4] not in models:
+                models.append(r[4])
+            mid.append(models.index(r[4]))
+        return cls([r[0] for r in rows], np.array([r[1] for r in rows], np.int64),
+                   np.array([r[2] for r in rows], np.int64),
+                   np.array([r[3] for r in rows], np.int64), np.array(mid, np.int64), models,
+                   np.array([POOLS.index(r[5]) for r in rows], np.int64), source,
+                   dict(presets or {}))
+
+
+def _read_node_csv(path: Path) -> Cluster:
+    header, rows = read_csv(path, NODE_COLUMNS, NODE_COLUMNS + ("pool",))
+    col = {h: i for i, h in enumerate(header)}
+    out = []
+    for k, r in enumerate(rows):
+        line = k + 2
+        if len(r) < len(header):
+            raise InputError(f"row has {len(r)} fields, the header {len(header)}",
+                             file=str(path), field=f"line {line}")
+        vals = []
+        for c in ("cpu_milli", "memory_mib", "gpu"):
+            t = r[col[c]].strip()
+            try:
+                v = int(t)
+            except ValueError:
+                raise InputError(f"'{t}' is not an integer", file=str(path),
+                                 field=f"line {line}.{c}") from None
+            if v < 0:
+                raise InputError(f"{v} is below 0", file=str(path), field=f"line {line}.{c}")
+            vals.append(v)
+        model = r[col["model"]].strip()
+        if vals[2] and not model:
+            raise InputError("a node with GPUs needs a model", file=str(path),
+                             field=f"line {line}.model")
+        pool = r[col["pool"]].strip() if "pool" in col else ""
+        if pool and pool not in POOLS:
+            raise unknown_name("pool", pool, POOLS, file=str(path), field=f"line {line}.pool")
+        pool = pool or ("cpu" if not vals[2] else
+                        "tpu" if model.upper().startswith("TPU") else "gpu")
+        out.append((r[col["sn"]].strip(), vals[0], vals[1], vals[2], model if vals[2] else "",
+                    pool))
+    if not out:
+        raise InputError("no nodes", file=str(path))
+    return Cluster.from_rows(out, str(path))
+
+
+_GPU_NODE = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*?)x(\d+)$")
+
+
+def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str | None]:
+    if name in TPU_SLICES:
+        t = TPU_SLICES[name]
+        return [(f"{name}-{start + k:04d}", t["cpu"] * 1000, t["mem_GiB"] * 1024, t["chips"],
+                 t["model"], "tpu") for k in range(count)], None
+    m = re.fullmatch(r"cpu(?:-(\d+))?", name)
+    if m:
+        cores = int(m.group(1) or 64)
+        return [(f"cpu-{start + k:04d}", cores * 1000, cores * 4096, 0, "", "cpu")
+                for k in range(count)], None
+    m = _GPU_NODE.match(name)
+    if m and int(m.group(2)) > 0:
+        model, n = m.group(1), int(m.group(2))
+        return [(f"{name}-{start + k:04d}", 12000 * n, 65536 * n, n, model, "gpu")
+                for k in range(count)], None
+    try:
+        from gpufabric.topology import presets  # type: ignore
+        known = list(presets.names())
+    except (ImportError, AttributeError):
+        known = []
+    if name in known:
+        topo = presets.load(name)
+        g = [d for d in topo.gpus()]
+        per = max(1, len([d for d in g if d.node == g[0].node])) if g else 0
+        model = g[0].model if g else ""
+        return [(f"{name}-{start + k:04d}", 16000 * per, 131072 * per, per, model,
+                 "gpu" if per else "cpu") for k in range(count)], name
+    raise unknown_name("node type", name,
+                       list(TPU_SLICES) + ["cpu", "cpu-<cores>", "<MODEL>x<N>"] + known,
+                       file=spec, field="NODES")
+
+
+def load_nodes(nodes: str) -> Cluster:
+    """A cluster from a node-list name, a CSV path or a synthetic spec (see the module doc).
+
+    Raises
+    ------
+    InputError
+        Unknown name, missing file, a CSV without the openb node columns.
+    """
+    if nodes in NODE_LISTS:
+        return _read_node_csv(bundled_path("node_list", nodes))
+    p = Path(nodes)
+    if p.suffix.lower() == ".csv" or p.is_file():
+        if not p.is_file():
+            raise InputError("no such file", file=nodes)
+        return _read_node_csv(p)
+    rows: list = []
+    presets_of: dict[int, str] = {}
+    for part in nodes.split("+"):
+        part = part.strip()
+        m = re.fullmatch(r"(.+?)\*(\d+)", part) or re.fullmatch(r"(\d+)x(.+)", part)
+        if m and m.re.pattern.startswith("(\\d"):
+            count, name = int(m.group(1)), m.group(2)
+        elif m:
+            name, count = m.group(1), int(m.group(2))
+        else:
+            name, count = part, 1
+        if not name or count < 1:
+            raise InputError(f"bad pool '{part}'; write NAME*COUNT", file=nodes, field="NODES")
+        new, preset = _pool_rows(name, count, len(rows), nodes)
+        if preset:
+            for k in range(len(new)):
+                presets_of[len(rows) + k] = preset
+        rows += new
+    return Cluster.from_rows(rows, nodes, presets_of)
+
+
+__all__ = ["Cluster", "load_nodes", "POOLS", "ROUTES", "TPU_SLICES", "KINDS"]

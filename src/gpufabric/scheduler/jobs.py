@@ -1,0 +1,333 @@
+"""Jobs: what a workload asks of the cluster, and the openb pod-list reader.
+
+A :class:`Job` is one unit of work: CPU in milli-cores, memory in MiB, whole GPUs or a share of
+one (``gpu_milli`` < 1000 with ``num_gpu`` = 1, as in GPU sharing), the accelerator models it
+accepts, its kind (``training``, ``inference``, ``service``, ``batch``), a priority, a gang size
+(``gang`` members that start all together or not at all, each asking the same resources), a
+duration and a checkpoint interval.
+
+For speed the simulators work on a :class:`JobSet`: the same fields as numpy columns.
+
+Examples
+--------
+>>> js = load_jobs("default")
+>>> len(js), int(js.num_gpu.max())
+(8152, 8)
+>>> js.job(1).gpu_milli, js.job(1).kind
+(460, 'training')
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from gpufabric.errors import InputError, unknown_name
+
+#: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
+KINDS = ("training", "inference", "service", "batch")
+
+#: openb ``qos`` -> priority (higher runs first and may preempt lower).
+QOS_PRIORITY = {"Guaranteed": 3, "LS": 2, "Burstable": 1, "BE": 0, "": 0}
+
+#: Short names of the bundled openb pod lists.
+TRACES = ("default", "cpu050", "gpushare40", "multigpu20", "gpuspec10")
+
+#: Columns every pod list must have (the ``multigpu*`` files stop here).
+REQUIRED_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+#: The full openb pod columns.
+OPENB_COLUMNS = REQUIRED_COLUMNS + ("gpu_spec", "qos", "pod_phase", "creation_time",
+                                    "deletion_time", "scheduled_time")
+#: Extra optional columns gpufabric understands (not in openb).
+EXTRA_COLUMNS = ("kind", "priority", "gang", "checkpoint_s", "duration_s")
+
+MILLI = 1000
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job (a pod in Kubernetes terms); for a gang, each of ``gang`` members asks this much.
+
+    Parameters
+    ----------
+    name : str
+    cpu_milli : int
+        CPU request in milli-cores.
+    memory_mib : int
+    num_gpu : int
+        Accelerators per member (0 for a CPU job).
+    gpu_milli : int
+        Share of each accelerator in milli (1000: whole GPUs; < 1000 only with ``num_gpu`` 1).
+    gpu_models : tuple of str
+        Accepted accelerator models; empty: any.
+    kind : str
+        One of :data:`KINDS`.
+    priority : int
+        Higher is more important; a job may preempt jobs of lower priority.
+    qos : str
+    gang : int
+        Members placed all or nothing (1: a plain job).
+    creation_s, duration_s : float
+        Arrival time and run time (seconds) for replay.
+    checkpoint_s : float
+        Checkpoint interval; after a failure the job redoes the work since its last checkpoint
+        (0: no checkpoints, it restarts from the beginning).
+
+    Examples
+    --------
+    >>> Job("train", 8000, 65536, num_gpu=4).gpu_request_milli
+    4000
+    >>> Job("share", 4000, 8192, num_gpu=1, gpu_milli=250).gpu_request_milli
+    250
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int = 0
+    gpu_milli: int = MILLI
+    gpu_models: tuple[str, ...] = ()
+    kind: str = "batch"
+    priority: int = 0
+    qos: str = ""
+    gang: int = 1
+    creation_s: float = 0.0
+    duration_s: float = 0.0
+    checkpoint_s: float = 0.0
+
+    @property
+    def gpu_request_milli(self) -> int:
+        """Milli-GPUs one member asks for (``num_gpu * gpu_milli``)."""
+        return self.num_gpu * (self.gpu_milli if self.num_gpu else 0)
+
+
+@dataclass
+class JobSet:
+    """Jobs as numpy columns (see :class:`Job` for the fields).
+
+    ``spec`` indexes ``specs`` (the distinct accepted-model tuples; ``()`` is any);
+    ``kind`` indexes :data:`KINDS`.
+    """
+
+    names: list[str]
+    cpu: np.ndarray
+    mem: np.ndarray
+    num_gpu: np.ndarray
+    gpu_milli: np.ndarray
+    spec: np.ndarray
+    specs: list[tuple[str, ...]]
+    kind: np.ndarray
+    priority: np.ndarray
+    qos: list[str]
+    gang: np.ndarray
+    creation: np.ndarray
+    duration: np.ndarray
+    checkpoint: np.ndarray
+    source: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def gpu_request(self) -> np.ndarray:
+        """Milli-GPU request of each job (all gang members together)."""
+        return self.num_gpu * self.gpu_milli * self.gang
+
+    def job(self, i: int) -> Job:
+        """Job ``i`` as a :class:`Job`."""
+        return Job(self.names[i], int(self.cpu[i]), int(self.mem[i]), int(self.num_gpu[i]),
+                   int(self.gpu_milli[i]), self.specs[self.spec[i]], KINDS[self.kind[i]],
+                   int(self.priority[i]), self.qos[i], int(self.gang[i]),
+                   float(self.creation[i]), float(self.duration[i]), float(self.checkpoint[i]))
+
+    def take(self, idx) -> "JobSet":
+        """A new JobSet of the jobs at ``idx`` (repeats allowed; copies get ``#k`` names)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        seen: dict[str, int] = {}
+        names = []
+        for i in idx.tolist():
+            n = self.names[i]
+            k = seen.get(n, 0)
+            seen[n] = k + 1
+            names.append(n if k == 0 else f"{n}#{k}")
+        return JobSet(names, self.cpu[idx], self.mem[idx], self.num_gpu[idx],
+                      self.gpu_milli[idx], self.spec[idx], self.specs, self.kind[idx],
+                      self.priority[idx], [self.qos[i] for i in idx.tolist()], self.gang[idx],
+                      self.creation[idx], self.duration[idx], self.checkpoint[idx],
+                      self.source, dict(self.meta))
+
+    @classmethod
+    def from_jobs(cls, jobs: list[Job], source: str = "") -> "JobSet":
+        """Build a JobSet from :class:`Job` objects.
+
+        Examples
+        --------
+        >>> js = JobSet.from_jobs([Job("a", 1000, 1024), Job("b", 2000, 2048, 2, kind="training")])
+        >>> js.num_gpu.tolist(), [js.job(1).kind]
+        ([0, 2], ['training'])
+        """
+        specs: list[tuple[str, ...]] = [()]
+        spec_ids = []
+        for j in jobs:
+            if j.kind not in KINDS:
+                raise unknown_name("job kind", j.kind, KINDS, file=source or None,
+                                   field=f"{j.name}.kind")
+            _check_request(j.num_gpu, j.gpu_milli, source, j.name)
+            if j.gang < 1:
+                raise InputError("gang must be at least 1", file=source or None,
+                                 field=f"{j.name}.gang")
+            t = tuple(j.gpu_models)
+            if t not in specs:
+                specs.append(t)
+            spec_ids.append(specs.index(t))
+        a = lambda f, dt=np.int64: np.array([getattr(j, f) for j in jobs], dtype=dt)  # noqa: E731
+        return cls([j.name for j in jobs], a("cpu_milli"), a("memory_mib"), a("num_gpu"),
+                   np.array([j.gpu_milli if j.num_gpu else 0 for j in jobs], dtype=np.int64),
+                   np.array(spec_ids, dtype=np.int64), specs,
+                   np.array([KINDS.index(j.kind) for j in jobs], dtype=np.int64),
+                   a("priority"), [j.qos for j in jobs], a("gang"),
+                   a("creation_s", float), a("duration_s", float), a("checkpoint_s", float),
+                   source)
+
+
+def _check_request(num_gpu: int, gpu_milli: int, file: str | None, where: str) -> None:
+    if num_gpu < 0:
+        raise InputError("must be 0 or more", file=file or None, field=f"{where}.num_gpu")
+    if num_gpu and not (0 < gpu_milli <= MILLI):
+        raise InputError("must be 1..1000 when num_gpu > 0", file=file or None,
+                         field=f"{where}.gpu_milli")
+    if num_gpu > 1 and gpu_milli < MILLI:
+        raise InputError("a GPU share (gpu_milli < 1000) needs num_gpu = 1", file=file or None,
+                         field=f"{where}.gpu_milli")
+
+
+def bundled_path(kind: str, short: str) -> Path:
+    """Path of a bundled openb CSV (``kind`` is ``pod_list`` or ``node_list``)."""
+    return Path(str(resources.files("gpufabric.scheduler") / "data" / "openb"
+                    / f"openb_{kind}_{short}.csv"))
+
+
+def resolve_trace(trace: str) -> Path:
+    """A short trace name or a CSV path -> the CSV path (InputError if neither)."""
+    if trace in TRACES:
+        return bundled_path("pod_list", trace)
+    p = Path(trace)
+    if p.is_file():
+        return p
+    if p.suffix.lower() == ".csv" or os.sep in trace:
+        raise InputError("no such file", file=trace)
+    raise unknown_name("trace", trace, TRACES, field="TRACE")
+
+
+def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
+             ) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a CSV, checking the header names the required columns."""
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.reader(fh))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=str(path)) from None
+    if not rows:
+        raise InputError(f"empty file; expected a header with columns {','.join(allowed)}",
+                         file=str(path))
+    header = [h.strip() for h in rows[0]]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputError(f"missing column '{missing[0]}'; expected columns "
+                         f"{','.join(allowed)} (the first {len(required)} required)",
+                         file=str(path), field="header")
+    return header, [r for r in rows[1:] if r and any(x.strip() for x in r)]
+
+
+def _num(row: list[str], col: int | None, name: str, line: int, path: Path, default=0,
+         cast=int, minimum=0):
+    if col is None or col >= len(row) or row[col].strip() == "":
+        if col is not None and col >= len(row):
+            raise InputError(f"row has {len(row)} fields, the header more", file=str(path),
+                             field=f"line {line}")
+        return default
+    text = row[col].strip()
+    try:
+        v = cast(float(text)) if cast is int and "." in text else cast(text)
+    except ValueError:
+        raise InputError(f"'{text}' is not a number", file=str(path),
+                         field=f"line {line}.{name}") from None
+    if v < minimum:
+        raise InputError(f"{v} is below {minimum}", file=str(path), field=f"line {line}.{name}")
+    return v
+
+
+def load_jobs(trace: str | os.PathLike) -> JobSet:
+    """Read a pod list with the openb columns (a short name or a path).
+
+    Jobs get kind ``service`` when they ask no GPU and ``training`` otherwise, unless a ``kind``
+    column says; priority comes from ``qos`` (:data:`QOS_PRIORITY`) unless a ``priority`` column
+    says. Duration is ``deletion_time - scheduled_time`` (or ``- creation_time``).
+
+    Raises
+    ------
+    InputError
+        The file is missing, lacks an openb column, or has a value that is not a number.
+    """
+    path = resolve_trace(str(trace))
+    header, rows = read_csv(path, REQUIRED_COLUMNS, OPENB_COLUMNS + EXTRA_COLUMNS)
+    col = {h: i for i, h in enumerate(header)}
+    g = col.get
+    n = len(rows)
+    cpu = np.zeros(n, np.int64); mem = np.zeros(n, np.int64)
+    ngpu = np.zeros(n, np.int64); gmilli = np.zeros(n, np.int64)
+    spec = np.zeros(n, np.int64); kind = np.zeros(n, np.int64); prio = np.zeros(n, np.int64)
+    gang = np.ones(n, np.int64)
+    create = np.zeros(n); dur = np.zeros(n); ckpt = np.zeros(n)
+    specs: list[tuple[str, ...]] = [()]
+    spec_index = {(): 0}
+    names, qos = [], []
+    p = str(path)
+    for k, r in enumerate(rows):
+        line = k + 2
+        names.append(r[col["name"]].strip() if col["name"] < len(r) else f"job{k}")
+        cpu[k] = _num(r, g("cpu_milli"), "cpu_milli", line, path)
+        mem[k] = _num(r, g("memory_mib"), "memory_mib", line, path)
+        ngpu[k] = _num(r, g("num_gpu"), "num_gpu", line, path)
+        gm = _num(r, g("gpu_milli"), "gpu_milli", line, path)
+        gmilli[k] = gm if ngpu[k] else 0
+        _check_request(int(ngpu[k]), int(gm), p, f"line {line}")
+        st = r[g("gpu_spec")].strip() if g("gpu_spec") is not None else ""
+        t = tuple(sorted(s.strip() for s in st.split("|") if s.strip()))
+        if t not in spec_index:
+            spec_index[t] = len(specs)
+            specs.append(t)
+        spec[k] = spec_index[t]
+        q = r[g("qos")].strip() if g("qos") is not None else ""
+        qos.append(q)
+        if g("priority") is not None and r[g("priority")].strip():
+            prio[k] = _num(r, g("priority"), "priority", line, path, minimum=-10**9)
+        else:
+            prio[k] = QOS_PRIORITY.get(q, 0)
+        kd = r[g("kind")].strip() if g("kind") is not None else ""
+        if kd:
+            if kd not in KINDS:
+                raise unknown_name("job kind", kd, KINDS, file=p, field=f"line {line}.kind")
+            kind[k] = KINDS.index(kd)
+        else:
+            kind[k] = KINDS.index("training" if ngpu[k] else "service")
+        gang[k] = _num(r, g("gang"), "gang", line, path, default=1, minimum=1)
+        c = _num(r, g("creation_time"), "creation_time", line, path, cast=float)
+        d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float)
+        s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float)
+        create[k] = c
+        if g("duration_s") is not None and r[g("duration_s")].strip():
+            dur[k] = _num(r, g("duration_s"), "duration_s", line, path, cast=float)
+        else:
+            dur[k] = max(0.0, d - max(s, c))
+        ckpt[k] = _num(r, g("checkpoint_s"), "checkpoint_s", line, path, cast=float)
+    js = JobSet(names, cpu, mem, ngpu, gmilli, spec, specs, kind, prio, qos, gang, create, dur,
+                ckpt, p)
+    js.meta["has_times"] = g("creation_time") is not None
+    return js

@@ -1,0 +1,406 @@
+"""Placement, queue and routing policies, registered by name in one registry.
+
+Placement (which node, which GPUs), all vectorized over nodes with numpy:
+
+- ``random``: a node drawn uniformly among those that fit.
+- ``spread``: load balancing; the least loaded node (most free GPU and CPU, as fractions).
+- ``best-fit``: the node left with the least free resources, as the FGD paper's baseline scores
+  it: ``0.5 * cpu_free / 128 cores + 0.5 * gpu_free / 8 GPUs`` after placement, lowest wins.
+- ``dot-product``: the node whose free (CPU, GPU) vector, normalized the same way, has the
+  smallest dot product with the request (the FGD paper's DotProd baseline, after Tetris).
+- ``fgd``: fragmentation gradient descent: the node (and, for a GPU share, the GPU) whose
+  fragmentation grows least; see :class:`FragModel`.
+- ``topology``: for a multi-GPU job, the node and GPU set with the widest bottleneck bandwidth
+  between the chosen GPUs (one NVSwitch island, one PCIe switch, one socket, ...) from the node's
+  topology; then best-fit. Single-GPU and CPU jobs are placed best-fit.
+
+Ties are broken uniformly at random, as the Kubernetes scheduler does. For a GPU share, every
+policy but ``fgd`` takes the fullest GPU that still fits it (best fit); for whole GPUs, the first
+free ones (``topology`` excepted).
+
+Queue orders: ``fifo`` (arrival order) and ``priority`` (higher priority first, preempting
+lower-priority jobs when a job fits nowhere). Routing: ``kind`` (training to GPU servers,
+inference to TPU or GPU, services to CPU nodes; see
+:data:`gpufabric.scheduler.cluster.ROUTES`) and ``none``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from gpufabric.scheduler import nodetopo
+from gpufabric.scheduler.cluster import Cluster
+from gpufabric.scheduler.jobs import JobSet
+from gpufabric.scheduler.registry import REGISTRY, register
+from gpufabric.scheduler.state import MILLI, Request, State
+
+#: Normalization of the FGD paper's baselines: the largest node (128 cores, 8 GPUs).
+MAX_CPU = 128000.0
+MAX_GPU = 8000.0
+
+
+def _pick(idx: np.ndarray, score: np.ndarray, rng: np.random.Generator) -> int:
+    """The index in ``idx`` with the highest score; ties at random."""
+    best = score.max()
+    ties = idx[score >= best]
+    if len(ties) == 1:
+        return int(ties[0])
+    return int(ties[rng.integers(len(ties))])
+
+
+class Placement:
+    """Base class: choose a node among ``mask`` and the GPUs on it.
+
+    Parameters
+    ----------
+    cluster : Cluster
+    jobs : JobSet
+        The workload (FGD learns its target distribution from it).
+    rng : numpy.random.Generator
+    """
+
+    name = ""
+
+    def __init__(self, cluster: Cluster, jobs: JobSet | None, rng: np.random.Generator):
+        self.cluster = cluster
+        self.rng = rng
+
+    def scores(self, state: State, r: Request, idx: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def select(self, state: State, r: Request, mask: np.ndarray
+               ) -> tuple[int, tuple[int, ...]] | None:
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return None
+        node = _pick(idx, self.scores(state, r, idx), self.rng)
+        return node, state.pick_gpus(node, r)
+
+
+@register("placement", "random")
+class RandomPlacement(Placement):
+    name = "random"
+
+    def select(self, state, r, mask):
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return None
+        node = int(idx[self.rng.integers(len(idx))])
+        if r.share:  # a random GPU among those the share fits on, as the paper's Random
+            fits = np.flatnonzero(state.gpu_left[node] >= r.gpu_milli)
+            return node, (int(fits[self.rng.integers(len(fits))]),)
+        return node, state.pick_gpus(node, r)
+
+
+@register("placement", "spread")
+class SpreadPlacement(Placement):
+    """Least loaded first: most free GPU and CPU as fractions of the node."""
+
+    name = "spread"
+
+    def scores(self, state, r, idx):
+        c = self.cluster
+        g = np.maximum(c.num_gpu[idx], 1) * MILLI
+        return (state.left_total[idx] / g + state.cpu_free[idx] / np.maximum(c.cpu[idx], 1))
+
+
+@register("placement", "best-fit")
+class BestFitPlacement(Placement):
+    name = "best-fit"
+
+    def scores(self, state, r, idx):
+        left = (0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+        return -left
+
+
+@register("placement", "dot-product")
+class DotProductPlacement(Placement):
+    name = "dot-product"
+
+    def scores(self, state, r, idx):
+        dot = ((state.cpu_free[idx] / MAX_CPU) * (r.cpu / MAX_CPU)
+               + (state.left_total[idx] / MAX_GPU) * (r.gpu_total / MAX_GPU))
+        return -dot
+
+
+class FragModel:
+    """Fragmentation of a node measured against a target workload, after the FGD paper.
+
+    The target workload is the popular request shapes of the trace: shapes (CPU, GPUs, milli per
+    GPU, allowed models) sorted by how many jobs ask for them, taken until they cover
+    ``threshold`` of all jobs, with their frequencies renormalized (CPU-only jobs included).
+
+    For one shape, the node's free GPU milli counts as fragment when the shape cannot run on
+    the node (wrong model, too little CPU, not enough GPUs with its share free) or asks no GPU;
+    when it can run, only the GPUs with less free than the shape's per-GPU share count. The
+    node's fragmentation is the frequency-weighted sum over shapes. In closed form::
+
+        frag = free_total - sum_t p_t * runs_t * (free milli on GPUs with free >= m_t)
+
+    Examples
+    --------
+    >>> from gpufabric.scheduler.cluster import load_nodes
+    >>> from gpufabric.scheduler.jobs import JobSet, Job
+    >>> c = load_nodes("T4x2*1")
+    >>> fm = FragModel(c, JobSet.from_jobs([Job("a", 1000, 1, 1, 500)]))
+    >>> float(fm.frag(np.array([8000]), c.model_id[:1], np.array([[1000, 300]]))[0])
+    300.0
+    """
+
+    def __init__(self, cluster: Cluster, jobs: JobSet, threshold: float = 0.95):
+        keys = Counter(zip(jobs.cpu.tolist(), jobs.num_gpu.tolist(), jobs.gpu_milli.tolist(),
+                           jobs.spec.tolist()))
+        ordered = sorted(keys.items(), key=lambda kv: (-kv[1], kv[0]))
+        total = sum(keys.values())
+        chosen, cum = [], 0
+        for k, v in ordered:
+            if cum >= threshold * total:
+                break
+            chosen.append((k, v))
+            cum += v
+        gpu = [(k, v) for k, v in chosen if k[1] > 0]
+        self.shapes = [(k, v / cum) for k, v in chosen]
+        self.p = np.array([v / cum for _, v in gpu])
+        self.cpu = np.array([k[0] for k, _ in gpu], dtype=np.int64)
+        self.num = np.array([k[1] for k, _ in gpu], dtype=np.int64)
+        self.milli = np.array([k[2] for k, _ in gpu], dtype=np.int64)
+        # acc[t, model]: shape t may use accelerators of that model
+        self.acc = np.array(
+            [[(not jobs.specs[k[3]]) or m in jobs.specs[k[3]] for m in cluster.models]
+             for k, _ in gpu], dtype=bool).reshape(len(gpu), len(cluster.models))
+        self.mvals, self.midx = np.unique(self.milli, return_inverse=True)
+
+    def frag(self, cpu: np.ndarray, model: np.ndarray, left: np.ndarray) -> np.ndarray:
+        """Fragmentation (milli-GPU) of states given as arrays: CPU free, model id, GPU free."""
+        total = left.sum(axis=1).astype(float)
+        if len(self.p) == 0:
+            return total
+        ge = left[None, :, :] >= self.mvals[:, None, None]          # M x U x G
+        cnt = ge.sum(axis=2)                                          # M x U
+        sge = (left[None, :, :] * ge).sum(axis=2)                     # M x U
+        ok = (self.acc[:, model]
+              & (cnt[self.midx] >= self.num[:, None])
+              & (cpu[None, :] >= self.cpu[:, None]))                  # T x U
+        return total - (self.p[:, None] * ok * sge[self.midx]).sum(axis=0)
+
+
+@register("placement", "fgd")
+class FGDPlacement(Placement):
+    """Fragmentation gradient descent: least growth of :class:`FragModel` fragmentation.
+
+    Node states are deduplicated (CPU free, model, sorted GPU free) and the fragmentation change
+    of each (state, request shape) pair is computed once, vectorized, and cached.
+    """
+
+    name = "fgd"
+
+    #: score as the paper does: int(100 * sigmoid(-delta / 1000)); False: the exact delta
+    quantize = True
+    #: among equal scores: "best-fit" (the fuller node) or "random"
+    tiebreak = "best-fit"
+
+    def __init__(self, cluster, jobs, rng, threshold: float = 0.95):
+        super().__init__(cluster, jobs, rng)
+        self.fm = FragModel(cluster, jobs, threshold)
+        n, g = len(cluster), max(1, cluster.max_gpus)
+        self.g = g
+        self.sid_of: dict[tuple, int] = {}
+        cap = 1024
+        self.st_cpu = np.zeros(cap, np.int64)
+        self.st_model = np.zeros(cap, np.int64)
+        self.st_left = np.zeros((cap, g), np.int64)
+        self.st_frag = np.zeros(cap)
+        self.n_states = 0
+        self.node_sid = np.full(n, -1, np.int64)
+        self.seen = np.full(n, -1, np.int64)
+        self.cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _state_id(self, cpu: int, model: int, left: np.ndarray) -> int:
+        srt = np.sort(left)
+        key = (cpu, model, srt.tobytes())
+        sid = self.sid_of.get(key)
+        if sid is None:
+            sid = self.n_states
+            if sid == len(self.st_cpu):
+                self.st_cpu = np.resize(self.st_cpu, 2 * sid)
+                self.st_model = np.resize(self.st_model, 2 * sid)
+                self.st_left = np.resize(self.st_left, (2 * sid, self.g))
+                self.st_frag = np.resize(self.st_frag, 2 * sid)
+            self.st_cpu[sid], self.st_model[sid], self.st_left[sid] = cpu, model, srt
+            self.st_frag[sid] = self.fm.frag(self.st_cpu[sid:sid + 1],
+                                             self.st_model[sid:sid + 1],
+                                             self.st_left[sid:sid + 1])[0]
+            self.sid_of[key] = sid
+            self.n_states += 1
+        return sid
+
+    def _sync(self, state: State) -> None:
+        changed = np.flatnonzero(state.version != self.seen)
+        mid = self.cluster.model_id
+        for i in changed.tolist():
+            self.node_sid[i] = self._state_id(int(state.cpu_free[i]), int(mid[i]),
+                                              state.gpu_left[i])
+            self.seen[i] = state.version[i]
+
+    def _compute(self, sids: np.ndarray, r: Request) -> tuple[np.ndarray, np.ndarray]:
+        cpu = self.st_cpu[sids] - r.cpu
+        model = self.st_model[sids]
+        left = self.st_left[sids]
+        before = self.st_frag[sids]
+        if r.num_gpu == 0:
+            return self.fm.frag(cpu, model, left) - before, np.zeros(len(sids), np.int64)
+        if not r.share:
+            after = left.copy()
+            # sorted ascending: the wholly free GPUs are last; take r.num_gpu of them
+            after[:, self.g - r.num_gpu:] -= MILLI
+            after = np.where(after < 0, after + MILLI, after)  # guard (never for feasible)
+            return self.fm.frag(cpu, model, after) - before, np.full(len(sids), MILLI)
+        u, g = left.shape
+        cand = np.repeat(left[:, None, :], g, axis=1)                 # U x G(option) x G
+        diag = np.arange(g)
+        cand[:, diag, diag] -= r.gpu_milli
+        valid = left >= r.gpu_milli                                   # U x G
+        f = self.fm.frag(np.repeat(cpu, g), np.repeat(model, g),
+                         np.where(cand < 0, 0, cand).reshape(u * g, g)).reshape(u, g)
+        f = np.where(valid, f - before[:, None], np.inf)
+        key = self._score(f) if self.quantize else -f
+        j = np.argmax(key, axis=1)    # first best = the smallest free share (ascending)
+        rows = np.arange(u)
+        return f[rows, j], left[rows, j]
+
+    @staticmethod
+    def _score(delta: np.ndarray) -> np.ndarray:
+        """The FGD paper's integer node score: 100 * sigmoid(-delta / 1 GPU), truncated."""
+        with np.errstate(over="ignore"):
+            return np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
+
+    def select(self, state, r, mask):
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return None
+        self._sync(state)
+        sids = self.node_sid[idx]
+        key = (r.cpu, r.num_gpu, r.gpu_milli)
+        ent = self.cache.get(key)
+        if ent is None or len(ent[0]) < self.n_states:
+            size = max(1024, 2 * self.n_states)
+            d = np.full(size, np.nan)
+            ch = np.zeros(size, np.int64)
+            if ent is not None:
+                d[:len(ent[0])] = ent[0]
+                ch[:len(ent[1])] = ent[1]
+            ent = (d, ch)
+            self.cache[key] = ent
+        delta, choice = ent
+        vals = delta[sids]
+        miss = np.isnan(vals)
+        if miss.any():
+            ms = np.unique(sids[miss])
+            dd, cc = self._compute(ms, r)
+            delta[ms], choice[ms] = np.round(dd, 6), cc  # float noise must not break ties
+            vals = delta[sids]
+        if self.quantize:
+            score = self._score(vals)
+        else:
+            score = -vals
+        if self.tiebreak == "best-fit":
+            # equal FGD scores: the fuller node (the BestFit score) wins; see docs/scheduler.md
+            fit = (0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                   + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+            score = score - 1e-3 * fit
+        node = _pick(idx, score, self.rng)
+        if r.share:
+            row = state.gpu_left[node]
+            want = choice[self.node_sid[node]]
+            return node, (int(np.flatnonzero(row == want)[0]),)
+        return node, state.pick_gpus(node, r)
+
+
+@register("placement", "topology")
+class TopologyPlacement(Placement):
+    """Widest bottleneck bandwidth among the chosen GPUs, then best fit."""
+
+    name = "topology"
+
+    def __init__(self, cluster, jobs, rng):
+        super().__init__(cluster, jobs, rng)
+        self.cache: dict[tuple, tuple] = {}
+        self.bits = 1 << np.arange(max(1, cluster.max_gpus), dtype=np.int64)
+
+    def best_set(self, node: int, free_bits: int, k: int) -> tuple:
+        c = self.cluster
+        key = (c.model_id[node], int(c.num_gpu[node]), c.presets.get(node), free_bits, k)
+        hit = self.cache.get(key)
+        if hit is None:
+            bw, hops = c.gpu_tables(node)
+            free = [i for i in range(int(c.num_gpu[node])) if free_bits >> i & 1]
+            hit = nodetopo.best_gpu_set(free, k, bw, hops)
+            self.cache[key] = hit
+        return hit
+
+    def select(self, state, r, mask):
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return None
+        fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+        if r.num_gpu < 2:
+            node = _pick(idx, fit, self.rng)
+            return node, state.pick_gpus(node, r)
+        freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
+        best = None
+        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist())):
+            gpus, bw, hops = self.best_set(node, fb, r.num_gpu)
+            key = (bw, -hops, fit[pos])
+            if best is None or key > best[0]:
+                best = (key, node, gpus)
+        return best[1], tuple(best[2])
+
+
+# -- queue orders -----------------------------------------------------------------------
+@register("queue", "fifo")
+class FifoQueue:
+    """Arrival order; no preemption."""
+
+    preempt = False
+
+    @staticmethod
+    def key(jobs: JobSet, i: int) -> tuple:
+        return (float(jobs.creation[i]), i)
+
+
+@register("queue", "priority")
+class PriorityQueue:
+    """Higher priority first (then arrival); a job that fits nowhere may preempt lower ones."""
+
+    preempt = True
+
+    @staticmethod
+    def key(jobs: JobSet, i: int) -> tuple:
+        return (-int(jobs.priority[i]), float(jobs.creation[i]), i)
+
+
+# -- routing ----------------------------------------------------------------------------
+@register("routing", "kind")
+def route_by_kind(cluster: Cluster, kind: str) -> np.ndarray:
+    """Nodes of the pools :data:`~gpufabric.scheduler.cluster.ROUTES` gives the kind."""
+    return cluster.route_mask(kind)
+
+
+@register("routing", "none")
+def route_none(cluster: Cluster, kind: str) -> np.ndarray:
+    """Every node."""
+    return np.ones(len(cluster), dtype=bool)
+
+
+def placement_names() -> list[str]:
+    return REGISTRY.names("placement")
+
+
+def make_placement(name: str, cluster: Cluster, jobs: JobSet | None,
+                   rng: np.random.Generator) -> Placement:
+    """Instantiate the placement policy ``name`` (InputError if unknown)."""
+    return REGISTRY.get("placement", name)(cluster, jobs, rng)

@@ -199,7 +199,7 @@ class Planner:
         """Indices of the NICs used as rails (every NIC of node 0 that has a fabric port)."""
         if lay.nodes <= 1:
             return []
-        nics = self.topo.nics(self.topo.devices[lay.gpus[0][0]].node)
+        nics = self.router.kind_in_node("nic", self.topo.devices[lay.gpus[0][0]].node)
         rails = [i for i, n in enumerate(nics)
                  if any(l.kind == "net" for _, l in self.topo.neighbors(n.id))]
         if not rails:
@@ -209,7 +209,7 @@ class Planner:
 
     def _nic(self, node_gpus: list[str], rail: int) -> str:
         node = self.topo.devices[node_gpus[0]].node
-        return self.topo.nics(node)[rail].id
+        return self.router.kind_in_node("nic", node)[rail].id
 
     def _entry(self, node_gpus: list[str], rail: int) -> str:
         """The rank GPU that owns a rail on this node (falls back to rail mod ranks)."""
@@ -469,7 +469,7 @@ class Planner:
             k2, b = flat[(i + 1) % len(flat)]
             wraps = lay.nodes > 1 and lay.m == 1 and i == len(flat) - 1
             if k2 != k or wraps:
-                nics = self.topo.nics(self.topo.devices[a].node)
+                nics = self.router.kind_in_node("nic", self.topo.devices[a].node)
                 near = self.router.nearest_nic(a)
                 rail = next((j for j, x in enumerate(nics) if x.id == near), self.rails(lay)[0])
                 tr.append(self._net_transfer(lay, k, a, lambda gg: gg[0], rail, size, "p2p"))

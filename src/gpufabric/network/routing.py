@@ -81,6 +81,16 @@ class Router:
         meta_p2p = topo.meta.get("p2p")
         self.p2p_default = True if meta_p2p is None else bool(meta_p2p)
 
+    def kind_in_node(self, kind: str, node: int) -> list:
+        """Devices of one kind in one node, in build order (cached)."""
+        idx = self.__dict__.get("_by_node")
+        if idx is None:
+            idx = {}
+            for d in self.topo.devices.values():
+                idx.setdefault((d.kind, d.node), []).append(d)
+            self.__dict__["_by_node"] = idx
+        return idx.get((kind, node), [])
+
     # -- host (PCIe) side ------------------------------------------------------------------
     def host_walk(self, src: str, dst: str) -> tuple[str, ...] | None:
         """Shortest PCIe / inter-socket walk; intermediate devices are switches and CPUs."""
@@ -93,7 +103,7 @@ class Router:
 
     def _cpu_of(self, dev: str) -> str | None:
         d = self.topo.devices[dev]
-        cpus = self.topo.of_kind(CPU, d.node)
+        cpus = self.kind_in_node(CPU, d.node)
         for c in cpus:
             if c.numa == d.numa:
                 return c.id
@@ -151,8 +161,8 @@ class Router:
     # -- NICs ------------------------------------------------------------------------------
     def _rails(self, node: int) -> None:
         """Match NICs and GPUs of a node one to one, closest first (NCCL's rail pairing)."""
-        gpus = self.topo.gpus(node)
-        nics = self.topo.nics(node)
+        gpus = self.kind_in_node(GPU, node)
+        nics = self.kind_in_node(NIC, node)
         cand = []
         for n in nics:
             for g in gpus:

@@ -250,29 +250,44 @@ class Planner:
         ch = len(rails)
         tr = []
         hops: list[str] = []
-        base = self.ring_orders(lay.gpus[0])[0]
+        rings = self.weighted_rings(lay.gpus[0])
         idx = {g: i for i, g in enumerate(lay.gpus[0])}
         for c, rail in enumerate(rails):
-            for k, node_gpus in enumerate(lay.gpus):
-                entry = self._entry(node_gpus, rail)
-                pos = [g for g in node_gpus]
-                # the node's ring order (same shape as node 0's), rotated to start at the entry
-                order = [node_gpus[idx[g]] for g in base] if len(base) == len(node_gpus) else pos
-                s = order.index(entry)
-                order = order[s:] + order[:s]
-                for a, b in zip(order, order[1:]):
-                    tr.append(Transfer(a, b, per_rank_bytes / ch, tag=f"ring{c}"))
-                    if c == 0:
-                        hops.append(self.net.route(tr[-1]).transport)
-                exit_gpu = order[-1]
-                t = self._net_transfer(lay, k, exit_gpu,
-                                       lambda g, r=rail: self._entry(g, r), rail,
-                                       per_rank_bytes / ch, f"ring{c}")
-                tr.append(t)
-                if c == 0:
-                    hops.append("net")
+            for j, (base, share) in enumerate(rings):
+                part = per_rank_bytes * share / ch
+                for k, node_gpus in enumerate(lay.gpus):
+                    order = self._node_order(node_gpus, base, idx, rail)
+                    for a, b in zip(order, order[1:]):
+                        tr.append(Transfer(a, b, part, tag=f"ring{c}.{j}"))
+                        if c == 0 and j == 0:
+                            hops.append(self.net.route(tr[-1]).transport)
+                    tr.append(self._net_transfer(lay, k, order[-1],
+                                                 lambda g, r=rail: self._entry(g, r), rail,
+                                                 part, f"ring{c}.{j}"))
+                    if c == 0 and j == 0:
+                        hops.append("net")
         return Pattern(tr, hops, hop_scale=lay.scale,
                        note=f"{ch} ring(s), one per rail NIC, over {lay.nodes} nodes")
+
+    def _node_order(self, node_gpus: list[str], base: list[str], idx: dict, rail: int
+                    ) -> list[str]:
+        """A node's part of a ring: node 0's ring shape, entered at the rail's GPU, walked in
+        the direction whose last GPU reaches the rail's NIC best (as NCCL's search ends a
+        ring next to its NIC)."""
+        order = [node_gpus[idx[g]] for g in base] if len(base) == len(node_gpus) \
+            else list(node_gpus)
+        entry = self._entry(node_gpus, rail)
+        s = order.index(entry)
+        fwd = order[s:] + order[:s]
+        if len(fwd) <= 2:
+            return fwd
+        back = [fwd[0]] + fwd[:0:-1]
+        nic = self._nic(node_gpus, rail)
+
+        def cost(o):
+            w, transport, staged = self.router.gpu_nic_walk(o[-1], nic, prefer_pxn=True)
+            return (staged, transport != "nvlink" and not self.router._is_close(w), len(w))
+        return back if cost(back) < cost(fwd) else fwd
 
     def _hop_kinds(self, tr):
         return [self.net.route(t).transport for t in tr]

@@ -61,7 +61,10 @@ def _print_matrix(title: str, labels: list[str], cells: list[list[str]]) -> None
     for lab, row in zip(labels, cells):
         table.add_row(lab, *row)
     widest = max([len(c) for row in cells for c in row] + [len(l) for l in labels] + [1])
-    need = 8 + (widest + 2) * (len(labels) + 1)
+    _print_wide(table, 8 + (widest + 2) * (len(labels) + 1))
+
+
+def _print_wide(table: Table, need: int) -> None:
     (console if console.width >= need else Console(width=need)).print(table)
 
 
@@ -198,6 +201,6 @@ def compare(systems_: Optional[list[str]] = typer.Argument(
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output)})
         return
-    console.print(cmp.table(rows))
+    _print_wide(cmp.table(rows), 190)
     if not no_html:
         console.print(f"report: {output}")

@@ -41,7 +41,8 @@ def table(rs: list[dict[str, Any]]) -> Table:
     tb = Table(title="Ways of connecting GPUs, side by side", box=None)
     for col in ("system", "GPUs", "pair GB/s min/med/max", "P2P pairs", "lanes used/left",
                 "path mix", "PCIe sw", "NVSw", "AR busbw 1GB", "AR 8B us", "A2A busbw 1GB"):
-        tb.add_column(col, justify="left" if col in ("system", "path mix") else "right")
+        tb.add_column(col, justify="left" if col in ("system", "path mix") else "right",
+                      no_wrap=True)
     for r in rs:
         bw = r["pair_bw_GBps"]
         c = r.get("collectives") or {}

@@ -58,9 +58,9 @@ def schedule(
 ) -> None:
     """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
     from gpufabric.scheduler import REGISTRY, load_jobs, load_nodes
-    from gpufabric.scheduler.arrival import arrival
+    from gpufabric.scheduler.arrival import run_arrivals
     from gpufabric.scheduler.failures import parse_duration, parse_failures
-    from gpufabric.scheduler.replay import replay
+    from gpufabric.scheduler.replay import run_replay
 
     if mode not in ("arrival", "replay"):
         raise InputError(f"unknown mode '{mode}' (allowed: arrival, replay)", field="--mode")
@@ -88,7 +88,7 @@ def schedule(
         results = []
         with (prog or _Null()):
             for p in policies:
-                results.append(arrival(cluster, jobs, p, seeds, ratio, routing,
+                results.append(run_arrivals(cluster, jobs, p, seeds, ratio, routing,
                                        tick=lambda k: adv()))
         if json:
             out = [dict(_arrival_json(r)) for r in results]
@@ -107,7 +107,7 @@ def schedule(
     with (prog or _Null()):
         for p in policies:
             for s in seeds:
-                results.append(replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
+                results.append(run_replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
                                       routing=routing, default_checkpoint_s=ck, load=load,
                                       tick=lambda t: adv()))
     if json:

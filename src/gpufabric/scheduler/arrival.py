@@ -126,7 +126,7 @@ def run_arrival(cluster: Cluster, jobs: JobSet, policy: str, seed: int = 42,
     scheduled = 0
     for i in range(len(js)):
         r = Request(cpu[i], mem[i], ng[i], gm[i])
-        got = place_gang(state, place, r, masks.of(i), gang[i])
+        got = place_gang(state, place, r, masks.tiers(i), gang[i])
         scheduled += got is not None
         arrived += int(req[i])
         while k < POINTS and arrived >= k * step:
@@ -140,7 +140,7 @@ def run_arrival(cluster: Cluster, jobs: JobSet, policy: str, seed: int = 42,
                       len(js) - scheduled, time.perf_counter() - t0)
 
 
-def arrival(cluster: Cluster, jobs: JobSet, policy: str, seeds: list[int],
+def run_arrivals(cluster: Cluster, jobs: JobSet, policy: str, seeds: list[int],
             ratio: float = 1.3, routing: str = "kind",
             tick: Callable[[int], None] | None = None) -> ArrivalResult:
     """Runs for each seed and their mean curve."""

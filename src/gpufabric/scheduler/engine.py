@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufabric.scheduler.cluster import Cluster
+from gpufabric.scheduler.cluster import POOLS, ROUTES, Cluster
 from gpufabric.scheduler.jobs import KINDS, JobSet
 from gpufabric.scheduler.registry import REGISTRY
 from gpufabric.scheduler.state import Request, State
@@ -26,23 +26,40 @@ class BaseMasks:
         self._gpu = (jobs.num_gpu > 0).tolist()
 
     def of(self, i: int) -> np.ndarray:
+        """Every node job ``i`` may use."""
+        return self.tiers(i)[0]
+
+    def tiers(self, i: int) -> list[np.ndarray]:
+        """[all allowed nodes, then each pool in the order the routing prefers] for job ``i``."""
         key = (self._spec[i] if self._gpu[i] else 0, self._kind[i], self._gpu[i])
-        m = self._cache.get(key)
-        if m is None:
-            m = self.route(self.cluster, KINDS[key[1]]).copy()
+        t = self._cache.get(key)
+        if t is None:
+            c = self.cluster
+            m = self.route(c, KINDS[key[1]]).copy()
             if key[2]:
-                m &= self.cluster.model_mask(self.jobs.specs[key[0]])
-                m &= self.cluster.num_gpu > 0
-            self._cache[key] = m
-        return m
+                m &= c.model_mask(self.jobs.specs[key[0]])
+                m &= c.num_gpu > 0
+            prefs = [m & (c.pool == POOLS.index(p)) for p in ROUTES[KINDS[key[1]]]]
+            prefs = [p for p in prefs if p.any()]
+            t = [m] + (prefs if len(prefs) > 1 else [])
+            self._cache[key] = t
+        return t
 
 
-def place_gang(state: State, policy, r: Request, base: np.ndarray, gang: int = 1
+def place_gang(state: State, policy, r: Request, base, gang: int = 1
                ) -> list[tuple[int, tuple[int, ...]]] | None:
     """Place ``gang`` members of request ``r`` all together, or none (state unchanged).
 
-    Returns the (node, GPUs) of each member, or None.
+    ``base`` is the mask of allowed nodes, or a list from :meth:`BaseMasks.tiers`: then the
+    preferred pools are tried first, one after the other. Returns the (node, GPUs) of each
+    member, or None.
     """
+    if isinstance(base, list):
+        for tier in (base[1:] or base[:1]):
+            got = place_gang(state, policy, r, tier, gang)
+            if got is not None:
+                return got
+        return None
     done: list[tuple[int, tuple[int, ...]]] = []
     for _ in range(gang):
         sel = policy.select(state, r, state.feasible(r, base))

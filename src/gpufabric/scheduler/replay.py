@@ -25,7 +25,7 @@ Examples
 >>> from gpufabric.scheduler.jobs import Job, JobSet
 >>> jobs = JobSet.from_jobs([Job("a", 1000, 1024, 1, creation_s=0, duration_s=10),
 ...                          Job("b", 1000, 1024, 1, creation_s=1, duration_s=10)])
->>> r = replay(load_nodes("T4x1*1"), jobs, "best-fit")
+>>> r = run_replay(load_nodes("T4x1*1"), jobs, "best-fit")
 >>> r.jobs[1]["wait_s"], r.jobs[1]["jct_s"], r.summary["completed"]
 (9.0, 19.0, 2)
 """
@@ -74,7 +74,7 @@ def _pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else 0.0
 
 
-def replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fifo",
+def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fifo",
            seed: int = 42, failures: FailureSpec | None = None, routing: str = "kind",
            default_checkpoint_s: float = 0.0, samples: int = 200, load: float = 1.0,
            tick: Callable[[float], None] | None = None) -> ReplayResult:
@@ -192,7 +192,7 @@ def replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fifo",
         return int(ok.sum()) >= 1 if gang[i] == 1 else bool(ok.any())
 
     def try_place(i: int) -> bool:
-        where = place_gang(state, place, req[i], masks.of(i), gang[i])
+        where = place_gang(state, place, req[i], masks.tiers(i), gang[i])
         if where is None:
             return False
         waiting.discard(i)

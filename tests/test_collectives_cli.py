@@ -49,13 +49,17 @@ def test_collective_forced_algorithm(capsys):
 
 
 def test_explain_names_the_bottleneck_and_how_busy(capsys):
-    code, out, _ = run(capsys, "collective", "gpu=RTX-5090,gpus_per_node=8,scale_up=pcie,"
+    code, out, _ = run(capsys, "collective", "gpu=RTX-5090,gpus_per_node=4,scale_up=pcie,"
                        "p2p=false,pcie_gen=5", "--min", "1G", "--max", "1G", "--explain")
     assert code == 0
     line = next(l for l in out.splitlines() if "bottleneck" in l)
     assert "PCIe root port of socket" in line
     busy = int(line.rsplit(",", 1)[1].strip().removesuffix("% busy"))
     assert 95 <= busy <= 100          # a 1 GB ring keeps the bottleneck busy all along
+    # eight such cards, four per socket: the socket's memory runs out first
+    code, out, _ = run(capsys, "collective", "gpu=RTX-5090,gpus_per_node=8,scale_up=pcie,"
+                       "p2p=false,pcie_gen=5", "--min", "1G", "--max", "1G", "--explain")
+    assert "bottleneck the host memory (DRAM) of socket" in out
 
 
 def test_bad_op_size_algo_exit_2_with_one_line(capsys):

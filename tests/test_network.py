@@ -132,3 +132,20 @@ def test_host_bounce_costs_more_than_p2p():
     slow = Network(pcie_box(p2p=False)).simulate([Transfer("g0", "g1", 24e9)])
     assert slow.bw_time_s > fast.bw_time_s
     assert slow.transports == ["shm"]
+
+
+def test_host_bounces_share_the_socket_memory():
+    # 8 GeForce cards, 4 per socket, no P2P: a ring bounces every hop through the sender's
+    # socket memory, written then read: 4 flows x 2 per socket on Xeon 8480+ DRAM
+    # (8 x DDR5-4800 = 307.2 GB/s x 0.73 usable)
+    from gpufabric.network.capacity import DRAM_EFFICIENCY
+    t = from_spec({"gpu": "RTX-5090", "gpus_per_node": 8, "scale_up": "pcie", "p2p": False,
+                   "pcie_gen": 5, "host": {"cpu": "Xeon-Platinum-8480+", "sockets": 2}})
+    net = Network(t)
+    gpus = [g.id for g in t.gpus()]
+    ring = [Transfer(a, b, 1e9) for a, b in zip(gpus, gpus[1:] + gpus[:1])]
+    r = net.simulate(ring)
+    dram = 307.2 * DRAM_EFFICIENCY
+    assert r.bw_time_s == pytest.approx(8 / dram)
+    b = r.bottleneck()
+    assert b.kind == "dram" and "host memory" in b.label

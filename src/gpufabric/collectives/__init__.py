@@ -337,7 +337,7 @@ class Model:
         if top is not None and t > 0:
             bw_us = size * plan.bw_s_per_byte / (plan.eff * self._proto_eff(op, p, lay)) * 1e6
             busy = top.busy * (bw_us / t) * plan.eff * self._proto_eff(op, p, lay)
-            bott = f"{top.label} ({top.src} -> {top.dst})"
+            bott = top.label if top.kind == "dram" else f"{top.label} ({top.src} -> {top.dst})"
         return Prediction(op, int(size), int(size // DTYPE_BYTES), "float",
                           "sum" if op in ("all_reduce", "reduce", "reduce_scatter") else "none",
                           0 if op in ("broadcast", "reduce") else -1, n, t, algbw,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufabric.network.capacity import usable_GBps
+from gpufabric.network.capacity import host_memory_GBps, usable_GBps
 from gpufabric.network.fairshare import fluid, maxmin_rates
 from gpufabric.network.routing import Route, Router
 from gpufabric.topology.model import Topology
@@ -165,10 +165,23 @@ class Network:
             c = usable_GBps(l, topo) * 1e9
             caps[2 * i] = caps[2 * i + 1] = c
             lat[2 * i] = lat[2 * i + 1] = l.lat_us
-        self.caps_Bps = caps
-        self.lat_us = lat
         self._kinds = [l.kind for l in topo.links for _ in (0, 1)]
         self._ends = [(l.a, l.b) if d == 0 else (l.b, l.a) for l in topo.links for d in (0, 1)]
+        # one more edge per CPU socket with known memory: its DRAM, which host-memory bounces
+        # and staged network copies cross twice (written, then read)
+        self._dram: dict[str, int] = {}
+        extra_caps, extra_lat = [], []
+        for d in topo.devices.values():
+            if d.kind == "cpu":
+                bw = host_memory_GBps(topo, d.id)
+                if bw:
+                    self._dram[d.id] = 2 * n + len(extra_caps)
+                    extra_caps.append(bw * 1e9)
+                    extra_lat.append(0.0)
+                    self._kinds.append("dram")
+                    self._ends.append((d.id, d.id))
+        self.caps_Bps = np.concatenate([caps, extra_caps])
+        self.lat_us = np.concatenate([lat, extra_lat])
 
     def edge(self, u: str, v: str) -> int:
         """Index of the directed edge u -> v."""
@@ -198,6 +211,7 @@ class Network:
         with every other one on each link direction, and pays its route's latency.
         """
         paths: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
         sizes: list[float] = []
         fcaps: list[float] = []
         owner: list[int] = []
@@ -209,18 +223,25 @@ class Network:
             lat = 0.0
             k = len(r.walks)
             # a GPU-to-GPU bounce through host memory costs its links 1/SHM_EFFICIENCY
-            # bytes per byte delivered (the receiving GPU reads host memory across PCIe)
+            # bytes per byte delivered (the receiving GPU reads host memory across PCIe);
+            # any copy through host memory writes and reads the socket's DRAM
             bounce = r.transport == "shm" and self._is_gpu(t.src) and self._is_gpu(t.dst)
             weight = 1.0 / SHM_EFFICIENCY if bounce else 1.0
+            drams = [self._dram[h] for h in r.hosts if h in self._dram]
             for w in r.walks:
                 e = self.edges_of(w)
+                wt = np.full(len(e), weight)
+                if drams:
+                    e = np.concatenate([e, drams]).astype(int)
+                    wt = np.concatenate([wt, np.full(len(drams), 2.0)])
                 paths.append(e)
-                sizes.append(t.size_bytes * weight / k)
+                weights.append(wt)
+                sizes.append(t.size_bytes / k)
                 fcaps.append(np.inf)
                 owner.append(i)
                 lat = max(lat, float(self.lat_us[e].sum()) if len(e) else 0.0)
             lats.append(lat)
-        res = fluid(paths, self.caps_Bps, np.array(sizes), np.array(fcaps))
+        res = fluid(paths, self.caps_Bps, np.array(sizes), np.array(fcaps), weights)
         fin = np.zeros(len(transfers))
         np.maximum.at(fin, np.array(owner, dtype=int), res.finish_s) if owner else None
         times = [float(f + l * 1e-6) if transfers[i].size_bytes > 0 else float(l * 1e-6)
@@ -235,7 +256,9 @@ class Network:
         for rank, j in enumerate(order):       # busiest first; plain words for the top ones
             e = int(used[j])
             u, v = self._ends[e]
+            label = "" if rank >= 8 else (
+                f"the host memory (DRAM) of socket {max(self.topo.devices[u].numa, 0)}"
+                if self._kinds[e] == "dram" else describe_edge(self.topo, u, v))
             edges.append(EdgeUse(u, v, self._kinds[e], caps[j] / 1e9,
-                                 float(res.edge_bytes[e]), round(float(busy[j]), 6),
-                                 describe_edge(self.topo, u, v) if rank < 8 else ""))
+                                 float(res.edge_bytes[e]), round(float(busy[j]), 6), label))
         return SimResult(times, max(times, default=0.0), span, transports, edges)

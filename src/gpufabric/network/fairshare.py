@@ -27,7 +27,8 @@ _EPS = 1e-12
 
 
 def maxmin_rates(paths: list[np.ndarray], caps: np.ndarray,
-                 flow_caps: np.ndarray | None = None) -> np.ndarray:
+                 flow_caps: np.ndarray | None = None,
+                 weights: list[np.ndarray] | None = None) -> np.ndarray:
     """Max-min fair rates of flows over edges.
 
     Parameters
@@ -38,6 +39,9 @@ def maxmin_rates(paths: list[np.ndarray], caps: np.ndarray,
         Capacity of each edge (any rate unit; the result is in that unit).
     flow_caps : array, optional
         A per-flow ceiling (``inf`` for none), e.g. a copy engine or a staged copy.
+    weights : list of float arrays, optional
+        Capacity used per unit of rate on each edge of each flow (default 1): a copy bounced
+        through host memory uses DRAM twice (write, then read) per byte delivered.
 
     Returns
     -------
@@ -49,6 +53,8 @@ def maxmin_rates(paths: list[np.ndarray], caps: np.ndarray,
         return np.zeros(0)
     caps = np.asarray(caps, dtype=float)
     ne = len(caps)
+    if weights is None:
+        weights = [np.ones(len(p)) for p in paths]
     if flow_caps is not None:
         fc = np.asarray(flow_caps, dtype=float)
         has = np.isfinite(fc)
@@ -56,19 +62,22 @@ def maxmin_rates(paths: list[np.ndarray], caps: np.ndarray,
         extra = np.flatnonzero(has)
         caps = np.concatenate([caps, fc[has]])
         paths = list(paths)
+        weights = list(weights)
         for k, f in enumerate(extra):
             paths[f] = np.concatenate([paths[f], [ne + k]]).astype(int)
+            weights[f] = np.concatenate([weights[f], [1.0]])
         ne = len(caps)
     lens = np.fromiter((len(p) for p in paths), dtype=int, count=nf)
     inc_f = np.repeat(np.arange(nf), lens)
     inc_e = np.concatenate(paths).astype(int) if lens.sum() else np.zeros(0, dtype=int)
+    inc_w = np.concatenate(weights).astype(float) if lens.sum() else np.zeros(0)
     rate = np.full(nf, np.inf)
     active = lens > 0
     rem = caps.copy()
     level = 0.0
     while active.any():
         act_inc = active[inc_f]
-        cnt = np.bincount(inc_e[act_inc], minlength=ne).astype(float)
+        cnt = np.bincount(inc_e[act_inc], weights=inc_w[act_inc], minlength=ne)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(cnt > 0, rem / cnt, np.inf)
         s = share.min()
@@ -107,7 +116,8 @@ class FluidResult:
 
 
 def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
-          flow_caps_Bps: np.ndarray | None = None) -> FluidResult:
+          flow_caps_Bps: np.ndarray | None = None,
+          weights: list[np.ndarray] | None = None) -> FluidResult:
     """Fluid simulation: flows start together and are re-shared max-min fairly as they end.
 
     Parameters
@@ -120,6 +130,8 @@ def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
         Bytes of each flow.
     flow_caps_Bps : array, optional
         Per-flow ceilings in bytes per second.
+    weights : list of float arrays, optional
+        Bytes each edge carries per byte of the flow (default 1).
 
     Examples
     --------
@@ -133,9 +145,11 @@ def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
     finish = np.zeros(nf)
     ne = len(caps_Bps)
     edge_bytes = np.zeros(ne)
-    for p, b in zip(paths, size):
+    if weights is None:
+        weights = [np.ones(len(p)) for p in paths]
+    for p, w, b in zip(paths, weights, size):
         if len(p):
-            np.add.at(edge_bytes, p, b)
+            np.add.at(edge_bytes, p, b * w)
     remaining = size.copy()
     alive = remaining > 0
     t = 0.0
@@ -143,7 +157,7 @@ def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
     while alive.any():
         idx = np.flatnonzero(alive)
         r = maxmin_rates([paths[i] for i in idx], caps_Bps,
-                         None if fc is None else fc[idx])
+                         None if fc is None else fc[idx], [weights[i] for i in idx])
         if np.all(np.isinf(r)):      # nothing constrains them: instantaneous
             finish[idx] = t
             break

@@ -36,12 +36,14 @@ class Route:
 
     ``transport`` is the slowest class of hop on the way: ``nvlink``, ``pcie`` (P2P or
     GPUDirect), ``shm`` (bounce through host memory) or ``net`` (crosses the fabric).
-    ``staged`` is True when some part is staged through host memory.
+    ``staged`` is True when some part is staged through host memory, ``hosts`` then names
+    the CPU sockets whose memory holds the data on the way.
     """
 
     walks: tuple[tuple[str, ...], ...]
     transport: str
     staged: bool = False
+    hosts: tuple[str, ...] = ()      # CPU sockets whose DRAM the data passes through
 
 
 def _bfs(topo: Topology, src: str, ok_link, ok_via) -> dict[str, str | None]:
@@ -144,6 +146,10 @@ class Router:
                 except InputError:
                     pass
         return True
+
+    def host_of(self, walk: tuple[str, ...]) -> str | None:
+        """The first CPU socket on a walk (where a staged copy lands in memory)."""
+        return next((d for d in walk if self.topo.devices[d].kind == CPU), None)
 
     # -- scale-up side ---------------------------------------------------------------------
     def peer_walk(self, a: str, b: str) -> tuple[str, ...] | None:
@@ -299,7 +305,7 @@ class Router:
                 return Route((hw,), "pcie")
             cpu = self._cpu_of(src)
             up, down = self.host_walk(src, cpu), self.host_walk(cpu, dst)
-            return Route((up + down[1:],), "shm", True)
+            return Route((up + down[1:],), "shm", True, (cpu,))
         if a.kind == GPU and b.kind == GPU:
             ns = nic_src or self.nearest_nic(src)
             nd = nic_dst or self.nearest_nic(dst)
@@ -307,15 +313,18 @@ class Router:
                 raise ValueError(f"no NIC to reach {dst} from {src}")
             w1, t1, s1 = self.gpu_nic_walk(src, ns)
             w3, t3, s3 = self.gpu_nic_walk(dst, nd)
+            hosts = tuple(h for h, st in ((self.host_of(w1), s1), (self.host_of(w3), s3))
+                          if st and h)
             w3 = tuple(reversed(w3))
             walks = tuple(w1 + f[1:-1] + w3 for f in self.fabric_walks(ns, nd))
-            return Route(walks, "net", s1 or s3)
+            return Route(walks, "net", s1 or s3, hosts)
         if a.kind == GPU and b.kind == NIC:
             w, t, s = self.gpu_nic_walk(src, dst)
-            return Route((w,), t, s)
+            return Route((w,), t, s, (self.host_of(w),) if s and self.host_of(w) else ())
         if a.kind == NIC and b.kind == GPU:
             w, t, s = self.gpu_nic_walk(dst, src)
-            return Route((tuple(reversed(w)),), t, s)
+            return Route((tuple(reversed(w)),), t, s,
+                         (self.host_of(w),) if s and self.host_of(w) else ())
         # anything else (GPU <-> NVSwitch for NVLS, NIC <-> switch...): shortest usable walk
         par = _bfs(self.topo, src, lambda l: l.kind not in ("sli", "crossfire"),
                    lambda d: devs[d].kind in (PCIE_SWITCH, CPU, NVSWITCH, NET_SWITCH))

@@ -40,6 +40,7 @@ def test_collective_json_and_ranks(capsys):
     assert code == 0 and data["ranks"] == 4 and data["op"] == "all_gather"
     row = data["rows"][0]
     assert row["size"] == 2**30 and row["busbw"] == row["algbw"] * 3 / 4
+    assert row["count"] == 2**30 // 4 // 4       # nccl-tests: elements per rank for all_gather
 
 
 def test_collective_forced_algorithm(capsys):

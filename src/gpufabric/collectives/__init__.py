@@ -90,7 +90,11 @@ def check_algo(algo: str | None) -> str:
 
 @dataclass
 class Prediction:
-    """One predicted point, in nccl-tests terms (sizes in bytes, time in microseconds)."""
+    """One predicted point, in nccl-tests terms (sizes in bytes, time in microseconds).
+
+    ``size`` is the whole buffer as nccl-tests prints it; ``count`` its float elements, per
+    rank for all_gather, reduce_scatter and all_to_all (nccl-tests' count column).
+    """
 
     op: str
     size: int
@@ -338,7 +342,9 @@ class Model:
             bw_us = size * plan.bw_s_per_byte / (plan.eff * self._proto_eff(op, p, lay)) * 1e6
             busy = top.busy * (bw_us / t) * plan.eff * self._proto_eff(op, p, lay)
             bott = top.label if top.kind == "dram" else f"{top.label} ({top.src} -> {top.dst})"
-        return Prediction(op, int(size), int(size // DTYPE_BYTES), "float",
+        # nccl-tests prints the per-rank element count for the sharded operations
+        per = n if op in ("all_gather", "reduce_scatter", "all_to_all") else 1
+        return Prediction(op, int(size), int(size // DTYPE_BYTES // per), "float",
                           "sum" if op in ("all_reduce", "reduce", "reduce_scatter") else "none",
                           0 if op in ("broadcast", "reduce") else -1, n, t, algbw,
                           algbw * busbw_factor(op, n), plan.algo, p, bott, round(busy, 4),
@@ -353,7 +359,9 @@ class Model:
             mem = 1000.0
         t = P.BASE_LAT_US["ring"]["Simple"] + 2 * size / (mem * 1e9) * 1e6
         algbw = size / (t * 1e-6) / 1e9
-        return Prediction(op, int(size), int(size // DTYPE_BYTES), "float", "sum", -1, 1, t,
+        # nccl-tests prints the per-rank element count for the sharded operations
+        per = n if op in ("all_gather", "reduce_scatter", "all_to_all") else 1
+        return Prediction(op, int(size), int(size // DTYPE_BYTES // per), "float", "sum", -1, 1, t,
                           algbw, 0.0, "local", "Simple", note="one rank: a local copy")
 
 

@@ -226,7 +226,7 @@ class Model:
         if algo == "hierarchical":
             phases = pl.hierarchical(lay, _UNIT)
             parts = [self.net.simulate(ph.transfers) for ph in phases]
-            bw = sum(s.bw_time_s for s in parts) / _UNIT
+            bw = sum(s.drain_s for s in parts) / _UNIT
             lat = {}
             for p in P.PROTOCOLS:
                 lat[p] = P.BASE_LAT_US["ring"][p] * len(phases)
@@ -286,7 +286,7 @@ class Model:
         else:  # pragma: no cover - guarded by _resolve
             raise InputError(f"unknown algorithm '{algo}'", field="algorithm")
         sim = self.net.simulate(pat.transfers)
-        bw = sim.bw_time_s / _UNIT
+        bw = sim.drain_s / _UNIT
         if algo in ("nvls", "nvls_tree"):
             protos = ("Simple",)
         elif self._intra_ok_ll128(kinds):
@@ -338,9 +338,9 @@ class Model:
         algbw = size / (t * 1e-6) / 1e9 if t > 0 else 0.0
         bott, busy = "", 0.0
         top = max(plan.sim_edges, key=lambda e: e.busy, default=None)
-        if top is not None and t > 0:
-            bw_us = size * plan.bw_s_per_byte / (plan.eff * self._proto_eff(op, p, lay)) * 1e6
-            busy = top.busy * (bw_us / t) * plan.eff * self._proto_eff(op, p, lay)
+        if top is not None and t > 0 and top.usable_GBps > 0:
+            # the share of the operation's time this link direction spends moving data
+            busy = min(1.0, top.bytes / _UNIT * size / (top.usable_GBps * 1e9) / (t * 1e-6))
             bott = top.label if top.kind == "dram" else f"{top.label} ({top.src} -> {top.dst})"
         # nccl-tests prints the per-rank element count for the sharded operations
         per = n if op in ("all_gather", "reduce_scatter", "all_to_all") else 1

@@ -99,7 +99,9 @@ class SimResult:
     """Outcome of :meth:`Network.simulate`.
 
     ``time_s[i]`` is when transfer ``i`` ended (its route's latency plus its fluid finish);
-    ``makespan_s`` the last of them; ``bw_time_s`` the fluid part alone (no latency).
+    ``makespan_s`` the last of them; ``bw_time_s`` the fluid part alone (no latency);
+    ``drain_s`` the busy time of the busiest link direction (bytes / usable rate), which a
+    pipelined collective takes as its bandwidth time.
     """
 
     time_s: list[float]
@@ -107,6 +109,7 @@ class SimResult:
     bw_time_s: float
     transports: list[str]
     edges: list[EdgeUse] = field(default_factory=list)
+    drain_s: float = 0.0
 
     def bottleneck(self) -> EdgeUse | None:
         """The busiest link direction (None if nothing moved)."""
@@ -261,4 +264,4 @@ class Network:
                 if self._kinds[e] == "dram" else describe_edge(self.topo, u, v))
             edges.append(EdgeUse(u, v, self._kinds[e], caps[j] / 1e9,
                                  float(res.edge_bytes[e]), round(float(busy[j]), 6), label))
-        return SimResult(times, max(times, default=0.0), span, transports, edges)
+        return SimResult(times, max(times, default=0.0), span, transports, edges, res.drain_s)

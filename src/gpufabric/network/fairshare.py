@@ -1,5 +1,10 @@
 """Max-min fair sharing of directed link capacities, and a fluid simulation over it.
 
+Note: max-min fairness is not monotone. Slowing one flow can free a shared link for another
+and end a set of transfers sooner (see tests/test_network.py for a four-number example), so
+"more contention never helps" holds for :attr:`FluidResult.drain_s`, the busiest link's busy
+time, not always for the re-shared makespan.
+
 A *flow* crosses a set of directed edges (a link in one direction). At every instant the
 flows get the max-min fair allocation (progressive filling): all rates rise together until an
 edge is full; the flows through that edge freeze; the others keep rising. When a flow has sent
@@ -108,11 +113,17 @@ class FluidResult:
         Bytes carried by each edge.
     makespan_s : float
         When the last flow finished.
+    drain_s : float
+        The busiest edge's busy time, max over edges of bytes / capacity: a lower bound of
+        ``makespan_s``, equal to it when every flow is held back only by shared edges (the
+        steady state of pipelined collectives). Unlike the max-min makespan it never falls
+        when traffic is added or a capacity lowered.
     """
 
     finish_s: np.ndarray
     edge_bytes: np.ndarray
     makespan_s: float
+    drain_s: float = 0.0
 
 
 def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
@@ -172,4 +183,8 @@ def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
         finish[idx[done]] = t
         remaining[idx[done]] = 0.0
         alive[idx[done]] = False
-    return FluidResult(finish, edge_bytes, float(finish.max()) if nf else 0.0)
+    caps = np.asarray(caps_Bps, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy = np.where(edge_bytes > 0, edge_bytes / caps, 0.0)
+    return FluidResult(finish, edge_bytes, float(finish.max()) if nf else 0.0,
+                       float(busy.max()) if len(busy) else 0.0)

@@ -17,7 +17,8 @@ Every job ends in exactly one state: ``completed``, ``failed`` or ``unscheduled`
 started, with the reason). Results: job completion time (submit to end), queueing delay,
 time-averaged GPU utilization, fragmentation over time (share of free GPU milli the trace's
 typical jobs cannot use, :class:`~gpufabric.scheduler.policies.FragModel`), GPU-hours redone and
-each job's availability (time running / time from first start to end).
+each job's availability (useful work done / time from its first start to its end: lost work
+and time spent waiting after a failure or preemption lower it).
 
 Examples
 --------
@@ -102,6 +103,7 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
     status = ["pending"] * n
     reason = [""] * n
     remaining = jobs.duration.astype(float).tolist()
+    work = list(remaining)       # useful work each job asks for
     epoch = [0] * n
     started = [math.nan] * n     # start of the current run
     first = [math.nan] * n
@@ -352,7 +354,8 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
             rec["wait_s"] = first[i] - creation[i]
             wait.append(rec["wait_s"])
             span = end[i] - first[i]
-            rec["availability"] = round(ran[i] / span, 6) if span > 0 else 1.0
+            useful = work[i] - remaining[i]
+            rec["availability"] = round(min(1.0, useful / span), 6) if span > 0 else 1.0
         if status[i] == "completed":
             rec["end_s"] = end[i]
             rec["jct_s"] = end[i] - creation[i]

@@ -293,7 +293,7 @@ class Model:
             protos = P.PROTOCOLS
         else:
             protos = ("LL", "Simple")
-        eff = P.TREE_EFFICIENCY if algo == "tree" else 1.0
+        eff = P.TREE_EFFICIENCY if algo in ("tree", "nvls_tree") else 1.0
         return _Plan(algo, protos, bw, lat, eff, sim.edges, note=pat.note)
 
     # -- predictions -----------------------------------------------------------------------

@@ -59,7 +59,9 @@ LL_MULTINODE_INTRA = 1.8
 PROTO_EFFICIENCY = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
 LL_EFFICIENCY_COPY = 1.0 / 3.0
 
-#: Tree algorithms reach this share of the link rate (NCCL: busBw x 0.9 for trees).
+#: Tree algorithms (chains and double binary trees, NVLS trees too) reach this share of the
+#: link rate: a tree node forwards while it reduces, with less pipelining than a ring
+#: (NCCL: busBw x 0.9 for trees).
 TREE_EFFICIENCY = 0.9
 
 #: NVLS (NVLink SHARP): share of the NVLink rate that multimem reduce / multicast traffic gets

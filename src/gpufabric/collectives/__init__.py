@@ -37,7 +37,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.patterns import Layout, Pattern, Planner, layout
+from gpufabric.collectives.patterns import Layout, Planner, layout
 from gpufabric.errors import InputError
 from gpufabric.network import Network
 from gpufabric.topology.model import Topology
@@ -187,8 +187,9 @@ class Model:
         return self._plans[key]
 
     def _intra_ok_ll128(self, kinds: list[str]) -> bool:
+        """LL128 runs where NCCL enables it: every intra-node hop on NVLink."""
         intra = [k for k in kinds if k != "net"]
-        return bool(intra) and all(k == "nvlink" for k in intra) or (not intra and bool(kinds))
+        return (bool(intra) and all(k == "nvlink" for k in intra)) or (not intra and bool(kinds))
 
     def _hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool) -> float:
         tot = 0.0
@@ -247,10 +248,10 @@ class Model:
             per_rank = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
                         "reduce_scatter": (n - 1) / n}.get(op, 1.0) * _UNIT
             pat = pl.ring(lay, per_rank)
-            tot_hops = max(len(pat.hops) * pat.hop_scale, 1)
+            # each step crosses one hop of the ring: steps x the mean latency of its hops
             lat = {p: P.BASE_LAT_US["ring"][p]
-                   + steps / tot_hops * pat.hop_scale
-                   * self._hop_lat(pat.hops, P.HOP_LAT_US, p, multinode)
+                   + steps * self._hop_lat(pat.hops, P.HOP_LAT_US, p, multinode)
+                   / max(len(pat.hops), 1)
                    for p in P.PROTOCOLS}
             kinds = pat.hops
         elif algo == "tree":
@@ -260,13 +261,7 @@ class Model:
                    for p in P.PROTOCOLS}
             kinds = pat.tree_hops
         elif algo in ("nvls", "nvls_tree"):
-            pat = pl.nvls(lay, _UNIT / P.NVLS_EFFICIENCY)
-            # the net part of the pattern must not carry the NVLS efficiency: rebuild it plain
-            if algo == "nvls_tree":
-                plain = pl.nvls(lay, _UNIT)
-                pat.transfers = [t for t in pat.transfers if t.tag.startswith("nvls-r")
-                                 or t.tag.startswith("nvls-m")] + \
-                                [t for t in plain.transfers if t.tag.startswith("nvls-tree")]
+            pat = pl.nvls(lay, _UNIT, P.NVLS_EFFICIENCY)
             lat_s = P.BASE_LAT_US["nvls"]["Simple"] + 2 * P.NVLS_PASS_LAT_US + 2 * \
                 self._hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", multinode)
             lat = {"Simple": lat_s}
@@ -274,10 +269,8 @@ class Model:
         elif algo == "pairwise":
             pat = pl.pairwise(lay, _UNIT)
             kinds = pat.hops
-            worst = max(P.HOP_LAT_US[k]["Simple"] for k in kinds) if kinds else 0.0
             lat = {p: P.BASE_LAT_US["p2p"][p] + max(P.HOP_LAT_US[k][p] for k in kinds)
                    + P.P2P_PER_PEER_US * (n - 1) for p in P.PROTOCOLS}
-            del worst
         elif algo == "p2p":
             pat = pl.send_recv(lay, _UNIT)
             kinds = pat.hops

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
-from itertools import permutations
 
 from gpufabric.errors import InputError
 from gpufabric.network import Network, Transfer
@@ -85,18 +83,16 @@ def layout(topo: Topology, ranks: int | None = None) -> Layout:
 class Pattern:
     """An algorithm's traffic for a buffer of ``size`` bytes.
 
-    ``transfers``: concurrent transfers carrying everything; ``hops``: transports crossed in
-    sequence by one piece of data (scaled by ``hop_scale``), latency ``extra_lat_us``.
-    ``channels``: how the work was split (for the explanation).
+    ``transfers``: concurrent transfers carrying everything; ``hops``: the transports of one
+    ring's hops, in order, over the sampled nodes (their mean latency is what one ring step
+    costs, whatever the true node count); ``tree_hops``: the hops from a leaf to the root of a
+    tree; ``note``: how the work was laid out (for the explanation).
     """
 
     transfers: list[Transfer]
     hops: list[str] = field(default_factory=list)
-    hop_scale: float = 1.0
     tree_hops: list[str] = field(default_factory=list)
-    extra_lat_us: float = 0.0
     note: str = ""
-    net_wire_us: float | None = None
 
 
 class Planner:
@@ -266,7 +262,7 @@ class Planner:
                                                  part, f"ring{c}.{j}"))
                     if c == 0 and j == 0:
                         hops.append("net")
-        return Pattern(tr, hops, hop_scale=lay.scale,
+        return Pattern(tr, hops,
                        note=f"{ch} ring(s), one per rail NIC, over {lay.nodes} nodes")
 
     def _node_order(self, node_gpus: list[str], base: list[str], idx: dict, rail: int
@@ -346,13 +342,14 @@ class Planner:
                 return v
         return None
 
-    def nvls(self, lay: Layout, size: float) -> Pattern:
+    def nvls(self, lay: Layout, size: float, switch_efficiency: float = 1.0) -> Pattern:
         """NVLS all_reduce: each GPU pushes its buffer into the switch to be reduced
         (multimem ld_reduce) and takes the result back by multicast: S (1 + 1/G) each way;
         across nodes (NVLS tree), each GPU's reduced shard also crosses a tree on its rail."""
         g = lay.per_node
         tr: list[Transfer] = []
-        per_dir = size * (1 + 1 / g)
+        # multimem traffic gets ``switch_efficiency`` of the NVLink rate: count it as more bytes
+        per_dir = size * (1 + 1 / g) / switch_efficiency
         for node_gpus in lay.gpus:
             hub = self._switch_of(node_gpus[0])
             for x in node_gpus:
@@ -389,7 +386,7 @@ class Planner:
                     rail = rails[i % len(rails)]
                     tr.append(self._net_transfer(lay, k, x, lambda gg, j=i: gg[j], rail,
                                                  shard * 2 * (n - 1) / n, "inter"))
-            out.append(Pattern(tr, hops=["net"] * lay.m, hop_scale=lay.scale,
+            out.append(Pattern(tr, hops=["net"] * lay.m,
                                note=f"a ring per local rank across {n} nodes"))
         out.append(self.ring(intra, size * (g - 1) / g))
         return out
@@ -430,7 +427,7 @@ class Planner:
                         tr.extend(self._core_loop(lay, node_gpus, via, rail,
                                                   bytes_out * cross))
         kinds = ["nvlink", "net"]
-        return Pattern(tr, hops=kinds, extra_lat_us=0.0,
+        return Pattern(tr, hops=kinds,
                        note=f"pairwise exchange over {len(rails)} rails, {g} ranks per node")
 
     def _per_leaf(self, lay: Layout) -> int:

@@ -102,6 +102,9 @@ def test_synthetic_heterogeneous_cluster_has_gpu_tpu_and_cpu_pools():
     assert len(c.topology(0).gpus()) == 8
     with pytest.raises(InputError, match="unknown node type"):
         load_nodes("warp-drive*2")
+    dgx = load_nodes("dgx1-v100*2")  # a system preset keeps the preset's own topology
+    bw, _ = dgx.gpu_tables(1)
+    assert dgx.num_gpu.tolist() == [8, 8] and bw[0, 3] == 50.0 and math.isinf(bw[0, 0])
 
 
 # -- policies ---------------------------------------------------------------------------------

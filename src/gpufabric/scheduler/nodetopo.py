@@ -225,13 +225,15 @@ def pair_bandwidth(topo: Topology, node: int = 0) -> np.ndarray:
     """Bottleneck bandwidth (GB/s) between GPU i and j of a node, order ``topo.gpus(node)``.
 
     Uses :func:`gpufabric.topology.paths.gpu_pair_bw` when that module exists, else
-    :func:`widest_paths`.
+    :func:`widest_paths`. The diagonal is ``inf``.
     """
     try:
         from gpufabric.topology.paths import gpu_pair_bw  # type: ignore
     except ImportError:
         return widest_paths(topo, node)[0]
-    return np.asarray(gpu_pair_bw(topo, node=node), dtype=float)
+    bw = np.array(gpu_pair_bw(topo, node=node), dtype=float)
+    np.fill_diagonal(bw, np.inf)  # same convention as widest_paths
+    return bw
 
 
 @lru_cache(maxsize=None)

@@ -20,8 +20,8 @@ Examples
 >>> len(c), int(c.num_gpu.sum())
 (1213, 6212)
 >>> c = load_nodes("V100M32x8*2+tpu-v4-8*1+cpu*3")
->>> c.pools(), c.models[:1], int(c.num_gpu.sum())
-(['gpu', 'tpu', 'cpu'], ['V100M32'], 20)
+>>> c.pools(), c.model(0), int(c.num_gpu.sum())
+(['gpu', 'tpu', 'cpu'], 'V100M32', 20)
 """
 
 from __future__ import annotations

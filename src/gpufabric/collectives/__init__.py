@@ -191,10 +191,14 @@ class Model:
         intra = [k for k in kinds if k != "net"]
         return (bool(intra) and all(k == "nvlink" for k in intra)) or (not intra and bool(kinds))
 
-    def _hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool) -> float:
+    def _hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool,
+                 exposed: bool = False) -> float:
+        """Summed latency of hops. ``exposed``: one rank per node, nothing inside the node to
+        overlap a network hop with, which then costs what a tree's network hop costs (NCCL
+        does the same)."""
         tot = 0.0
         for k in kinds:
-            lat = table[k][proto]
+            lat = (P.TREE_HOP_LAT_US if exposed and k == "net" else table)[k][proto]
             if k == "net":
                 lat += self._net_wire_extra
             elif multinode and proto == "LL":
@@ -250,7 +254,8 @@ class Model:
             pat = pl.ring(lay, per_rank)
             # each step crosses one hop of the ring: steps x the mean latency of its hops
             lat = {p: P.BASE_LAT_US["ring"][p]
-                   + steps * self._hop_lat(pat.hops, P.HOP_LAT_US, p, multinode)
+                   + steps * self._hop_lat(pat.hops, P.HOP_LAT_US, p, multinode,
+                                           exposed=lay.per_node == 1)
                    / max(len(pat.hops), 1)
                    for p in P.PROTOCOLS}
             kinds = pat.hops

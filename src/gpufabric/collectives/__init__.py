@@ -401,7 +401,15 @@ def sweep(topo: Topology, op: str, sizes, ranks: int | None = None,
 
 def summary(topo: Topology) -> dict:
     """Collective figures for ``gpufabric compare``: all_reduce busbw at 1 GB (GB/s), 8-byte
-    all_reduce latency (us) and all_to_all busbw at 1 GB (GB/s), over all GPUs."""
+    all_reduce latency (us) and all_to_all busbw at 1 GB (GB/s), over all GPUs.
+
+    Examples
+    --------
+    >>> from gpufabric.topology.build import from_spec
+    >>> s = summary(from_spec({"gpu": "H100-SXM", "gpus_per_node": 8}))
+    >>> s["allreduce_algo_1GB"], s["allreduce_8B_lat_us"], s["alltoall_busbw_1GB"]
+    ('nvls', 15.0, 368.9)
+    """
     m = model(topo)
     ar = m.predict("all_reduce", 2**30)
     lat = m.predict("all_reduce", 8)

@@ -54,6 +54,14 @@ def layout(topo: Topology, ranks: int | None = None) -> Layout:
     ------
     InputError
         If there are more ranks than GPUs, or ranks span nodes without filling them.
+
+    Examples
+    --------
+    >>> from gpufabric.topology.build import from_spec
+    >>> t = from_spec({"gpu": "H100-SXM", "nodes": 64, "nic": "ib-ndr"}, materialize_nodes=2)
+    >>> lay = layout(t, 256)
+    >>> lay.nodes, lay.per_node, lay.m, lay.gpus[1][0]
+    (32, 8, 2, 'n1.gpu0')
     """
     by_node: dict[int, list[str]] = {}
     for g in topo.gpus():

@@ -279,7 +279,17 @@ class Router:
     # -- the general entry -----------------------------------------------------------------
     def route(self, src: str, dst: str, *, nic_src: str | None = None,
               nic_dst: str | None = None) -> Route:
-        """Route between two devices (GPUs usually), following NCCL's transport rules."""
+        """Route between two devices (GPUs usually), following NCCL's transport rules.
+
+        Examples
+        --------
+        >>> from gpufabric.topology.build import from_spec
+        >>> t = from_spec({"gpu": "RTX-4090", "gpus_per_node": 2, "scale_up": "pcie",
+        ...                "host": {"sockets": 1}})
+        >>> r = Router(t).route("n0.gpu0", "n0.gpu1")      # GeForce: no P2P
+        >>> r.transport, r.walks[0], r.hosts
+        ('shm', ('n0.gpu0', 'n0.cpu0', 'n0.gpu1'), ('n0.cpu0',))
+        """
         key = (src, dst, nic_src, nic_dst)
         hit = self._cache.get(key)
         if hit is not None:

@@ -161,3 +161,36 @@ def test_calibration_goals_on_the_repository_copy():
 @pytest.mark.skipif(not SHARED.is_file(), reason="../shared not present")
 def test_calibration_goals_on_shared_file():
     _check_goals(SHARED)
+
+
+# -- more exact values ---------------------------------------------------------------------
+def test_tree_latency_single_node_and_across_nodes():
+    # a chain of 8 on NVLink, LL: 6.8 + 2 x 7 hops x 0.6 us
+    p = C.predict(from_spec(A100), "all_reduce", 8, algo="tree", proto="LL")
+    assert p.time_us == pytest.approx(15.2, abs=0.01)
+    # 4 nodes: chains (LL intra-node hops x1.8 when the kernel also drives the network)
+    # plus log2(4) = 2 network hops of 5.0 us, up and down
+    t = spec(gpu="H100-SXM", gpus_per_node=8, nodes=4, nics_per_node=8, nic="ib-ndr")
+    p = C.predict(t, "all_reduce", 8, algo="tree", proto="LL")
+    assert p.time_us == pytest.approx(6.8 + 2 * (7 * 0.6 * 1.8 + 2 * 5.0), abs=0.01)
+
+
+def test_roce_adds_its_wire_latency_to_every_network_hop():
+    base = dict(gpu="H100-SXM", gpus_per_node=8, nodes=4, nics_per_node=8)
+    ib = C.predict(spec(**base, nic="ib-ndr"), "all_reduce", 8, algo="tree", proto="LL")
+    roce = C.predict(spec(**base, nic="roce-400"), "all_reduce", 8, algo="tree", proto="LL")
+    # catalog: RoCE 400 NIC-switch-NIC 2.0 us against NDR 1.5 us; 2 x 2 network hops
+    assert roce.time_us - ib.time_us == pytest.approx(4 * 0.5, abs=1e-6)
+
+
+@pytest.mark.parametrize("op", ["broadcast", "reduce", "all_to_all", "send_recv"])
+def test_single_node_nvswitch_ops_run_at_the_port_rate(op):
+    p = C.predict(from_spec(H100), op, 8 * GB)
+    assert p.busbw == pytest.approx(370.8, rel=0.01)
+
+
+def test_one_gpu_per_node_is_bound_by_its_pcie_path_to_the_nic():
+    t = spec(gpu="H100-SXM", gpus_per_node=1, nodes=2, scale_up="none", nics_per_node=1,
+             nic="ib-ndr")
+    for op in ("all_reduce", "send_recv", "all_gather"):
+        assert C.predict(t, op, 8 * GB).busbw == pytest.approx(48.0, rel=0.01)

@@ -194,3 +194,13 @@ def test_one_gpu_per_node_is_bound_by_its_pcie_path_to_the_nic():
              nic="ib-ndr")
     for op in ("all_reduce", "send_recv", "all_gather"):
         assert C.predict(t, op, 8 * GB).busbw == pytest.approx(48.0, rel=0.01)
+
+
+def test_cached_model_follows_changes_to_the_topology():
+    from gpufabric.topology.model import Link
+    t = spec(gpu="RTX-4090", gpus_per_node=2, scale_up="pcie", p2p=True,
+             host={"sockets": 1})
+    before = C.predict(t, "all_reduce", GB).busbw
+    t.add_link(Link("n0.gpu0", "n0.gpu1", "nvlink", 56.25, count=4, gen=3))
+    after = C.predict(t, "all_reduce", GB).busbw
+    assert after == pytest.approx(45.0, rel=0.01) and before == pytest.approx(24.0, rel=0.01)

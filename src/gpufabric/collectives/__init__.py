@@ -363,13 +363,20 @@ class Model:
                           algbw, 0.0, "local", "Simple", note="one rank: a local copy")
 
 
+def _fingerprint(topo: Topology) -> int:
+    return hash((len(topo.devices), tuple((l.a, l.b, l.kind, l.bw_GBps, l.count)
+                                          for l in topo.links),
+                 topo.meta.get("nodes"), topo.meta.get("p2p")))
+
+
 def model(topo: Topology) -> Model:
-    """The (cached) :class:`Model` of a topology."""
-    m = topo.__dict__.get("_collectives_model")
-    if m is None:
-        m = Model(topo)
-        topo.__dict__["_collectives_model"] = m
-    return m
+    """The :class:`Model` of a topology, cached on it until its devices or links change."""
+    fp = _fingerprint(topo)
+    hit = topo.__dict__.get("_collectives_model")
+    if hit is None or hit[0] != fp:
+        hit = (fp, Model(topo))
+        topo.__dict__["_collectives_model"] = hit
+    return hit[1]
 
 
 def predict(topo: Topology, op: str, size: int, ranks: int | None = None,

@@ -1,6 +1,8 @@
 """The collective and validate commands, and their bad-input messages (exit status 2)."""
 
 import json
+
+import pytest
 from pathlib import Path
 
 from gpufabric.cli import main
@@ -70,6 +72,8 @@ def test_bad_op_size_algo_exit_2_with_one_line(capsys):
         (("--min", "1G", "--max", "8"), "--max"),
         (("--algo", "butterfly"), "algorithm: unknown algorithm 'butterfly'; allowed: auto"),
         (("--ranks", "99"), "ranks: must be between 1 and 8"),
+        (("--proto", "LL64"), "proto: unknown protocol 'LL64'; allowed: LL, LL128, Simple"),
+        (("--algo", "nvls", "--proto", "LL"), "proto: protocol 'LL' cannot run"),
     ]:
         code, out, err = run(capsys, "collective", "hgx-h100", *args)
         assert code == 2, args
@@ -128,3 +132,15 @@ def test_validate_bad_files(capsys, tmp_path):
         code, _, err = run(capsys, "validate", str(f))
         assert code == 2, name
         assert err.count("\n") == 1 and str(f) in err and expect[name] in err, (name, err)
+
+
+def test_forced_protocol(capsys):
+    code, out, _ = run(capsys, "collective", "gpu=A100-SXM4-80GB,gpus_per_node=8", "--min",
+                       "8", "--max", "8", "--proto", "simple", "--json")
+    row = json.loads(out)["rows"][0]
+    assert code == 0 and (row["algo"], row["proto"]) == ("ring", "Simple")
+    assert row["time_us"] == pytest.approx(8.4 + 14 * 3.4, abs=0.01)   # ring/Simple latency
+    # on Hopper the NVLS kernel (2 x 25 us) beats the Simple ring (56 us) even at 8 bytes
+    code, out, _ = run(capsys, "collective", "hgx-h100", "--min", "8", "--max", "8",
+                       "--proto", "Simple", "--json")
+    assert json.loads(out)["rows"][0]["algo"] == "nvls"

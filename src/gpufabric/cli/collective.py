@@ -61,6 +61,8 @@ def collective(
                                         help="GPUs taking part (default: all)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
                              "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
+    proto: Optional[str] = typer.Option(None, "--proto",
+                                        help="Force a protocol: LL, LL128 or Simple."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     explain: bool = typer.Option(False, "--explain",
                                  help="Name the bottleneck link and how busy it is."),
@@ -77,7 +79,7 @@ def collective(
     topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
     m = C.model(topo)
     try:
-        preds = [m.predict(opn, s, ranks, algo_n) for s in sizes]
+        preds = [m.predict(opn, s, ranks, algo_n, proto) for s in sizes]
     except InputError as exc:
         raise InputError(exc.message, file=system,
                          field=f"--{exc.field}" if exc.field else None) from None

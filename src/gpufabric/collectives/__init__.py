@@ -314,9 +314,12 @@ class Model:
                              field="size")
         lay = self.layout(ranks)
         n = lay.ranks
-        if proto is not None and proto not in P.PROTOCOLS:
-            raise InputError(f"unknown protocol '{proto}'; allowed: {', '.join(P.PROTOCOLS)}",
-                             field="proto")
+        if proto is not None:
+            known = {p.lower(): p for p in P.PROTOCOLS}
+            if proto.lower() not in known:
+                raise InputError(f"unknown protocol '{proto}'; allowed: "
+                                 f"{', '.join(P.PROTOCOLS)}", field="proto")
+            proto = known[proto.lower()]
         if n == 1:
             return self._single(op, size, algo)
         algos = self.algorithms(op, lay) if algo == "auto" else [self._resolve(op, algo, lay)]

@@ -353,3 +353,14 @@ def test_cli_csv_without_openb_columns_exits_2(capsys, tmp_path):
     code, _, err = run(capsys, "schedule", str(bad))
     assert code == 2 and err.count("\n") == 1
     assert str(bad) in err and "missing column 'name'" in err
+
+
+def test_a_gang_starts_all_together_across_nodes_or_not_at_all():
+    jobs = _jobs(("solo", 1000, 1, dict(num_gpu=1, creation_s=0, duration_s=30)),
+                 ("gang", 1000, 1, dict(num_gpu=1, gang=2, creation_s=1, duration_s=10)),
+                 ("too-big", 1000, 1, dict(num_gpu=1, gang=3, creation_s=2, duration_s=10)))
+    r = run_replay(load_nodes("T4x1*2"), jobs, "spread")
+    by = {j["name"]: j for j in r.jobs}
+    # one node is busy until 30 s: the two-member gang waits for both, then starts at once
+    assert by["gang"]["start_s"] == 30 and by["gang"]["state"] == "completed"
+    assert by["too-big"]["state"] == "unscheduled" and "3 x" in by["too-big"]["reason"]

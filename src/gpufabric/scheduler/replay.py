@@ -155,6 +155,7 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
         return req[i].gpu_total * gang[i]
 
     def start(i: int, where: list) -> None:
+        assert not placed[i] and status[i] != "running", "a job placed twice"
         placed[i] = where
         for node, _ in where:
             on_node[node].add(i)
@@ -189,9 +190,22 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
         reason[i] = why
 
     def could_ever_fit(i: int, only_up: bool) -> bool:
-        base = masks.of(i)
-        ok = state.fits_empty(req[i], base, only_up)
-        return int(ok.sum()) >= 1 if gang[i] == 1 else bool(ok.any())
+        """Could all members of job ``i`` run at once on the (healthy) nodes when empty?"""
+        r = req[i]
+        ok = state.fits_empty(r, masks.of(i), only_up)
+        if gang[i] == 1 or not ok.any():
+            return bool(ok.any())
+        big = np.iinfo(np.int64).max
+        per = np.full(len(cluster), big)
+        if r.cpu:
+            per = np.minimum(per, cluster.cpu // r.cpu)
+        if r.mem:
+            per = np.minimum(per, cluster.mem // r.mem)
+        if r.num_gpu:
+            slots = cluster.num_gpu * (MILLI // r.gpu_milli) if r.share else cluster.num_gpu
+            per = np.minimum(per, slots // (1 if r.share else r.num_gpu))
+        per = np.minimum(per, gang[i])
+        return int(per[ok].sum()) >= gang[i]
 
     def try_place(i: int) -> bool:
         where = place_gang(state, place, req[i], masks.tiers(i), gang[i])
@@ -273,8 +287,9 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
             i = a
             if not could_ever_fit(i, only_up=False):
                 status[i] = "unscheduled"
-                reason[i] = (f"fits no node of its pools even when empty (needs {cpu[i]} mCPU, "
-                             f"{mem[i]} MiB, {ng[i]} x {gm[i]} mGPU"
+                reason[i] = (f"fits no node of its pools even when empty (needs "
+                             + (f"{gang[i]} x " if gang[i] > 1 else "")
+                             + f"{cpu[i]} mCPU, {mem[i]} MiB, {ng[i]} x {gm[i]} mGPU"
                              + (f", models {'|'.join(jobs.specs[jobs.spec[i]])}"
                                 if ng[i] and jobs.specs[jobs.spec[i]] else "") + ")")
                 continue

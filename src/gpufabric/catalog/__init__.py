@@ -130,6 +130,7 @@ class CPU:
     nccl_intersocket_GBps: float  # what NCCL assumes for GPU traffic crossing sockets
     cores: int = 0                # physical cores per socket
     threads_per_core: int = 1
+    mem_bw_GBps: float = 0.0      # peak DRAM bandwidth of one socket (channels x rate x 8 B)
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

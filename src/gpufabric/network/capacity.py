@@ -124,19 +124,6 @@ def usable_GBps(link: Link, topo: Topology) -> float:
     return link.bw_GBps * OTHER_EFFICIENCY
 
 
-#: Peak DRAM bandwidth of one socket (GB/s), used where the catalog's CPU entry has no
-#: ``mem_bw_GBps``: memory channels x transfer rate x 8 bytes.
-HOST_MEMORY_GBps = {
-    "EPYC-7763": 204.8,            # 8 channels DDR4-3200 (AMD EPYC 7003 product brief)
-    "EPYC-7742": 204.8,            # 8 channels DDR4-3200 (AMD EPYC 7002 product brief)
-    "EPYC-9654": 460.8,            # 12 channels DDR5-4800 (AMD EPYC 9004 product brief)
-    "Xeon-Gold-6226R": 140.8,      # 6 channels DDR4-2933 (Intel ARK)
-    "Xeon-Platinum-8380": 204.8,   # 8 channels DDR4-3200 (Intel ARK)
-    "Xeon-Platinum-8480+": 307.2,  # 8 channels DDR5-4800 (Intel ARK)
-    "Xeon-E5-2698-v4": 76.8,       # 4 channels DDR4-2400 (Intel ARK)
-    "Grace": 500.0,                # LPDDR5X, up to 500 GB/s (NVIDIA Grace datasheet)
-}
-
 #: Share of peak DRAM bandwidth a stream of DMA writes and reads sustains (STREAM-class
 #: efficiency); fitted on the 8x RTX 5090 two-socket machine, where four GPUs per socket bounce
 #: their ring traffic through one socket's memory.
@@ -152,5 +139,4 @@ def host_memory_GBps(topo: Topology, cpu_id: str) -> float | None:
         c = catalog.cpu(model)
     except InputError:
         return None
-    peak = getattr(c, "mem_bw_GBps", None) or HOST_MEMORY_GBps.get(c.name)
-    return None if not peak else peak * DRAM_EFFICIENCY
+    return c.mem_bw_GBps * DRAM_EFFICIENCY if c.mem_bw_GBps else None

@@ -187,3 +187,11 @@ def test_system_file_errors_name_the_entry(tmp_path):
     with pytest.raises(InputError) as e:
         load(str(f))
     assert str(e.value) == f"{f}: links[0].b: no device with id 'nowhere'"
+
+
+def test_system_file_field_types_are_checked(tmp_path):
+    f = tmp_path / "box.yaml"
+    f.write_text("devices:\n  - {id: g0, kind: gpu, model: H100-SXM, numa: zero}\nlinks: []\n")
+    with pytest.raises(InputError) as e:
+        load(str(f))
+    assert str(e.value) == f"{f}: devices[0].numa: expected an integer, got 'zero'"

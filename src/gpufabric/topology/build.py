@@ -472,6 +472,26 @@ DEVICE_FIELDS = ("id", "kind", "model", "node", "index", "numa", "attrs")
 LINK_FIELDS = ("a", "b", "kind", "bw_GBps", "lat_us", "count", "lanes", "gen", "attrs")
 
 
+def _entry(entry: Any, allowed: tuple[str, ...], required: tuple[str, ...], where: str,
+           file: str | None) -> None:
+    """One device or link of a system file: a mapping with known fields and the required ones."""
+    if not isinstance(entry, dict):
+        raise InputError(f"expected a mapping with {', '.join(required)}", file=file, field=where)
+    bad = sorted(set(entry) - set(allowed))
+    if bad:
+        raise InputError(f"unknown field {bad[0]!r}; allowed: {', '.join(allowed)}", file=file,
+                         field=f"{where}.{bad[0]}")
+    for req in required:
+        if req not in entry:
+            raise InputError(f"required field '{req}' is missing", file=file,
+                             field=f"{where}.{req}")
+
+
+def _int(entry: dict[str, Any], key: str, default: int, where: str, file: str | None) -> int:
+    value = entry.get(key, default)
+    return _want(value, int, f"{where}.{key}", "an integer", file)
+
+
 def from_system_file(data: dict[str, Any], name: str = "", file: str | None = None) -> Topology:
     """Build a topology from a system file that names every device and link.
 
@@ -490,42 +510,22 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
     counters: dict[tuple[int, str], int] = {}
     for i, d in enumerate(data["devices"]):
         where = f"devices[{i}]"
-        if not isinstance(d, dict):
-            raise InputError("expected a mapping with id and kind", file=file, field=where)
-        bad = sorted(set(d) - set(DEVICE_FIELDS))
-        if bad:
-            raise InputError(f"unknown field {bad[0]!r}; allowed: {', '.join(DEVICE_FIELDS)}",
-                             file=file, field=f"{where}.{bad[0]}")
-        for req in ("id", "kind"):
-            if req not in d:
-                raise InputError(f"required field '{req}' is missing", file=file,
-                                 field=f"{where}.{req}")
+        _entry(d, DEVICE_FIELDS, ("id", "kind"), where, file)
         kind = _choice(d["kind"], DEVICE_KINDS, f"{where}.kind", file)
         model = str(d.get("model") or "")
         if model:
             model = catalog.get(_MODEL_TABLE[kind], model, file=file, field=f"{where}.model").name
-        node = int(d.get("node", 0))
-        idx = d.get("index")
-        if idx is None:
-            idx = counters.get((node, kind), 0)
-        counters[(node, kind)] = int(idx) + 1
-        dev = Device(str(d["id"]), kind, model, node, int(idx), int(d.get("numa", -1)),
+        node = _int(d, "node", 0, where, file)
+        idx = _int(d, "index", counters.get((node, kind), 0), where, file)
+        counters[(node, kind)] = idx + 1
+        dev = Device(str(d["id"]), kind, model, node, idx, _int(d, "numa", -1, where, file),
                      dict(d.get("attrs") or {}))
         if dev.id in t.devices:
             raise InputError(f"duplicate device id {dev.id!r}", file=file, field=f"{where}.id")
         t.add_device(dev)
     for i, l in enumerate(links):
         where = f"links[{i}]"
-        if not isinstance(l, dict):
-            raise InputError("expected a mapping with a, b and kind", file=file, field=where)
-        bad = sorted(set(l) - set(LINK_FIELDS))
-        if bad:
-            raise InputError(f"unknown field {bad[0]!r}; allowed: {', '.join(LINK_FIELDS)}",
-                             file=file, field=f"{where}.{bad[0]}")
-        for req in ("a", "b", "kind"):
-            if req not in l:
-                raise InputError(f"required field '{req}' is missing", file=file,
-                                 field=f"{where}.{req}")
+        _entry(l, LINK_FIELDS, ("a", "b", "kind"), where, file)
         for end in ("a", "b"):
             if l[end] not in t.devices:
                 raise InputError(f"no device with id {l[end]!r}", file=file,
@@ -544,9 +544,9 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
 def _complete_link(t: Topology, l: dict[str, Any], kind: str, file: str | None,
                    where: str) -> Link:
     a, b = t.devices[l["a"]], t.devices[l["b"]]
-    count = int(l.get("count", 1))
-    lanes = int(l.get("lanes", 16 if kind == "pcie" else 0))
-    gen = int(l.get("gen", 0))
+    count = _int(l, "count", 1, where, file)
+    lanes = _int(l, "lanes", 16 if kind == "pcie" else 0, where, file)
+    gen = _int(l, "gen", 0, where, file)
     bw, lat = l.get("bw_GBps"), l.get("lat_us")
     attrs = dict(l.get("attrs") or {})
     if kind == "pcie":

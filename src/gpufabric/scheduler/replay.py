@@ -154,9 +154,21 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
     def gpus_of(i: int) -> int:
         return req[i].gpu_total * gang[i]
 
+    used: dict[int, np.ndarray] = {}  # priority -> (cpu, mem, gpu milli) x nodes in use
+
+    def account(i: int, sign: int) -> None:
+        u = used.get(prio[i])
+        if u is None:
+            u = used[prio[i]] = np.zeros((3, len(cluster)), dtype=np.int64)
+        for node, _ in placed[i]:
+            u[0, node] += sign * req[i].cpu
+            u[1, node] += sign * req[i].mem
+            u[2, node] += sign * req[i].gpu_total
+
     def start(i: int, where: list) -> None:
         assert not placed[i] and status[i] != "running", "a job placed twice"
         placed[i] = where
+        account(i, +1)
         for node, _ in where:
             on_node[node].add(i)
         status[i] = "running"
@@ -168,6 +180,7 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
 
     def stop(i: int) -> None:
         """Release a running job's members."""
+        account(i, -1)
         for node, g in placed[i]:
             state.release(node, req[i], g)
             on_node[node].discard(i)
@@ -222,8 +235,16 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
             return False
         r = req[i]
         base = masks.of(i) & state.up & state.fits_empty(r)
+        lower = [u for q, u in used.items() if q < prio[i]]
+        if not lower:
+            return False
+        free = sum(lower)  # what the lower-priority jobs hold, per node
+        base &= ((state.cpu_free + free[0] >= r.cpu) & (state.mem_free + free[1] >= r.mem)
+                 & (state.left_total + free[2] >= r.gpu_total) & (free[2] + free[0] > 0))
+        cand = np.flatnonzero(base)
+        cand = cand[np.argsort(free[2][cand], kind="stable")][:64]  # cheapest first
         best = None
-        for node in np.flatnonzero(base).tolist():
+        for node in cand.tolist():
             victims = sorted((j for j in on_node[node] if prio[j] < prio[i]),
                              key=lambda j: (prio[j], gpus_of(j)))
             if not victims:

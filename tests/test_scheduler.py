@@ -340,11 +340,17 @@ def test_cli_replay_with_failures_and_policy_table(capsys, tmp_path):
     (("--mode", "sideways"), "--mode: unknown mode 'sideways'"),
     (("--nodes", "nowhere.csv"), "nowhere.csv: no such file"),
     (("--mode", "replay", "--failures", "mtbf=soon"), "not a duration"),
+    (("--nodes", "cpu*4"), "--nodes: the cluster has no GPUs"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, args, needle):
     code, out, err = run(capsys, "schedule", "default", "--runs", "1", *args)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and needle in err
+
+
+def test_cli_replay_of_a_trace_without_times_exits_2(capsys):
+    code, _, err = run(capsys, "schedule", "multigpu20", "--mode", "replay")
+    assert code == 2 and "creation_time" in err and "multigpu20" in err
 
 
 def test_cli_csv_without_openb_columns_exits_2(capsys, tmp_path):

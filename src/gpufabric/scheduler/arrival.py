@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.engine import BaseMasks, place_gang
 from gpufabric.scheduler.jobs import JobSet
@@ -110,6 +111,9 @@ def run_arrival(cluster: Cluster, jobs: JobSet, policy: str, seed: int = 42,
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     cap = cluster.gpu_capacity_milli
+    if cap == 0:
+        raise InputError("the cluster has no GPUs; arrival mode measures GPU allocation",
+                         file=cluster.source or None, field="--nodes")
     idx = scale_to_capacity(jobs, cap, ratio, rng)
     order = idx[rng.permutation(len(idx))]
     js = jobs.take(order)

@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.engine import BaseMasks, place_gang
 from gpufabric.scheduler.failures import FailureSpec
@@ -84,6 +85,10 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
     ``load`` > 1 compresses the arrival times (creation times divided by ``load``, durations
     kept), to study the same jobs under more pressure.
     """
+    if not jobs.meta.get("has_times", True):
+        raise InputError("replay needs the creation_time and deletion_time columns; this "
+                         "trace has none (use --mode arrival)", file=jobs.source or None,
+                         field="header")
     t_start = time.perf_counter()
     rng = np.random.default_rng(seed)
     place = make_placement(policy, cluster, jobs, rng)
@@ -125,7 +130,6 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
         seq += 1
 
     if load <= 0:
-        from gpufabric.errors import InputError
         raise InputError("must be positive", field="--load")
     creation = (jobs.creation / load).tolist()
     for i in range(n):

@@ -105,6 +105,8 @@ def test_synthetic_heterogeneous_cluster_has_gpu_tpu_and_cpu_pools():
     dgx = load_nodes("dgx1-v100*2")  # a system preset keeps the preset's own topology
     bw, _ = dgx.gpu_tables(1)
     assert dgx.num_gpu.tolist() == [8, 8] and bw[0, 3] == 50.0 and math.isinf(bw[0, 0])
+    inline = load_nodes("gpu=H100-SXM,gpus_per_node=8*2+cpu*1")  # an inline topology spec
+    assert inline.num_gpu.tolist() == [8, 8, 0] and inline.gpu_tables(0)[0][0, 7] == 450.0
 
 
 # -- policies ---------------------------------------------------------------------------------

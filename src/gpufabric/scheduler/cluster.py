@@ -11,8 +11,10 @@ node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
   (an optional ``pool`` column: ``gpu``, ``tpu`` or ``cpu``);
 - a synthetic spec: pools joined by ``+``, each ``NAME*COUNT`` (or ``COUNTxNAME``), where NAME is
   a TPU slice of :data:`TPU_SLICES` (``tpu-v4-8``), ``cpu`` / ``cpu-<cores>`` for a CPU node,
-  ``<MODEL>x<N>`` for an openb-style GPU node (``V100M32x8``, ``T4x4``), or a system preset of
-  :mod:`gpufabric.topology.presets` (its GPUs per node, CPU 16 cores and 128 GiB per GPU).
+  ``<MODEL>x<N>`` for an openb-style GPU node (``V100M32x8``, ``T4x4``), or a system the topology
+  layer builds: a preset of :mod:`gpufabric.topology.presets`, a spec file, or an inline spec
+  ``gpu=H100-SXM,gpus_per_node=8`` (its GPUs per node, 16 cores and 128 GiB per GPU, and the
+  system's own topology).
 
 Examples
 --------
@@ -79,7 +81,7 @@ class Cluster:
     models: list[str]
     pool: np.ndarray
     source: str = ""
-    presets: dict[int, str] = field(default_factory=dict)  # node -> preset name
+    presets: dict[int, str] = field(default_factory=dict)  # node -> system it was built from
 
     def __len__(self) -> int:
         return len(self.names)
@@ -102,8 +104,7 @@ class Cluster:
     def topology(self, i: int):
         """The internal :class:`~gpufabric.topology.model.Topology` of node ``i``."""
         if i in self.presets:
-            from gpufabric.topology import presets  # type: ignore
-            return presets.load(self.presets[i])
+            return _system(self.presets[i])
         return nodetopo.build_node(self.model(i), int(self.num_gpu[i]), name=self.names[i])
 
     def gpu_tables(self, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -219,16 +220,23 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
         known = list(presets.names())
     except (ImportError, AttributeError):
         known = []
-    if name in known:
-        topo = presets.load(name)
-        g = [d for d in topo.gpus()]
-        per = max(1, len([d for d in g if d.node == g[0].node])) if g else 0
+    if name in known or "=" in name or name.lower().endswith((".yaml", ".yml")):
+        topo = _system(name)
+        g = topo.gpus()
+        per = len([d for d in g if d.node == g[0].node]) if g else 0
         model = g[0].model if g else ""
-        return [(f"{name}-{start + k:04d}", 16000 * per, 131072 * per, per, model,
-                 "gpu" if per else "cpu") for k in range(count)], name
+        return [(f"{name if name in known else 'node'}-{start + k:04d}", 16000 * max(per, 4),
+                 131072 * max(per, 1), per, model, "gpu" if per else "cpu")
+                for k in range(count)], name
     raise unknown_name("node type", name,
                        list(TPU_SLICES) + ["cpu", "cpu-<cores>", "<MODEL>x<N>"] + known,
                        file=spec, field="NODES")
+
+
+def _system(name: str):
+    """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer."""
+    from gpufabric.topology.build import load
+    return load(name)
 
 
 def load_nodes(nodes: str) -> Cluster:

@@ -113,10 +113,7 @@ class Cluster:
         cache = self.__dict__.setdefault("_tables", {})
         if key not in cache:
             if key[2]:
-                topo = self.topology(i)
-                bw = nodetopo.pair_bandwidth(topo)
-                _, hops = nodetopo.widest_paths(topo)
-                cache[key] = (bw, hops)
+                cache[key] = nodetopo.tables(self.topology(i))
             else:
                 cache[key] = nodetopo.node_tables(key[0], key[1])
         return cache[key]

@@ -1,34 +1,31 @@
-"""The inside of one node: a topology per node model, and the bottleneck bandwidth between GPUs.
+"""The inside of one node for scheduling: a topology per node model, and GPU-pair tables.
 
-The openb trace names GPU models but not how the GPUs of a node are wired. gpufabric maps each
-(model, GPU count) to a plausible server (see ``docs/scheduler.md``, "Node topologies"):
+The openb trace names GPU models but not how the GPUs of a node are wired. Each (model, GPU
+count) maps to a spec in the shorthand of docs/systems.md, built by
+:mod:`gpufabric.topology.build` with the catalog's rates, like any other system:
 
 ======================  ==============================================================
-openb node              modelled as
+openb node              spec
 ======================  ==============================================================
-V100M16/V100M32 x 8     DGX-1V: NVLink2 hybrid cube mesh (6 links per GPU), 4 PCIe Gen3
-                        switches (2 GPUs each), 2 sockets
-V100M16/V100M32 x 4     4 SXM2 GPUs fully connected by NVLink2 (2 links per pair), 1 socket
-G3 x 8                  HGX-like: 8 GPUs on one NVSwitch fabric (undisclosed model, assumed
-                        A100-class, NVLink3 12 links)
-G2 x 8                  4U 8-GPU PCIe Gen4 server: 4 PCIe switches (2 GPUs each), 2 per socket
-T4 x 4                  PCIe Gen3, two GPUs on each socket's root ports
-T4 / P100 x 2           PCIe Gen3, one GPU on each socket
-x 1                     one GPU on a PCIe Gen3 root port
-TPU slice               chips on a 2D/3D ICI torus (each chip linked to its torus neighbours)
-anything else with n    PCIe Gen4, GPUs split evenly over 2 sockets
+V100M16/V100M32 x 8     DGX-1V: V100 SXM2 in the NVLink2 hybrid cube-mesh, 4 PCIe Gen3
+                        switches (2 GPUs each), 2x Xeon E5-2698 v4
+V100M16/V100M32 x 4     4 V100 SXM2 fully meshed by NVLink2 (2 links per pair), 2 PCIe
+                        switches on one Xeon E5-2698 v4
+G3 x 8                  HGX-like: 8 GPUs on one NVSwitch fabric (undisclosed model,
+                        assumed A100-SXM4-80GB)
+G1/G2 x 8               4U 8-GPU PCIe Gen4 server (undisclosed model, assumed A100-PCIe),
+                        4 PCIe switches (2 GPUs each), 2 per socket, 2x EPYC Milan
+T4 / P100 / A10 x n     the card on PCIe Gen3/Gen4 root ports of a Xeon Gold 6226R host
+                        (one socket for one GPU, else two; behind PCIe switches, two cards
+                        each, beyond 4 cards)
+TPU slice               chips on a 2D/3D ICI torus (each chip linked to its torus
+                        neighbours; chips forward traffic, so paths may pass through them)
+anything else           an A100-PCIe-class card, wired as above
 ======================  ==============================================================
 
-Bandwidths (GB/s per direction, raw signalling rates): NVLink2 25 per link and NVLink3 25 per
-link (V100 / A100 datasheets: 300 / 600 GB/s bidirectional over 6 / 12 links), PCIe Gen3 x16
-15.75, Gen4 x16 31.5 (PCI-SIG), inter-socket link 38.4 (two QPI/UPI links at 9.6 GT/s),
-TPU v4 ICI 45 per link (Google Cloud TPU v4 system architecture page: 6 links per chip, ~270
-GB/s per chip per direction, rounded).
-
-The topology policy asks :func:`pair_bandwidth` for a matrix of bottleneck bandwidth between the
-GPUs of a node: the widest path that does not pass through another GPU (peer-to-peer traffic
-is not forwarded by GPUs). When :mod:`gpufabric.topology.paths` provides ``gpu_pair_bw`` it is
-used instead for topologies from system presets.
+The topology policy asks :func:`tables` for the bottleneck bandwidth and the links crossed
+between every pair of GPUs: :func:`gpufabric.topology.paths.gpu_pair_tables` for GPU servers,
+:func:`widest_paths` for TPU tori, whose chips route ICI traffic onward.
 """
 
 from __future__ import annotations
@@ -39,31 +36,56 @@ from functools import lru_cache
 
 import numpy as np
 
-from gpufabric.topology.model import CPU, GPU, NVSWITCH, PCIE_SWITCH, Device, Link, Topology
+from gpufabric.topology.build import from_spec
+from gpufabric.topology.model import CPU, GPU, Device, Link, Topology
+from gpufabric.topology.paths import gpu_pair_tables
 
-NVLINK2_GBPS = 25.0
-NVLINK3_GBPS = 25.0
-PCIE3_X16 = 15.75
+#: PCIe Gen4 x16 host link of a TPU chip and one ICI link, GB/s per direction (Google Cloud
+#: TPU v4 system architecture page: 6 ICI links per chip, ~270 GB/s per chip per direction).
 PCIE4_X16 = 31.5
-INTERSOCKET = 38.4
 TPU_ICI = 45.0
 
-#: DGX-1V hybrid cube mesh: (gpu a, gpu b, NVLink count).
-DGX1_MESH = ((0, 1, 1), (0, 2, 1), (0, 3, 2), (0, 4, 2), (1, 2, 2), (1, 3, 1), (1, 5, 2),
-             (2, 3, 2), (2, 6, 1), (3, 7, 1), (4, 5, 1), (4, 6, 1), (4, 7, 2), (5, 6, 2),
-             (5, 7, 1), (6, 7, 2))
+
+def node_spec(model: str, gpus: int) -> dict:
+    """The shorthand spec of an openb GPU node (see the module doc).
+
+    Examples
+    --------
+    >>> node_spec("T4", 2)["host"]
+    {'cpu': 'Xeon-Gold-6226R', 'sockets': 2}
+    """
+    up = model.upper()
+    if up.startswith("V100") and gpus in (4, 8):
+        gpu = "V100-SXM2-16GB" if "16" in up else "V100-SXM2-32GB"
+        host = {"cpu": "Xeon-E5-2698-v4", "sockets": 2 if gpus == 8 else 1,
+                "pcie_switches": gpus // 2, "switch": "PEX8796"}
+        return {"gpu": gpu, "gpus_per_node": gpus, "scale_up": "nvlink-mesh",
+                "mesh": "hybrid-cube" if gpus == 8 else "full", "host": host}
+    if up == "G3" and gpus == 8:
+        return {"gpu": "A100-SXM4-80GB", "gpus_per_node": 8, "scale_up": "nvswitch"}
+    # PCIe cards: on root ports up to 4, behind PCIe switches (2 cards each) beyond
+    host = {"sockets": 1 if gpus == 1 else 2, "pcie_switches": gpus // 2 if gpus > 4 else 0}
+    if up in ("T4", "P100", "A10") or up.startswith("V100"):
+        gpu = up if not up.startswith("V100") else (
+            "V100-SXM2-16GB" if "16" in up else "V100-SXM2-32GB")
+        return {"gpu": gpu, "gpus_per_node": gpus, "scale_up": "pcie",
+                "host": {"cpu": "Xeon-Gold-6226R", **host}}
+    return {"gpu": "A100-PCIe", "gpus_per_node": gpus, "scale_up": "pcie", "host": host}
 
 
-def _host(t: Topology, sockets: int) -> None:
-    for s in range(sockets):
-        t.add_device(Device(f"n0.cpu{s}", CPU, numa=s, index=s))
-    if sockets == 2:
-        t.add_link(Link("n0.cpu0", "n0.cpu1", "cpu", INTERSOCKET, lat_us=0.2))
-
-
-def _gpus(t: Topology, n: int, model: str, sockets: int) -> None:
-    for i in range(n):
-        t.add_device(Device(f"n0.gpu{i}", GPU, model, index=i, numa=i * sockets // n))
+def _tpu_slice(t: Topology, model: str, chips: int) -> None:
+    t.add_device(Device("n0.cpu0", CPU, numa=0))
+    dims = _torus_dims(chips)
+    for i in range(chips):
+        t.add_device(Device(f"n0.gpu{i}", GPU, model, index=i, numa=0))
+        t.add_link(Link("n0.cpu0", f"n0.gpu{i}", "pcie", PCIE4_X16, lat_us=1.0, lanes=16,
+                        gen=4))
+    for i in range(chips):
+        for j in _torus_neighbours(i, dims):
+            if j > i and t.link(f"n0.gpu{i}", f"n0.gpu{j}") is None:
+                t.add_link(Link(f"n0.gpu{i}", f"n0.gpu{j}", "nvlink", TPU_ICI, lat_us=1.0,
+                                attrs={"ici": True}))
+    t.meta["scale_up"] = "ici-torus"
 
 
 def build_node(model: str, gpus: int, *, name: str | None = None) -> Topology:
@@ -75,80 +97,13 @@ def build_node(model: str, gpus: int, *, name: str | None = None) -> Topology:
     >>> t.link("n0.gpu0", "n0.gpu3").count, t.link("n0.gpu0", "n0.gpu5") is None
     (2, True)
     """
-    t = Topology(name or f"{model}x{gpus}", meta={"model": model, "gpus": gpus})
-    up = model.upper()
-    if up.startswith("TPU"):
-        _host(t, 1)
-        _gpus(t, gpus, model, 1)
-        dims = _torus_dims(gpus)
-        for i in range(gpus):
-            t.add_link(Link("n0.cpu0", f"n0.gpu{i}", "pcie", PCIE4_X16, lat_us=1.0, lanes=16,
-                            gen=4))
-            for j in _torus_neighbours(i, dims):
-                if j > i and t.link(f"n0.gpu{i}", f"n0.gpu{j}") is None:
-                    t.add_link(Link(f"n0.gpu{i}", f"n0.gpu{j}", "nvlink", TPU_ICI, lat_us=1.0,
-                                    attrs={"ici": True}))
-        t.meta["scale_up"] = "ici-torus"
+    if model.upper().startswith("TPU"):
+        t = Topology(name or f"{model}x{gpus}", meta={"model": model, "gpus": gpus})
+        _tpu_slice(t, model, gpus)
         return t
-    if up.startswith("V100") and gpus == 8:
-        _host(t, 2)
-        _gpus(t, 8, model, 2)
-        for s in range(4):
-            t.add_device(Device(f"n0.sw{s}", PCIE_SWITCH, index=s, numa=s // 2))
-            t.add_link(Link(f"n0.cpu{s // 2}", f"n0.sw{s}", "pcie", PCIE3_X16, 0.5, lanes=16,
-                            gen=3, attrs={"host_bridge": s % 2}))
-            for g in (2 * s, 2 * s + 1):
-                t.add_link(Link(f"n0.sw{s}", f"n0.gpu{g}", "pcie", PCIE3_X16, 0.5, lanes=16,
-                                gen=3))
-        for a, b, c in DGX1_MESH:
-            t.add_link(Link(f"n0.gpu{a}", f"n0.gpu{b}", "nvlink", NVLINK2_GBPS * c, 0.7,
-                            count=c, gen=2))
-        t.meta["scale_up"] = "nvlink-mesh"
-        return t
-    if up.startswith("V100") and gpus == 4:
-        _host(t, 1)
-        _gpus(t, 4, model, 1)
-        for g in range(4):
-            t.add_link(Link("n0.cpu0", f"n0.gpu{g}", "pcie", PCIE3_X16, 0.5, lanes=16, gen=3,
-                            attrs={"host_bridge": g // 2}))
-        for a, b in itertools.combinations(range(4), 2):
-            t.add_link(Link(f"n0.gpu{a}", f"n0.gpu{b}", "nvlink", NVLINK2_GBPS * 2, 0.7,
-                            count=2, gen=2))
-        t.meta["scale_up"] = "nvlink-mesh"
-        return t
-    if up == "G3" and gpus == 8:
-        _host(t, 2)
-        _gpus(t, 8, model, 2)
-        t.add_device(Device("n0.nvsw", NVSWITCH))
-        for g in range(8):
-            t.add_link(Link("n0.nvsw", f"n0.gpu{g}", "nvlink", NVLINK3_GBPS * 12, 0.7,
-                            count=12, gen=3))
-            t.add_link(Link(f"n0.cpu{g // 4}", f"n0.gpu{g}", "pcie", PCIE4_X16, 0.5,
-                            lanes=16, gen=4, attrs={"host_bridge": g % 4}))
-        t.meta["scale_up"] = "nvswitch"
-        return t
-    if gpus == 8:
-        _host(t, 2)
-        _gpus(t, 8, model, 2)
-        for s in range(4):
-            t.add_device(Device(f"n0.sw{s}", PCIE_SWITCH, index=s, numa=s // 2))
-            t.add_link(Link(f"n0.cpu{s // 2}", f"n0.sw{s}", "pcie", PCIE4_X16, 0.5, lanes=16,
-                            gen=4, attrs={"host_bridge": s % 2}))
-            for g in (2 * s, 2 * s + 1):
-                t.add_link(Link(f"n0.sw{s}", f"n0.gpu{g}", "pcie", PCIE4_X16, 0.5, lanes=16,
-                                gen=4))
-        t.meta["scale_up"] = "pcie"
-        return t
-    sockets = 1 if gpus == 1 else 2
-    bw, gen = (PCIE3_X16, 3) if up in ("T4", "P100", "A10") or up.startswith("V100") \
-        else (PCIE4_X16, 4)
-    _host(t, sockets)
-    _gpus(t, gpus, model, sockets)
-    for g in range(gpus):
-        s = g * sockets // gpus
-        t.add_link(Link(f"n0.cpu{s}", f"n0.gpu{g}", "pcie", bw, 0.5, lanes=16, gen=gen,
-                        attrs={"host_bridge": g}))
-    t.meta["scale_up"] = "pcie"
+    t = from_spec(node_spec(model, gpus), name=name or f"{model}x{gpus}",
+                  file=f"openb node model {model}x{gpus}")
+    t.meta["model"] = model
     return t
 
 
@@ -221,25 +176,19 @@ def widest_paths(topo: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]
     return bw, hops
 
 
-def pair_bandwidth(topo: Topology, node: int = 0) -> np.ndarray:
-    """Bottleneck bandwidth (GB/s) between GPU i and j of a node, order ``topo.gpus(node)``.
-
-    Uses :func:`gpufabric.topology.paths.gpu_pair_bw` when that module exists, else
-    :func:`widest_paths`. The diagonal is ``inf``.
-    """
-    try:
-        from gpufabric.topology.paths import gpu_pair_bw  # type: ignore
-    except ImportError:
-        return widest_paths(topo, node)[0]
-    bw = np.array(gpu_pair_bw(topo, node=node), dtype=float)
-    np.fill_diagonal(bw, np.inf)  # same convention as widest_paths
-    return bw
+def tables(topo: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(bottleneck GB/s, links crossed) between every pair of accelerators; diagonal inf / 0."""
+    if topo.meta.get("scale_up") == "ici-torus":
+        return widest_paths(topo, node)
+    bw, hops = gpu_pair_tables(topo, node)
+    np.fill_diagonal(bw, np.inf)
+    return bw, hops
 
 
 @lru_cache(maxsize=None)
 def node_tables(model: str, gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cached (bandwidth, hops) matrices for an openb-style node model."""
-    return widest_paths(build_node(model, gpus))
+    """Cached :func:`tables` of an openb-style node model."""
+    return tables(build_node(model, gpus))
 
 
 def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray

@@ -166,6 +166,29 @@ def matrix(t: Topology, node: int = 0) -> tuple[list[str], list[list[Path]]]:
     return [lab for lab, _ in ends], [[path(t, a, b) for _, b in ends] for _, a in ends]
 
 
+def gpu_pair_tables(t: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Bottleneck bandwidth (GB/s per direction) and links crossed between GPU i and GPU j.
+
+    Order is ``t.gpus(node)`` by index; the diagonal is 0 in both.
+
+    Examples
+    --------
+    >>> from gpufabric.topology.build import from_spec
+    >>> bw, hops = gpu_pair_tables(from_spec({"gpu": "T4", "gpus_per_node": 2}))
+    >>> float(bw[0, 1]), int(hops[0, 1])
+    (15.75, 3)
+    """
+    gpus = [d.id for d in sorted(t.gpus(node), key=lambda d: d.index)]
+    bw = np.zeros((len(gpus), len(gpus)))
+    hops = np.zeros((len(gpus), len(gpus)), dtype=np.int64)
+    for i, a in enumerate(gpus):
+        for j in range(i + 1, len(gpus)):
+            p = path(t, a, gpus[j])
+            bw[i, j] = bw[j, i] = p.bw_GBps
+            hops[i, j] = hops[j, i] = p.hops
+    return bw, hops
+
+
 def gpu_pair_bw(t: Topology, node: int = 0) -> np.ndarray:
     """Bottleneck bandwidth (GB/s per direction) between GPU i and GPU j of a node.
 
@@ -177,9 +200,4 @@ def gpu_pair_bw(t: Topology, node: int = 0) -> np.ndarray:
     >>> float(gpu_pair_bw(from_spec({"gpu": "H100-SXM", "gpus_per_node": 2}))[0, 1])
     450.0
     """
-    gpus = [d.id for d in sorted(t.gpus(node), key=lambda d: d.index)]
-    m = np.zeros((len(gpus), len(gpus)))
-    for i, a in enumerate(gpus):
-        for j in range(i + 1, len(gpus)):
-            m[i, j] = m[j, i] = path(t, a, gpus[j]).bw_GBps
-    return m
+    return gpu_pair_tables(t, node)[0]

@@ -5,33 +5,21 @@ from pathlib import Path
 
 import pytest
 
-from gpufabric.cli import main
 from gpufabric.topology import nvsmi
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
 
 
-def run(capsys, *args):
-    """Run the command in-process; returns (exit status, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_systems_lists_presets_as_json(capsys):
-    code, out, _ = run(capsys, "systems", "--json")
+def test_systems_lists_presets_as_json(cli):
+    code, out, _ = cli("systems", "--json")
     rows = json.loads(out)
     assert code == 0
     assert {"name": "dgx-a100", "compare": True} .items() <= next(
         r for r in rows if r["name"] == "dgx-a100").items()
 
 
-def test_show_reports_lanes_paths_and_warnings(capsys):
-    code, out, _ = run(capsys, "show", "pcie-direct-8gpu", "--json")
+def test_show_reports_lanes_paths_and_warnings(cli):
+    code, out, _ = cli("show", "pcie-direct-8gpu", "--json")
     data = json.loads(out)
     assert code == 0
     assert [(r["used"], r["free"]) for r in data["lanes"]] == [(64, 16), (64, 16)]
@@ -40,14 +28,14 @@ def test_show_reports_lanes_paths_and_warnings(capsys):
     assert data["paths"]["bw_GBps"][0][1] == 31.5
 
 
-def test_show_prints_a_readable_table(capsys):
-    code, out, _ = run(capsys, "show", "hgx-h100")
+def test_show_prints_a_readable_table(cli):
+    code, out, _ = cli("show", "hgx-h100")
     assert code == 0
     assert "PCIe lanes at the CPU root ports" in out and "NV18 450" in out
 
 
-def test_p2p_matrix_marks_pairs_without_peer_to_peer(capsys):
-    code, out, _ = run(capsys, "p2p", "gpu=RTX-4090,gpus_per_node=4,scale_up=pcie", "--json")
+def test_p2p_matrix_marks_pairs_without_peer_to_peer(cli):
+    code, out, _ = cli("p2p", "gpu=RTX-4090,gpus_per_node=4,scale_up=pcie", "--json")
     data = json.loads(out)
     assert code == 0
     assert data["gpus"] == ["GPU0", "GPU1", "GPU2", "GPU3"]
@@ -55,21 +43,21 @@ def test_p2p_matrix_marks_pairs_without_peer_to_peer(capsys):
     assert data["bw_GBps"][0][1] == 31.5
 
 
-def test_topo_prints_the_real_hgx_h100_matrix(capsys):
-    code, out, _ = run(capsys, "topo", "hgx-h100")
+def test_topo_prints_the_real_hgx_h100_matrix(cli):
+    code, out, _ = cli("topo", "hgx-h100")
     assert code == 0
     real = nvsmi.parse((FIXTURES / "hgx_h100_nv18.txt").read_text())
     assert nvsmi.parse(out).paths == real.paths
 
 
-def test_import_then_topo_gives_the_same_matrix_back(capsys, tmp_path):
+def test_import_then_topo_gives_the_same_matrix_back(cli, tmp_path):
     out_file = tmp_path / "dgx.yaml"
     src = FIXTURES / "dgx_a100_nv12.txt"
-    code, out, err = run(capsys, "import", "nvidia-smi", str(src), "-o", str(out_file),
+    code, out, err = cli("import", "nvidia-smi", str(src), "-o", str(out_file),
                          "--gpu", "A100-SXM4-80GB")
     assert code == 0, err
     assert out.strip() == f"wrote {out_file}: 8 GPUs, 10 NICs"
-    code, out, _ = run(capsys, "topo", str(out_file))
+    code, out, _ = cli("topo", str(out_file))
     assert code == 0
     again, real = nvsmi.parse(out), nvsmi.parse(src.read_text())
     assert (again.labels, again.paths, again.cpu_affinity) == (real.labels, real.paths,
@@ -82,24 +70,24 @@ def test_import_then_topo_gives_the_same_matrix_back(capsys, tmp_path):
     ("gpu: A100-PCIe\ngpus_per_node: 11\nscale_up: pcie\n", "needs 176 PCIe lanes"),
     ("gpu: [GTX-1080-Ti, RTX-3090]\nscale_up: sli\nbridge: sli-hb\n", "needs identical GPUs"),
 ])
-def test_bad_files_give_one_line_and_exit_2(capsys, tmp_path, content, expected):
+def test_bad_files_give_one_line_and_exit_2(cli, tmp_path, content, expected):
     f = tmp_path / "box.yaml"
     f.write_text(content)
-    code, out, err = run(capsys, "show", str(f))
+    code, out, err = cli("show", str(f))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and str(f) in err and expected in err
 
 
-def test_unknown_system_suggests_a_preset(capsys):
-    code, _, err = run(capsys, "show", "hgx-h10")
+def test_unknown_system_suggests_a_preset(cli):
+    code, _, err = cli("show", "hgx-h10")
     assert code == 2
     assert "did you mean 'hgx-h100'?" in err
 
 
-def test_import_of_a_malformed_file_writes_nothing(capsys, tmp_path):
+def test_import_of_a_malformed_file_writes_nothing(cli, tmp_path):
     bad = tmp_path / "topo.txt"
     bad.write_text("\tGPU0\tGPU1\nGPU0\t X \tNV99x\nGPU1\tNV4\t X \n")
     out_file = tmp_path / "out.yaml"
-    code, _, err = run(capsys, "import", "nvidia-smi", str(bad), "-o", str(out_file))
+    code, _, err = cli("import", "nvidia-smi", str(bad), "-o", str(out_file))
     assert code == 2 and str(bad) in err and err.count("\n") == 1
     assert not out_file.exists()

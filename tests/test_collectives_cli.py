@@ -5,24 +5,12 @@ import json
 import pytest
 from pathlib import Path
 
-from gpufabric.cli import main
 
 DATA = Path(__file__).parent / "data" / "calibration" / "collectives.yaml"
 
 
-def run(capsys, *args):
-    """Run the command in-process; returns (exit status, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_collective_prints_the_nccl_tests_table(capsys):
-    code, out, _ = run(capsys, "collective", "hgx-h100", "--op", "all_reduce", "--min", "8",
+def test_collective_prints_the_nccl_tests_table(cli):
+    code, out, _ = cli("collective", "hgx-h100", "--op", "all_reduce", "--min", "8",
                        "--max", "8G", "-f", "1024")
     assert code == 0
     lines = out.splitlines()
@@ -35,8 +23,8 @@ def test_collective_prints_the_nccl_tests_table(capsys):
     assert lines[-1].startswith("# Avg bus bandwidth")
 
 
-def test_collective_json_and_ranks(capsys):
-    code, out, _ = run(capsys, "collective", "gpu=H100-SXM,gpus_per_node=8", "--op",
+def test_collective_json_and_ranks(cli):
+    code, out, _ = cli("collective", "gpu=H100-SXM,gpus_per_node=8", "--op",
                        "all_gather", "--min", "1G", "--max", "1G", "--ranks", "4", "--json")
     data = json.loads(out)
     assert code == 0 and data["ranks"] == 4 and data["op"] == "all_gather"
@@ -45,14 +33,14 @@ def test_collective_json_and_ranks(capsys):
     assert row["count"] == 2**30 // 4 // 4       # nccl-tests: elements per rank for all_gather
 
 
-def test_collective_forced_algorithm(capsys):
-    code, out, _ = run(capsys, "collective", "hgx-h100", "--min", "1G", "--max", "1G",
+def test_collective_forced_algorithm(cli):
+    code, out, _ = cli("collective", "hgx-h100", "--min", "1G", "--max", "1G",
                        "--algo", "ring", "--json")
     assert code == 0 and json.loads(out)["rows"][0]["algo"] == "ring"
 
 
-def test_explain_names_the_bottleneck_and_how_busy(capsys):
-    code, out, _ = run(capsys, "collective", "gpu=RTX-5090,gpus_per_node=4,scale_up=pcie,"
+def test_explain_names_the_bottleneck_and_how_busy(cli):
+    code, out, _ = cli("collective", "gpu=RTX-5090,gpus_per_node=4,scale_up=pcie,"
                        "p2p=false,pcie_gen=5", "--min", "1G", "--max", "1G", "--explain")
     assert code == 0
     line = next(l for l in out.splitlines() if "bottleneck" in l)
@@ -60,12 +48,12 @@ def test_explain_names_the_bottleneck_and_how_busy(capsys):
     busy = int(line.rsplit(",", 1)[1].strip().removesuffix("% busy"))
     assert 95 <= busy <= 100          # a 1 GB ring keeps the bottleneck busy all along
     # eight such cards, four per socket: the socket's memory runs out first
-    code, out, _ = run(capsys, "collective", "gpu=RTX-5090,gpus_per_node=8,scale_up=pcie,"
+    code, out, _ = cli("collective", "gpu=RTX-5090,gpus_per_node=8,scale_up=pcie,"
                        "p2p=false,pcie_gen=5", "--min", "1G", "--max", "1G", "--explain")
     assert "bottleneck the host memory (DRAM) of socket" in out
 
 
-def test_bad_op_size_algo_exit_2_with_one_line(capsys):
+def test_bad_op_size_algo_exit_2_with_one_line(cli):
     for args, needle in [
         (("--op", "allsum"), "op: unknown operation 'allsum'; allowed: all_reduce"),
         (("--min", "12Q"), "--min: bad size '12Q'; allowed:"),
@@ -75,19 +63,19 @@ def test_bad_op_size_algo_exit_2_with_one_line(capsys):
         (("--proto", "LL64"), "proto: unknown protocol 'LL64'; allowed: LL, LL128, Simple"),
         (("--algo", "nvls", "--proto", "LL"), "proto: protocol 'LL' cannot run"),
     ]:
-        code, out, err = run(capsys, "collective", "hgx-h100", *args)
+        code, out, err = cli("collective", "hgx-h100", *args)
         assert code == 2, args
         assert err.count("\n") == 1 and needle in err, (args, err)
         assert "Traceback" not in err
 
 
-def test_unknown_system_exit_2(capsys):
-    code, _, err = run(capsys, "collective", "no-such-box")
+def test_unknown_system_exit_2(cli):
+    code, _, err = cli("collective", "no-such-box")
     assert code == 2 and "known:" in err and err.count("\n") == 1
 
 
-def test_validate_json_summary_and_points(capsys):
-    code, out, _ = run(capsys, "validate", str(DATA), "--json")
+def test_validate_json_summary_and_points(cli):
+    code, out, _ = cli("validate", str(DATA), "--json")
     data = json.loads(out)
     assert code == 0
     s = data["summary"]
@@ -99,13 +87,13 @@ def test_validate_json_summary_and_points(capsys):
     assert {"id", "size", "measured_busbw", "predicted_busbw", "err_pct"} <= set(p)
 
 
-def test_validate_table(capsys):
-    code, out, _ = run(capsys, "validate", str(DATA))
+def test_validate_table(cli):
+    code, out, _ = cli("validate", str(DATA))
     assert code == 0
     assert "azure-nd-h200-v5" in out and out.splitlines()[-1].startswith("# summary: 21 points")
 
 
-def test_validate_bad_files(capsys, tmp_path):
+def test_validate_bad_files(cli, tmp_path):
     cases = {
         "missing.yaml": None,
         "notalist.yaml": "a: 1\n",
@@ -129,18 +117,18 @@ def test_validate_bad_files(capsys, tmp_path):
         f = tmp_path / name
         if text is not None:
             f.write_text(text)
-        code, _, err = run(capsys, "validate", str(f))
+        code, _, err = cli("validate", str(f))
         assert code == 2, name
         assert err.count("\n") == 1 and str(f) in err and expect[name] in err, (name, err)
 
 
-def test_forced_protocol(capsys):
-    code, out, _ = run(capsys, "collective", "gpu=A100-SXM4-80GB,gpus_per_node=8", "--min",
+def test_forced_protocol(cli):
+    code, out, _ = cli("collective", "gpu=A100-SXM4-80GB,gpus_per_node=8", "--min",
                        "8", "--max", "8", "--proto", "simple", "--json")
     row = json.loads(out)["rows"][0]
     assert code == 0 and (row["algo"], row["proto"]) == ("ring", "Simple")
     assert row["time_us"] == pytest.approx(8.4 + 14 * 3.4, abs=0.01)   # ring/Simple latency
     # on Hopper the NVLS kernel (2 x 25 us) beats the Simple ring (56 us) even at 8 bytes
-    code, out, _ = run(capsys, "collective", "hgx-h100", "--min", "8", "--max", "8",
+    code, out, _ = cli("collective", "hgx-h100", "--min", "8", "--max", "8",
                        "--proto", "Simple", "--json")
     assert json.loads(out)["rows"][0]["algo"] == "nvls"

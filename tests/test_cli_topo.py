@@ -91,3 +91,28 @@ def test_import_of_a_malformed_file_writes_nothing(cli, tmp_path):
     code, _, err = cli("import", "nvidia-smi", str(bad), "-o", str(out_file))
     assert code == 2 and str(bad) in err and err.count("\n") == 1
     assert not out_file.exists()
+
+
+def test_compare_puts_systems_side_by_side_and_writes_the_report(cli, tmp_path):
+    from gpufabric import collectives
+    from gpufabric.topology import presets
+    report = tmp_path / "report.html"
+    code, out, _ = cli("compare", "pcie-direct-8gpu", "hgx-h100", "-o", str(report), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["report"] == str(report)
+    pcie, hgx = data["systems"]
+    assert (pcie["name"], pcie["lanes_used"], pcie["lanes_free"]) == ("pcie-direct-8gpu", 128, 32)
+    assert hgx["path_mix"] == {"NV18": 28} and hgx["nvswitches"] == 1
+    assert hgx["collectives"] == collectives.summary(presets.load("hgx-h100"))
+    # what NVSwitch buys over PCIe, in the model's numbers
+    assert hgx["collectives"]["allreduce_busbw_1GB"] > 15 * pcie["collectives"]["allreduce_busbw_1GB"]
+    page = report.read_text()
+    assert page.count("<svg") == 4 and "<h2>hgx-h100</h2>" in page
+
+
+def test_compare_default_runs_every_archetype(cli):
+    from gpufabric.topology import presets
+    code, out, _ = cli("compare", "--no-html", "--json")
+    names = [r["name"] for r in json.loads(out)["systems"]]
+    assert code == 0 and names == presets.compared()
+    assert {"pcie-direct-8gpu", "hgx-h100-4node-roce400", "gb200-nvl72"} <= set(names)

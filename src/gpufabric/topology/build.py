@@ -75,6 +75,23 @@ def _positive_int(value: Any, field: str, file: str | None, minimum: int = 1) ->
     return value
 
 
+def _known_keys(d: dict[str, Any], allowed: tuple[str, ...], prefix: str,
+                file: str | None) -> None:
+    bad = sorted(set(d) - set(allowed))
+    if bad:
+        raise InputError(f"unknown key(s) {', '.join(bad)}; allowed: {', '.join(allowed)}",
+                         file=file, field=prefix + bad[0])
+
+
+def _section(spec: dict[str, Any], key: str, allowed: tuple[str, ...],
+             file: str | None) -> dict[str, Any]:
+    """A nested mapping of the spec (``host``, ``fabric``) with only known keys."""
+    sec = spec.get(key, {}) or {}
+    _want(sec, dict, key, "a mapping with keys " + ", ".join(allowed), file)
+    _known_keys(sec, allowed, f"{key}.", file)
+    return sec
+
+
 def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, Any]:
     """Check a shorthand spec and fill in every default; returns a new dict.
 
@@ -86,10 +103,7 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     """
     if not isinstance(spec, dict):
         raise InputError("a system spec must be a mapping of keys to values", file=file)
-    unknown = sorted(set(spec) - set(SPEC_KEYS))
-    if unknown:
-        raise InputError(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SPEC_KEYS)}",
-                         file=file, field=unknown[0])
+    _known_keys(spec, SPEC_KEYS, "", file)
     if "gpu" not in spec:
         raise InputError("required: the GPU model (e.g. gpu: H100-SXM)", file=file, field="gpu")
     raw_gpus = spec["gpu"] if isinstance(spec["gpu"], list) else [spec["gpu"]]
@@ -121,12 +135,7 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                              f"{', '.join(g0.bridges) or 'none'})", file=file, field="scale_up")
         s["bridge"] = fits[0]
 
-    host = spec.get("host", {}) or {}
-    _want(host, dict, "host", "a mapping with keys " + ", ".join(HOST_KEYS), file)
-    bad = sorted(set(host) - set(HOST_KEYS))
-    if bad:
-        raise InputError(f"unknown key(s) {', '.join(bad)}; allowed: {', '.join(HOST_KEYS)}",
-                         file=file, field=f"host.{bad[0]}")
+    host = _section(spec, "host", HOST_KEYS, file)
     want_gen = spec.get("pcie_gen", g0.pcie_gen)
     catalog.pcie_gen(_want(want_gen, int, "pcie_gen", "3, 4, 5 or 6", file), file=file,
                      field="pcie_gen")
@@ -166,12 +175,7 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     s["nics_per_node"] = _positive_int(spec.get("nics_per_node", 0 if s["nodes"] == 1 else 8),
                                        "nics_per_node", file, minimum=0)
     s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
-    fab = spec.get("fabric", {}) or {}
-    _want(fab, dict, "fabric", "a mapping with keys " + ", ".join(FABRIC_KEYS), file)
-    bad = sorted(set(fab) - set(FABRIC_KEYS))
-    if bad:
-        raise InputError(f"unknown key(s) {', '.join(bad)}; allowed: {', '.join(FABRIC_KEYS)}",
-                         file=file, field=f"fabric.{bad[0]}")
+    fab = _section(spec, "fabric", FABRIC_KEYS, file)
     over = fab.get("oversubscription", 1.0)
     _want(over, (int, float), "fabric.oversubscription", "a number >= 1 (downlinks:uplinks)", file)
     if over < 1:

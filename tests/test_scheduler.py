@@ -16,7 +16,6 @@ import math
 import numpy as np
 import pytest
 
-from gpufabric.cli import main
 from gpufabric.errors import InputError
 from gpufabric.scheduler import REGISTRY, Job, JobSet, load_jobs, load_nodes, run_arrival
 from gpufabric.scheduler.arrival import scale_to_capacity
@@ -27,17 +26,6 @@ from gpufabric.scheduler.registry import Registry
 from gpufabric.scheduler.replay import run_replay
 from gpufabric.scheduler.state import Request, State
 from gpufabric.topology.model import CPU, GPU, PCIE_SWITCH, Device, Link, Topology
-
-
-def run(capsys, *args):
-    """Run the command in-process; returns (exit status, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -336,26 +324,26 @@ def test_failure_spec_errors_are_clear():
 
 # -- CLI --------------------------------------------------------------------------------------
 
-def test_cli_arrival_json_has_131_points(capsys):
-    code, out, _ = run(capsys, "schedule", "default", "--nodes", "gpu_node", "--policy",
+def test_cli_arrival_json_has_131_points(cli):
+    code, out, _ = cli("schedule", "default", "--nodes", "gpu_node", "--policy",
                        "best-fit", "--mode", "arrival", "--runs", "1", "--json")
     data = json.loads(out)
     assert code == 0 and len(data["allocation_pct"]) == 131
     assert data["allocation_pct"][100] == 92.9816 and data["seeds"] == [42]
 
 
-def test_cli_replay_with_failures_and_policy_table(capsys, tmp_path):
+def test_cli_replay_with_failures_and_policy_table(cli, tmp_path):
     pods = tmp_path / "pods.csv"
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
                     "creation_time,deletion_time,scheduled_time\n"
                     "p0,1000,1024,1,1000,,LS,Running,0,100,0\n"
                     "p1,1000,1024,1,500,,BE,Running,5,50,5\n")
-    code, out, _ = run(capsys, "schedule", str(pods), "--nodes", "T4x2*2", "--mode", "replay",
+    code, out, _ = cli("schedule", str(pods), "--nodes", "T4x2*2", "--mode", "replay",
                        "--policy", "all", "--failures", "0@10+5", "--json")
     data = json.loads(out)
     assert code == 0 and len(data["runs"]) == len(REGISTRY.names("placement"))
     assert all(r["summary"]["completed"] == 2 for r in data["runs"])
-    code, out, _ = run(capsys, "schedule", str(pods), "--nodes", "T4x2*2", "--mode", "replay")
+    code, out, _ = cli("schedule", str(pods), "--nodes", "T4x2*2", "--mode", "replay")
     assert code == 0 and "replay" in out
 
 
@@ -366,21 +354,21 @@ def test_cli_replay_with_failures_and_policy_table(capsys, tmp_path):
     (("--mode", "replay", "--failures", "mtbf=soon"), "not a duration"),
     (("--nodes", "cpu*4"), "--nodes: the cluster has no GPUs"),
 ])
-def test_cli_bad_input_is_one_line_and_exit_2(capsys, args, needle):
-    code, out, err = run(capsys, "schedule", "default", "--runs", "1", *args)
+def test_cli_bad_input_is_one_line_and_exit_2(cli, args, needle):
+    code, out, err = cli("schedule", "default", "--runs", "1", *args)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and needle in err
 
 
-def test_cli_replay_of_a_trace_without_times_exits_2(capsys):
-    code, _, err = run(capsys, "schedule", "multigpu20", "--mode", "replay")
+def test_cli_replay_of_a_trace_without_times_exits_2(cli):
+    code, _, err = cli("schedule", "multigpu20", "--mode", "replay")
     assert code == 2 and "creation_time" in err and "multigpu20" in err
 
 
-def test_cli_csv_without_openb_columns_exits_2(capsys, tmp_path):
+def test_cli_csv_without_openb_columns_exits_2(cli, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
-    code, _, err = run(capsys, "schedule", str(bad))
+    code, _, err = cli("schedule", str(bad))
     assert code == 2 and err.count("\n") == 1
     assert str(bad) in err and "missing column 'name'" in err
 

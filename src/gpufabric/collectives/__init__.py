@@ -266,8 +266,8 @@ class Model:
                    for p in P.PROTOCOLS}
             kinds = pat.tree_hops
         elif algo in ("nvls", "nvls_tree"):
-            pat = pl.nvls(lay, _UNIT, P.NVLS_EFFICIENCY)
-            lat_s = P.BASE_LAT_US["nvls"]["Simple"] + 2 * P.NVLS_PASS_LAT_US + 2 * \
+            pat = pl.nvls(lay, _UNIT, P.NVLS_EFFICIENCY[pl.nvls_link(lay)])
+            lat_s = P.BASE_LAT_US["nvls"]["Simple"] + P.NVLS_LAT_US + 2 * \
                 self._hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", multinode)
             lat = {"Simple": lat_s}
             kinds = ["nvlink"]

@@ -65,10 +65,11 @@ LL_EFFICIENCY_COPY = 1.0 / 3.0
 TREE_EFFICIENCY = 0.9
 
 #: NVLS (NVLink SHARP): share of the NVLink rate that multimem reduce / multicast traffic gets
-#: through the NVSwitch, and the latency of each of its two passes (reduce, then multicast).
-#: Fitted on the 8-GPU H100 / H200 all_reduce plateaus (476-480 GB/s busbw).
-NVLS_EFFICIENCY = 0.83
-NVLS_PASS_LAT_US = 25.0
+#: through the NVSwitch, per NVLink generation of the switch (NCCL src/graph/tuning.cc
+#: nvlsEfficiency: Hopper 0.85, Blackwell 0.74), and the latency of one NVLS operation inside
+#: the node (NCCL tuning.cc: NVLS latency = intraLat once, hwLat NVLINK NVLS Simple = 25 us).
+NVLS_EFFICIENCY = {"nvlink4": 0.85, "nvlink5": 0.74}
+NVLS_LAT_US = 25.0
 
 #: Point-to-point operations (all_to_all): extra cost per peer (us) of posting and matching one
 #: send / receive pair in a grouped call.

@@ -344,6 +344,12 @@ class Planner:
                 return False
         return lay.per_node > 1
 
+    def nvls_link(self, lay: Layout) -> str:
+        """NVLink generation of the NVSwitch fabric NVLS runs on (``nvlink4``, ``nvlink5``)."""
+        from gpufabric import catalog
+        hub = self._switch_of(lay.gpus[0][0])
+        return catalog.nvswitch(self.topo.devices[hub].model).peer_link
+
     def _switch_of(self, gpu: str) -> str | None:
         for v, l in self.topo.neighbors(gpu):
             if l.kind == "nvlink" and self.topo.devices[v].kind == NVSWITCH:

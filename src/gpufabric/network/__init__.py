@@ -125,7 +125,8 @@ def describe_edge(topo: Topology, u: str, v: str) -> str:
         up, down = (du, dv) if l.a == u else (dv, du)
         arrow = "down" if l.a == u else "up"
         if up.kind == "cpu":
-            return f"the PCIe root port of socket {max(up.numa, 0)} to {down.id} ({arrow})"
+            return (f"the PCIe root port of socket {up.attrs.get('socket', up.index)} to {down.id} "
+                    f"({arrow})")
         if up.kind == "pcie_switch":
             return f"the PCIe switch {up.id} port to {down.id} ({arrow})"
         return f"the PCIe link {up.id}-{down.id} ({arrow})"

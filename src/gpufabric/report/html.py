@@ -119,22 +119,25 @@ def draw(t: Topology, node: int = 0, width: int = 900) -> str:
 
 def busbw_chart(series: dict[str, list[dict[str, Any]]], op: str, width: int = 900,
                 height: int = 420) -> str:
-    """SVG line chart: busbw (GB/s) against message size (log scale), one line per system."""
-    pts = [p for s in series.values() for p in s]
+    """SVG line chart: busbw (GB/s) against message size, both on log scales (so PCIe boxes
+    and NVLink domains show on one chart), one line per system."""
+    pts = [p for s in series.values() for p in s if p["busbw"] > 0]
     if not pts:
         return ""
     xmin, xmax = math.log2(min(p["size"] for p in pts)), math.log2(max(p["size"] for p in pts))
-    ymax = max(p["busbw"] for p in pts) * 1.05 or 1.0
-    L, R, T, B = 60, 220, 20, 50
+    lo = math.floor(math.log10(max(min(p["busbw"] for p in pts), 1e-4)))
+    hi = math.ceil(math.log10(max(p["busbw"] for p in pts)))
+    hi = max(hi, lo + 1)
+    L, R, T, B = 60, 220, 24, 50
     X = lambda s: L + (math.log2(s) - xmin) / max(1e-9, xmax - xmin) * (width - L - R)  # noqa
-    Y = lambda v: T + (1 - v / ymax) * (height - T - B)                                # noqa
+    Y = lambda v: T + (hi - math.log10(max(v, 10.0 ** lo))) / (hi - lo) * (height - T - B)  # noqa
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'role="img" aria-label="{_e(op)} busbw against size">']
-    for k in range(6):
-        v = ymax * k / 5
+    for e in range(lo, hi + 1):
+        v = 10.0 ** e
         parts.append(f'<line x1="{L}" x2="{width - R}" y1="{Y(v):.1f}" y2="{Y(v):.1f}" '
                      f'stroke="#eee"/><text x="{L - 6}" y="{Y(v) + 4:.1f}" font-size="11" '
-                     f'text-anchor="end">{v:.0f}</text>')
+                     f'text-anchor="end">{v:g}</text>')
     for e in range(int(xmin), int(xmax) + 1, 4):
         s = 2 ** e
         lab = (f"{s >> 30}G" if s >= 1 << 30 else f"{s >> 20}M" if s >= 1 << 20
@@ -143,7 +146,7 @@ def busbw_chart(series: dict[str, list[dict[str, Any]]], op: str, width: int = 9
                      f'text-anchor="middle">{lab}</text>')
     parts.append(f'<text x="{(L + width - R) / 2}" y="{height - 8}" font-size="12" '
                  'text-anchor="middle">message size (bytes)</text>'
-                 f'<text x="14" y="{T + 10}" font-size="12">busbw GB/s</text>')
+                 f'<text x="{L}" y="12" font-size="12">busbw GB/s (log)</text>')
     for i, (name, s) in enumerate(series.items()):
         color = LINE_COLORS[i % len(LINE_COLORS)]
         d = " ".join(f"{'M' if j == 0 else 'L'}{X(p['size']):.1f},{Y(p['busbw']):.1f}"

@@ -433,10 +433,6 @@ def route_none(cluster: Cluster, kind: str) -> np.ndarray:
     return np.ones(len(cluster), dtype=bool)
 
 
-def placement_names() -> list[str]:
-    return REGISTRY.names("placement")
-
-
 def make_placement(name: str, cluster: Cluster, jobs: JobSet | None,
                    rng: np.random.Generator) -> Placement:
     """Instantiate the placement policy ``name`` (InputError if unknown)."""

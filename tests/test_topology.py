@@ -195,3 +195,24 @@ def test_system_file_field_types_are_checked(tmp_path):
     with pytest.raises(InputError) as e:
         load(str(f))
     assert str(e.value) == f"{f}: devices[0].numa: expected an integer, got 'zero'"
+
+
+def test_p2p_follows_nccl_per_host_cpu_and_routing_agrees():
+    from gpufabric.network.routing import Router
+    amd = presets.load("pcie-direct-8gpu")        # EPYC Milan: NCCL uses P2P across sockets
+    intel = presets.load("t4-cloud-server")       # Xeon Gold 6226R: not across UPI
+    broadwell = presets.load("dgx1-v100")         # Broadwell: not through the CPU at all
+    assert (path(amd, "n0.gpu0", "n0.gpu4").type, path(amd, "n0.gpu0", "n0.gpu4").p2p) == \
+        ("SYS", True)
+    assert (path(intel, "n0.gpu0", "n0.gpu1").type, path(intel, "n0.gpu0", "n0.gpu1").p2p) == \
+        ("NODE", True)
+    assert (path(intel, "n0.gpu0", "n0.gpu2").type, path(intel, "n0.gpu0", "n0.gpu2").p2p) == \
+        ("SYS", False)
+    assert path(broadwell, "n0.gpu0", "n0.gpu5").p2p is False
+    for t in (amd, intel, broadwell, presets.load("pcie-switch-dual-root")):
+        router = Router(t)
+        gpus = [g.id for g in t.gpus()]
+        for a in gpus:
+            for b in gpus:
+                if a != b and not path(t, a, b).type.startswith("NV"):
+                    assert (router.route(a, b).transport == "pcie") == path(t, a, b).p2p, (a, b)

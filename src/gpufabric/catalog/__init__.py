@@ -131,6 +131,7 @@ class CPU:
     cores: int = 0                # physical cores per socket
     threads_per_core: int = 1
     mem_bw_GBps: float = 0.0      # peak DRAM bandwidth of one socket (channels x rate x 8 B)
+    p2p_level: str = "NODE"       # farthest nvidia-smi path class NCCL uses GPU P2P over
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

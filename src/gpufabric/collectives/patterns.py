@@ -290,7 +290,7 @@ class Planner:
 
         def cost(o):
             w, transport, staged = self.router.gpu_nic_walk(o[-1], nic, prefer_pxn=True)
-            return (staged, transport != "nvlink" and not self.router._is_close(w), len(w))
+            return (staged, transport != "nvlink" and not self.router.gdr(o[-1], nic), len(w))
         return back if cost(back) < cost(fwd) else fwd
 
     def _hop_kinds(self, tr):

@@ -4,11 +4,12 @@ The rules follow what NCCL does on real machines:
 
 - two GPUs with a direct NVLink (or xGMI) bundle use it; two GPUs on one NVSwitch fabric go
   through the switch (transport ``nvlink``);
-- otherwise PCIe peer-to-peer along the shortest PCIe path (through switches, the root complex,
-  or across the inter-socket link) when the GPUs allow P2P (transport ``pcie``);
-- no P2P (GeForce cards with the stock driver): the data bounces through host memory, going up
-  to the sender's CPU socket and down to the receiver (transport ``shm``);
-- GPU to NIC: GPUDirect RDMA when the NIC is close (same PCIe switch, or same host bridge);
+- otherwise PCIe peer-to-peer along the shortest PCIe path when :func:`topology.paths.path`
+  says P2P is used (GPUs that allow it, a path NCCL allows: transport ``pcie``);
+- no P2P (GeForce cards with the stock driver, or a path through the CPU on most hosts): the
+  data bounces through host memory, up to the sender's CPU socket and down to the receiver
+  (transport ``shm``);
+- GPU to NIC: GPUDirect RDMA when :func:`topology.paths.path` allows it (PIX/PXB);
   when it is not, and an NVLink peer sits next to the NIC, NCCL's PXN relays through that peer
   over NVLink; otherwise the data is staged through host memory (transport ``shm``);
 - across nodes: sender GPU -> its rail's NIC -> leaf -> (core) -> leaf -> NIC -> receiver GPU;
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from gpufabric.topology.model import (CPU, GPU, NET_SWITCH, NIC, NVSWITCH, PCIE_SWITCH,
                                       Topology)
+from gpufabric.topology.paths import path
 
 HOST_LINKS = ("pcie", "cpu", "c2c")
 PEER_LINKS = ("nvlink", "xgmi")
@@ -80,8 +82,6 @@ class Router:
         self._cache: dict[tuple, Route] = {}
         self._near_nic: dict[str, str | None] = {}
         self._home_gpu: dict[str, str | None] = {}
-        meta_p2p = topo.meta.get("p2p")
-        self.p2p_default = True if meta_p2p is None else bool(meta_p2p)
 
     def kind_in_node(self, kind: str, node: int) -> list:
         """Devices of one kind in one node, in build order (cached)."""
@@ -117,35 +117,12 @@ class Router:
                 best = w
         return best[-1] if best else None
 
-    def _is_close(self, walk: tuple[str, ...]) -> bool:
-        """GPUDirect-able: no CPU on the way, or one CPU entered and left by one host bridge."""
-        devs = self.topo.devices
-        mids = walk[1:-1]
-        cpus = [i for i, d in enumerate(walk) if devs[d].kind == CPU and 0 < i < len(walk) - 1]
-        if not cpus:
-            return all(devs[d].kind == PCIE_SWITCH for d in mids)
-        if len(cpus) > 1:
-            return False
-        i = cpus[0]
-        l1 = self.topo.link(walk[i - 1], walk[i])
-        l2 = self.topo.link(walk[i], walk[i + 1])
-        hb1, hb2 = l1.attrs.get("host_bridge"), l2.attrs.get("host_bridge")
-        return hb1 is not None and hb1 == hb2
-
-    def _p2p(self, a: str, b: str) -> bool:
-        from gpufabric import catalog
-        from gpufabric.errors import InputError
-        if self.topo.meta.get("p2p") is not None:
-            return bool(self.topo.meta["p2p"])
-        for d in (a, b):
-            m = self.topo.devices[d].model
-            if m:
-                try:
-                    if not catalog.gpu(m).p2p_pcie:
-                        return False
-                except InputError:
-                    pass
-        return True
+    def gdr(self, gpu: str, nic: str) -> bool:
+        """GPUDirect RDMA between a GPU and a NIC of its node (:func:`topology.paths.path`)."""
+        cache = self.__dict__.setdefault("_gdr", {})
+        if (gpu, nic) not in cache:
+            cache[(gpu, nic)] = path(self.topo, gpu, nic).p2p
+        return cache[(gpu, nic)]
 
     def host_of(self, walk: tuple[str, ...]) -> str | None:
         """The first CPU socket on a walk (where a staged copy lands in memory)."""
@@ -174,7 +151,7 @@ class Router:
             for g in gpus:
                 w = self.host_walk(g.id, n.id)
                 if w is not None:
-                    cand.append(((not self._is_close(w), len(w), abs(g.index - n.index),
+                    cand.append(((not self.gdr(g.id, n.id), len(w), abs(g.index - n.index),
                                   n.index, g.index), n.id, g.id))
         cand.sort()
         used_g: set[str] = set()
@@ -223,14 +200,14 @@ class Router:
         home = self.home_gpu(nic)
         if prefer_pxn and home and home != gpu and self.peer_walk(gpu, home):
             hw = self.host_walk(home, nic)
-            if hw and self._is_close(hw):
+            if hw and self.gdr(home, nic):
                 return self.peer_walk(gpu, home) + hw[1:], "nvlink", False
-        if w is not None and self._is_close(w):
+        if w is not None and self.gdr(gpu, nic):
             return w, "pcie", False
         if home and home != gpu:
             pw = self.peer_walk(gpu, home)
             hw = self.host_walk(home, nic)
-            if pw and hw and self._is_close(hw):
+            if pw and hw and self.gdr(home, nic):
                 return pw + hw[1:], "nvlink", False          # PXN
         if w is None:
             raise ValueError(f"no PCIe path from {gpu} to {nic}")
@@ -311,7 +288,7 @@ class Router:
             hw = self.host_walk(src, dst)
             if hw is None:
                 raise ValueError(f"no path from {src} to {dst}")
-            if self._p2p(src, dst):
+            if path(self.topo, src, dst).p2p:
                 return Route((hw,), "pcie")
             cpu = self._cpu_of(src)
             up, down = self.host_walk(src, cpu), self.host_walk(cpu, dst)

@@ -2,10 +2,12 @@
 
 For every pair of GPUs (and GPU-NIC, NIC-NIC) :func:`path` gives the path type (``X``,
 ``NV#``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``), the links crossed, the bottleneck
-bandwidth, the latency and whether peer-to-peer works. Without P2P (GeForce cards, a path
-across sockets) data bounces through host memory, so the links crossed run up to the CPU and
-down again even when the two devices share a PCIe switch. For a GPU and a NIC, ``p2p`` means
-GPUDirect RDMA, which NCCL uses by default only when the path stays below the CPU (PIX/PXB).
+bandwidth, the latency and whether peer-to-peer is used. P2P needs GPUs that allow it
+(GeForce cards with the stock driver do not) and a path no farther than NCCL uses P2P over on
+that host (:func:`p2p_level`: across sockets on AMD, not across sockets on Intel). Without P2P
+data bounces through host memory, so the links crossed run up to the CPU and down again even
+when the two devices share a PCIe switch. For a GPU and a NIC, ``p2p`` means GPUDirect RDMA,
+which NCCL uses by default only below the CPU (PIX/PXB).
 
 Examples
 --------
@@ -80,15 +82,32 @@ def _peer(t: Topology, x: str, y: str) -> tuple[int, list[Link]] | None:
     return None
 
 
+#: nvidia-smi path classes through PCIe, nearest first.
+PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
 def _gpu_p2p_capable(t: Topology, dev_id: str) -> bool:
+    """The hardware and driver allow PCIe peer-to-peer (the spec's ``p2p`` decides if given)."""
     d = t.devices[dev_id]
     if d.kind != GPU:
         return True
-    if t.meta.get("spec", {}).get("p2p") is False:
-        return False
+    if t.meta.get("p2p") is not None:   # the spec's (or system's) word on P2P decides
+        return bool(t.meta["p2p"])
     if "p2p" in d.attrs:
         return bool(d.attrs["p2p"])
     return catalog.gpu(d.model).p2p_pcie if d.model else True
+
+
+def p2p_level(t: Topology, dev_id: str) -> str:
+    """The farthest path class over which NCCL uses GPU peer-to-peer by default on this host.
+
+    NCCL src/graph/paths.cc (ncclTopoCheckP2p) decides by CPU: AMD up to SYS, Intel up to PHB
+    (nvidia-smi PHB and NODE), Broadwell and ARM up to PXB; the catalog keeps it per CPU
+    (``CPU.p2p_level``). Newer NCCL releases default to PXB except on 2-GPU AMD hosts.
+    """
+    d = t.devices[dev_id]
+    cpu = next((c for c in t.of_kind(CPU, d.node) if c.model), None)
+    return catalog.cpu(cpu.model).p2p_level if cpu else "NODE"
 
 
 def _cpu_link(t: Topology, a: str, b: str) -> Link | None:
@@ -132,8 +151,9 @@ def path(t: Topology, x: str, y: str) -> Path:
                 ptype = "NODE"
     kinds = {t.devices[x].kind, t.devices[y].kind}
     if kinds == {GPU}:
-        p2p = ptype != "SYS" and _gpu_p2p_capable(t, x) and _gpu_p2p_capable(t, y)
-    elif GPU in kinds:   # GPUDirect RDMA
+        p2p = (PCIE_PATHS.index(ptype) <= PCIE_PATHS.index(p2p_level(t, x))
+               and _gpu_p2p_capable(t, x) and _gpu_p2p_capable(t, y))
+    elif GPU in kinds:   # GPUDirect RDMA: NCCL's netGdrLevel, PXB
         p2p = ptype in ("PIX", "PXB") and all(_gpu_p2p_capable(t, d) for d in (x, y)
                                               if t.devices[d].kind == GPU)
     else:

@@ -150,7 +150,7 @@ def warnings(t: Topology) -> list[str]:
     for r in lane_budget(t):
         if r["free"] < 16 and r["lanes"]:
             out.append(f"{r['cpu']}: only {r['free']} PCIe lanes left at the root ports")
-    p2p = t.meta.get("spec", {}).get("p2p", True)
+    p2p = t.meta.get("p2p", True)
     gpus = t.gpus()
     no_p2p = sorted({g.model for g in gpus if g.model and not catalog.gpu(g.model).p2p_pcie})
     if no_p2p or p2p is False:

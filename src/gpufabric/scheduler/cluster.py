@@ -212,11 +212,8 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
         model, n = m.group(1), int(m.group(2))
         return [(f"{name}-{start + k:04d}", 12000 * n, 65536 * n, n, model, "gpu")
                 for k in range(count)], None
-    try:
-        from gpufabric.topology import presets  # type: ignore
-        known = list(presets.names())
-    except (ImportError, AttributeError):
-        known = []
+    from gpufabric.topology import presets
+    known = presets.names()
     if name in known or "=" in name or name.lower().endswith((".yaml", ".yml")):
         topo = _system(name)
         g = topo.gpus()

@@ -38,7 +38,7 @@ class InputError(ValueError):
         parts = [p for p in (self.file, self.field) if p]
         return ": ".join(parts + [self.message])
 
-    def located(self, file: str | None = None, field_prefix: str | None = None) -> "InputError":
+    def located(self, file: str | None = None, field_prefix: str | None = None) -> InputError:
         """Return a copy with the file set (if unset) and the field prefixed."""
         field = self.field
         if field_prefix:

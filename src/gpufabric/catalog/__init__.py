@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -255,7 +255,7 @@ def _coerce(cls: type, raw: dict[str, Any], where: str) -> Any:
         raise InputError(str(exc), file=where) from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def table(kind: str) -> dict[str, Any]:
     """All entries of one table, keyed by lower-cased name and aliases."""
     fname, cls, _ = TABLES[kind]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from gpufabric.cli.common import app
-from gpufabric.errors import InputError
-
-from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)
 from gpufabric.cli import collective as _collective  # noqa: F401,E402
 from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
+from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)
+from gpufabric.cli.common import app
+from gpufabric.errors import InputError
 
 
 def main(argv: list[str] | None = None) -> None:

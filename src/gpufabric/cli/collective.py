@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 import typer
 
 from gpufabric.cli.common import app, emit_json
 from gpufabric.errors import InputError
 
-SYSTEM_HELP = "A preset name (see `gpufabric systems`), a YAML spec or system file, or key=value,..."
+SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
+               "or key=value,...")
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -57,11 +57,11 @@ def collective(
     min_size: str = typer.Option("8", "--min", "-b", help="Smallest size (bytes; K/M/G)."),
     max_size: str = typer.Option("8G", "--max", "-e", help="Largest size (bytes; K/M/G)."),
     step_factor: float = typer.Option(2.0, "--step-factor", "-f", help="Size multiplier."),
-    ranks: Optional[int] = typer.Option(None, "--ranks", "-n",
+    ranks: int | None = typer.Option(None, "--ranks", "-n",
                                         help="GPUs taking part (default: all)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
                              "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
-    proto: Optional[str] = typer.Option(None, "--proto",
+    proto: str | None = typer.Option(None, "--proto",
                                         help="Force a protocol: LL, LL128 or Simple."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     explain: bool = typer.Option(False, "--explain",
@@ -113,7 +113,8 @@ def collective(
 
 @app.command()
 def validate(
-    file: str = typer.Argument(..., help="Measurements file (schema: shared/calibration/README.md)."),
+    file: str = typer.Argument(
+        ..., help="Measurements file (schema: shared/calibration/README.md)."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary."""

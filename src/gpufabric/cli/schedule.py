@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -39,9 +38,9 @@ def schedule(
                                help="Placement policy, or 'all' to compare them all."),
     mode: str = typer.Option("arrival", "--mode", help="arrival (FGD paper protocol) or replay."),
     seed: int = typer.Option(42, "--seed", help="First seed; runs use seed, seed+1, ..."),
-    runs: Optional[int] = typer.Option(None, "--runs",
+    runs: int | None = typer.Option(None, "--runs",
                                        help="Seeds to average (default: 10 arrival, 1 replay)."),
-    failures: Optional[str] = typer.Option(
+    failures: str | None = typer.Option(
         None, "--failures", help="replay: 'mtbf=500h[,repair=2h]', 'NODE@TIME[+REPAIR],...' "
         "or a file of such items."),
     queue: str = typer.Option("fifo", "--queue", help="replay: queue order, fifo or priority "

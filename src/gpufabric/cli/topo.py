@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import typer
 import yaml
@@ -16,7 +15,8 @@ from gpufabric.cli.common import app, emit_json
 
 console = Console()
 
-SYSTEM_HELP = "A preset name (see `gpufabric systems`), a YAML spec or system file, or key=value,..."
+SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
+               "or key=value,...")
 
 
 def _load(system: str):
@@ -61,9 +61,9 @@ def _print_matrix(title: str, labels: list[str], cells: list[list[str]]) -> None
     table.add_column("", no_wrap=True)
     for lab in labels:
         table.add_column(lab, justify="right", no_wrap=True)
-    for lab, row in zip(labels, cells):
+    for lab, row in zip(labels, cells, strict=True):
         table.add_row(lab, *row)
-    widest = max([len(c) for row in cells for c in row] + [len(l) for l in labels] + [1])
+    widest = max([len(c) for row in cells for c in row] + [len(ln) for ln in labels] + [1])
     _print_wide(table, 8 + (widest + 2) * (len(labels) + 1))
 
 
@@ -98,9 +98,9 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     for d in t.devices.values():
         if d.node != node:
             continue
-        ups = [f"{n} ({l.kind}{' x' + str(l.lanes) if l.lanes else ''}"
-               f"{' x' + str(l.count) if l.count > 1 else ''}, {l.bw_GBps:g} GB/s)"
-               for n, l in t.neighbors(d.id) if l.b == d.id or l.kind != "pcie"]
+        ups = [f"{n} ({ln.kind}{' x' + str(ln.lanes) if ln.lanes else ''}"
+               f"{' x' + str(ln.count) if ln.count > 1 else ''}, {ln.bw_GBps:g} GB/s)"
+               for n, ln in t.neighbors(d.id) if ln.b == d.id or ln.kind != "pcie"]
         dev.add_row(d.id, d.kind, d.model or "?", str(d.numa), "; ".join(ups))
     console.print(dev)
     lt = Table(title="PCIe lanes at the CPU root ports", box=None)
@@ -110,8 +110,8 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
         if r["node"] == node:
             lt.add_row(r["cpu"], r["model"], str(r["lanes"]), str(r["used"]), str(r["free"]))
     console.print(lt)
-    cells = [[("X" if ty == "X" else f"{ty} {bw:g}") for ty, bw in zip(trow, brow)]
-             for trow, brow in zip(pt["type"], pt["bw_GBps"])]
+    cells = [[("X" if ty == "X" else f"{ty} {bw:g}") for ty, bw in zip(trow, brow, strict=True)]
+             for trow, brow in zip(pt["type"], pt["bw_GBps"], strict=True)]
     _print_matrix("Paths (type, bottleneck GB/s per direction)", pt["labels"], cells)
     for w in warns:
         console.print(f"[yellow]warning:[/yellow] {w}")
@@ -131,8 +131,8 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
         emit_json({"system": t.name, "gpus": pt["labels"][:n], **sub})
         return
     cells = [["-" if ty == "X" else f"{bw:g}{'' if ok else '*'}"
-              for ty, bw, ok in zip(trow, brow, prow)]
-             for trow, brow, prow in zip(sub["type"], sub["bw_GBps"], sub["p2p"])]
+              for ty, bw, ok in zip(trow, brow, prow, strict=True)]
+             for trow, brow, prow in zip(sub["type"], sub["bw_GBps"], sub["p2p"], strict=True)]
     _print_matrix(f"{t.name}: GPU-pair bandwidth, GB/s per direction (* = no P2P: through host "
                   "memory)", pt["labels"][:n], cells)
 
@@ -186,7 +186,7 @@ def import_nvidia_smi(
 
 
 @app.command()
-def compare(systems_: Optional[list[str]] = typer.Argument(
+def compare(systems_: list[str] | None = typer.Argument(
                 None, metavar="[SYSTEM]...", help="Systems to compare (default: the archetypes)."),
             output: Path = typer.Option(Path("gpufabric-report.html"), "-o", "--output",
                                         help="HTML report to write."),

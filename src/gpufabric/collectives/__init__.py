@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 from gpufabric.collectives import params as P
 from gpufabric.collectives.patterns import Layout, Planner, layout
@@ -213,14 +214,14 @@ class Model:
         if "_wire" not in self.__dict__:
             self.__dict__["_wire"] = 0.0
             nics = [n for n in self.topo.nics() if any(
-                l.kind == "net" for _, l in self.topo.neighbors(n.id))]
+                ln.kind == "net" for _, ln in self.topo.neighbors(n.id))]
             if nics:
                 walk = self.net.router.fabric_walks(nics[0].id, nics[0].id)[0]
                 others = [n for n in nics if n.node != nics[0].node
                           and n.index == nics[0].index]
                 if others:
                     walk = self.net.router.fabric_walks(nics[0].id, others[0].id)[0]
-                wire = sum(self.topo.link(u, v).lat_us for u, v in zip(walk, walk[1:]))
+                wire = sum(self.topo.link(u, v).lat_us for u, v in pairwise(walk))
                 self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
         return self.__dict__["_wire"]
 
@@ -360,15 +361,13 @@ class Model:
             mem = 1000.0
         t = P.BASE_LAT_US["ring"]["Simple"] + 2 * size / (mem * 1e9) * 1e6
         algbw = size / (t * 1e-6) / 1e9
-        # nccl-tests prints the per-rank element count for the sharded operations
-        per = n if op in ("all_gather", "reduce_scatter", "all_to_all") else 1
-        return Prediction(op, int(size), int(size // DTYPE_BYTES // per), "float", "sum", -1, 1, t,
+        return Prediction(op, int(size), int(size // DTYPE_BYTES), "float", "sum", -1, 1, t,
                           algbw, 0.0, "local", "Simple", note="one rank: a local copy")
 
 
 def _fingerprint(topo: Topology) -> int:
-    return hash((len(topo.devices), tuple((l.a, l.b, l.kind, l.bw_GBps, l.count)
-                                          for l in topo.links),
+    return hash((len(topo.devices), tuple((ln.a, ln.b, ln.kind, ln.bw_GBps, ln.count)
+                                          for ln in topo.links),
                  topo.meta.get("nodes"), topo.meta.get("p2p")))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from gpufabric.errors import InputError
 from gpufabric.network import Network, Transfer
@@ -124,8 +125,8 @@ class Planner:
 
         One ring in index order when every pair meets on an NVSwitch or only PCIe joins them.
         On direct GPU-GPU links (DGX-1's hybrid cube-mesh, an xGMI or NVLink full mesh), rings
-        are packed greedily as NCCL's search does: take the Hamiltonian NVLink cycle with the most spare capacity,
-        give it that capacity, subtract it from its links, repeat.
+        are packed greedily as NCCL's search does: take the Hamiltonian NVLink cycle with the most
+        spare capacity, give it that capacity, subtract it from its links, repeat.
         """
         key = tuple(gpus)
         cache = self.__dict__.setdefault("_rings", {})
@@ -153,19 +154,19 @@ class Planner:
             if ok:
                 w = self.router.peer_walk(a, b)
                 cap[(a, b)] = min(self.net.caps_Bps[self.net.edge(u, v)]
-                                  for u, v in zip(w, w[1:]))
+                                  for u, v in pairwise(w))
         picked: list[tuple[list[str], float]] = []
         first = None
         for _ in range(max_rings):
             best, best_rate = None, 0.0
             for c in cycles:
-                rate = min(cap[(a, b)] for a, b in zip(c, c[1:] + c[:1]))
+                rate = min(cap[(a, b)] for a, b in zip(c, c[1:] + c[:1], strict=True))
                 if rate > best_rate * (1 + 1e-9):
                     best, best_rate = c, rate
             if best is None or best_rate <= 0 or (first and best_rate < 0.05 * first):
                 break
             first = first or best_rate
-            for a, b in zip(best, best[1:] + best[:1]):
+            for a, b in zip(best, best[1:] + best[:1], strict=True):
                 cap[(a, b)] -= best_rate
             picked.append((best, best_rate))
         tot = sum(r for _, r in picked)
@@ -205,7 +206,7 @@ class Planner:
             return []
         nics = self.router.kind_in_node("nic", self.topo.devices[lay.gpus[0][0]].node)
         rails = [i for i, n in enumerate(nics)
-                 if any(l.kind == "net" for _, l in self.topo.neighbors(n.id))]
+                 if any(ln.kind == "net" for _, ln in self.topo.neighbors(n.id))]
         if not rails:
             raise InputError("ranks span several nodes but the nodes have no NIC on a fabric",
                              file=self.topo.name, field="nics_per_node")
@@ -242,11 +243,11 @@ class Planner:
             ch = len(orders)
             tr, hops = [], []
             for c, (order, share) in enumerate(rings):
-                for a, b in zip(order, order[1:] + order[:1]):
+                for a, b in zip(order, order[1:] + order[:1], strict=True):
                     if a == b:
                         continue
                     tr.append(Transfer(a, b, per_rank_bytes * share, tag=f"ring{c}"))
-            for a, b in zip(orders[0], orders[0][1:] + orders[0][:1]):
+            for a, b in zip(orders[0], orders[0][1:] + orders[0][:1], strict=True):
                 if a != b:
                     hops.append(self.net.route(Transfer(a, b, 0)).transport)
             return Pattern(tr, hops, note=f"{ch} ring(s) inside the node")
@@ -261,7 +262,7 @@ class Planner:
                 part = per_rank_bytes * share / ch
                 for k, node_gpus in enumerate(lay.gpus):
                     order = self._node_order(node_gpus, base, idx, rail)
-                    for a, b in zip(order, order[1:]):
+                    for a, b in pairwise(order):
                         tr.append(Transfer(a, b, part, tag=f"ring{c}.{j}"))
                         if c == 0 and j == 0:
                             hops.append(self.net.route(tr[-1]).transport)
@@ -303,7 +304,7 @@ class Planner:
         tr: list[Transfer] = []
         if lay.nodes == 1:
             order = self.ring_orders(lay.gpus[0])[0]
-            for a, b in zip(order, order[1:]):
+            for a, b in pairwise(order):
                 tr.append(Transfer(b, a, size, tag="up"))
                 tr.append(Transfer(a, b, size, tag="down"))
             kinds = self._hop_kinds(tr[::2])
@@ -317,7 +318,7 @@ class Planner:
             for k, node_gpus in enumerate(lay.gpus):
                 head = self._entry(node_gpus, rail)
                 order = [head] + [x for x in node_gpus if x != head]
-                for a, b in zip(order, order[1:]):
+                for a, b in pairwise(order):
                     tr.append(Transfer(b, a, per, tag=f"tree{c}-up"))
                     tr.append(Transfer(a, b, per, tag=f"tree{c}-down"))
                     if c == 0 and k == 0:
@@ -351,8 +352,8 @@ class Planner:
         return catalog.nvswitch(self.topo.devices[hub].model).peer_link
 
     def _switch_of(self, gpu: str) -> str | None:
-        for v, l in self.topo.neighbors(gpu):
-            if l.kind == "nvlink" and self.topo.devices[v].kind == NVSWITCH:
+        for v, ln in self.topo.neighbors(gpu):
+            if ln.kind == "nvlink" and self.topo.devices[v].kind == NVSWITCH:
                 return v
         return None
 
@@ -426,8 +427,8 @@ class Planner:
         remote_nodes = lay.nodes - 1
         in_leaf, cross = self._leaf_split(lay)
         for k, node_gpus in enumerate(lay.gpus):
-            for i, a in enumerate(node_gpus):
-                for j, b_local in enumerate(node_gpus):
+            for a in node_gpus:
+                for j in range(len(node_gpus)):
                     rail = rails[j % len(rails)]
                     bytes_out = piece * remote_nodes      # a -> GPU j of every remote node
                     via = self._entry(node_gpus, rail)
@@ -471,16 +472,16 @@ class Planner:
         all the nodes that share this leaf's uplinks."""
         nic = self._nic(node_gpus, rail)
         w1, _, _ = self.router.gpu_nic_walk(gpu, nic, prefer_pxn=True)
-        leaf = next(v for v, l in self.topo.neighbors(nic) if l.kind == "net")
+        leaf = next(v for v, ln in self.topo.neighbors(nic) if ln.kind == "net")
         out = [Transfer(gpu, gpu, size, walk=w1 + (leaf,) + tuple(reversed(w1)),
                         tag="a2a-core")]
-        core = next((v for v, l in self.topo.neighbors(leaf)
-                     if l.kind == "net" and self.topo.devices[v].kind != "nic"), None)
+        core = next((v for v, ln in self.topo.neighbors(leaf)
+                     if ln.kind == "net" and self.topo.devices[v].kind != "nic"), None)
         if core is not None:
             sampled = sum(
                 1 for gs in lay.gpus
-                if any(v == leaf for v, l in self.topo.neighbors(self._nic(gs, rail))
-                       if l.kind == "net"))
+                if any(v == leaf for v, ln in self.topo.neighbors(self._nic(gs, rail))
+                       if ln.kind == "net"))
             scale = min(self._per_leaf(lay), lay.nodes) / max(sampled, 1)
             out.append(Transfer(leaf, leaf, size * scale, walk=(leaf, core, leaf),
                                 tag="a2a-uplink"))

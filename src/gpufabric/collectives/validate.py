@@ -139,7 +139,7 @@ def validate(path: str) -> dict:
             first_error = first_error or err
             skipped.append({"id": e["id"], "error": str(err)})
             continue
-        for pt, p in zip(e["points"], preds):
+        for pt, p in zip(e["points"], preds, strict=True):
             n = p.ranks
             f = busbw_factor(e["collective"], n)
             if pt["busbw"] is not None:

@@ -33,6 +33,7 @@ Two GPUs on one PCIe switch, both sending to a third GPU behind the CPU:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -119,11 +120,11 @@ class SimResult:
 def describe_edge(topo: Topology, u: str, v: str) -> str:
     """Plain-words name of a link direction, e.g. 'the PCIe root port of socket 0'."""
     du, dv = topo.devices[u], topo.devices[v]
-    l = topo.link(u, v)
-    k = l.kind
+    ln = topo.link(u, v)
+    k = ln.kind
     if k == "pcie":
-        up, down = (du, dv) if l.a == u else (dv, du)
-        arrow = "down" if l.a == u else "up"
+        up, down = (du, dv) if ln.a == u else (dv, du)
+        arrow = "down" if ln.a == u else "up"
         if up.kind == "cpu":
             return (f"the PCIe root port of socket {up.attrs.get('socket', up.index)} to {down.id} "
                     f"({arrow})")
@@ -163,14 +164,14 @@ class Network:
         self._index = {}
         caps = np.zeros(2 * n)
         lat = np.zeros(2 * n)
-        for i, l in enumerate(topo.links):
-            self._index[(l.a, l.b)] = 2 * i
-            self._index[(l.b, l.a)] = 2 * i + 1
-            c = usable_GBps(l, topo) * 1e9
+        for i, ln in enumerate(topo.links):
+            self._index[(ln.a, ln.b)] = 2 * i
+            self._index[(ln.b, ln.a)] = 2 * i + 1
+            c = usable_GBps(ln, topo) * 1e9
             caps[2 * i] = caps[2 * i + 1] = c
-            lat[2 * i] = lat[2 * i + 1] = l.lat_us
-        self._kinds = [l.kind for l in topo.links for _ in (0, 1)]
-        self._ends = [(l.a, l.b) if d == 0 else (l.b, l.a) for l in topo.links for d in (0, 1)]
+            lat[2 * i] = lat[2 * i + 1] = ln.lat_us
+        self._kinds = [ln.kind for ln in topo.links for _ in (0, 1)]
+        self._ends = [(ln.a, ln.b) if d == 0 else (ln.b, ln.a) for ln in topo.links for d in (0, 1)]
         # one more edge per CPU socket with known memory: its DRAM, which host-memory bounces
         # and staged network copies cross twice (written, then read)
         self._dram: dict[str, int] = {}
@@ -195,7 +196,7 @@ class Network:
             raise ValueError(f"no link {u}-{v}") from None
 
     def edges_of(self, walk: tuple[str, ...]) -> np.ndarray:
-        return np.fromiter((self._index[(u, v)] for u, v in zip(walk, walk[1:])),
+        return np.fromiter((self._index[(u, v)] for u, v in pairwise(walk)),
                            dtype=int, count=max(len(walk) - 1, 0))
 
     def _is_gpu(self, dev: str) -> bool:
@@ -248,8 +249,8 @@ class Network:
         res = fluid(paths, self.caps_Bps, np.array(sizes), np.array(fcaps), weights)
         fin = np.zeros(len(transfers))
         np.maximum.at(fin, np.array(owner, dtype=int), res.finish_s) if owner else None
-        times = [float(f + l * 1e-6) if transfers[i].size_bytes > 0 else float(l * 1e-6)
-                 for i, (f, l) in enumerate(zip(fin, lats))]
+        times = [float(f + ln * 1e-6) if transfers[i].size_bytes > 0 else float(ln * 1e-6)
+                 for i, (f, ln) in enumerate(zip(fin, lats, strict=True))]
         edges: list[EdgeUse] = []
         span = res.makespan_s
         used = np.flatnonzero(res.edge_bytes > 0)

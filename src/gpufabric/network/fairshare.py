@@ -158,7 +158,7 @@ def fluid(paths: list[np.ndarray], caps_Bps: np.ndarray, size_bytes: np.ndarray,
     edge_bytes = np.zeros(ne)
     if weights is None:
         weights = [np.ones(len(p)) for p in paths]
-    for p, w, b in zip(paths, weights, size):
+    for p, w, b in zip(paths, weights, size, strict=True):
         if len(p):
             np.add.at(edge_bytes, p, b * w)
     remaining = size.copy()

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 
-from gpufabric.topology.model import (CPU, GPU, NET_SWITCH, NIC, NVSWITCH, PCIE_SWITCH,
-                                      Topology)
+from gpufabric.topology.model import CPU, GPU, NET_SWITCH, NIC, NVSWITCH, PCIE_SWITCH, Topology
 from gpufabric.topology.paths import path
 
 HOST_LINKS = ("pcie", "cpu", "c2c")
@@ -56,8 +56,8 @@ def _bfs(topo: Topology, src: str, ok_link, ok_via) -> dict[str, str | None]:
         u = q.popleft()
         if u != src and not ok_via(u):
             continue
-        for v, l in topo.neighbors(u):
-            if v in parent or not ok_link(l):
+        for v, ln in topo.neighbors(u):
+            if v in parent or not ok_link(ln):
                 continue
             parent[v] = u
             q.append(v)
@@ -99,7 +99,7 @@ class Router:
         if src not in self._host_bfs:
             devs = self.topo.devices
             self._host_bfs[src] = _bfs(
-                self.topo, src, lambda l: l.kind in HOST_LINKS,
+                self.topo, src, lambda ln: ln.kind in HOST_LINKS,
                 lambda d: devs[d].kind in (PCIE_SWITCH, CPU))
         return _walk(self._host_bfs[src], dst)
 
@@ -131,8 +131,8 @@ class Router:
     # -- scale-up side ---------------------------------------------------------------------
     def peer_walk(self, a: str, b: str) -> tuple[str, ...] | None:
         """GPU-GPU over NVLink / xGMI: a direct bundle, or one NVSwitch fabric."""
-        l = self.topo.link(a, b)
-        if l is not None and l.kind in PEER_LINKS:
+        ln = self.topo.link(a, b)
+        if ln is not None and ln.kind in PEER_LINKS:
             return (a, b)
         for v, l1 in self.topo.neighbors(a):
             if l1.kind in PEER_LINKS and self.topo.devices[v].kind == NVSWITCH:
@@ -161,9 +161,9 @@ class Router:
             self._home_gpu[n] = g
             self._near_nic[g] = n
             used_g.add(g)
-        for key, n, g in cand:              # more NICs than GPUs: share the closest GPU
+        for _key, n, g in cand:             # more NICs than GPUs: share the closest GPU
             self._home_gpu.setdefault(n, g)
-        for key, n, g in cand:              # more GPUs than NICs: the closest NIC
+        for _key, n, g in cand:             # more GPUs than NICs: the closest NIC
             self._near_nic.setdefault(g, n)
         for g in gpus:
             self._near_nic.setdefault(g.id, None)
@@ -230,7 +230,7 @@ class Router:
         import networkx as nx
         g = self._fabric_graph()
         if nic_a == nic_b:
-            leaf = next((v for v, l in self.topo.neighbors(nic_a) if l.kind == "net"), None)
+            leaf = next((v for v, ln in self.topo.neighbors(nic_a) if ln.kind == "net"), None)
             if leaf is None:
                 raise ValueError(f"{nic_a} has no fabric port")
             return [(nic_a, leaf, nic_a)]
@@ -249,7 +249,7 @@ class Router:
             import networkx as nx
             g = nx.Graph()
             # a NIC has one fabric port, so it is only ever an end of a walk
-            g.add_edges_from((l.a, l.b) for l in self.topo.links if l.kind == "net")
+            g.add_edges_from((ln.a, ln.b) for ln in self.topo.links if ln.kind == "net")
             self._fg = g
         return self._fg
 
@@ -313,11 +313,11 @@ class Router:
             return Route((tuple(reversed(w)),), t, s,
                          (self.host_of(w),) if s and self.host_of(w) else ())
         # anything else (GPU <-> NVSwitch for NVLS, NIC <-> switch...): shortest usable walk
-        par = _bfs(self.topo, src, lambda l: l.kind not in ("sli", "crossfire"),
+        par = _bfs(self.topo, src, lambda ln: ln.kind not in ("sli", "crossfire"),
                    lambda d: devs[d].kind in (PCIE_SWITCH, CPU, NVSWITCH, NET_SWITCH))
         w = _walk(par, dst)
         if w is None:
             raise ValueError(f"no path from {src} to {dst}")
-        kinds = {self.topo.link(x, y).kind for x, y in zip(w, w[1:])}
+        kinds = {self.topo.link(x, y).kind for x, y in pairwise(w)}
         t = "net" if "net" in kinds else "pcie" if kinds & set(HOST_LINKS) else "nvlink"
         return Route((w,), t)

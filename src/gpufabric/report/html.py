@@ -58,13 +58,13 @@ def layout(t: Topology, node: int = 0) -> dict[str, tuple[float, float]]:
         for d in devs:
             if tier.get(d.id) != level or d.id in pos:
                 continue
-            kids = [pos[nb] for nb, l in t.neighbors(d.id) if l.kind == "pcie" and l.a == d.id
+            kids = [pos[nb] for nb, ln in t.neighbors(d.id) if ln.kind == "pcie" and ln.a == d.id
                     and nb in pos]
             pos[d.id] = (sum(x for x, _ in kids) / len(kids) if kids else 0.5, level / ymax)
     cpus = sorted([d for d in devs if d.kind == CPU], key=lambda d: d.index)
     for k, c in enumerate(cpus):                      # keep sockets apart
         x = pos.get(c.id, (0.5, 0))[0]
-        if not any(l.kind == "pcie" for _, l in t.neighbors(c.id)):
+        if not any(ln.kind == "pcie" for _, ln in t.neighbors(c.id)):
             x = (k + 0.5) / len(cpus)
         pos[c.id] = (x, 0.0)
     for d in devs:
@@ -79,29 +79,29 @@ def draw(t: Topology, node: int = 0, width: int = 900) -> str:
     width = max(width, 46 * n_leaves)
     box_w = max(18, min(70, width / max(1, n_leaves) - 8))
     levels = len({round(y, 6) for _, y in pos.values()})
-    row_links = any(abs(pos[l.a][1] - pos[l.b][1]) < 1e-9 for l in t.links
-                    if l.a in pos and l.b in pos)
+    row_links = any(abs(pos[ln.a][1] - pos[ln.b][1]) < 1e-9 for ln in t.links
+                    if ln.a in pos and ln.b in pos)
     height = 70 + 62 * max(2, levels) + (60 if row_links else 0)
     X = lambda x: 20 + x * (width - 40)          # noqa: E731
     Y = lambda y: 30 + y * (height - 70)         # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(t.name)} topology">']
-    for l in t.links:
-        if l.a not in pos or l.b not in pos:
+    for ln in t.links:
+        if ln.a not in pos or ln.b not in pos:
             continue
-        (x1, y1), (x2, y2) = pos[l.a], pos[l.b]
-        sw = 1 + math.log2(1 + l.bw_GBps / 16) if l.bw_GBps else 1
-        dash = ' stroke-dasharray="4 3"' if l.kind in ("sli", "crossfire") else ""
-        label = f"{l.a} - {l.b}: {l.kind}"
-        label += f" x{l.lanes}" if l.lanes else ""
-        label += f" x{l.count}" if l.count > 1 else ""
+        (x1, y1), (x2, y2) = pos[ln.a], pos[ln.b]
+        sw = 1 + math.log2(1 + ln.bw_GBps / 16) if ln.bw_GBps else 1
+        dash = ' stroke-dasharray="4 3"' if ln.kind in ("sli", "crossfire") else ""
+        label = f"{ln.a} - {ln.b}: {ln.kind}"
+        label += f" x{ln.lanes}" if ln.lanes else ""
+        label += f" x{ln.count}" if ln.count > 1 else ""
         # links within one row (GPU-GPU meshes, bridges) bow below it so they do not overlap
-        bow = (abs(X(x2) - X(x1)) * 0.18 if abs(y1 - y2) < 1e-9 and l.kind != "cpu" else 0.0)
+        bow = (abs(X(x2) - X(x1)) * 0.18 if abs(y1 - y2) < 1e-9 and ln.kind != "cpu" else 0.0)
         mx, my = (X(x1) + X(x2)) / 2, (Y(y1) + Y(y2)) / 2 + bow
         parts.append(f'<path d="M{X(x1):.1f},{Y(y1):.1f} Q{mx:.1f},{my + bow:.1f} {X(x2):.1f},'
-                     f'{Y(y2):.1f}" fill="none" stroke="{KIND_COLOR.get(l.kind, "#000")}" '
+                     f'{Y(y2):.1f}" fill="none" stroke="{KIND_COLOR.get(ln.kind, "#000")}" '
                      f'stroke-width="{sw:.1f}" stroke-opacity="0.7"{dash}><title>{_e(label)}, '
-                     f'{l.bw_GBps:g} GB/s</title></path>')
+                     f'{ln.bw_GBps:g} GB/s</title></path>')
     for dev_id, (x, y) in pos.items():
         d = t.devices[dev_id]
         w = box_w if d.kind in (GPU, NIC) else max(box_w, 60)
@@ -203,13 +203,14 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
     for op, series in curves.items():
         body.append(f"<section><h2>{_e(op)}: busbw against message size</h2>"
                     f"{busbw_chart(series, op)}</section>")
-    for t, r in zip(topos, rows):
+    for t, r in zip(topos, rows, strict=True):
         fab = t.meta.get("fabric")
         extra = (f". {t.meta['nodes']} nodes over {t.meta['nics_per_node']}x {t.meta['nic']} per "
                  f"node, {fab['topology']} fabric, {fab['oversubscription']:g}:1 "
                  f"({fab['leaves']} leaf switches); node 0 shown." if fab else "")
         warns = "".join(f"<div class='warn'>warning: {_e(w)}</div>" for w in r["warnings"])
-        body.append(f"<section><h2>{_e(t.name)}</h2><p class='d'>{_e(t.meta.get('description', ''))}"
+        desc = _e(t.meta.get('description', ''))
+        body.append(f"<section><h2>{_e(t.name)}</h2><p class='d'>{desc}"
                     f"{_e(extra)}</p>{draw(t)}{warns}</section>")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpufabric report</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")

@@ -19,10 +19,10 @@ Examples
 True
 """
 
-from gpufabric.scheduler.registry import REGISTRY, register  # noqa: F401
-from gpufabric.scheduler.jobs import Job, JobSet, load_jobs  # noqa: F401
-from gpufabric.scheduler.cluster import Cluster, load_nodes  # noqa: F401
 from gpufabric.scheduler import policies as _policies  # noqa: F401  (registers plugins)
 from gpufabric.scheduler.arrival import run_arrival, run_arrivals  # noqa: F401
-from gpufabric.scheduler.replay import run_replay  # noqa: F401
+from gpufabric.scheduler.cluster import Cluster, load_nodes  # noqa: F401
 from gpufabric.scheduler.failures import parse_failures  # noqa: F401
+from gpufabric.scheduler.jobs import Job, JobSet, load_jobs  # noqa: F401
+from gpufabric.scheduler.registry import REGISTRY, register  # noqa: F401
+from gpufabric.scheduler.replay import run_replay  # noqa: F401

@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
 from gpufabric.scheduler import nodetopo
+from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
 
 POOLS = ("gpu", "tpu", "cpu")
 NODE_LISTS = ("gpu_node", "all_node")
@@ -143,7 +143,7 @@ class Cluster:
 
     @classmethod
     def from_rows(cls, rows: list[tuple[str, int, int, int, str, str]], source: str = "",
-                  presets: dict[int, str] | None = None) -> "Cluster":
+                  presets: dict[int, str] | None = None) -> Cluster:
         """Build from (name, cpu_milli, memory_mib, accelerators, model, pool) tuples."""
         models = [""]
         mid = []

@@ -146,7 +146,7 @@ class JobSet:
                    int(self.priority[i]), self.qos[i], int(self.gang[i]),
                    float(self.creation[i]), float(self.duration[i]), float(self.checkpoint[i]))
 
-    def take(self, idx) -> "JobSet":
+    def take(self, idx) -> JobSet:
         """A new JobSet of the jobs at ``idx`` (repeats allowed; copies get ``#k`` names)."""
         idx = np.asarray(idx, dtype=np.int64)
         seen: dict[str, int] = {}
@@ -163,7 +163,7 @@ class JobSet:
                       self.source, dict(self.meta))
 
     @classmethod
-    def from_jobs(cls, jobs: list[Job], source: str = "") -> "JobSet":
+    def from_jobs(cls, jobs: list[Job], source: str = "") -> JobSet:
         """Build a JobSet from :class:`Job` objects.
 
         Examples
@@ -280,11 +280,17 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     col = {h: i for i, h in enumerate(header)}
     g = col.get
     n = len(rows)
-    cpu = np.zeros(n, np.int64); mem = np.zeros(n, np.int64)
-    ngpu = np.zeros(n, np.int64); gmilli = np.zeros(n, np.int64)
-    spec = np.zeros(n, np.int64); kind = np.zeros(n, np.int64); prio = np.zeros(n, np.int64)
+    cpu = np.zeros(n, np.int64)
+    mem = np.zeros(n, np.int64)
+    ngpu = np.zeros(n, np.int64)
+    gmilli = np.zeros(n, np.int64)
+    spec = np.zeros(n, np.int64)
+    kind = np.zeros(n, np.int64)
+    prio = np.zeros(n, np.int64)
     gang = np.ones(n, np.int64)
-    create = np.zeros(n); dur = np.zeros(n); ckpt = np.zeros(n)
+    create = np.zeros(n)
+    dur = np.zeros(n)
+    ckpt = np.zeros(n)
     specs: list[tuple[str, ...]] = [()]
     spec_index = {(): 0}
     names, qos = [], []

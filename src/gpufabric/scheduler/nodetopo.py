@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -185,7 +185,7 @@ def tables(topo: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return bw, hops
 
 
-@lru_cache(maxsize=None)
+@cache
 def node_tables(model: str, gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Cached :func:`tables` of an openb-style node model."""
     return tables(build_node(model, gpus))

@@ -156,7 +156,7 @@ class FragModel:
         # a CPU-only job's accepted models do not matter (the simulator keys it without them)
         spec = np.where(jobs.num_gpu > 0, jobs.spec, 0)
         keys = Counter(zip(jobs.cpu.tolist(), jobs.num_gpu.tolist(), jobs.gpu_milli.tolist(),
-                           spec.tolist()))
+                           spec.tolist(), strict=True))
         # most frequent first; equal counts: larger CPU, share, GPU count, model list first
         # (the simulator's order, which decides the shapes at the cut)
         ordered = sorted(keys.items(), reverse=True,
@@ -389,7 +389,7 @@ class TopologyPlacement(Placement):
             return node, state.pick_gpus(node, r)
         freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
         best = None
-        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist())):
+        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist(), strict=True)):
             gpus, bw, hops = self.best_set(node, fb, r.num_gpu)
             key = (bw, -hops, fit[pos])
             if best is None or key > best[0]:

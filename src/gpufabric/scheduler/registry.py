@@ -19,7 +19,8 @@ ValueError: placement plugin 'first' is already registered
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpufabric.errors import unknown_name
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -135,7 +135,7 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
     for i in range(n):
         push(creation[i], _ARRIVE, i)
     t0 = min(creation) if n else 0.0
-    t_last = max((c + d for c, d in zip(creation, remaining)), default=t0)
+    t_last = max((c + d for c, d in zip(creation, remaining, strict=True)), default=t0)
     nfail = 0
     if failures is not None:
         for f in failures.events(t0, t_last, len(cluster), seed):
@@ -312,7 +312,7 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
             i = a
             if not could_ever_fit(i, only_up=False):
                 status[i] = "unscheduled"
-                reason[i] = (f"fits no node of its pools even when empty (needs "
+                reason[i] = ("fits no node of its pools even when empty (needs "
                              + (f"{gang[i]} x " if gang[i] > 1 else "")
                              + f"{cpu[i]} mCPU, {mem[i]} MiB, {ng[i]} x {gm[i]} mGPU"
                              + (f", models {'|'.join(jobs.specs[jobs.spec[i]])}"

@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,19 @@ import yaml
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
-from gpufabric.topology.model import (CPU, DEVICE_KINDS, GPU, LINK_KINDS, NET_SWITCH, NIC,
-                                      NVSWITCH, PCIE_SWITCH, Device, Link, Topology)
+from gpufabric.topology.model import (
+    CPU,
+    DEVICE_KINDS,
+    GPU,
+    LINK_KINDS,
+    NET_SWITCH,
+    NIC,
+    NVSWITCH,
+    PCIE_SWITCH,
+    Device,
+    Link,
+    Topology,
+)
 
 SCALE_UP = ("nvswitch", "nvlink-mesh", "nvlink-bridge", "xgmi", "pcie", "sli", "crossfire", "none")
 MESHES = ("full", "hybrid-cube")
@@ -338,7 +350,7 @@ class _NodeBuilder:
             kind = {"nvlink": "nvlink"}.get(br.kind, br.kind)
             for start in range(0, n - 1, group):
                 members = gpus[start:start + group]
-                for a, b in zip(members, members[1:]):
+                for a, b in pairwise(members):
                     count = br.links if br.kind == "nvlink" else 1
                     self.t.add_link(Link(a, b, kind, br.bw_GBps, br.lat_us, count=count,
                                          attrs={"bridge": br.name}))
@@ -527,15 +539,15 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
         if dev.id in t.devices:
             raise InputError(f"duplicate device id {dev.id!r}", file=file, field=f"{where}.id")
         t.add_device(dev)
-    for i, l in enumerate(links):
+    for i, ln in enumerate(links):
         where = f"links[{i}]"
-        _entry(l, LINK_FIELDS, ("a", "b", "kind"), where, file)
+        _entry(ln, LINK_FIELDS, ("a", "b", "kind"), where, file)
         for end in ("a", "b"):
-            if l[end] not in t.devices:
-                raise InputError(f"no device with id {l[end]!r}", file=file,
+            if ln[end] not in t.devices:
+                raise InputError(f"no device with id {ln[end]!r}", file=file,
                                  field=f"{where}.{end}")
-        kind = _choice(l["kind"], LINK_KINDS, f"{where}.kind", file)
-        link = _complete_link(t, l, kind, file, where)
+        kind = _choice(ln["kind"], LINK_KINDS, f"{where}.kind", file)
+        link = _complete_link(t, ln, kind, file, where)
         if t.link(link.a, link.b):
             raise InputError(f"a second link between {link.a} and {link.b}; bundle parallel links "
                              "with count", file=file, field=where)
@@ -545,14 +557,14 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
     return t
 
 
-def _complete_link(t: Topology, l: dict[str, Any], kind: str, file: str | None,
+def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
                    where: str) -> Link:
-    a, b = t.devices[l["a"]], t.devices[l["b"]]
-    count = _int(l, "count", 1, where, file)
-    lanes = _int(l, "lanes", 16 if kind == "pcie" else 0, where, file)
-    gen = _int(l, "gen", 0, where, file)
-    bw, lat = l.get("bw_GBps"), l.get("lat_us")
-    attrs = dict(l.get("attrs") or {})
+    a, b = t.devices[ln["a"]], t.devices[ln["b"]]
+    count = _int(ln, "count", 1, where, file)
+    lanes = _int(ln, "lanes", 16 if kind == "pcie" else 0, where, file)
+    gen = _int(ln, "gen", 0, where, file)
+    bw, lat = ln.get("bw_GBps"), ln.get("lat_us")
+    attrs = dict(ln.get("attrs") or {})
     if kind == "pcie":
         gen = gen or min([_pcie_gen_of(d) for d in (a, b) if _pcie_gen_of(d)] or [4])
         pg = catalog.pcie_gen(gen, file=file, field=f"{where}.gen")

@@ -12,9 +12,10 @@ switch), ``n0.nvsw`` (NVSwitch fabric), ``n0.nic1``, ``leaf.r0.0`` / ``spine.0``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any
 
 import networkx as nx
 
@@ -162,7 +163,7 @@ class Topology:
     # -- queries ------------------------------------------------------------------------
     def _pair_index(self) -> dict[frozenset, Link]:
         if "_pairs" not in self.__dict__:
-            self.__dict__["_pairs"] = {frozenset((l.a, l.b)): l for l in self.links}
+            self.__dict__["_pairs"] = {frozenset((ln.a, ln.b)): ln for ln in self.links}
         return self.__dict__["_pairs"]
 
     def link(self, a: str, b: str) -> Link | None:
@@ -173,9 +174,9 @@ class Topology:
         """(neighbor id, link) pairs of a device, in link order."""
         if "_adjacent" not in self.__dict__:
             adj: dict[str, list[tuple[str, Link]]] = {d: [] for d in self.devices}
-            for l in self.links:
-                adj[l.a].append((l.b, l))
-                adj[l.b].append((l.a, l))
+            for ln in self.links:
+                adj[ln.a].append((ln.b, ln))
+                adj[ln.b].append((ln.a, ln))
             self.__dict__["_adjacent"] = adj
         return self.__dict__["_adjacent"][dev_id]
 
@@ -201,8 +202,8 @@ class Topology:
         g = nx.Graph()
         for d in self.devices.values():
             g.add_node(d.id, device=d)
-        for l in self.links:
-            g.add_edge(l.a, l.b, link=l)
+        for ln in self.links:
+            g.add_edge(ln.a, ln.b, link=ln)
         return g
 
     def __iter__(self) -> Iterator[Device]:
@@ -215,5 +216,5 @@ class Topology:
             "name": self.name,
             "meta": self.meta,
             "devices": [asdict(d) for d in self.devices.values()],
-            "links": [asdict(l) for l in self.links],
+            "links": [asdict(ln) for ln in self.links],
         }

@@ -100,12 +100,12 @@ class TopoMatrix:
     @property
     def gpus(self) -> list[str]:
         """GPU labels, in order."""
-        return [l for l in self.labels if _GPU.match(l)]
+        return [ln for ln in self.labels if _GPU.match(ln)]
 
     @property
     def nics(self) -> list[str]:
         """NIC labels, in order."""
-        return [l for l in self.labels if not _GPU.match(l)]
+        return [ln for ln in self.labels if not _GPU.match(ln)]
 
     def path(self, a: str, b: str) -> str:
         """The path type between two labels."""
@@ -153,8 +153,8 @@ def _split_header(tokens: list[str], file: str) -> tuple[list[str], list[str]]:
                          + ", ".join(INFO_COLUMNS), file=file, field="header")
     gpu_seen_after_nic = False
     seen_nic = False
-    for l in labels:
-        if _GPU.match(l):
+    for ln in labels:
+        if _GPU.match(ln):
             gpu_seen_after_nic |= seen_nic
         else:
             seen_nic = True
@@ -210,8 +210,8 @@ def parse(text: str, file: str = "<input>") -> TopoMatrix:
     >>> m.labels, m.path("GPU1", "GPU0"), m.cpu_affinity, m.numa_affinity
     (['GPU0', 'GPU1'], 'SYS', ['0-7', '8-15'], ['', ''])
     """
-    lines = [_clean(l) for l in text.splitlines()]
-    start = next((i for i, l in enumerate(lines) if "GPU0" in l.split()), None)
+    lines = [_clean(ln) for ln in text.splitlines()]
+    start = next((i for i, ln in enumerate(lines) if "GPU0" in ln.split()), None)
     if start is None:
         raise InputError("no header row with a GPU0 column; expected the output of "
                          "`nvidia-smi topo -m`", file=file, field="header")
@@ -248,7 +248,7 @@ def parse(text: str, file: str = "<input>") -> TopoMatrix:
                                  f"has only these columns there: {info}",
                                  file=file, field=f"row {row}")
             values = rest + [""] * (len(info) - len(rest))
-            got = dict(zip(info, values))
+            got = dict(zip(info, values, strict=True))
             for c in INFO_COLUMNS:
                 extra[c].append(got.get(c, ""))
         elif rest:
@@ -286,7 +286,7 @@ def _parse_nic_legend(lines: list[str], labels: list[str], file: str) -> dict[st
         label, name = m.groups()
         if label not in labels or _GPU.match(label):
             raise InputError(f"names '{label}', which is not a NIC column; NIC columns: "
-                             + " ".join(l for l in labels if not _GPU.match(l)),
+                             + " ".join(ln for ln in labels if not _GPU.match(ln)),
                              file=file, field="NIC Legend")
         names[label] = name
     return names
@@ -367,7 +367,7 @@ def _socket_groups(m: TopoMatrix, cl: _Clusters) -> list[list[int]]:
     """Devices grouped by CPU socket / NUMA node: joined by any path short of SYS; GPUs whose
     PCIe path is hidden behind NVLink join when they share a NUMA (else CPU) affinity."""
     groups = cl.groups(list(range(len(m.labels))), 4)
-    gpu_pos = {m.labels.index(l): k for k, l in enumerate(m.gpus)}
+    gpu_pos = {m.labels.index(ln): k for k, ln in enumerate(m.gpus)}
 
     def key(a: int) -> str:
         k = gpu_pos.get(a)
@@ -465,7 +465,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
 
     gpu_labels, nic_labels = m.gpus, m.nics
     dev_id: dict[int, str] = {}
-    for k, label in enumerate(gpu_labels):
+    for label in gpu_labels:
         dev_id[m.labels.index(label)] = f"gpu{_GPU.match(label).group(1)}"
     for k, label in enumerate(nic_labels):
         dev_id[m.labels.index(label)] = f"nic{k}"
@@ -540,7 +540,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
                         "numa": numa_of[a],
                         "attrs": {"name": m.nic_name(label), "label": label}})
 
-    gidx = [m.labels.index(l) for l in gpu_labels]
+    gidx = [m.labels.index(ln) for ln in gpu_labels]
     nv = {(a, b): int(_NV.match(m.paths[a][b]).group(1))
           for x, a in enumerate(gidx) for b in gidx[x + 1:] if _NV.match(m.paths[a][b])}
     def nvlink(a: str, b: str, count: int) -> dict[str, Any]:

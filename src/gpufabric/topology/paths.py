@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufabric import catalog
-from gpufabric.topology.model import CPU, GPU, NIC, NVSWITCH, Link, Topology
+from gpufabric.topology.model import CPU, GPU, NVSWITCH, Link, Topology
 
 PEER_KINDS = ("nvlink", "xgmi")
 
@@ -57,7 +57,7 @@ def upstream(t: Topology, dev_id: str) -> list[tuple[str, Link | None]]:
     cur = dev_id
     seen = {cur}
     while t.devices[cur].kind != CPU:
-        ups = [(n, l) for n, l in t.neighbors(cur) if l.kind == "pcie" and l.b == cur]
+        ups = [(n, ln) for n, ln in t.neighbors(cur) if ln.kind == "pcie" and ln.b == cur]
         if not ups:
             break
         nxt, link = ups[0]
@@ -114,7 +114,7 @@ def _cpu_link(t: Topology, a: str, b: str) -> Link | None:
     link = t.link(a, b)
     if link is not None:
         return link
-    return next((l for l in t.links if l.kind == "cpu"), None)
+    return next((ln for ln in t.links if ln.kind == "cpu"), None)
 
 
 def path(t: Topology, x: str, y: str) -> Path:
@@ -124,8 +124,8 @@ def path(t: Topology, x: str, y: str) -> Path:
     peer = _peer(t, x, y)
     if peer is not None:
         count, links = peer
-        return Path(x, y, f"NV{count}", [(l.a, l.b, l.kind) for l in links],
-                    min(l.bw_GBps for l in links), sum(l.lat_us for l in links), True)
+        return Path(x, y, f"NV{count}", [(ln.a, ln.b, ln.kind) for ln in links],
+                    min(ln.bw_GBps for ln in links), sum(ln.lat_us for ln in links), True)
     cx, cy = upstream(t, x), upstream(t, y)
     ids_y = [d for d, _ in cy]
     lca_i = next((i for i, (d, _) in enumerate(cx[1:], 1) if d in ids_y), None)
@@ -159,18 +159,18 @@ def path(t: Topology, x: str, y: str) -> Path:
     else:
         p2p = ptype in ("PIX", "PXB")
     if p2p and lca_i is not None and ptype in ("PIX", "PXB"):
-        up = [l for _, l in cx[1:lca_i + 1]]
-        down = [l for _, l in cy[1:ids_y.index(cx[lca_i][0]) + 1]]
+        up = [ln for _, ln in cx[1:lca_i + 1]]
+        down = [ln for _, ln in cy[1:ids_y.index(cx[lca_i][0]) + 1]]
     else:   # through the CPU (and, without P2P, through host memory)
-        up = [l for _, l in cx[1:]]
-        down = [l for _, l in cy[1:]]
+        up = [ln for _, ln in cx[1:]]
+        down = [ln for _, ln in cy[1:]]
         if cx[-1][0] != cy[-1][0]:
             cl = _cpu_link(t, cx[-1][0], cy[-1][0])
             up = up + ([cl] if cl else [])
-    links = [l for l in up + list(reversed(down)) if l is not None]
-    bw = min((l.bw_GBps for l in links), default=0.0)
-    return Path(x, y, ptype, [(l.a, l.b, l.kind) for l in links], bw,
-                sum(l.lat_us for l in links), p2p, via_host=not p2p)
+    links = [ln for ln in up + list(reversed(down)) if ln is not None]
+    bw = min((ln.bw_GBps for ln in links), default=0.0)
+    return Path(x, y, ptype, [(ln.a, ln.b, ln.kind) for ln in links], bw,
+                sum(ln.lat_us for ln in links), p2p, via_host=not p2p)
 
 
 def endpoints(t: Topology, node: int = 0) -> list[tuple[str, str]]:

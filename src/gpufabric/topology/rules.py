@@ -38,7 +38,7 @@ def lane_budget(t: Topology) -> list[dict[str, Any]]:
         cpu = catalog.cpu(c.model)
         n_sock = sockets_per_node[c.node]
         lanes = cpu.lanes(n_sock) // n_sock
-        used = sum(l.lanes for _, l in t.neighbors(c.id) if l.kind == "pcie")
+        used = sum(ln.lanes for _, ln in t.neighbors(c.id) if ln.kind == "pcie")
         rows.append({"cpu": c.id, "node": c.node, "socket": c.index, "model": cpu.name,
                      "lanes": lanes, "used": used, "free": lanes - used})
     return rows
@@ -79,9 +79,9 @@ def _check_switches(t: Topology, file: str | None) -> None:
         if not sw.model:
             continue
         chip = catalog.pcie_switch(sw.model)
-        pcie = [l for _, l in t.neighbors(sw.id) if l.kind == "pcie"]
-        lanes = sum(l.lanes for l in pcie)
-        down = sum(l.lanes for l in pcie if l.a == sw.id)
+        pcie = [ln for _, ln in t.neighbors(sw.id) if ln.kind == "pcie"]
+        lanes = sum(ln.lanes for ln in pcie)
+        down = sum(ln.lanes for ln in pcie if ln.a == sw.id)
         if lanes > chip.lanes:
             raise InputError(
                 f"PCIe switch {sw.id} ({chip.name}) has {chip.lanes} lanes but its ports use "
@@ -98,8 +98,8 @@ def _check_gpu_links(t: Topology, file: str | None) -> None:
         if not g.model:
             continue
         gpu = catalog.gpu(g.model)
-        used = sum(l.count for _, l in t.neighbors(g.id) if l.kind in ("nvlink", "xgmi")
-                   and "bridge" not in l.attrs)
+        used = sum(ln.count for _, ln in t.neighbors(g.id) if ln.kind in ("nvlink", "xgmi")
+                   and "bridge" not in ln.attrs)
         if used > gpu.peer_links:
             what = "Infinity Fabric" if (gpu.peer_link or "").startswith("xgmi") else "NVLink"
             raise InputError(f"{g.id} ({gpu.name}) uses {used} {what} links but has "
@@ -116,16 +116,16 @@ def _check_bridges(t: Topology, file: str | None) -> None:
             x = parent[x]
         return x
 
-    bridged = [l for l in t.links if "bridge" in l.attrs]
-    for l in bridged:
-        parent.setdefault(l.a, l.a)
-        parent.setdefault(l.b, l.b)
-        parent[find(l.a)] = find(l.b)
+    bridged = [ln for ln in t.links if "bridge" in ln.attrs]
+    for ln in bridged:
+        parent.setdefault(ln.a, ln.a)
+        parent.setdefault(ln.b, ln.b)
+        parent[find(ln.a)] = find(ln.b)
     kinds: dict[str, str] = {}
-    for l in bridged:
-        root = find(l.a)
-        groups[root].update((l.a, l.b))
-        kinds[root] = l.attrs["bridge"]
+    for ln in bridged:
+        root = find(ln.a)
+        groups[root].update((ln.a, ln.b))
+        kinds[root] = ln.attrs["bridge"]
     for root, members in groups.items():
         br = catalog.bridge(kinds[root])
         models = sorted({t.devices[m].model for m in members})
@@ -157,12 +157,12 @@ def warnings(t: Topology) -> list[str]:
         out.append("GPU peer-to-peer over PCIe is off"
                    + (f" ({', '.join(no_p2p)}: GeForce cards with the stock driver)"
                       if no_p2p else "") + ": GPU-GPU traffic bounces through host memory")
-    for l in t.links:
-        if l.kind == "pcie" and l.b in t.devices and t.devices[l.b].kind == GPU:
-            gpu = t.devices[l.b]
-            want = catalog.gpu(gpu.model).pcie_lanes if gpu.model else l.lanes
-            if l.lanes < want:
-                out.append(f"{gpu.id} runs at x{l.lanes} (card is x{want})")
-    if any(l.kind in ("sli", "crossfire") for l in t.links):
+    for ln in t.links:
+        if ln.kind == "pcie" and ln.b in t.devices and t.devices[ln.b].kind == GPU:
+            gpu = t.devices[ln.b]
+            want = catalog.gpu(gpu.model).pcie_lanes if gpu.model else ln.lanes
+            if ln.lanes < want:
+                out.append(f"{gpu.id} runs at x{ln.lanes} (card is x{want})")
+    if any(ln.kind in ("sli", "crossfire") for ln in t.links):
         out.append("SLI / CrossFire bridges carry graphics frames only; compute traffic uses PCIe")
     return out

@@ -13,7 +13,7 @@ True
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -25,7 +25,7 @@ from gpufabric.topology.model import Topology
 _EXTRA_KEYS = ("description", "compare")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _raw() -> dict[str, dict[str, Any]]:
     out = {}
     for f in sorted(resources.files("gpufabric.topology.presets").iterdir(), key=lambda p: p.name):

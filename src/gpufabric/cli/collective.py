@@ -59,6 +59,11 @@ def collective(
     step_factor: float = typer.Option(2.0, "--step-factor", "-f", help="Size multiplier."),
     ranks: int | None = typer.Option(None, "--ranks", "-n",
                                         help="GPUs taking part (default: all)."),
+    per_node: int | None = typer.Option(None, "--per-node",
+                                        help="Ranks on each node (default: fill nodes)."),
+    concurrent: int = typer.Option(1, "--concurrent",
+                                   help="Groups of this shape running at once on the same "
+                                   "nodes' other GPUs (they share NICs, PCIe, fabric)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
                              "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
     proto: str | None = typer.Option(None, "--proto",
@@ -79,10 +84,12 @@ def collective(
     topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
     m = C.model(topo)
     try:
-        preds = [m.predict(opn, s, ranks, algo_n, proto) for s in sizes]
+        preds = [m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
+                           concurrent=concurrent) for s in sizes]
     except InputError as exc:
         raise InputError(exc.message, file=system,
-                         field=f"--{exc.field}" if exc.field else None) from None
+                         field=f"--{exc.field.replace('_', '-')}" if exc.field else None
+                         ) from None
     if json:
         emit_json({"system": topo.name, "op": opn, "ranks": preds[0].ranks,
                    "rows": [p.to_dict() for p in preds]})

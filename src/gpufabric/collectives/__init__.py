@@ -150,11 +150,28 @@ class Model:
         self._plans: dict[tuple, _Plan | None] = {}
 
     # -- layout ----------------------------------------------------------------------------
-    def layout(self, ranks: int | None) -> Layout:
-        lay = layout(self.topo, ranks)
+    def layout(self, ranks: int | None, per_node: int | None = None, group: int = 0) -> Layout:
+        lay = layout(self.topo, ranks, per_node, group)
         if self.sample_nodes and lay.m > self.sample_nodes and "spec" in self.topo.meta:
             lay = Layout(lay.nodes, lay.per_node, lay.gpus[: self.sample_nodes])
         return lay
+
+    def layouts(self, ranks: int | None, per_node: int | None = None, concurrent: int = 1
+                ) -> list[Layout]:
+        """The layouts of ``concurrent`` groups of one shape on the same nodes (group 0 first).
+        """
+        if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
+            raise InputError(f"must be a whole number of groups, at least 1, got {concurrent}",
+                             field="concurrent")
+        if per_node is not None and (isinstance(per_node, bool)
+                                     or not isinstance(per_node, int)):
+            raise InputError(f"must be a whole number of ranks per node, got {per_node}",
+                             field="per_node")
+        first = self.layout(ranks, per_node, 0)
+        if concurrent == 1:
+            return [first]
+        return [first] + [self.layout(first.ranks, first.per_node, c)
+                          for c in range(1, concurrent)]
 
     # -- which algorithms ------------------------------------------------------------------
     def algorithms(self, op: str, lay: Layout) -> list[str]:
@@ -181,10 +198,13 @@ class Model:
         return algo
 
     # -- plans -----------------------------------------------------------------------------
-    def plan(self, op: str, algo: str, lay: Layout) -> _Plan:
-        key = (op, algo, lay.nodes, lay.per_node)
+    def plan(self, op: str, algo: str, lay: Layout | list[Layout]) -> _Plan:
+        """The plan of ``algo`` for one group (``lay``) or for several groups of one shape
+        running at once (a list of layouts, the group whose operation is timed first)."""
+        lays = lay if isinstance(lay, list) else [lay]
+        key = (op, algo, lays[0].nodes, lays[0].per_node, len(lays))
         if key not in self._plans:
-            self._plans[key] = self._make_plan(op, algo, lay)
+            self._plans[key] = self._make_plan(op, algo, lays)
         return self._plans[key]
 
     def _intra_ok_ll128(self, kinds: list[str]) -> bool:
@@ -225,13 +245,17 @@ class Model:
                 self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
         return self.__dict__["_wire"]
 
-    def _make_plan(self, op: str, algo: str, lay: Layout) -> _Plan:
+    def _make_plan(self, op: str, algo: str, lays: list[Layout]) -> _Plan:
+        lay = lays[0]
         n = lay.ranks
         pl = self.planner
         multinode = lay.nodes > 1
         if algo == "hierarchical":
             phases = pl.hierarchical(lay, _UNIT)
-            parts = [self.net.simulate(ph.transfers) for ph in phases]
+            concurrent_phases = [pl.hierarchical(x, _UNIT) for x in lays[1:]]
+            parts = [self.net.simulate(ph.transfers + [t for o in concurrent_phases
+                                                        for t in o[i].transfers])
+                     for i, ph in enumerate(phases)]
             bw = sum(s.drain_s for s in parts) / _UNIT
             lat = {}
             for p in P.PROTOCOLS:
@@ -253,6 +277,7 @@ class Model:
             per_rank = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
                         "reduce_scatter": (n - 1) / n}.get(op, 1.0) * _UNIT
             pat = pl.ring(lay, per_rank)
+            others = [pl.ring(x, per_rank) for x in lays[1:]]
             # each step crosses one hop of the ring: steps x the mean latency of its hops
             lat = {p: P.BASE_LAT_US["ring"][p]
                    + steps * self._hop_lat(pat.hops, P.HOP_LAT_US, p, multinode,
@@ -262,29 +287,34 @@ class Model:
             kinds = pat.hops
         elif algo == "tree":
             pat = pl.chain_tree(lay, _UNIT)
+            others = [pl.chain_tree(x, _UNIT) for x in lays[1:]]
             lat = {p: P.BASE_LAT_US["tree"][p]
                    + 2 * self._hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, p, multinode)
                    for p in P.PROTOCOLS}
             kinds = pat.tree_hops
         elif algo in ("nvls", "nvls_tree"):
             pat = pl.nvls(lay, _UNIT, P.NVLS_EFFICIENCY[pl.nvls_link(lay)])
+            others = [pl.nvls(x, _UNIT, P.NVLS_EFFICIENCY[pl.nvls_link(x)]) for x in lays[1:]]
             lat_s = P.BASE_LAT_US["nvls"]["Simple"] + P.NVLS_LAT_US + 2 * \
                 self._hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", multinode)
             lat = {"Simple": lat_s}
             kinds = ["nvlink"]
         elif algo == "pairwise":
             pat = pl.pairwise(lay, _UNIT)
+            others = [pl.pairwise(x, _UNIT) for x in lays[1:]]
             kinds = pat.hops
             lat = {p: P.BASE_LAT_US["p2p"][p] + max(P.HOP_LAT_US[k][p] for k in kinds)
                    + P.P2P_PER_PEER_US * (n - 1) for p in P.PROTOCOLS}
         elif algo == "p2p":
             pat = pl.send_recv(lay, _UNIT)
+            others = [pl.send_recv(x, _UNIT) for x in lays[1:]]
             kinds = pat.hops
             lat = {p: P.BASE_LAT_US["p2p"][p] + sum(P.HOP_LAT_US[k][p] for k in kinds)
                    for p in P.PROTOCOLS}
         else:  # pragma: no cover - guarded by _resolve
             raise InputError(f"unknown algorithm '{algo}'", field="algorithm")
-        sim = self.net.simulate(pat.transfers)
+        # concurrent groups of the same shape load the network together
+        sim = self.net.simulate(pat.transfers + [t for o in others for t in o.transfers])
         bw = sim.drain_s / _UNIT
         if algo in ("nvls", "nvls_tree"):
             protos = ("Simple",)
@@ -306,14 +336,39 @@ class Model:
         return plan.lat_us[proto] + size * plan.bw_s_per_byte / eff * 1e6
 
     def predict(self, op: str, size: int, ranks: int | None = None, algo: str | None = None,
-                proto: str | None = None) -> Prediction:
-        """Predict one operation of ``size`` bytes (nccl-tests' size: the whole buffer)."""
+                proto: str | None = None, *, per_node: int | None = None,
+                concurrent: int = 1) -> Prediction:
+        """Predict one operation of ``size`` bytes (nccl-tests' size: the whole buffer).
+
+        Parameters
+        ----------
+        op, size, ranks, algo, proto
+            The operation, the buffer in bytes, the ranks of the group (default: every GPU),
+            the algorithm and protocol (default: NCCL's choice, ``auto``).
+        per_node : int, optional
+            Ranks of the group on each node (default: fill nodes); ``ranks / per_node`` nodes.
+        concurrent : int
+            Groups of this same shape running at once on the same nodes, on the nodes' other
+            GPUs (group ``c`` on local GPUs ``c * per_node ...``); they share NICs, PCIe and
+            the fabric as the network's max-min sharing says. The result is one group's
+            operation while all run.
+
+        Examples
+        --------
+        >>> from gpufabric.topology.presets import load
+        >>> m = Model(load("hgx-h100-4node-4nic"))
+        >>> alone = m.predict("all_reduce", 2**30, 4, per_node=1)
+        >>> shared = m.predict("all_reduce", 2**30, 4, per_node=1, concurrent=8)
+        >>> round(shared.busbw / alone.busbw, 2)
+        0.5
+        """
         op = check_op(op)
         algo = check_algo(algo)
         if size < 0 or not math.isfinite(size):
             raise InputError(f"size must be a non-negative number of bytes, got {size}",
                              field="size")
-        lay = self.layout(ranks)
+        lays = self.layouts(ranks, per_node, concurrent)
+        lay = lays[0]
         n = lay.ranks
         if proto is not None:
             known = {p.lower(): p for p in P.PROTOCOLS}
@@ -326,7 +381,7 @@ class Model:
         algos = self.algorithms(op, lay) if algo == "auto" else [self._resolve(op, algo, lay)]
         best = None
         for a in algos:
-            plan = self.plan(op, a, lay)
+            plan = self.plan(op, a, lays)
             for p in plan.protos:
                 if proto is not None and p != proto:
                     continue
@@ -350,7 +405,8 @@ class Model:
                           "sum" if op in ("all_reduce", "reduce", "reduce_scatter") else "none",
                           0 if op in ("broadcast", "reduce") else -1, n, t, algbw,
                           algbw * busbw_factor(op, n), plan.algo, p, bott, round(busy, 4),
-                          plan.note)
+                          plan.note + (f"; {concurrent} such groups at once"
+                                       if concurrent > 1 else ""))
 
     def _single(self, op: str, size: float, algo: str) -> Prediction:
         from gpufabric import catalog
@@ -382,13 +438,28 @@ def model(topo: Topology) -> Model:
 
 
 def predict(topo: Topology, op: str, size: int, ranks: int | None = None,
-            algo: str | None = None, proto: str | None = None) -> Prediction:
-    """Predict one collective on ``topo``; see :meth:`Model.predict`."""
-    return model(topo).predict(op, size, ranks, algo, proto)
+            algo: str | None = None, proto: str | None = None, *, per_node: int | None = None,
+            concurrent: int = 1) -> Prediction:
+    """Predict one collective on ``topo``; see :meth:`Model.predict`.
+
+    Examples
+    --------
+    A data-parallel group over 4 nodes, one GPU each, while 7 more such groups (one per other
+    local GPU, as with tensor parallelism 8) run on the same nodes:
+
+    >>> from gpufabric.topology.presets import load
+    >>> p = predict(load("hgx-h100-4node-ndr"), "all_reduce", 2**28, 4, per_node=1,
+    ...             concurrent=8)
+    >>> p.ranks, p.algo
+    (4, 'ring')
+    """
+    return model(topo).predict(op, size, ranks, algo, proto, per_node=per_node,
+                               concurrent=concurrent)
 
 
 def sweep(topo: Topology, op: str, sizes, ranks: int | None = None,
-          algo: str | None = None) -> list[dict]:
+          algo: str | None = None, *, per_node: int | None = None,
+          concurrent: int = 1) -> list[dict]:
     """Predictions for many sizes: dicts with size, time_us, algbw, busbw, algo, proto.
 
     Examples
@@ -402,7 +473,7 @@ def sweep(topo: Topology, op: str, sizes, ranks: int | None = None,
     m = model(topo)
     out = []
     for s in sizes:
-        p = m.predict(op, int(s), ranks, algo)
+        p = m.predict(op, int(s), ranks, algo, per_node=per_node, concurrent=concurrent)
         out.append({"size": p.size, "time_us": p.time_us, "algbw": p.algbw, "busbw": p.busbw,
                     "algo": p.algo, "proto": p.proto})
     return out

@@ -104,10 +104,16 @@ def test_nvswitch_gives_every_pair_full_nvlink_rate():
 
 def test_gb200_nvl72_is_one_scale_up_domain():
     t = presets.load("gb200-nvl72")
-    assert len(t.gpus()) == 72
-    assert path(t, "n0.gpu0", "n0.gpu71").type == "NV18"
-    assert path(t, "n0.gpu0", "n0.gpu71").bw_GBps == 900.0
-    assert all(l.kind == "c2c" for l in t.links if l.a.endswith("cpu0") and "gpu" in l.b)
+    # 18 compute trays of 4 GPUs, each tray a server with its own Grace CPUs and NICs
+    assert (len(t.gpus()), t.meta["nodes"], t.meta["domains"]) == (72, 18, 1)
+    assert [len(t.gpus(n)) for n in range(18)] == [4] * 18
+    assert len(t.nics()) == 72 and len(t.of_kind("cpu")) == 36
+    # GPUs of different trays meet in the NVLink switch trays: NV18, 18 x 50 GB/s
+    p = path(t, "n0.gpu0", "n17.gpu3")
+    assert (p.type, p.bw_GBps, p.links[0][1]) == ("NV18", 900.0, "d0.nvsw")
+    assert all(ln.kind == "c2c" for ln in t.links if ln.a.endswith("cpu0") and "gpu" in ln.b)
+    sup = t.meta["supernode"]
+    assert (sup["switch_trays"], sup["chips"], sup["ports_used"]) == (9, 18, 72 * 18)
 
 
 def test_cluster_has_nics_leaves_and_fabric_metadata():

@@ -46,6 +46,8 @@ class GPU:
     form_factor: str = "pcie"     # sxm | pcie | oam
     slot_width: int = 2           # PCIe slots taken (0 for SXM/OAM modules)
     bridges: tuple[str, ...] = () # bridge names this card accepts (nvlink / sli / crossfire)
+    host_cpu: str | None = None   # superchip: the CPU the GPU hangs off over NVLink-C2C
+    gpus_per_tray: int = 0        # rack-scale parts: GPUs per compute tray (one server)
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

@@ -92,6 +92,13 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
                      f"{t.meta['nic']} x{t.meta['nics_per_node']}, "
                      f"{t.meta['fabric']['oversubscription']:g}:1"
                      if t.meta.get("fabric") else ""))
+    if t.meta.get("supernode"):
+        sup = t.meta["supernode"]
+        console.print(f"NVLink domain: {t.meta['nvlink_domain']} GPUs = {sup['trays']} trays of "
+                      f"{sup['gpus_per_tray']}, {sup['switch_trays']} switch trays x "
+                      f"{sup['chips_per_tray']} {sup['switch']} ({sup['ports_used']} of "
+                      f"{sup['chips'] * sup['ports_per_chip']} ports), {sup['racks']} rack(s); "
+                      f"{t.meta['domains']} domain(s)")
     dev = Table(title=f"Devices of node {node}", box=None)
     for col in ("id", "kind", "model", "numa", "attached to"):
         dev.add_column(col)

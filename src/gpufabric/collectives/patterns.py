@@ -73,14 +73,15 @@ def layout(topo: Topology, ranks: int | None = None, per_node: int | None = None
     >>> lay.nodes, lay.per_node, lay.gpus[1]
     (64, 1, ['n1.gpu3'])
     """
-    by_node: dict[int, list[str]] = {}
+    by_node: dict[int, list[str]] = {}   # a "node" here is an NVLink domain (trays included)
     for g in topo.gpus():
-        by_node.setdefault(g.node, []).append(g.id)
+        by_node.setdefault(topo.domain_of(g.id), []).append(g.id)
     if not by_node:
         raise InputError("the system has no GPU", file=topo.name)
     node_ids = sorted(by_node)
-    gpn = int(topo.meta.get("gpus_per_node") or len(by_node[node_ids[0]]))
-    n_nodes = int(topo.meta.get("nodes") or len(node_ids))
+    gpn = int(topo.meta.get("nvlink_domain") or topo.meta.get("gpus_per_node")
+              or len(by_node[node_ids[0]]))
+    n_nodes = int(topo.meta.get("domains") or topo.meta.get("nodes") or len(node_ids))
     total = gpn * n_nodes
     if ranks is None:
         ranks = total if per_node is None else per_node * n_nodes
@@ -227,7 +228,7 @@ class Planner:
         """Indices of the NICs used as rails (every NIC of node 0 that has a fabric port)."""
         if lay.nodes <= 1:
             return []
-        nics = self.router.kind_in_node("nic", self.topo.devices[lay.gpus[0][0]].node)
+        nics = self.router.kind_in_domain("nic", self.topo.domain_of(lay.gpus[0][0]))
         rails = [i for i, n in enumerate(nics)
                  if any(ln.kind == "net" for _, ln in self.topo.neighbors(n.id))]
         if not rails:
@@ -246,8 +247,7 @@ class Planner:
         return rails
 
     def _nic(self, node_gpus: list[str], rail: int) -> str:
-        node = self.topo.devices[node_gpus[0]].node
-        return self.router.kind_in_node("nic", node)[rail].id
+        return self.router.kind_in_domain("nic", self.topo.domain_of(node_gpus[0]))[rail].id
 
     def _entry(self, node_gpus: list[str], rail: int) -> str:
         """The rank GPU that owns a rail on this node (falls back to rail mod ranks)."""

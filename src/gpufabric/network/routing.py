@@ -93,6 +93,16 @@ class Router:
             self.__dict__["_by_node"] = idx
         return idx.get((kind, node), [])
 
+    def kind_in_domain(self, kind: str, domain: int) -> list:
+        """Devices of one kind in one NVLink domain (all its servers), in build order."""
+        idx = self.__dict__.get("_by_domain")
+        if idx is None:
+            idx = {}
+            for d in self.topo.devices.values():
+                idx.setdefault((d.kind, self.topo.domain_of(d.id)), []).append(d)
+            self.__dict__["_by_domain"] = idx
+        return idx.get((kind, domain), [])
+
     # -- host (PCIe) side ------------------------------------------------------------------
     def host_walk(self, src: str, dst: str) -> tuple[str, ...] | None:
         """Shortest PCIe / inter-socket walk; intermediate devices are switches and CPUs."""
@@ -289,7 +299,9 @@ class Router:
         if src == dst and nic_src is None:
             return Route(((src,),), "nvlink")
         a, b = devs[src], devs[dst]
-        remote = a.node != b.node or nic_src is not None or nic_dst is not None
+        # GPUs of one NVLink domain (trays of one rack included) meet over NVLink
+        remote = (self.topo.domain_of(src) != self.topo.domain_of(dst) if a.kind == b.kind == GPU
+                  else a.node != b.node) or nic_src is not None or nic_dst is not None
         if a.kind == GPU and b.kind == GPU and not remote:
             pw = self.peer_walk(src, dst)
             if pw:

@@ -47,7 +47,11 @@ MESHES = ("full", "hybrid-cube")
 SWITCH_LAYOUTS = ("dual-root", "single-root", "cascade")
 FABRICS = ("rail-optimized", "fat-tree")
 SPEC_KEYS = ("gpu", "gpus_per_node", "nodes", "scale_up", "mesh", "nvlink_links", "bridge",
-             "pcie_gen", "p2p", "host", "nics_per_node", "nic", "fabric", "name", "description")
+             "pcie_gen", "p2p", "host", "nics_per_node", "nic", "fabric", "name", "description",
+             "nvlink_domain", "supernode")
+#: ``supernode:`` detail of an NVLink domain that spans servers (trays).
+SUPERNODE_KEYS = ("gpus_per_tray", "switch", "switch_trays", "chips_per_tray", "ports_per_chip",
+                  "links_per_gpu", "racks")
 HOST_KEYS = ("cpu", "sockets", "pcie_switches", "switch_layout", "switch", "numa_per_socket",
              "attach")
 ATTACH = ("pcie", "c2c")
@@ -104,6 +108,58 @@ def _section(spec: dict[str, Any], key: str, allowed: tuple[str, ...],
     return sec
 
 
+#: The most GPUs any fabric of the catalog connects: a three-tier fat-tree of the largest-radix
+#: switch (Quantum-X800 Q3400, 144 ports: 144^3 / 4 = 746,496 end ports) is the bound; a spec
+#: beyond it describes no machine that can be built, and is refused before anything is built.
+MAX_GPUS = 144 ** 3 // 4
+
+
+def _check_size(nodes: int, gpus_per_node: int, file: str | None) -> None:
+    if nodes * gpus_per_node > MAX_GPUS:
+        raise InputError(f"{nodes} nodes x {gpus_per_node} GPUs = {nodes * gpus_per_node:,} GPUs; "
+                         f"no fabric in the catalog connects more than {MAX_GPUS:,} (a three-tier "
+                         "fat-tree of 144-port switches)", file=file, field="nodes")
+
+
+def _supernode(s: dict[str, Any], sup: dict[str, Any], g0: catalog.GPU,
+               file: str | None) -> dict[str, Any]:
+    """The NVLink switch side of a domain that spans trays: chips, ports, trays, links."""
+    dom = s["nvlink_domain"]
+    links = _positive_int(sup.get("links_per_gpu", s["nvlink_links"]), "supernode.links_per_gpu",
+                          file)
+    if "links_per_gpu" in sup:
+        s["nvlink_links"] = links
+    gens = [sw for sw in map(catalog.nvswitch, catalog.names("nvswitch"))
+            if sw.peer_link == g0.peer_link]
+    if "switch" in sup:
+        chip = catalog.nvswitch(str(sup["switch"]), file=file, field="supernode.switch")
+    elif gens:
+        chip = gens[0]
+    else:
+        raise InputError(f"no NVSwitch generation speaks {g0.peer_link} ({g0.name})", file=file,
+                         field="supernode.switch")
+    ports = _positive_int(sup.get("ports_per_chip", chip.ports), "supernode.ports_per_chip", file)
+    per_tray = _positive_int(sup.get("chips_per_tray", 2), "supernode.chips_per_tray", file)
+    need_chips = math.ceil(dom * links / ports)
+    trays = _positive_int(sup.get("switch_trays", math.ceil(need_chips / per_tray)),
+                          "supernode.switch_trays", file)
+    racks = _positive_int(sup.get("racks", 1), "supernode.racks", file)
+    chips = trays * per_tray
+    # in a domain over several racks half of each chip's ports cross to the other racks
+    gpu_ports = chips * ports // (2 if racks > 1 else 1)
+    if dom * links > gpu_ports:
+        least = math.ceil(need_chips * (2 if racks > 1 else 1) / per_tray)
+        raise InputError(f"{dom} GPUs x {links} NVLink links = {dom * links} switch ports, but "
+                         f"{trays} switch trays x {per_tray} {chip.name} chips x {ports} ports "
+                         f"{'(half to the other racks) ' if racks > 1 else ''}give {gpu_ports}; "
+                         f"allowed: at least {least} switch trays", file=file,
+                         field="supernode.switch_trays")
+    return {"gpus_per_tray": s["gpus_per_node"], "trays": dom // s["gpus_per_node"],
+            "switch": chip.name, "switch_trays": trays, "chips_per_tray": per_tray,
+            "chips": chips, "ports_per_chip": ports, "links_per_gpu": links,
+            "ports_used": dom * links, "racks": racks}
+
+
 def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, Any]:
     """Check a shorthand spec and fill in every default; returns a new dict.
 
@@ -127,11 +183,42 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     s["gpus_per_node"] = _positive_int(spec.get("gpus_per_node", len(gpus) if len(gpus) > 1 else 8),
                                        "gpus_per_node", file)
     s["nodes"] = _positive_int(spec.get("nodes", 1), "nodes", file)
+    _check_size(s["nodes"], s["gpus_per_node"], file)
+    sup = _section(spec, "supernode", SUPERNODE_KEYS, file)
+    if "gpus_per_tray" in sup:
+        tray = _positive_int(sup["gpus_per_tray"], "supernode.gpus_per_tray", file)
+        if "gpus_per_node" in spec and spec["gpus_per_node"] != tray:
+            raise InputError(f"gpus_per_node ({spec['gpus_per_node']}) and "
+                             f"supernode.gpus_per_tray ({tray}) name the same thing; give one",
+                             file=file, field="supernode.gpus_per_tray")
+        s["gpus_per_node"] = tray
+    elif (g0.gpus_per_tray and s["gpus_per_node"] > g0.gpus_per_tray
+          and "nvlink_domain" not in spec):
+        # the natural shorthand for a rack-scale part (``gpu: GB200, gpus_per_node: 72``): one
+        # NVLink domain of that many GPUs, built as the machine is, from compute trays
+        if s["gpus_per_node"] % g0.gpus_per_tray:
+            raise InputError(f"a {g0.name} NVLink domain is made of {g0.gpus_per_tray}-GPU "
+                             f"compute trays; allowed: a multiple of {g0.gpus_per_tray}, got "
+                             f"{s['gpus_per_node']}", file=file, field="gpus_per_node")
+        spec = {**spec, "nvlink_domain": s["gpus_per_node"]}
+        s["nodes"] *= s["gpus_per_node"] // g0.gpus_per_tray
+        s["gpus_per_node"] = g0.gpus_per_tray
+    dom = _positive_int(spec.get("nvlink_domain", s["gpus_per_node"]), "nvlink_domain", file)
+    total = s["nodes"] * s["gpus_per_node"]
+    if dom % s["gpus_per_node"] or total % dom:
+        raise InputError(f"an NVLink domain is whole servers and the cluster whole domains; "
+                         f"allowed: a multiple of gpus_per_node ({s['gpus_per_node']}) that "
+                         f"divides the {total} GPUs, got {dom}", file=file, field="nvlink_domain")
+    s["nvlink_domain"] = dom
 
     default_up = ("nvswitch" if g0.peer_link and g0.peer_links >= 8 and g0.form_factor == "sxm"
                   and g0.peer_link.startswith("nvlink") else
                   "xgmi" if g0.peer_link and g0.peer_link.startswith("xgmi") else "pcie")
     s["scale_up"] = _choice(spec.get("scale_up", default_up), SCALE_UP, "scale_up", file)
+    if dom > s["gpus_per_node"] and s["scale_up"] != "nvswitch":
+        raise InputError(f"an NVLink domain larger than a server needs NVLink switches; "
+                         f"allowed with nvlink_domain {dom}: scale_up: nvswitch", file=file,
+                         field="scale_up")
     s["mesh"] = _choice(spec.get("mesh", "full"), MESHES, "mesh", file)
     if "nvlink_links" in spec:
         s["nvlink_links"] = _positive_int(spec["nvlink_links"], "nvlink_links", file)
@@ -151,7 +238,7 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     want_gen = spec.get("pcie_gen", g0.pcie_gen)
     catalog.pcie_gen(_want(want_gen, int, "pcie_gen", "3, 4, 5 or 6", file), file=file,
                      field="pcie_gen")
-    default_cpu = DEFAULT_CPU_GEN5 if want_gen >= 5 else DEFAULT_CPU
+    default_cpu = g0.host_cpu or (DEFAULT_CPU_GEN5 if want_gen >= 5 else DEFAULT_CPU)
     cpu = catalog.cpu(str(host.get("cpu", default_cpu)), file=file, field="host.cpu")
     attach = _choice(host.get("attach", "c2c" if cpu.intersocket == "c2c" else "pcie"),
                      ATTACH, "host.attach", file)
@@ -168,10 +255,16 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     pcie_gen = min(want_gen, cpu.pcie_gen) if "pcie_gen" not in spec else want_gen
     s["pcie_gen"] = pcie_gen
     baseboard = g0.form_factor in ("sxm", "oam") and s["gpus_per_node"] >= 4 and attach == "pcie"
-    n_sw = _positive_int(host.get("pcie_switches", s["gpus_per_node"] // 2 if baseboard else 0),
-                         "host.pcie_switches", file, minimum=0)
-    sw_default = "PEX89144" if pcie_gen >= 5 else "PEX88096" if pcie_gen == 4 else "PEX8796"
-    sw = catalog.pcie_switch(str(host.get("switch", sw_default)), file=file, field="host.switch")
+    # a baseboard has a PCIe switch per GPU pair; one per GPU where each GPU has several NICs
+    # beside it (AWS p5: 8 H100 and 32 EFA cards)
+    nics_wanted = spec.get("nics_per_node", 0)
+    sw_default = (s["gpus_per_node"] // (1 if isinstance(nics_wanted, int)
+                                         and nics_wanted > s["gpus_per_node"] else 2)
+                  if baseboard else 0)
+    n_sw = _positive_int(host.get("pcie_switches", sw_default), "host.pcie_switches", file,
+                         minimum=0)
+    sw_model = "PEX89144" if pcie_gen >= 5 else "PEX88096" if pcie_gen == 4 else "PEX8796"
+    sw = catalog.pcie_switch(str(host.get("switch", sw_model)), file=file, field="host.switch")
     s["host"] = {
         "cpu": cpu.name, "sockets": sockets, "pcie_switches": n_sw,
         "switch_layout": _choice(host.get("switch_layout", "dual-root"), SWITCH_LAYOUTS,
@@ -184,7 +277,9 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     p2p = spec.get("p2p", all(g.p2p_pcie for g in gpus))
     s["p2p"] = _want(p2p, bool, "p2p", "true or false", file)
 
-    s["nics_per_node"] = _positive_int(spec.get("nics_per_node", 0 if s["nodes"] == 1 else 8),
+    # rack-scale trays carry one NIC per GPU (GB200 NVL72: 4 ConnectX-7 per compute tray)
+    nic_default = 0 if s["nodes"] == 1 else 8 if dom == s["gpus_per_node"] else s["gpus_per_node"]
+    s["nics_per_node"] = _positive_int(spec.get("nics_per_node", nic_default),
                                        "nics_per_node", file, minimum=0)
     s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
     fab = _section(spec, "fabric", FABRIC_KEYS, file)
@@ -203,9 +298,10 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
         "switch": catalog.net_switch(str(fab.get("switch", speed.switch)), file=file,
                                      field="fabric.switch").name,
     }
-    if s["nodes"] > 1 and s["nics_per_node"] == 0:
-        raise InputError("a cluster of several nodes needs NICs; set nics_per_node >= 1",
-                         file=file, field="nics_per_node")
+    if total > dom and s["nics_per_node"] == 0:
+        raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
+                         "nics_per_node >= 1", file=file, field="nics_per_node")
+    s["supernode"] = (_supernode(s, sup, g0, file) if dom > s["gpus_per_node"] else None)
     for k in ("name", "description"):
         if k in spec:
             s[k] = str(spec[k])
@@ -366,7 +462,17 @@ class _NodeBuilder:
             if not gens or kind != "nvlink":
                 raise InputError(f"no NVSwitch generation speaks {pl.name} ({g0.name})",
                                  file=self.file, field="scale_up")
-            hub = self.dev("nvsw", NVSWITCH, gens[0].name, 0, -1)
+            sup = s.get("supernode")
+            if sup:   # one NVLink switch fabric for the whole domain, shared by its trays
+                dom = self.n // sup["trays"]
+                hub = f"d{dom}.nvsw"
+                if hub not in self.t.devices:
+                    self.t.add_device(Device(hub, NVSWITCH, sup["switch"], -1, dom, -1, {
+                        "domain": dom, "switch_trays": sup["switch_trays"],
+                        "chips": sup["chips"], "ports_per_chip": sup["ports_per_chip"],
+                        "racks": sup["racks"]}))
+            else:
+                hub = self.dev("nvsw", NVSWITCH, gens[0].name, 0, -1)
             for g in gpus:
                 self.t.add_link(Link(g, hub, kind, links * pl.per_link_GBps, pl.lat_us,
                                      count=links, gen=pl.gen))
@@ -460,11 +566,17 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     s = normalize_spec(spec, file)
     name = name or s.get("name") or _spec_name(s)
     t = Topology(name, meta={"spec": s, "source": file or "spec"})
-    built = s["nodes"] if materialize_nodes is None else min(s["nodes"], materialize_nodes)
+    per_dom = s["nvlink_domain"] // s["gpus_per_node"]   # servers (trays) per NVLink domain
+    built = s["nodes"] if materialize_nodes is None else min(
+        s["nodes"], math.ceil(materialize_nodes / per_dom) * per_dom)   # whole domains
     for n in range(built):
         _NodeBuilder(t, s, n, file).build()
     t.meta.update({k: s[k] for k in ("nodes", "gpus_per_node", "nics_per_node", "nic",
-                                     "scale_up", "p2p", "pcie_gen", "host")})
+                                     "scale_up", "p2p", "pcie_gen", "host", "nvlink_domain")})
+    t.meta["nodes_per_domain"] = per_dom
+    t.meta["domains"] = s["nodes"] // per_dom
+    if s["supernode"]:
+        t.meta["supernode"] = s["supernode"]
     t.meta["materialized_nodes"] = built
     if s["nics_per_node"] and (s["nodes"] > 1):
         t.meta["fabric"] = _add_fabric(t, s, built)

@@ -191,6 +191,27 @@ class Topology:
     def nics(self, node: int | None = None) -> list[Device]:
         return self.of_kind(NIC, node)
 
+    def domain_of(self, dev_id: str) -> int:
+        """The NVLink (scale-up) domain of a device: its server's, unless it says otherwise.
+
+        A domain is one server, or several servers (the compute trays of a GB200 NVL72 rack)
+        joined by NVLink switches; ``meta['nodes_per_domain']`` servers each. GPUs of one
+        domain reach each other over NVLink, GPUs of different domains over the NICs.
+
+        Examples
+        --------
+        >>> from gpufabric.topology.build import from_spec
+        >>> t = from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 4, "nvlink_domain": 8})
+        >>> [t.domain_of(f"n{k}.gpu0") for k in range(4)], t.domain_of("d1.nvsw")
+        ([0, 0, 1, 1], 1)
+        """
+        d = self.devices[dev_id]
+        if "domain" in d.attrs:
+            return int(d.attrs["domain"])
+        if d.node < 0:
+            return -1
+        return d.node // int(self.meta.get("nodes_per_domain") or 1)
+
     @property
     def node_count(self) -> int:
         nodes = {d.node for d in self.devices.values() if d.node >= 0}

@@ -57,7 +57,8 @@ def upstream(t: Topology, dev_id: str) -> list[tuple[str, Link | None]]:
     cur = dev_id
     seen = {cur}
     while t.devices[cur].kind != CPU:
-        ups = [(n, ln) for n, ln in t.neighbors(cur) if ln.kind == "pcie" and ln.b == cur]
+        ups = [(n, ln) for n, ln in t.neighbors(cur)
+               if ln.b == cur and (ln.kind == "pcie" or (ln.kind == "c2c" and cur == dev_id))]
         if not ups:
             break
         nxt, link = ups[0]
@@ -117,6 +118,15 @@ def _cpu_link(t: Topology, a: str, b: str) -> Link | None:
     return next((ln for ln in t.links if ln.kind == "cpu"), None)
 
 
+def _p2c(t: Topology, cx: list, cy: list) -> bool:
+    """A GPU on NVLink-C2C to the CPU whose root port holds the NIC: NCCL's ``PATH_P2C``,
+    where GPUDirect RDMA runs through the CPU (``NCCL_NET_GDR_C2C``, on by default since NCCL
+    2.27; src/graph/paths.cc)."""
+    if cx[-1][0] != cy[-1][0] or t.devices[cx[-1][0]].kind != CPU:
+        return False
+    return any(len(c) == 2 and c[1][1] is not None and c[1][1].kind == "c2c" for c in (cx, cy))
+
+
 def path(t: Topology, x: str, y: str) -> Path:
     """Classify and describe the path between two devices of the same server."""
     if x == y:
@@ -153,9 +163,9 @@ def path(t: Topology, x: str, y: str) -> Path:
     if kinds == {GPU}:
         p2p = (PCIE_PATHS.index(ptype) <= PCIE_PATHS.index(p2p_level(t, x))
                and _gpu_p2p_capable(t, x) and _gpu_p2p_capable(t, y))
-    elif GPU in kinds:   # GPUDirect RDMA: NCCL's netGdrLevel, PXB
-        p2p = ptype in ("PIX", "PXB") and all(_gpu_p2p_capable(t, d) for d in (x, y)
-                                              if t.devices[d].kind == GPU)
+    elif GPU in kinds:   # GPUDirect RDMA: NCCL's netGdrLevel, PXB (P2C on C2C hosts)
+        p2p = (ptype in ("PIX", "PXB") or _p2c(t, cx, cy)) and all(
+            _gpu_p2p_capable(t, d) for d in (x, y) if t.devices[d].kind == GPU)
     else:
         p2p = ptype in ("PIX", "PXB")
     if p2p and lca_i is not None and ptype in ("PIX", "PXB"):

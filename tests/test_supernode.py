@@ -1,0 +1,88 @@
+"""Scale-up domains larger than a server: GB200 NVL72 trays, NVLink partitions, cloud hosts."""
+
+import pytest
+
+from gpufabric import collectives as C
+from gpufabric.errors import InputError
+from gpufabric.network import Network, Transfer
+from gpufabric.topology import presets, rules
+from gpufabric.topology.build import from_spec
+from gpufabric.topology.paths import path
+
+
+def test_the_natural_gb200_shorthand_is_one_nvl72_rack_of_trays():
+    # 72 GB200 on "one node" used to land on a default x86 host and fail the PCIe lane rule
+    t = from_spec({"gpu": "GB200", "gpus_per_node": 72})
+    assert (t.meta["nodes"], t.meta["gpus_per_node"], t.meta["nvlink_domain"]) == (18, 4, 72)
+    assert t.meta["host"]["cpu"] == "Grace" and t.meta["host"]["attach"] == "c2c"
+    assert {r["model"] for r in rules.lane_budget(t)} == {"Grace"}
+    assert max(r["used"] for r in rules.lane_budget(t)) == 32     # two x16 NICs per Grace
+    assert path(t, "n3.gpu1", "n9.gpu2").type == "NV18"
+
+
+def test_nvlink_domain_partitions_servers_and_the_nics_join_them():
+    t = from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 8})
+    assert t.meta["domains"] == 3 and t.meta["nodes_per_domain"] == 2
+    assert [t.domain_of(f"n{k}.gpu0") for k in range(6)] == [0, 0, 1, 1, 2, 2]
+    net = Network(t)
+    inside = net.route(Transfer("n0.gpu0", "n1.gpu3", 1))     # other tray, same domain
+    across = net.route(Transfer("n1.gpu0", "n2.gpu0", 1))     # next domain
+    assert inside.transport == "nvlink" and inside.walks[0] == ("n0.gpu0", "d0.nvsw", "n1.gpu3")
+    assert across.transport == "net"
+    lay = C.layout(t)
+    assert (lay.nodes, lay.per_node) == (3, 8)
+
+
+def test_collectives_see_a_multi_tray_domain_as_one_nvls_domain():
+    t = presets.load("gb200-nvl72")
+    p = C.predict(t, "all_reduce", 2**30)
+    assert (p.algo, p.ranks) == ("nvls", 72)
+    # two NVL72 racks: NVLS inside each, trees across the NICs
+    two = from_spec({"gpu": "GB200", "gpus_per_node": 72, "nodes": 2, "nic": "ib-xdr"})
+    assert C.predict(two, "all_reduce", 2**30).algo == "nvls_tree"
+
+
+def test_grace_gpus_use_gpudirect_rdma_through_c2c():
+    t = presets.load("gb200-nvl72")
+    p = path(t, "n0.gpu0", "n0.nic0")
+    assert (p.type, p.p2p) == ("NODE", True)       # NCCL's PATH_P2C, NCCL_NET_GDR_C2C=1
+    assert not path(t, "n0.gpu0", "n0.nic2").p2p    # the other Grace's NIC: SYS
+
+
+def test_supernode_section_checks_the_switch_ports():
+    sup = presets.load("gb200-nvl36x2").meta["supernode"]
+    assert (sup["racks"], sup["switch_trays"], sup["chips"]) == (2, 18, 36)
+    with pytest.raises(InputError, match="supernode.switch_trays: 72 GPUs x 18 NVLink links = "
+                                         "1296 switch ports, but 8 switch trays"):
+        from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 18, "nvlink_domain": 72,
+                   "supernode": {"switch_trays": 8}}, file="rack.yaml")
+    assert presets.load("al128-class").meta["supernode"]["switch_trays"] == 16
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 6}, "nvlink_domain"),
+    ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 16}, "nvlink_domain"),
+    ({"gpu": "H100-SXM", "scale_up": "pcie", "nodes": 2, "nvlink_domain": 16}, "scale_up"),
+    ({"gpu": "GB200", "gpus_per_node": 70}, "gpus_per_node"),
+    ({"gpu": "H100-SXM", "nodes": 1000000}, "nodes"),
+])
+def test_impossible_domains_and_sizes_are_refused_in_one_line(spec, field):
+    with pytest.raises(InputError) as exc:
+        from_spec(spec, file="s.yaml")
+    assert exc.value.field == field and "\n" not in str(exc.value)
+
+
+def test_large_clusters_materialize_whole_domains():
+    t = presets.load("gb200-nvl72x8-xdr", materialize_nodes=2)
+    assert (t.meta["nodes"], t.meta["materialized_nodes"], len(t.gpus())) == (144, 18, 72)
+
+
+def test_cloud_hosts_with_many_nics_fit_behind_pcie_switches():
+    t = presets.load("aws-p5")
+    assert len(t.nics(0)) == 32 and t.devices["n0.nic0"].model == "EFA-v2"
+    # four EFA cards share each GPU's PCIe switch, each reached by GPUDirect RDMA
+    assert [path(t, "n0.gpu0", f"n0.nic{i}").type for i in range(4)] == ["PIX"] * 4
+    # the same host with the default switch count is built as well (one switch per GPU)
+    t2 = from_spec({"gpu": "H100-SXM", "nodes": 2, "nics_per_node": 32, "nic": "efa-v2"})
+    assert t2.meta["host"]["pcie_switches"] == 8
+    assert presets.load("gcp-a3-mega").devices["n0.nic0"].attrs["speed"] == "tcpxo"

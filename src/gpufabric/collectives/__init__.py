@@ -190,8 +190,6 @@ class Model:
         hit = self._plans.get(key)
         if hit is None:
             hit = ALGORITHMS[algo].plan(self, op, lays)
-            if hit.sim_edges and not hit.link_GBps:
-                hit.link_GBps = max(hit.sim_edges, key=lambda e: e.busy).usable_GBps
             self._plans[key] = hit
         return hit
 
@@ -234,8 +232,6 @@ class Model:
     # -- predictions -----------------------------------------------------------------------
     def proto_eff(self, op: str, proto: str, lay: Layout) -> float:
         """Share of the link rate a protocol delivers (LL, LL128, Simple)."""
-        if proto == "LL" and not (lay.nodes > 1 or op in ("all_reduce", "reduce")):
-            return P.LL_EFFICIENCY_COPY
         return P.PROTO_EFFICIENCY[proto]
 
     def predict(self, op: str, size: int, ranks: int | None = None, algo: str | None = None,

@@ -379,7 +379,8 @@ class Planner:
                     return False
             except InputError:
                 return False
-        return lay.per_node > 1
+        # NCCL enables NVLS on more than two GPUs (src/transport/nvls.cc: gpuCount <= 2: off)
+        return lay.per_node > 2
 
     def nvls_link(self, lay: Layout) -> str:
         """NVLink generation of the NVSwitch fabric NVLS runs on (``nvlink4``, ``nvlink5``)."""
@@ -394,13 +395,15 @@ class Planner:
         return None
 
     def nvls(self, lay: Layout, size: float, switch_efficiency: float = 1.0) -> Pattern:
-        """NVLS all_reduce: each GPU pushes its buffer into the switch to be reduced
-        (multimem ld_reduce) and takes the result back by multicast: S (1 + 1/G) each way;
-        across nodes (NVLS tree), each GPU's reduced shard also crosses a tree on its rail."""
+        """NVLS all_reduce: each GPU reduces its shard in the switch (multimem ld_reduce of the
+        other GPUs' parts) and multicasts the result: S (G-1)/G each way per GPU, so the bus
+        bandwidth does not depend on G (NCCL's NVLS cost model: busBw = 2 x NVLink rate x
+        efficiency); across nodes (NVLS tree), each GPU's reduced shard also crosses a tree on
+        its rail."""
         g = lay.per_node
         tr: list[Transfer] = []
         # multimem traffic gets ``switch_efficiency`` of the NVLink rate: count it as more bytes
-        per_dir = size * (1 + 1 / g) / switch_efficiency
+        per_dir = size * (g - 1) / g / switch_efficiency
         for node_gpus in lay.gpus:
             hub = self._switch_of(node_gpus[0])
             for x in node_gpus:

@@ -38,3 +38,12 @@ class Ring(Algorithm):
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.hops), sim.drain_s / UNIT, lat, 1.0,
                     sim.edges, note=pat.note)
+
+    def latency_us(self, m, op, plan, proto, lay, size):
+        """NCCL's ring all_reduce across nodes with Simple pays 1.4x its latency once each
+        channel and rank gets 64 bytes or more (the 'plateau effect of ring')."""
+        lat = plan.lat_us[proto]
+        if (op == "all_reduce" and proto == "Simple" and lay.nodes > 1
+                and size / (P.MAX_CHANNELS * lay.ranks) >= 64):
+            lat *= P.RING_PLATEAU_LAT
+        return lat

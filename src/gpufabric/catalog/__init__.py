@@ -204,6 +204,7 @@ class NetSwitch:
     gbps: float
     lat_us: float = 0.0           # port to port, one way
     port_modes: dict[float, int] = field(default_factory=dict, hash=False, compare=False)
+    ports_per_cage: int = 1       # ports one pluggable optic carries (twin-port OSFP: 2)
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

@@ -303,8 +303,8 @@ def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
     for i, n_links in ((1, links_up[1]), (2, links_up[2])):
         if n_links:
             for xname in {tiers[i - 1].switch, tiers[i].switch}:
-                key = f"{xname} switch transceiver ({catalog.net_switch(xname).ports_per_cage} port/cage)"
                 per = catalog.net_switch(xname).ports_per_cage
+                key = f"{xname} switch transceiver ({per} port/cage)"
                 ends = n_links * (2 if tiers[i - 1].switch == tiers[i].switch else 1)
                 optics[key] = optics.get(key, 0) + math.ceil(ends / per)
     half = nodes * k / 2 * speed.bw_GBps

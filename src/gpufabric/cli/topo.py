@@ -28,7 +28,7 @@ def _load(system: str, node: int | None = None):
         return load(system)
     if node < 0:
         raise InputError(f"expected a node index >= 0, got {node}", field="--node")
-    t = load(system, materialize_nodes=node + 1)
+    t = load(system, materialize_nodes=1, first_node=node)
     nodes = int(t.meta.get("nodes") or t.node_count)
     if node >= nodes:
         raise InputError(f"the system has {nodes} node(s); allowed: 0 to {nodes - 1}",
@@ -233,14 +233,38 @@ def import_nvidia_smi(
                    f"{sum(d['kind'] == 'nic' for d in data['devices'])} NICs")
 
 
+def _parse_heat(text: str) -> tuple[str, int] | None:
+    """``all_to_all:256M`` -> ("all_to_all", 268435456); ``none`` -> None."""
+    from gpufabric import collectives
+    from gpufabric.errors import InputError
+    if text.lower() == "none":
+        return None
+    op, _, size = text.partition(":")
+    op = collectives.check_op(op)
+    size = size or "1G"
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:].upper(), 1)
+    try:
+        n = int(float(size[:-1] if mult > 1 else size) * mult)
+    except ValueError:
+        raise InputError(f"expected OP:SIZE such as all_reduce:1G, got {text!r}",
+                         field="--heat") from None
+    if n <= 0:
+        raise InputError(f"the size must be positive, got {size!r}", field="--heat")
+    return op, n
+
+
 @app.command()
 def compare(systems_: list[str] | None = typer.Argument(
                 None, metavar="[SYSTEM]...", help="Systems to compare (default: the archetypes)."),
             output: Path = typer.Option(Path("gpufabric-report.html"), "-o", "--output",
                                         help="HTML report to write."),
             no_html: bool = typer.Option(False, "--no-html", help="Do not write the report."),
+            heat: str = typer.Option("all_reduce:1G", "--heat", help="OP:SIZE whose per-link "
+                                     "utilisation colours the fabric drawings (e.g. "
+                                     "all_to_all:256M), or 'none'."),
             json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
+    heat_op = _parse_heat(heat)
     from gpufabric.report import compare as cmp
     from gpufabric.topology import presets
     names = systems_ or presets.compared()
@@ -251,7 +275,7 @@ def compare(systems_: list[str] | None = typer.Argument(
     rows = cmp.rows(topos)
     if not no_html:
         from gpufabric.report.html import render_report
-        _write_atomic(output, render_report(topos, rows))
+        _write_atomic(output, render_report(topos, rows, heat=heat_op))
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output)})
         return

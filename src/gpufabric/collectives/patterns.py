@@ -446,10 +446,11 @@ class Planner:
                        note=f"pairwise exchange over {len(rails)} rails, {g} ranks per node")
 
     def _per_leaf(self, lay: Layout) -> int:
-        """Nodes under one leaf switch (one rail's leaf on a rail-optimized fabric)."""
+        """Nodes (NVLink domains) under one leaf switch (one rail's leaf when rail-optimized)."""
         fab = self.topo.meta.get("fabric") or {}
+        npd = int(self.topo.meta.get("nodes_per_domain") or 1)   # servers per layout node
         if fab.get("nodes_per_leaf"):
-            return int(fab["nodes_per_leaf"])
+            return max(1, int(fab["nodes_per_leaf"]) // npd)
         down = int(fab.get("leaf_down") or lay.nodes)
         if fab.get("topology") == "rail-optimized":
             return down
@@ -470,8 +471,9 @@ class Planner:
         """(tiers climbed above the leaf, share of remote peers, nodes sharing the uplinks)."""
         from gpufabric.topology.fabric import peer_shares
         fab = self.topo.meta.get("fabric") or {}
-        return peer_shares(int(fab.get("levels") or 2), self._per_leaf(lay),
-                           int(fab.get("nodes_per_pod") or lay.nodes), lay.nodes)
+        npd = int(self.topo.meta.get("nodes_per_domain") or 1)
+        pod = int(fab.get("nodes_per_pod") or 0) // npd or lay.nodes
+        return peer_shares(int(fab.get("levels") or 2), self._per_leaf(lay), pod, lay.nodes)
 
     def _core_loop(self, lay: Layout, node_gpus, gpu, rail, size) -> list[Transfer]:
         """Traffic to nodes under other leaves: out of the NIC to its leaf and back (the NIC

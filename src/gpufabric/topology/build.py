@@ -511,7 +511,7 @@ class _NodeBuilder:
 
 
 def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
-              materialize_nodes: int | None = None) -> Topology:
+              materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """Build a topology from the shorthand spec.
 
     Parameters
@@ -525,6 +525,9 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     materialize_nodes : int, optional
         Build only the first ``k`` nodes (and their leaf switches) of a large cluster;
         ``meta['nodes']`` keeps the true count. Models that exploit symmetry use this.
+    first_node : int
+        With ``materialize_nodes``, start at this node (rounded down to its NVLink domain):
+        ``show --node 2047`` builds node 2047, not the 2,047 before it.
 
     Examples
     --------
@@ -537,9 +540,10 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     t = Topology(name, meta={"spec": s, "source": file or "spec"})
     plan = (fabric.plan(s, file) if s["nics_per_node"] and s["nodes"] > 1 else None)
     per_dom = s["nvlink_domain"] // s["gpus_per_node"]   # servers (trays) per NVLink domain
-    built = s["nodes"] if materialize_nodes is None else min(
-        s["nodes"], math.ceil(materialize_nodes / per_dom) * per_dom)   # whole domains
-    for n in range(built):
+    start = min(first_node, s["nodes"] - 1) // per_dom * per_dom
+    built = s["nodes"] - start if materialize_nodes is None else min(
+        s["nodes"] - start, math.ceil(materialize_nodes / per_dom) * per_dom)   # whole domains
+    for n in range(start, start + built):
         _NodeBuilder(t, s, n, file).build()
     t.meta.update({k: s[k] for k in ("nodes", "gpus_per_node", "nics_per_node", "nic",
                                      "scale_up", "p2p", "pcie_gen", "host", "nvlink_domain")})
@@ -548,8 +552,10 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     if s["supernode"]:
         t.meta["supernode"] = s["supernode"]
     t.meta["materialized_nodes"] = built
+    if start:
+        t.meta["first_node"] = start
     if plan is not None:
-        fabric.add(t, plan, built)
+        fabric.add(t, plan, range(start, start + built))
         t.meta["fabric"] = fabric.legacy_meta(plan)
     from gpufabric.topology import rules
     rules.check(t, file=file)
@@ -698,7 +704,7 @@ def _pcie_gen_of(d: Device) -> int:
 # what a user types
 # --------------------------------------------------------------------------------------------
 def from_data(data: Any, name: str, file: str | None = None,
-              materialize_nodes: int | None = None) -> Topology:
+              materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """A topology from parsed YAML: a system file, a spec, or ``{system: spec}``."""
     if not isinstance(data, dict):
         raise InputError("expected a mapping (a spec with 'gpu', or 'devices' and 'links')",
@@ -707,17 +713,38 @@ def from_data(data: Any, name: str, file: str | None = None,
         return from_system_file(data, name, file)
     if "system" in data and isinstance(data["system"], dict):
         data = data["system"]
-    return from_spec(data, name, file, materialize_nodes)
+    return from_spec(data, name, file, materialize_nodes, first_node)
 
 
 def parse_inline(text: str) -> dict[str, Any]:
-    """``gpu=H100-SXM,nodes=4,host.sockets=2`` -> a spec dict (values parsed as YAML scalars)."""
+    """``gpu=H100-SXM,nodes=4,host.sockets=2`` -> a spec dict (values parsed as YAML scalars;
+    a list as ``fabric.oversubscription=[1,2]``).
+
+    Examples
+    --------
+    >>> parse_inline("gpu=H100-SXM,nodes=4,fabric.oversubscription=[1,2]")
+    {'gpu': 'H100-SXM', 'nodes': 4, 'fabric': {'oversubscription': [1, 2]}}
+    """
     spec: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts, depth, cur_part = [], 0, ""
+    for ch in text:                      # commas inside [...] or {...} belong to the value
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth <= 0:
+            parts.append(cur_part)
+            cur_part = ""
+        else:
+            cur_part += ch
+    parts.append(cur_part)
+    for part in filter(None, (p.strip() for p in parts)):
         key, sep, value = part.partition("=")
         if not sep:
             raise InputError(f"expected key=value, got {part!r}", file=text)
-        val = yaml.safe_load(value)
+        try:
+            val = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise InputError(f"cannot read the value {value!r}; allowed: a number, a word, "
+                             "true/false or [a, b]", file=text, field=key.strip()) from None
         cur = spec
         *parents, leaf = key.strip().split(".")
         for p in parents:
@@ -726,7 +753,7 @@ def parse_inline(text: str) -> dict[str, Any]:
     return spec
 
 
-def load(system: str, materialize_nodes: int | None = None) -> Topology:
+def load(system: str, materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """Load what a user names: a preset, a YAML file (spec or system file), or ``k=v,...``.
 
     Examples
@@ -735,23 +762,24 @@ def load(system: str, materialize_nodes: int | None = None) -> Topology:
     'nvswitch'
     """
     from gpufabric.topology import presets
-    if system in presets.names():
-        return presets.load(system, materialize_nodes=materialize_nodes)
+    if "/" not in system and presets.exists(system):
+        return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
     path = Path(system)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
         if not path.is_file():
             raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
                              file=system)
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.load(path.read_text(), Loader=catalog.FAST_YAML)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else None
             raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=system,
                              field=where) from None
-        return from_data(data, path.stem, system, materialize_nodes)
+        return from_data(data, path.stem, system, materialize_nodes, first_node)
     if "=" in system:
-        return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes)
+        return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes,
+                         first_node=first_node)
     from gpufabric.errors import unknown_name
     raise unknown_name("system (preset name, YAML file or key=value spec)", system,
                        presets.names())

@@ -33,6 +33,7 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -217,7 +218,7 @@ def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
     npl_given = fab.get("nodes_per_leaf")
     if rail:
         cap = down1 // rpl
-        npl = int(npl_given or cap)
+        npl = int(npl_given or min(cap, nodes))     # a leaf's worth, or the whole cluster
         if npl * rpl > down1 or npl < 1:
             raise InputError(f"{npl} nodes x {rpl} rail(s) need {npl * rpl} leaf ports but a "
                              f"{sw.name} at {o1:g}:1 has {down1} downlinks",
@@ -302,7 +303,7 @@ def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
             nodes * k / sw.ports_per_cage)
     for i, n_links in ((1, links_up[1]), (2, links_up[2])):
         if n_links:
-            for xname in {tiers[i - 1].switch, tiers[i].switch}:
+            for xname in dict.fromkeys((tiers[i - 1].switch, tiers[i].switch)):
                 per = catalog.net_switch(xname).ports_per_cage
                 key = f"{xname} switch transceiver ({per} port/cage)"
                 ends = n_links * (2 if tiers[i - 1].switch == tiers[i].switch else 1)
@@ -316,8 +317,8 @@ def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
                       round(bis, 3), speed.switch_lat_us)
 
 
-def add(t: Any, p: FabricPlan, built_nodes: int) -> None:
-    """Add the switches and net links the first ``built_nodes`` nodes of ``t`` reach.
+def add(t: Any, p: FabricPlan, built_nodes: Iterable[int]) -> None:
+    """Add the switches and net links the built nodes of ``t`` reach.
 
     Leaves are devices of their own; the spines of one pod are one device (``fabric.pod0.spine``)
     and the core another (``fabric.core``); a link up carries a whole tier's uplinks of the
@@ -330,7 +331,7 @@ def add(t: Any, p: FabricPlan, built_nodes: int) -> None:
     spine_t = p.tier("spine")
     assert leaf_t is not None
     attrs = {"speed": speed.name}
-    for n in range(built_nodes):
+    for n in built_nodes:
         pod = p.pod_of(n)
         for r in range(p.nics_per_node):
             idx = p.leaf_of(n, r)

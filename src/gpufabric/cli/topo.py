@@ -19,9 +19,21 @@ SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system f
                "or key=value,...")
 
 
-def _load(system: str):
+def _load(system: str, node: int | None = None):
+    """Build what a command prints: with ``node``, the nodes up to it (whole NVLink domains),
+    not every node of a large cluster (``meta['nodes']`` keeps the true count)."""
+    from gpufabric.errors import InputError
     from gpufabric.topology.build import load
-    return load(system)
+    if node is None:
+        return load(system)
+    if node < 0:
+        raise InputError(f"expected a node index >= 0, got {node}", field="--node")
+    t = load(system, materialize_nodes=1, first_node=node)
+    nodes = int(t.meta.get("nodes") or t.node_count)
+    if node >= nodes:
+        raise InputError(f"the system has {nodes} node(s); allowed: 0 to {nodes - 1}",
+                         file=system, field="--node")
+    return t
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -78,7 +90,7 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     """Devices, PCIe lanes used and free per socket, path matrix with bandwidths, warnings."""
     from gpufabric.report.summary import path_table
     from gpufabric.topology import rules
-    t = _load(system)
+    t = _load(system, node)
     lanes = rules.lane_budget(t)
     pt = path_table(t, node)
     warns = rules.warnings(t)
@@ -99,6 +111,8 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
                       f"{sup['chips_per_tray']} {sup['switch']} ({sup['ports_used']} of "
                       f"{sup['chips'] * sup['ports_per_chip']} ports), {sup['racks']} rack(s); "
                       f"{t.meta['domains']} domain(s)")
+    if t.meta.get("fabric", {}).get("tiers"):
+        _print_fabric(t.meta["fabric"])
     dev = Table(title=f"Devices of node {node}", box=None)
     for col in ("id", "kind", "model", "numa", "attached to"):
         dev.add_column(col)
@@ -124,13 +138,40 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
+def _print_fabric(fab: dict) -> None:
+    """The scale-out tiers: switches, ports, oversubscription, cables, optics, bisection."""
+    tb = Table(title=f"Fabric: {fab['levels']} tier(s), {fab['topology']}, {fab['end_ports']:,} "
+                     f"NIC ports of {fab['speed']}", box=None)
+    for col in ("tier", "switch", "switches", "down/up per switch", "ports used/total", "over"):
+        tb.add_column(col, justify="left" if col in ("tier", "switch") else "right")
+    for tr in fab["tiers"]:
+        tb.add_row(tr["name"], f"{tr['switch']} ({tr['radix']}p)", f"{tr['switches']:,}",
+                   f"{tr['down']}/{tr['up']}", f"{tr['ports_used']:,}/{tr['ports_total']:,}",
+                   f"{tr['oversubscription']:g}:1")
+    console.print(tb)
+    layout = (f"{fab['nodes_per_leaf']} nodes per leaf"
+              + (f", {fab['rails_per_leaf']} rail(s) per leaf, {fab['leaves_per_rail']} leaves "
+                 "per rail" if fab["topology"] == "rail-optimized" else "")
+              + (f", {fab['pods']} pods of {fab['nodes_per_pod']} nodes" if fab["levels"] == 3
+                 else ""))
+    console.print(layout)
+    console.print("cables: " + "; ".join(f"{v:,} {k}" for k, v in fab["cables"].items()))
+    if fab["optics"]:
+        console.print("optics: " + "; ".join(f"{v:,} {k}" for k, v in fab["optics"].items()))
+    hops = fab["hops"]
+    console.print(f"bisection: {fab['bisection_GBps']:,.0f} GB/s per direction; switches "
+                  f"between two GPUs: same leaf {hops['same_leaf']}, same pod "
+                  f"{hops['same_pod']}, across pods {hops['across_pods']} (same NVLink domain: "
+                  "NVLink only)")
+
+
 @app.command()
 def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
         node: int = typer.Option(0, help="Which server of a cluster."),
         json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """GPU-pair bandwidth matrix (bottleneck GB/s per direction; * = no peer-to-peer)."""
     from gpufabric.report.summary import path_table
-    t = _load(system)
+    t = _load(system, node)
     pt = path_table(t, node)
     n = len(t.gpus(node))
     sub = {k: [row[:n] for row in pt[k][:n]] for k in ("type", "bw_GBps", "p2p", "lat_us")}
@@ -152,7 +193,7 @@ def topo(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from dataclasses import asdict
 
     from gpufabric.topology import nvsmi
-    t = _load(system)
+    t = _load(system, node)
     m = nvsmi.from_topology(t, node=node)
     if json:
         emit_json(asdict(m))
@@ -192,22 +233,49 @@ def import_nvidia_smi(
                    f"{sum(d['kind'] == 'nic' for d in data['devices'])} NICs")
 
 
+def _parse_heat(text: str) -> tuple[str, int] | None:
+    """``all_to_all:256M`` -> ("all_to_all", 268435456); ``none`` -> None."""
+    from gpufabric import collectives
+    from gpufabric.errors import InputError
+    if text.lower() == "none":
+        return None
+    op, _, size = text.partition(":")
+    op = collectives.check_op(op)
+    size = size or "1G"
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:].upper(), 1)
+    try:
+        n = int(float(size[:-1] if mult > 1 else size) * mult)
+    except ValueError:
+        raise InputError(f"expected OP:SIZE such as all_reduce:1G, got {text!r}",
+                         field="--heat") from None
+    if n <= 0:
+        raise InputError(f"the size must be positive, got {size!r}", field="--heat")
+    return op, n
+
+
 @app.command()
 def compare(systems_: list[str] | None = typer.Argument(
                 None, metavar="[SYSTEM]...", help="Systems to compare (default: the archetypes)."),
             output: Path = typer.Option(Path("gpufabric-report.html"), "-o", "--output",
                                         help="HTML report to write."),
             no_html: bool = typer.Option(False, "--no-html", help="Do not write the report."),
+            heat: str = typer.Option("all_reduce:1G", "--heat", help="OP:SIZE whose per-link "
+                                     "utilisation colours the fabric drawings (e.g. "
+                                     "all_to_all:256M), or 'none'."),
             json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
+    heat_op = _parse_heat(heat)
     from gpufabric.report import compare as cmp
     from gpufabric.topology import presets
     names = systems_ or presets.compared()
-    topos = [_load(n) for n in names]
+    from gpufabric.collectives import Model
+    from gpufabric.topology.build import load
+    # the nodes the collective model samples, not every node of a large cluster
+    topos = [load(n, materialize_nodes=Model.SAMPLE_NODES) for n in names]
     rows = cmp.rows(topos)
     if not no_html:
         from gpufabric.report.html import render_report
-        _write_atomic(output, render_report(topos, rows))
+        _write_atomic(output, render_report(topos, rows, heat=heat_op))
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output)})
         return

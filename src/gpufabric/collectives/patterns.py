@@ -485,10 +485,11 @@ class Planner:
                        note=f"pairwise exchange over {len(rails)} rails, {g} ranks per node")
 
     def _per_leaf(self, lay: Layout) -> int:
-        """Nodes under one leaf switch (one rail's leaf on a rail-optimized fabric)."""
+        """Nodes (NVLink domains) under one leaf switch (one rail's leaf when rail-optimized)."""
         fab = self.topo.meta.get("fabric") or {}
+        npd = int(self.topo.meta.get("nodes_per_domain") or 1)   # servers per layout node
         if fab.get("nodes_per_leaf"):
-            return int(fab["nodes_per_leaf"])
+            return max(1, int(fab["nodes_per_leaf"]) // npd)
         down = int(fab.get("leaf_down") or lay.nodes)
         if fab.get("topology") == "rail-optimized":
             return down
@@ -502,8 +503,16 @@ class Planner:
             return 0.0, 0.0
         if not fab.get("core"):
             return 1.0, 0.0
-        same = min(self._per_leaf(lay), lay.nodes) - 1
-        return same / remote, (remote - same) / remote
+        same = sum(s for up, s, _ in self._tier_shares(lay) if up == 0)
+        return same, 1.0 - same
+
+    def _tier_shares(self, lay: Layout) -> list[tuple[int, float, int]]:
+        """(tiers climbed above the leaf, share of remote peers, nodes sharing the uplinks)."""
+        from gpufabric.topology.fabric import peer_shares
+        fab = self.topo.meta.get("fabric") or {}
+        npd = int(self.topo.meta.get("nodes_per_domain") or 1)
+        pod = int(fab.get("nodes_per_pod") or 0) // npd or lay.nodes
+        return peer_shares(int(fab.get("levels") or 2), self._per_leaf(lay), pod, lay.nodes)
 
     def _core_loop(self, lay: Layout, node_gpus, gpu, rail, size) -> list[Transfer]:
         """Traffic to nodes under other leaves: out of the NIC to its leaf and back (the NIC
@@ -524,7 +533,26 @@ class Planner:
             scale = min(self._per_leaf(lay), lay.nodes) / max(sampled, 1)
             out.append(Transfer(leaf, leaf, size * scale, walk=(leaf, core, leaf),
                                 tag="a2a-uplink"))
+            # three tiers: the share for other pods also climbs from the pod's spines to the
+            # core, shared by every node of the pod
+            top = next((v for v, ln in self.topo.neighbors(core)
+                        if ln.kind == "net" and self.topo.devices[v].attrs.get("tier") == "core"),
+                       None)
+            beyond = sum(sh for up, sh, _ in self._tier_shares(lay) if up == 2)
+            _, cross = self._leaf_split(lay)
+            if top is not None and beyond > 0 and cross > 0:
+                pod = next(n for up, _, n in self._tier_shares(lay) if up == 2)
+                in_pod = sum(1 for gs in lay.gpus if core in self._spines_of(gs, rail))
+                out.append(Transfer(core, core, size * beyond / cross * pod / max(in_pod, 1),
+                                    walk=(core, top, core), tag="a2a-core"))
         return out
+
+    def _spines_of(self, node_gpus, rail) -> set[str]:
+        """The switches above the leaf of a node's rail NIC."""
+        nic = self._nic(node_gpus, rail)
+        leaf = next(v for v, ln in self.topo.neighbors(nic) if ln.kind == "net")
+        return {v for v, ln in self.topo.neighbors(leaf)
+                if ln.kind == "net" and self.topo.devices[v].kind != "nic"}
 
     def send_recv(self, lay: Layout, size: float) -> Pattern:
         """Each rank sends ``size`` to the next rank and receives from the previous one."""

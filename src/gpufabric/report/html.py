@@ -7,6 +7,7 @@ import html
 import math
 from typing import Any
 
+from gpufabric.report.fabric import fabric_section
 from gpufabric.topology import paths
 from gpufabric.topology.model import CPU, GPU, NET_SWITCH, NIC, NVSWITCH, PCIE_SWITCH, Topology
 
@@ -185,7 +186,8 @@ th{background:#f4f4f4}section{margin:28px 0}h2{margin-bottom:4px}.d{color:#555;m
 
 
 def render_report(topos: list[Topology], rows: list[dict[str, Any]],
-                  curves: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+                  curves: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
+                  heat: tuple[str, int] | None = ("all_reduce", 2**30)) -> str:
     """The whole report as one HTML string.
 
     ``curves`` maps an op name to {system: [{size, busbw}, ...]}; by default all_reduce and
@@ -211,6 +213,6 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
         warns = "".join(f"<div class='warn'>warning: {_e(w)}</div>" for w in r["warnings"])
         desc = _e(t.meta.get('description', ''))
         body.append(f"<section><h2>{_e(t.name)}</h2><p class='d'>{desc}"
-                    f"{_e(extra)}</p>{draw(t)}{warns}</section>")
+                    f"{_e(extra)}</p>{draw(t)}{fabric_section(t, heat)}{warns}</section>")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpufabric report</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")

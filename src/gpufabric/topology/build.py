@@ -28,6 +28,7 @@ import yaml
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
+from gpufabric.topology import fabric
 from gpufabric.topology.model import (
     CPU,
     DEVICE_KINDS,
@@ -55,7 +56,8 @@ SUPERNODE_KEYS = ("gpus_per_tray", "switch", "switch_trays", "chips_per_tray", "
 HOST_KEYS = ("cpu", "sockets", "pcie_switches", "switch_layout", "switch", "numa_per_socket",
              "attach")
 ATTACH = ("pcie", "c2c")
-FABRIC_KEYS = ("topology", "oversubscription", "switch", "nodes_per_leaf")
+FABRIC_KEYS = ("topology", "oversubscription", "switch", "nodes_per_leaf", "rails_per_leaf",
+               "pod_nodes", "tiers", "spine_switch", "core_switch")
 DEFAULT_CPU = "EPYC-7763"            # PCIe Gen4 hosts
 DEFAULT_CPU_GEN5 = "Xeon-Platinum-8480+"  # PCIe Gen5 hosts (the usual HGX H100 head node)
 #: NVLink-C2C between a Grace CPU and each of its two GPUs (GB200 superchip), GB/s per direction.
@@ -284,20 +286,34 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
     fab = _section(spec, "fabric", FABRIC_KEYS, file)
     over = fab.get("oversubscription", 1.0)
-    _want(over, (int, float), "fabric.oversubscription", "a number >= 1 (downlinks:uplinks)", file)
-    if over < 1:
-        raise InputError(f"expected a number >= 1 (downlinks:uplinks), got {over}", file=file,
-                         field="fabric.oversubscription")
+    overs = over if isinstance(over, list) else [over]
+    if not 1 <= len(overs) <= 2:
+        raise InputError(f"expected a number >= 1 or a list [leaf, spine], got {over!r}",
+                         file=file, field="fabric.oversubscription")
+    for o in overs:
+        _want(o, (int, float), "fabric.oversubscription",
+              "a number >= 1 (downlinks:uplinks) or a list [leaf, spine]", file)
+        if o < 1:
+            raise InputError(f"expected a number >= 1 (downlinks:uplinks), got {o}", file=file,
+                             field="fabric.oversubscription")
     speed = catalog.net_speed(s["nic"])
     s["fabric"] = {
         "topology": _choice(fab.get("topology", "rail-optimized"), FABRICS, "fabric.topology",
                             file),
-        "oversubscription": float(over),
-        "nodes_per_leaf": (_positive_int(fab["nodes_per_leaf"], "fabric.nodes_per_leaf", file)
-                           if "nodes_per_leaf" in fab else None),
+        "oversubscription": [float(o) for o in overs] if isinstance(over, list) else float(over),
         "switch": catalog.net_switch(str(fab.get("switch", speed.switch)), file=file,
                                      field="fabric.switch").name,
     }
+    for key in ("nodes_per_leaf", "rails_per_leaf", "pod_nodes", "tiers"):
+        s["fabric"][key] = (_positive_int(fab[key], f"fabric.{key}", file) if key in fab
+                            else None)
+    if s["fabric"]["tiers"] is not None and s["fabric"]["tiers"] > 3:
+        raise InputError(f"expected 1, 2 or 3 tiers, got {s['fabric']['tiers']}", file=file,
+                         field="fabric.tiers")
+    for key in ("spine_switch", "core_switch"):
+        if key in fab:
+            s["fabric"][key] = catalog.net_switch(str(fab[key]), file=file,
+                                                  field=f"fabric.{key}").name
     if total > dom and s["nics_per_node"] == 0:
         raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
                          "nics_per_node >= 1", file=file, field="nics_per_node")
@@ -494,55 +510,8 @@ class _NodeBuilder:
                                  count=count, gen=pl.gen))
 
 
-def _add_fabric(t: Topology, s: dict[str, Any], built_nodes: int) -> dict[str, Any]:
-    """Leaf switches (per rail or per node group) and one aggregated core; returns fabric meta."""
-    nodes, k = s["nodes"], s["nics_per_node"]
-    speed = catalog.net_speed(s["nic"])
-    sw = catalog.net_switch(s["fabric"]["switch"])
-    over = s["fabric"]["oversubscription"]
-    down = max(1, math.floor(sw.radix * over / (1 + over)))
-    rail = s["fabric"]["topology"] == "rail-optimized"
-    npl = s["fabric"]["nodes_per_leaf"]   # a rail group / rack smaller than the switch allows
-    if npl is not None:
-        ports = npl if rail else npl * k
-        if ports > down:
-            raise InputError(f"{npl} nodes need {ports} leaf ports but a {sw.name} at "
-                             f"{over:g}:1 has {down} downlinks", field="fabric.nodes_per_leaf")
-        down = ports
-    up = max(1, math.ceil(down / over))
-    if rail:
-        per_rail = math.ceil(nodes / down)
-        leaves_total = per_rail * k
-    else:
-        per_rail = 0
-        leaves_total = math.ceil(nodes * k / down)
-    core_needed = leaves_total > 1
-    fab = {"topology": s["fabric"]["topology"], "oversubscription": over, "switch": sw.name,
-           "nodes_per_leaf": down if rail else down // max(1, k),
-           "leaf_radix": sw.radix, "leaf_down": down, "leaf_up": up if core_needed else 0,
-           "leaves_per_rail": per_rail, "leaves": leaves_total, "core": core_needed,
-           "port_GBps": speed.bw_GBps, "protocol": speed.protocol}
-    if core_needed:
-        t.add_device(Device("fabric.core", NET_SWITCH, sw.name, -1, 0, -1,
-                            {"tier": "core", "aggregated": True}))
-    half = speed.lat_us / 2
-    for n in range(built_nodes):
-        for r in range(k):
-            leaf_idx = (r * per_rail + n // down) if rail else (n * k + r) // down
-            leaf = f"fabric.leaf{leaf_idx}"
-            if leaf not in t.devices:
-                t.add_device(Device(leaf, NET_SWITCH, sw.name, -1, leaf_idx, -1,
-                                    {"tier": "leaf", "rail": r if rail else None}))
-                if core_needed:
-                    t.add_link(Link(leaf, "fabric.core", "net", up * speed.bw_GBps,
-                                    speed.switch_lat_us, count=up, attrs={"speed": speed.name}))
-            t.add_link(Link(f"n{n}.nic{r}", leaf, "net", speed.bw_GBps, half,
-                            attrs={"speed": speed.name}))
-    return fab
-
-
 def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
-              materialize_nodes: int | None = None) -> Topology:
+              materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """Build a topology from the shorthand spec.
 
     Parameters
@@ -556,6 +525,9 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     materialize_nodes : int, optional
         Build only the first ``k`` nodes (and their leaf switches) of a large cluster;
         ``meta['nodes']`` keeps the true count. Models that exploit symmetry use this.
+    first_node : int
+        With ``materialize_nodes``, start at this node (rounded down to its NVLink domain):
+        ``show --node 2047`` builds node 2047, not the 2,047 before it.
 
     Examples
     --------
@@ -566,10 +538,12 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     s = normalize_spec(spec, file)
     name = name or s.get("name") or _spec_name(s)
     t = Topology(name, meta={"spec": s, "source": file or "spec"})
+    plan = (fabric.plan(s, file) if s["nics_per_node"] and s["nodes"] > 1 else None)
     per_dom = s["nvlink_domain"] // s["gpus_per_node"]   # servers (trays) per NVLink domain
-    built = s["nodes"] if materialize_nodes is None else min(
-        s["nodes"], math.ceil(materialize_nodes / per_dom) * per_dom)   # whole domains
-    for n in range(built):
+    start = min(first_node, s["nodes"] - 1) // per_dom * per_dom
+    built = s["nodes"] - start if materialize_nodes is None else min(
+        s["nodes"] - start, math.ceil(materialize_nodes / per_dom) * per_dom)   # whole domains
+    for n in range(start, start + built):
         _NodeBuilder(t, s, n, file).build()
     t.meta.update({k: s[k] for k in ("nodes", "gpus_per_node", "nics_per_node", "nic",
                                      "scale_up", "p2p", "pcie_gen", "host", "nvlink_domain")})
@@ -578,8 +552,11 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
     if s["supernode"]:
         t.meta["supernode"] = s["supernode"]
     t.meta["materialized_nodes"] = built
-    if s["nics_per_node"] and (s["nodes"] > 1):
-        t.meta["fabric"] = _add_fabric(t, s, built)
+    if start:
+        t.meta["first_node"] = start
+    if plan is not None:
+        fabric.add(t, plan, range(start, start + built))
+        t.meta["fabric"] = fabric.legacy_meta(plan)
     from gpufabric.topology import rules
     rules.check(t, file=file)
     return t
@@ -727,7 +704,7 @@ def _pcie_gen_of(d: Device) -> int:
 # what a user types
 # --------------------------------------------------------------------------------------------
 def from_data(data: Any, name: str, file: str | None = None,
-              materialize_nodes: int | None = None) -> Topology:
+              materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """A topology from parsed YAML: a system file, a spec, or ``{system: spec}``."""
     if not isinstance(data, dict):
         raise InputError("expected a mapping (a spec with 'gpu', or 'devices' and 'links')",
@@ -736,17 +713,38 @@ def from_data(data: Any, name: str, file: str | None = None,
         return from_system_file(data, name, file)
     if "system" in data and isinstance(data["system"], dict):
         data = data["system"]
-    return from_spec(data, name, file, materialize_nodes)
+    return from_spec(data, name, file, materialize_nodes, first_node)
 
 
 def parse_inline(text: str) -> dict[str, Any]:
-    """``gpu=H100-SXM,nodes=4,host.sockets=2`` -> a spec dict (values parsed as YAML scalars)."""
+    """``gpu=H100-SXM,nodes=4,host.sockets=2`` -> a spec dict (values parsed as YAML scalars;
+    a list as ``fabric.oversubscription=[1,2]``).
+
+    Examples
+    --------
+    >>> parse_inline("gpu=H100-SXM,nodes=4,fabric.oversubscription=[1,2]")
+    {'gpu': 'H100-SXM', 'nodes': 4, 'fabric': {'oversubscription': [1, 2]}}
+    """
     spec: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts, depth, cur_part = [], 0, ""
+    for ch in text:                      # commas inside [...] or {...} belong to the value
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth <= 0:
+            parts.append(cur_part)
+            cur_part = ""
+        else:
+            cur_part += ch
+    parts.append(cur_part)
+    for part in filter(None, (p.strip() for p in parts)):
         key, sep, value = part.partition("=")
         if not sep:
             raise InputError(f"expected key=value, got {part!r}", file=text)
-        val = yaml.safe_load(value)
+        try:
+            val = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise InputError(f"cannot read the value {value!r}; allowed: a number, a word, "
+                             "true/false or [a, b]", file=text, field=key.strip()) from None
         cur = spec
         *parents, leaf = key.strip().split(".")
         for p in parents:
@@ -755,7 +753,7 @@ def parse_inline(text: str) -> dict[str, Any]:
     return spec
 
 
-def load(system: str, materialize_nodes: int | None = None) -> Topology:
+def load(system: str, materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """Load what a user names: a preset, a YAML file (spec or system file), or ``k=v,...``.
 
     Examples
@@ -764,23 +762,24 @@ def load(system: str, materialize_nodes: int | None = None) -> Topology:
     'nvswitch'
     """
     from gpufabric.topology import presets
-    if system in presets.names():
-        return presets.load(system, materialize_nodes=materialize_nodes)
+    if "/" not in system and presets.exists(system):
+        return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
     path = Path(system)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
         if not path.is_file():
             raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
                              file=system)
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.load(path.read_text(), Loader=catalog.FAST_YAML)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else None
             raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=system,
                              field=where) from None
-        return from_data(data, path.stem, system, materialize_nodes)
+        return from_data(data, path.stem, system, materialize_nodes, first_node)
     if "=" in system:
-        return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes)
+        return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes,
+                         first_node=first_node)
     from gpufabric.errors import unknown_name
     raise unknown_name("system (preset name, YAML file or key=value spec)", system,
                        presets.names())

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from gpufabric.catalog import FAST_YAML
 from gpufabric.errors import unknown_name
 from gpufabric.topology.model import Topology
 
@@ -30,7 +31,7 @@ def _raw() -> dict[str, dict[str, Any]]:
     out = {}
     for f in sorted(resources.files("gpufabric.topology.presets").iterdir(), key=lambda p: p.name):
         if f.name.endswith(".yaml"):
-            out[f.name[:-5]] = yaml.safe_load(f.read_text())
+            out[f.name[:-5]] = yaml.load(f.read_text(), Loader=FAST_YAML)
     return out
 
 
@@ -38,6 +39,11 @@ def names() -> list[str]:
     """Preset names, in a stable order: the order of ``ORDER`` then alphabetical."""
     raw = _raw()
     return sorted(raw, key=lambda n: (raw[n].get("order", 999), n))
+
+
+def exists(name: str) -> bool:
+    """True if ``name`` is a preset (checks the file, parses nothing)."""
+    return resources.files("gpufabric.topology.presets").joinpath(f"{name}.yaml").is_file()
 
 
 def describe(name: str) -> str:
@@ -49,14 +55,14 @@ def compared() -> list[str]:
     return [n for n in names() if _raw()[n].get("compare")]
 
 
-def load(name: str, materialize_nodes: int | None = None) -> Topology:
+def load(name: str, materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
     """Build the preset ``name``."""
     from gpufabric.topology.build import from_data
     raw = _raw()
     if name not in raw:
         raise unknown_name("preset", name, raw)
     data = {k: v for k, v in raw[name].items() if k not in _EXTRA_KEYS + ("order",)}
-    t = from_data(data, name, f"preset {name}", materialize_nodes)
+    t = from_data(data, name, f"preset {name}", materialize_nodes, first_node)
     t.meta["description"] = describe(name)
     t.meta["preset"] = name
     return t

@@ -52,10 +52,10 @@ class Fitted:
 GEMM_EFF: dict[str, Fitted] = {
     "volta": Fitted(0.70, "fraction of peak", "prior: cuBLAS HGEMM on V100 reaches ~0.70-0.80 "
                     "of 125 TFLOPS at large sizes (NVIDIA CUTLASS / cuBLAS profiler figures)"),
-    "ampere": Fitted(0.80, "fraction of peak", "fitted on megatron-2021-a100-gpt-* (Table 1 "
+    "ampere": Fitted(0.74, "fraction of peak", "fitted on megatron-2021-a100-gpt-* (Table 1 "
                      "rows 1.7B-1T) and megascale-megatron-baseline-175b-bs768"),
-    "hopper": Fitted(0.72, "fraction of peak", "fitted on megatron-core-h100-gpt-* and "
-                     "torchtitan-h100-llama31-8b-fsdp-8gpu"),
+    "hopper": Fitted(0.78, "fraction of peak", "fitted on megatron-core-h100-gpt-* (9 rows) "
+                     "and mlperf-train-v4.0-gpt3-175b-eos-512gpu"),
     "ada": Fitted(0.70, "fraction of peak", "prior: as hopper less its TMA/wgmma (not fitted)"),
     "blackwell": Fitted(0.70, "fraction of peak", "prior: as hopper (not fitted; the GB200 "
                         "entries are MoE runs with large software effects)"),
@@ -67,8 +67,8 @@ GEMM_EFF_DEFAULT = Fitted(0.60, "fraction of peak", "prior for parts with no gen
 #: FP8 GEMMs reach a lower fraction of their (2x) peak: per-tensor scaling and casts, and
 #: shapes sized for 16-bit tiles. Fitted on the FP8 points of torchtitan-h100-* and
 #: mlperf-train-v4.0-gpt3-175b-eos-512gpu.
-FP8_EFF = Fitted(0.75, "fraction of the 16-bit efficiency", "fitted on torchtitan-h100-llama31-"
-                 "8b-fsdp-8gpu (Float8 point) and mlperf-train-v4.0-gpt3-175b-eos-512gpu")
+FP8_EFF = Fitted(0.75, "fraction of the 16-bit efficiency", "fitted on "
+                 "mlperf-train-v4.0-gpt3-175b-eos-512gpu (the fitted set's one FP8 entry)")
 #: reduction depth at which a GEMM reaches half its ceiling (tile load/store vs. MMA work)
 K_HALF = Fitted(96.0, "elements", "physical: a 128x256 tile loads (128+256) x k and does "
                 "128 x 256 x k MMAs; prologue/epilogue cost ~ one 64-96 deep k-slice")

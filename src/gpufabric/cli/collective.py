@@ -124,7 +124,13 @@ def validate(
         ..., help="Measurements file (schema: shared/calibration/README.md)."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
 ) -> None:
-    """Predicted against measured for every point of a measurements file, with a summary."""
+    """Predicted against measured for every point of a measurements file, with a summary.
+
+    Collective files (nccl-tests points) and training files (schema of training.yaml) alike."""
+    from gpufabric.cli.train import is_training_file, validate_training
+    if is_training_file(file):
+        validate_training(file, json)
+        return
     from gpufabric.collectives.validate import validate as run
     res = run(file)
     if json:

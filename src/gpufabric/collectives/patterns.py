@@ -48,13 +48,19 @@ class Layout:
         return self.nodes / self.m
 
 
-def layout(topo: Topology, ranks: int | None = None) -> Layout:
-    """Place ``ranks`` ranks, one per GPU, filling nodes in order (as nccl-tests with MPI).
+def layout(topo: Topology, ranks: int | None = None, per_node: int | None = None,
+           group: int = 0) -> Layout:
+    """Place ``ranks`` ranks, one per GPU: ``per_node`` on each node (default: fill nodes in
+    order, as nccl-tests with MPI). ``group`` picks which of the node's GPUs a group uses when
+    several groups of the same shape share the nodes: group ``c`` takes local GPUs
+    ``c * per_node`` to ``(c + 1) * per_node - 1`` of each node (data-parallel group ``c`` of a
+    tensor-parallel job uses local GPU ``c`` on every node).
 
     Raises
     ------
     InputError
-        If there are more ranks than GPUs, or ranks span nodes without filling them.
+        If there are more ranks than GPUs, ranks span nodes without filling them (no
+        ``per_node``), or the groups need more GPUs per node than there are.
 
     Examples
     --------
@@ -63,6 +69,9 @@ def layout(topo: Topology, ranks: int | None = None) -> Layout:
     >>> lay = layout(t, 256)
     >>> lay.nodes, lay.per_node, lay.m, lay.gpus[1][0]
     (32, 8, 2, 'n1.gpu0')
+    >>> lay = layout(t, 64, per_node=1, group=3)      # one GPU per node: local GPU 3
+    >>> lay.nodes, lay.per_node, lay.gpus[1]
+    (64, 1, ['n1.gpu3'])
     """
     by_node: dict[int, list[str]] = {}
     for g in topo.gpus():
@@ -74,18 +83,32 @@ def layout(topo: Topology, ranks: int | None = None) -> Layout:
     n_nodes = int(topo.meta.get("nodes") or len(node_ids))
     total = gpn * n_nodes
     if ranks is None:
-        ranks = total
+        ranks = total if per_node is None else per_node * n_nodes
     if not 1 <= ranks <= total:
         raise InputError(f"must be between 1 and {total} (GPUs in the system), got {ranks}",
                          field="ranks")
-    if ranks <= gpn:
-        return Layout(1, ranks, [by_node[node_ids[0]][:ranks]])
-    if ranks % gpn:
-        raise InputError(f"ranks across nodes must fill them: a multiple of {gpn}, got {ranks}",
-                         field="ranks")
-    nodes = ranks // gpn
-    mat = [by_node[k][:gpn] for k in node_ids[:nodes]]
-    return Layout(nodes, gpn, mat)
+    if per_node is None:
+        if ranks <= gpn:
+            per_node = ranks
+        elif ranks % gpn:
+            raise InputError(f"ranks across nodes must fill them: a multiple of {gpn}, got "
+                             f"{ranks} (or give per_node)", field="ranks")
+        else:
+            per_node = gpn
+    if not 1 <= per_node <= gpn or ranks % per_node:
+        raise InputError(f"must divide ranks ({ranks}) and be between 1 and {gpn} (GPUs per "
+                         f"node), got {per_node}", field="per_node")
+    nodes = ranks // per_node
+    if nodes > n_nodes:
+        raise InputError(f"{ranks} ranks at {per_node} per node need {nodes} nodes; the system "
+                         f"has {n_nodes}", field="per_node")
+    lo = group * per_node
+    if group < 0 or lo + per_node > gpn:
+        raise InputError(f"{group + 1} groups of {per_node} GPUs per node need "
+                         f"{(group + 1) * per_node} GPUs per node; nodes have {gpn}",
+                         field="concurrent")
+    mat = [by_node[k][lo:lo + per_node] for k in node_ids[:nodes]]
+    return Layout(nodes, per_node, mat)
 
 
 @dataclass
@@ -210,6 +233,16 @@ class Planner:
         if not rails:
             raise InputError("ranks span several nodes but the nodes have no NIC on a fabric",
                              file=self.topo.name, field="nics_per_node")
+        mine = set(lay.gpus[0])
+        node = self.topo.devices[lay.gpus[0][0]].node
+        if len(mine) < len(self.router.kind_in_node("gpu", node)):
+            # a group on some of the node's GPUs uses the NICs paired with its GPUs (NCCL
+            # keeps each GPU on its closest NICs), else the closest NIC of each of its GPUs
+            own = [i for i in rails if self.router.home_gpu(nics[i].id) in mine]
+            if not own:
+                near = {self.router.nearest_nic(g) for g in lay.gpus[0]}
+                own = [i for i in rails if nics[i].id in near]
+            rails = own or rails
         return rails
 
     def _nic(self, node_gpus: list[str], rail: int) -> str:
@@ -228,8 +261,11 @@ class Planner:
         nic_a = self._nic(lay.gpus[k], rail)
         nic_b = self._nic(lay.gpus[nxt], rail)
         dst = dst_of_next(lay.gpus[nxt])
-        w1, _, _ = self.router.gpu_nic_walk(src, nic_a, prefer_pxn=True)
-        w3, _, _ = self.router.gpu_nic_walk(dst, nic_b, prefer_pxn=True)
+        # relay through the NIC's own GPU (PXN) when that GPU is one of the group's ranks
+        w1, _, _ = self.router.gpu_nic_walk(
+            src, nic_a, prefer_pxn=self.router.home_gpu(nic_a) in lay.gpus[k])
+        w3, _, _ = self.router.gpu_nic_walk(
+            dst, nic_b, prefer_pxn=self.router.home_gpu(nic_b) in lay.gpus[nxt])
         # one node materialized: leave through the rail and come back as from the next node
         fab = self.router.fabric_walks(nic_a, nic_b if nxt != k else nic_a)[0]
         return Transfer(src, dst, size, walk=w1 + fab[1:-1] + tuple(reversed(w3)), tag=tag)

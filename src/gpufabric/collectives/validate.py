@@ -6,9 +6,11 @@ The file follows the schema of ``../shared/calibration/README.md``: a list of en
 
 The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
 over points of 64 MiB and more), ``small_median_abs_pct`` (absolute % error of time over
-points below 64 KiB) and ``points``. A point measured as time is compared as busbw when large,
-and a point measured as busbw is compared as time when small (each derived from the other with
-the nccl-tests definitions).
+points below 64 KiB) and ``points``; ``unfitted`` holds the same over the entries no
+parameter of :mod:`gpufabric.collectives.params` was fitted on, and ``fitted_entries`` names
+the others (each point also says ``fitted``). A point measured as time is compared as busbw
+when large, and a point measured as busbw is compared as time when small (each derived from
+the other with the nccl-tests definitions).
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ def load_entries(path: str) -> list[dict]:
             if not isinstance(size, (int, float)) or isinstance(size, bool) or size <= 0:
                 raise InputError(f"got {size!r}; expected a size in bytes > 0", file=path,
                                  field=f"{pw}.size")
-            if not any(isinstance(pt.get(k), (int, float)) and pt.get(k) > 0
-                       for k in ("busbw", "time_us")):
+            vals = [pt.get(k) for k in ("busbw", "time_us")]
+            if not any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                       for v in vals):
                 raise InputError("needs busbw (GB/s) or time_us (us), a number > 0",
                                  file=path, field=pw)
             clean.append({"size": int(size), "busbw": pt.get("busbw"),
@@ -161,7 +164,14 @@ def validate(path: str) -> dict:
             rows.append(row)
     if not rows and first_error is not None:
         raise first_error
-    return {"file": path, "summary": summarize(rows), "points": rows, "skipped": skipped}
+    fitted = params.fitted_ids()
+    for r in rows:
+        r["fitted"] = r["id"] in fitted
+    summary = summarize(rows)
+    # the headline again over the entries no parameter was fitted on
+    summary["unfitted"] = summarize([r for r in rows if not r["fitted"]])
+    summary["fitted_entries"] = sorted({r["id"] for r in rows if r["fitted"]})
+    return {"file": path, "summary": summary, "points": rows, "skipped": skipped}
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -163,8 +163,17 @@ class Router:
             used_g.add(g)
         for _key, n, g in cand:             # more NICs than GPUs: share the closest GPU
             self._home_gpu.setdefault(n, g)
-        for _key, n, g in cand:             # more GPUs than NICs: the closest NIC
-            self._near_nic.setdefault(g, n)
+        # more GPUs than NICs: the closest NIC, the least shared of equally close ones (NCCL
+        # spreads GPUs without a NIC of their own over the NICs at the same distance)
+        load = {n: 1 for n in self._home_gpu}
+        for key, _n, g in cand:
+            if g in self._near_nic:
+                continue
+            near = [(load.get(n2, 0), k2, n2) for k2, n2, g2 in cand
+                    if g2 == g and k2[:2] == key[:2]]
+            pick = min(near)[2]
+            self._near_nic[g] = pick
+            load[pick] = load.get(pick, 0) + 1
         for g in gpus:
             self._near_nic.setdefault(g.id, None)
         for n in nics:

@@ -39,6 +39,13 @@ class GPU:
     mem_bw_GBps: float
     fp16_tflops: float            # dense FP16/BF16 tensor TFLOPS
     pcie_gen: int
+    arch: str = ""                # generation: volta, ampere, hopper, ada, blackwell, cdna3...
+    sms: int = 0                  # streaming multiprocessors (AMD: compute units)
+    fp32_tflops: float = 0.0      # dense peak per precision; 0 = the part has no such rate
+    tf32_tflops: float = 0.0
+    bf16_tflops: float | None = None  # None: same as fp16_tflops
+    fp8_tflops: float = 0.0
+    fp4_tflops: float = 0.0
     pcie_lanes: int = 16
     peer_link: str | None = None  # GPU-GPU link family (NVLink generation / Infinity Fabric)
     peer_links: int = 0           # links per GPU of that family

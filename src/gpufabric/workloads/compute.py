@@ -1,0 +1,335 @@
+"""Compute model: FLOPs and bytes per operation, GPU peaks, a roofline with achieved efficiency.
+
+An operation (:class:`Op`) is a GEMM, an attention core, or a memory-bound element-wise pass.
+Its time on a GPU is the roofline
+
+    time = max(flops / (peak x efficiency), bytes / (HBM bandwidth x HBM efficiency)) + launch
+
+where the GEMM efficiency follows the operation's shape: output tiles fill the SMs in waves (a
+last, partial wave wastes the idle SMs) and a short reduction dimension cannot hide the tile's
+load and store (``k / (k + K_HALF)``). The ceiling (``GEMM_EFF``) is a physical parameter per
+GPU generation; every such parameter is a :class:`Fitted` record naming what it was fitted on.
+
+Examples
+--------
+>>> g = gpu_spec("H100-SXM")
+>>> g.peak_tflops("bf16"), g.peak_tflops("fp8"), g.hbm_GBps
+(989.0, 1979.0, 3350.0)
+>>> big = gemm("mlp", 8192, 8192, 8192, 2)
+>>> round(big.flops / 1e12, 3)
+1.1
+>>> 0.6 < achieved_tflops(big, g, "bf16") / 989 < 0.9
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpufabric import catalog
+from gpufabric.errors import InputError
+from gpufabric.workloads.models import ModelSpec
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "fp4")
+#: bytes per element of activations / weights as frameworks keep them at each training precision
+#: (FP8 and FP4 training keep 16-bit master activations and weights; only GEMM inputs are cast)
+ACT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "mxfp8": 2, "fp4": 2}
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A model parameter: its value, unit, and what it was fitted on (or its source)."""
+
+    value: float
+    unit: str
+    fitted_on: str
+
+
+#: Achieved fraction of the dense tensor peak on large, well-shaped GEMMs (cuBLAS / cuBLASLt),
+#: per GPU generation. Fitted on the calibration ids named (training step times); see
+#: docs/training.md for the procedure.
+GEMM_EFF: dict[str, Fitted] = {
+    "volta": Fitted(0.70, "fraction of peak", "prior: cuBLAS HGEMM on V100 reaches ~0.70-0.80 "
+                    "of 125 TFLOPS at large sizes (NVIDIA CUTLASS / cuBLAS profiler figures)"),
+    "ampere": Fitted(0.80, "fraction of peak", "fitted on megatron-2021-a100-gpt-* (Table 1 "
+                     "rows 1.7B-1T) and megascale-megatron-baseline-175b-bs768"),
+    "hopper": Fitted(0.72, "fraction of peak", "fitted on megatron-core-h100-gpt-* and "
+                     "torchtitan-h100-llama31-8b-fsdp-8gpu"),
+    "ada": Fitted(0.70, "fraction of peak", "prior: as hopper less its TMA/wgmma (not fitted)"),
+    "blackwell": Fitted(0.70, "fraction of peak", "prior: as hopper (not fitted; the GB200 "
+                        "entries are MoE runs with large software effects)"),
+    "cdna3": Fitted(0.55, "fraction of peak", "prior: hipBLASLt BF16 GEMM on MI300X reaches "
+                    "~0.5-0.6 of 1307 TFLOPS (AMD ROCm blog figures); not fitted"),
+}
+GEMM_EFF_DEFAULT = Fitted(0.60, "fraction of peak", "prior for parts with no generation entry")
+
+#: FP8 GEMMs reach a lower fraction of their (2x) peak: per-tensor scaling and casts, and
+#: shapes sized for 16-bit tiles. Fitted on the FP8 points of torchtitan-h100-* and
+#: mlperf-train-v4.0-gpt3-175b-eos-512gpu.
+FP8_EFF = Fitted(0.75, "fraction of the 16-bit efficiency", "fitted on torchtitan-h100-llama31-"
+                 "8b-fsdp-8gpu (Float8 point) and mlperf-train-v4.0-gpt3-175b-eos-512gpu")
+#: reduction depth at which a GEMM reaches half its ceiling (tile load/store vs. MMA work)
+K_HALF = Fitted(96.0, "elements", "physical: a 128x256 tile loads (128+256) x k and does "
+                "128 x 256 x k MMAs; prologue/epilogue cost ~ one 64-96 deep k-slice")
+#: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
+TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),
+        "blackwell": (256, 256), "cdna3": (256, 256)}
+#: flash-attention cores relative to the GEMM ceiling (softmax, masking, online rescaling)
+ATTN_EFF = Fitted(0.75, "fraction of the GEMM ceiling", "prior: FlashAttention-2 reaches "
+                  "~0.7 of A100 GEMM throughput forward (Dao 2023, Fig. 4), FA3 similar on H100")
+#: achieved fraction of HBM bandwidth for streaming element-wise kernels
+HBM_EFF = Fitted(0.80, "fraction of HBM bandwidth", "prior: STREAM-like copy kernels reach "
+                 "~0.8-0.9 of the datasheet HBM rate on A100/H100")
+#: fixed cost per kernel (launch + tail), microseconds
+KERNEL_US = Fitted(4.0, "us", "prior: CUDA kernel launch and tail ~3-5 us without CUDA graphs")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """What the compute and memory models need of a GPU (read from the catalog)."""
+
+    name: str
+    arch: str
+    sms: int
+    memory_GB: float
+    hbm_GBps: float
+    tflops: dict[str, float] = field(hash=False, compare=False, default_factory=dict)
+
+    @property
+    def memory_GiB(self) -> float:
+        return self.memory_GB * 1e9 / 2**30
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for ``precision``; an :class:`InputError` when the part has none."""
+        p = check_precision(precision)
+        v = self.tflops.get(p, 0.0)
+        if not v:
+            have = [k for k in PRECISIONS if self.tflops.get(k)]
+            raise InputError(f"{self.name} has no {p} tensor rate; allowed: {', '.join(have)}",
+                             field="precision")
+        return v
+
+
+def check_precision(precision: str) -> str:
+    p = str(precision).strip().lower()
+    if p not in PRECISIONS:
+        raise InputError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}",
+                         field="precision")
+    return p
+
+
+def gpu_spec(name: str) -> GPUSpec:
+    """The :class:`GPUSpec` of a catalog GPU.
+
+    >>> gpu_spec("A100-SXM4-80GB").tflops["tf32"]
+    156.0
+    """
+    g = catalog.gpu(name, field="gpu")
+    bf16 = g.fp16_tflops if g.bf16_tflops is None else g.bf16_tflops
+    tf = {"fp32": g.fp32_tflops, "tf32": g.tf32_tflops, "fp16": g.fp16_tflops, "bf16": bf16,
+          "fp8": g.fp8_tflops, "mxfp8": g.fp8_tflops if g.arch == "blackwell" else 0.0,
+          "fp4": g.fp4_tflops}
+    return GPUSpec(g.name, g.arch, g.sms, float(g.memory_GB), float(g.mem_bw_GBps),
+                   {k: float(v) for k, v in tf.items()})
+
+
+# -- operations ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel (or ``count`` identical kernels): FLOPs, bytes moved, and a GEMM's shape."""
+
+    name: str
+    kind: str                 # gemm | attn | elem
+    flops: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    count: int = 1
+
+    def scaled(self, factor: float, name: str | None = None) -> Op:
+        return Op(name or self.name, self.kind, self.flops * factor, self.bytes * factor,
+                  self.m, self.n, self.k, self.count)
+
+
+def gemm(name: str, m: int, n: int, k: int, elem_bytes: float, count: int = 1) -> Op:
+    """``count`` GEMMs of (m x k) @ (k x n): 2mnk FLOPs each, inputs and output read/written once.
+
+    >>> gemm("qkv", 4096, 6144, 4096, 2).flops
+    206158430208
+    """
+    m, n, k = max(int(m), 0), max(int(n), 0), max(int(k), 0)
+    return Op(name, "gemm", 2 * m * n * k * count,
+              (m * k + k * n + m * n) * elem_bytes * count, m, n, k, count)
+
+
+def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int,
+              qk_dim: int, v_dim: int, elem_bytes: float, *, causal: bool = True,
+              flash: bool = True) -> Op:
+    """The attention core (QK^T, softmax, PV) for ``heads`` query heads on one GPU.
+
+    With flash-attention the score matrix never reaches HBM and masked blocks are skipped;
+    without it the scores are written and read back (softmax, dropout, PV) in 16/32-bit.
+    """
+    frac = 0.5 if causal and q_len == kv_len and q_len > 1 else 1.0
+    flops = 2.0 * batch * heads * q_len * kv_len * (qk_dim + v_dim)
+    io = batch * (q_len * heads * (qk_dim + v_dim) + kv_len * kv_heads * (qk_dim + v_dim))
+    if flash:
+        return Op(name, "attn", flops * frac, io * elem_bytes, q_len, kv_len, qk_dim)
+    scores = batch * heads * q_len * kv_len
+    # scores written, softmax read+write, PV reads them: 4 passes of 2 B, plus the fp32 softmax
+    return Op(name, "gemm", flops, io * elem_bytes + scores * (4 * 2 + 2 * 4), q_len, kv_len,
+              qk_dim)
+
+
+def elementwise(name: str, elems: float, passes: float, elem_bytes: float) -> Op:
+    """A memory-bound pass over ``elems`` values, read or written ``passes`` times in all."""
+    return Op(name, "elem", 0.0, elems * passes * elem_bytes)
+
+
+def gemm_efficiency(op: Op, gpu: GPUSpec, precision: str = "bf16") -> float:
+    """Achieved fraction of the dense peak for a GEMM of this shape.
+
+    >>> g = gpu_spec("H100-SXM")
+    >>> small, big = gemm("s", 128, 128, 128, 2), gemm("b", 8192, 8192, 8192, 2)
+    >>> gemm_efficiency(small, g) < 0.05 < 0.6 < gemm_efficiency(big, g)
+    True
+    """
+    ceiling = GEMM_EFF.get(gpu.arch, GEMM_EFF_DEFAULT).value
+    if precision in ("fp8", "mxfp8", "fp4"):
+        ceiling *= FP8_EFF.value
+    if op.m <= 0 or op.n <= 0 or op.k <= 0:
+        return ceiling
+    tm, tn = TILE.get(gpu.arch, (128, 128))
+    tiles = math.ceil(op.m / tm) * math.ceil(op.n / tn) * op.count
+    sms = max(gpu.sms, 1)
+    waves = math.ceil(tiles / sms)
+    # useful work over the tiles' padded work, and over the SM-slots of the last wave
+    fill = (op.m * op.n * op.count) / (tiles * tm * tn) * tiles / (waves * sms)
+    depth = op.k / (op.k + K_HALF.value)
+    return ceiling * fill * depth
+
+
+def op_time_s(op: Op, gpu: GPUSpec, precision: str) -> float:
+    """Roofline time of one operation (all ``count`` kernels) on ``gpu``."""
+    launch = KERNEL_US.value * 1e-6 * (1 if op.kind == "gemm" and op.count > 1 else op.count)
+    mem = op.bytes / (gpu.hbm_GBps * 1e9 * HBM_EFF.value)
+    if op.kind == "elem" or op.flops == 0:
+        return mem + launch
+    prec = precision if op.kind == "gemm" else _attn_precision(precision)
+    peak = gpu.peak_tflops(prec) * 1e12
+    if op.kind == "attn":
+        eff = GEMM_EFF.get(gpu.arch, GEMM_EFF_DEFAULT).value * ATTN_EFF.value
+    else:
+        eff = gemm_efficiency(op, gpu, prec)
+    return max(op.flops / (peak * max(eff, 1e-6)), mem) + launch
+
+
+def _attn_precision(precision: str) -> str:
+    """Attention cores run in 16-bit under FP8/FP4 training recipes."""
+    return {"fp8": "bf16", "mxfp8": "bf16", "fp4": "bf16"}.get(precision, precision)
+
+
+def achieved_tflops(op: Op, gpu: GPUSpec, precision: str) -> float:
+    """FLOP rate of ``op`` in TFLOP/s (1e12)."""
+    return op.flops / op_time_s(op, gpu, precision) / 1e12
+
+
+# -- a transformer block as operations ----------------------------------------------------------
+
+def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int | None = None,
+              *, tp: int = 1, ep: int = 1, cp: int = 1, precision: str = "bf16",
+              flash: bool = True) -> list[Op]:
+    """Forward operations of block ``layer`` on one GPU.
+
+    ``batch`` sequences of ``q_len`` new tokens attend to ``kv_len`` keys (default ``q_len``;
+    inference decode: ``q_len=1`` and the cached length). Tensor parallelism ``tp`` splits heads
+    and MLP width; context parallelism ``cp`` splits the sequence (each rank holds ``q_len/cp``
+    queries against the whole ``kv_len``); expert parallelism ``ep`` spreads the routed experts,
+    each GPU running ``top_k`` experts' worth of its tokens (balanced routing).
+
+    >>> m = load_model("llama3-8b")
+    >>> ops = layer_ops(m, 0, 1, 8192)
+    >>> sorted({o.kind for o in ops})
+    ['attn', 'elem', 'gemm']
+    >>> round(sum(o.flops for o in ops if o.kind == "gemm") / 1e12, 3)   # 2 x params x tokens
+    3.573
+    """
+    if not model.is_transformer:
+        raise InputError(f"{model.name} is a {model.arch}; layer_ops needs a transformer",
+                         field="model")
+    kv_len = q_len if kv_len is None else kv_len
+    eb = ACT_BYTES[check_precision(precision)]
+    q_loc = max(q_len // cp, 1) if cp > 1 else q_len
+    T = batch * q_loc
+    h = model.hidden
+    a = max(model.heads // tp, 1)
+    kvh = max(model.kv_heads // tp, 1) if model.attention != "mla" else a
+    ops: list[Op] = [elementwise("norm1", T * h, 2, eb)]
+    if model.attention == "mla":
+        qd, vd = model.q_head_dim, model.v_head_dim
+        if model.q_lora_rank:
+            ops.append(gemm("q_down", T, model.q_lora_rank, h, eb))
+            ops.append(gemm("q_up", T, a * qd, model.q_lora_rank, eb))
+        else:
+            ops.append(gemm("q_proj", T, a * qd, h, eb))
+        ops.append(gemm("kv_down", T, model.kv_lora_rank + model.qk_rope_head_dim, h, eb))
+        ops.append(gemm("kv_up", T, a * (model.qk_nope_head_dim + vd), model.kv_lora_rank, eb))
+    else:
+        qd = vd = model.head_dim
+        ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
+    ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb, causal=True,
+                         flash=flash))
+    ops.append(gemm("attn_out", T, h, a * vd, eb))
+    ops.append(elementwise("residual_norm2", T * h, 5, eb))
+    if model.moe_layer(layer):
+        E, k = model.experts, model.top_k
+        fe = model.expert_ffn
+        up = fe * (2 if model.gated else 1)
+        ops.append(gemm("router", T, E, h, eb))
+        local = max(E // ep, 1)
+        tok = T * k * ep / E          # tokens per local expert, balanced routing
+        ops.append(gemm("expert_up", math.ceil(tok), up, h, eb, count=local))
+        ops.append(gemm("expert_down", math.ceil(tok), h, fe, eb, count=local))
+        ops.append(elementwise("expert_act", T * k * fe, 3 if model.gated else 2, eb))
+        ops.append(elementwise("permute", T * k * h, 4, eb))
+        if model.shared_experts:
+            fs = fe * model.shared_experts // tp
+            ops.append(gemm("shared_up", T, fs * (2 if model.gated else 1), h, eb))
+            ops.append(gemm("shared_down", T, h, fs, eb))
+    else:
+        f = max(model.ffn // tp, 1)
+        ops.append(gemm("mlp_up", T, f * (2 if model.gated else 1), h, eb))
+        ops.append(elementwise("mlp_act", T * f, 3 if model.gated else 2, eb))
+        ops.append(gemm("mlp_down", T, h, f, eb))
+    ops.append(elementwise("residual", T * h, 3, eb))
+    return ops
+
+
+def head_ops(model: ModelSpec, batch: int, q_len: int, *, tp: int = 1, cp: int = 1,
+             precision: str = "bf16") -> list[Op]:
+    """Forward operations outside the blocks: embedding lookup, final norm, logits, loss."""
+    eb = ACT_BYTES[check_precision(precision)]
+    T = batch * (max(q_len // cp, 1) if cp > 1 else q_len)
+    v = max(model.vocab // tp, 1)
+    return [elementwise("embedding", T * model.hidden, 2, eb),
+            elementwise("final_norm", T * model.hidden, 2, eb),
+            gemm("logits", T, v, model.hidden, eb),
+            elementwise("loss", T * v, 3, 4)]
+
+
+def optimizer_op(params: float, *, master_bytes: int = 4, grad_bytes: int = 4) -> Op:
+    """Adam(W) step over ``params`` parameters held on one GPU: read parameter, gradient and
+    both moments, write parameter, moments and the 16-bit working copy."""
+    per = master_bytes * 2 + grad_bytes + 4 * 2 * 2 + 2
+    return Op("optimizer", "elem", 0.0, params * per)
+
+
+from gpufabric.workloads.models import load_model  # noqa: E402  (doctest convenience)
+
+__all__ = ["PRECISIONS", "ACT_BYTES", "Fitted", "GEMM_EFF", "FP8_EFF", "K_HALF", "ATTN_EFF",
+           "HBM_EFF", "KERNEL_US", "GPUSpec", "gpu_spec", "check_precision", "Op", "gemm",
+           "attention", "elementwise", "gemm_efficiency", "op_time_s", "achieved_tflops",
+           "layer_ops", "head_ops", "optimizer_op", "load_model"]

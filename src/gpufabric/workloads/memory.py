@@ -1,0 +1,284 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations, buffers, reserve.
+
+Mixed-precision training with Adam keeps, per parameter, a 16-bit working weight (2 B), an
+FP32 gradient (4 B; Megatron accumulates and reduces gradients in FP32) and FP32 master weight
+plus two moments (12 B): 18 B per parameter, as the Megatron-LM distributed-optimizer notes
+count it. ZeRO stage 1 shards the 12 B over the data-parallel group, stage 2 the gradients too,
+stage 3 / FSDP the weights as well (plus the gathered weights of the layers in flight).
+
+Activations per transformer block follow Korthikanti et al., "Reducing Activation
+Recomputation in Large Transformer Models" (arXiv 2205.05198, Section 4): ``sbh(34 + 5as/h)``
+bytes for a GPT block at 16 bit, generalised here to GQA/MLA and gated MLPs by counting every
+tensor a block keeps for backward; with flash-attention (or ``selective`` recomputation) the
+``5as/h`` score term is gone; tensor parallelism divides the parts inside its regions and
+sequence parallelism the rest; ``full`` recomputation keeps only each block's input. In a
+pipeline the first stage holds ``pp`` micro-batches in flight (1F1B), times
+``1 + (pp-1)/(pp*vpp)`` with interleaving.
+
+Examples
+--------
+>>> from gpufabric.workloads.parallel import Parallel
+>>> m = training_memory("llama3-70b", Parallel(tp=8, pp=4, dp=8, micro_batch=1), 8192,
+...                     "H100-SXM")
+>>> round(m.weights_GiB, 2), round(m.optimizer_GiB, 1), m.fits
+(4.23, 25.4, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpufabric.errors import InputError
+from gpufabric.workloads.compute import ACT_BYTES, Fitted, check_precision, gpu_spec
+from gpufabric.workloads.models import ModelSpec, load_model
+from gpufabric.workloads.parallel import Parallel
+
+GiB = 2**30
+#: CUDA context, cuBLAS workspaces, NCCL buffers (fixed part of the framework reserve)
+RESERVE_GiB = Fitted(2.5, "GiB", "prior: CUDA context ~0.5 GiB, cuBLAS/cuDNN workspaces and "
+                     "NCCL channel buffers 1-2 GiB as PyTorch's memory snapshot shows them")
+#: caching-allocator fragmentation, as a fraction of what the model allocates
+FRAGMENTATION = Fitted(0.05, "fraction", "prior: PyTorch caching allocator, reserved/allocated "
+                       "~1.05 in steady-state training (torchtitan memory reports)")
+#: bytes per parameter: 16-bit weight, FP32 gradient, FP32 master + Adam moments
+WEIGHT_B, GRAD_B, OPT_B = 2, 4, 12
+
+
+@dataclass
+class MemoryBreakdown:
+    """Memory of the most loaded GPU (the first pipeline stage, or the last with the logits)."""
+
+    weights_GiB: float
+    grads_GiB: float
+    optimizer_GiB: float
+    activations_GiB: float
+    buffers_GiB: float        # ZeRO-3/FSDP gathered layers, pipeline send/recv, logits
+    reserve_GiB: float
+    total_GiB: float
+    capacity_GiB: float
+    gpu: str
+    stage: str
+
+    @property
+    def fits(self) -> bool:
+        return self.total_GiB <= self.capacity_GiB
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fits"] = self.fits
+        return d
+
+
+def params_per_gpu(model: ModelSpec, par: Parallel, stage: int = 0) -> tuple[float, float]:
+    """(dense, expert) parameters held by one GPU of pipeline ``stage`` before ZeRO sharding.
+
+    Blocks are split evenly over the ``pp * vpp`` model chunks; the embedding sits on the first
+    stage and the output layer on the last (both on one stage when tied or pp = 1).
+    """
+    if not model.is_transformer:
+        return model.params() / par.tp, 0.0
+    layers = stage_layers(model, par, stage)
+    dense = expert = 0.0
+    for i in layers:
+        if model.moe_layer(i):
+            routed = model.experts * model.mlp_params(model.expert_ffn)
+            expert += routed / par.ep
+            dense += (model.shared_experts * model.mlp_params(model.expert_ffn) / par.tp
+                      + model.hidden * model.experts)
+            dense += model.attn_params() / par.tp + 2 * model.norm_params()
+        else:
+            dense += (model.attn_params() + model.mlp_params(model.ffn)) / par.tp
+            dense += 2 * model.norm_params()
+    emb = model.vocab * model.hidden / par.tp
+    if stage == 0:
+        dense += emb + model.positions * model.hidden
+    if stage == par.pp - 1:
+        dense += model.norm_params()
+        if not model.tied_embeddings or par.pp > 1:   # output layer (a copy when tied and split)
+            dense += emb
+    return dense, expert
+
+
+def stage_layers(model: ModelSpec, par: Parallel, stage: int) -> list[int]:
+    """Block indices on pipeline ``stage`` (chunks of ``layers / (pp*vpp)`` round-robin)."""
+    chunks = par.pp * par.vpp
+    if model.layers < chunks:
+        raise InputError(f"{model.name} has {model.layers} layers, fewer than pp x vpp = "
+                         f"{chunks} model chunks", field="pp")
+    bounds = [round(c * model.layers / chunks) for c in range(chunks + 1)]
+    out: list[int] = []
+    for c in range(stage, chunks, par.pp):
+        out.extend(range(bounds[c], bounds[c + 1]))
+    return out
+
+
+def block_activation_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: int,
+                           par: Parallel, precision: str, flash: bool = True) -> float:
+    """Bytes one block keeps for backward for one micro-batch on one GPU (no recomputation)."""
+    eb = ACT_BYTES[check_precision(precision)]
+    t, c = par.tp, par.cp
+    tokens = micro_batch * seq / c
+    h = model.hidden
+    sp = par.sp and t > 1
+    rep = t if sp else 1                  # divisor of the parts outside the TP regions
+    a = model.heads
+    if model.attention == "mla":
+        qkv = a * model.q_head_dim * 2 + a * model.v_head_dim + (
+            model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim) * t
+        core_out = a * model.v_head_dim
+    else:
+        qkv = (a + model.kv_heads) * model.head_dim + model.kv_heads * model.head_dim
+        core_out = a * model.head_dim
+    # outside TP regions: 2 norm inputs, QKV input, MLP input (eb each) + 2 dropout masks (1 B)
+    outside = (4 * eb + 2) * h / rep
+    inside = (qkv + core_out) * eb / t
+    if model.moe_layer(layer):
+        f = model.expert_ffn
+        k = model.top_k
+        inside += k * (h * eb / 1 + f * eb * (3 if model.gated else 2)) / max(par.tp, 1) \
+            * (1 if par.tp == 1 else 1)
+        if model.shared_experts:
+            fs = f * model.shared_experts
+            inside += fs * eb * (3 if model.gated else 2) / t
+        inside += model.experts * 4 / 1     # router logits, FP32
+    else:
+        f = model.ffn
+        inside += f * eb * (3 if model.gated else 2) / t
+    per_token = outside + inside
+    if not flash and par.recompute == "none":
+        per_token += 5 * (a / t) * seq / c    # Korthikanti's 5as/h term, per token
+    return tokens * per_token
+
+
+def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
+                    precision: str = "bf16", flash: bool = True,
+                    gpus_per_node: int = 8) -> MemoryBreakdown:
+    """Memory of the most loaded GPU for a training layout.
+
+    Raises
+    ------
+    InputError
+        For a layout the model cannot take (more chunks than layers, ...). A layout that does
+        not fit is *reported* (``fits``); :func:`check_fits` turns it into an error.
+    """
+    m = load_model(model)
+    prec = check_precision(precision)
+    spec = gpu_spec(gpu)
+    if seq_len < 1:
+        raise InputError(f"must be at least 1, got {seq_len}", field="seq_len")
+    if seq_len % par.cp:
+        raise InputError(f"seq_len {seq_len} is not a multiple of cp {par.cp}", field="cp")
+    best: MemoryBreakdown | None = None
+    stages = sorted({0, par.pp - 1})
+    for st in stages:
+        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st)
+        if best is None or mb.total_GiB > best.total_GiB:
+            best = mb
+    assert best is not None
+    return best
+
+
+def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
+                  gpn: int, stage: int) -> MemoryBreakdown:
+    dense, expert = params_per_gpu(m, par, stage)
+    wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B
+    z = par.zero_stage
+    shard = par.dp * par.cp
+    if par.fsdp == "hybrid":
+        shard = min(shard, max(gpn // (par.tp * par.cp), 1) * par.cp)
+    eshard = max(shard // par.ep, 1)
+    opt = OPT_B * (dense / (shard if z >= 1 else 1) + expert / (eshard if z >= 1 else 1))
+    grads = GRAD_B * (dense / (shard if z >= 2 else 1) + expert / (eshard if z >= 2 else 1))
+    weights = wb * (dense / (shard if z >= 3 else 1) + expert / (eshard if z >= 3 else 1))
+    buffers = 0.0
+    eb = ACT_BYTES[prec]
+    layers = stage_layers(m, par, stage) if m.is_transformer else []
+    if z >= 3 and layers:      # gathered weights of the layer in use and the one prefetched
+        per_layer = (dense + expert) / max(len(layers), 1)
+        buffers += 2 * wb * per_layer
+    # activations
+    if m.is_transformer:
+        mb_, s = par.micro_batch, seq
+        full = [block_activation_bytes(m, i, mb_, s, par, prec, flash) for i in layers]
+        if par.recompute == "full":
+            rep = par.tp if par.sp and par.tp > 1 else 1
+            keep = len(layers) * mb_ * s / par.cp * m.hidden * eb / rep
+            act_one = keep
+            working = max(full, default=0.0)
+        else:
+            act_one = sum(full)
+            working = 0.0
+        inflight: float = min(par.pp - stage, par.micro_batches) if par.pp > 1 else 1
+        if par.vpp > 1:
+            inflight = inflight * (1 + (par.pp - 1) / (par.pp * par.vpp))
+        acts = act_one * max(inflight, 1) + working
+        if stage == par.pp - 1:   # logits and their gradient in FP32
+            buffers += 2 * 4 * mb_ * s / par.cp * m.vocab / par.tp
+        if par.pp > 1:
+            buffers += 2 * mb_ * s / par.cp * m.hidden * eb
+    else:
+        acts = m.activation_bytes_per_sample * par.micro_batch * eb / 2
+    allocated = weights + grads + opt + acts + buffers
+    reserve = RESERVE_GiB.value * GiB + FRAGMENTATION.value * allocated
+    total = allocated + reserve
+    return MemoryBreakdown(weights / GiB, grads / GiB, opt / GiB, acts / GiB, buffers / GiB,
+                           reserve / GiB, total / GiB, capacity_GiB(spec.name), spec.name,
+                           "first" if stage == 0 else "last")
+
+
+def capacity_GiB(gpu: str) -> float:
+    """Memory of a GPU in GiB. HBM parts are built in binary sizes (an "80 GB" H100 has
+    80 GiB, nvidia-smi shows 81,559 MiB), so the catalog's figure is taken as GiB."""
+    return float(gpu_spec(gpu).memory_GB)
+
+
+def check_fits(mem: MemoryBreakdown) -> None:
+    """Raise :class:`InputError` ("needs 92.1 GiB per GPU, H100-SXM has 80") when it does not
+    fit.
+
+    >>> from gpufabric.workloads.parallel import Parallel
+    >>> check_fits(training_memory("llama3-70b", Parallel(dp=8), 8192, "H100-SXM"))
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: memory: needs 1439.0 GiB per GPU, H100-SXM has 80
+    """
+    if not mem.fits:
+        cap = f"{mem.capacity_GiB:g}"
+        raise InputError(f"needs {mem.total_GiB:.1f} GiB per GPU, {mem.gpu} has {cap}",
+                         field="memory")
+
+
+def kv_cache_bytes_per_token(model: ModelSpec | str, *, tp: int = 1, elem_bytes: float = 2
+                             ) -> float:
+    """KV-cache bytes one token adds on one GPU (all layers; MLA caches the latent).
+
+    >>> kv_cache_bytes_per_token("llama3-70b")          # 80 x 2 x 8 x 128 x 2 B
+    327680.0
+    >>> kv_cache_bytes_per_token("deepseek-v3")         # 61 x (512 + 64) x 2 B
+    70272.0
+    """
+    m = load_model(model)
+    if m.attention == "mla":
+        per = m.kv_lora_rank + m.qk_rope_head_dim
+    else:
+        per = 2 * max(m.kv_heads // tp, 1) * m.head_dim
+    return float(m.layers * per * elem_bytes)
+
+
+def weight_bytes(model: ModelSpec | str, *, tp: int = 1, pp: int = 1, ep: int = 1,
+                 elem_bytes: float = 2) -> float:
+    """Weight bytes on the most loaded GPU of a TP x PP x EP layout (inference: no
+    gradients or optimizer).
+
+    >>> round(weight_bytes("llama3-70b", tp=8) / 2**30, 2)
+    16.43
+    """
+    m = load_model(model)
+    par = Parallel(tp=tp, pp=pp, ep=ep, dp=ep)
+    return max(sum(params_per_gpu(m, par, st)) for st in sorted({0, pp - 1})) * elem_bytes
+
+
+__all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
+           "params_per_gpu", "stage_layers", "block_activation_bytes",
+           "kv_cache_bytes_per_token", "weight_bytes", "RESERVE_GiB", "FRAGMENTATION"]

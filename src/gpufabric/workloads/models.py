@@ -1,0 +1,343 @@
+"""Model descriptions as data: transformer shapes (dense, GQA, MoE, MLA) and CNNs by cost.
+
+The built-in models live in ``workloads/data/models/*.yaml``, every one with its ``source``;
+a user's own model is a YAML file of the same shape (one mapping, or a list of them).
+
+Examples
+--------
+>>> m = load_model("llama3-70b")
+>>> round(m.params() / 1e9, 1), m.kv_heads, m.head_dim
+(70.6, 8, 128)
+>>> d = load_model("deepseek-v3")
+>>> round(d.params() / 1e9), round(d.active_params() / 1e9, 1)
+(671, 37.6)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufabric.errors import InputError, unknown_name
+
+ARCHS = ("dense", "moe", "encoder", "cnn")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model's shape.
+
+    Transformers: ``layers`` blocks of attention + MLP of width ``hidden``; attention has
+    ``heads`` query heads of ``head_dim`` and ``kv_heads`` key/value heads (GQA), or, with
+    ``attention: mla``, DeepSeek's multi-head latent attention (``q_lora_rank``,
+    ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``). MoE blocks
+    have ``experts`` routed experts of ``expert_ffn`` of which ``top_k`` run per token, plus
+    ``shared_experts`` that always run; the first ``dense_layers`` blocks, and all but every
+    ``moe_every``-th, have a dense MLP of ``ffn``. CNNs are given by ``params``,
+    ``flops_per_sample`` (forward) and ``activation_bytes_per_sample``.
+    """
+
+    name: str
+    arch: str
+    source: str
+    layers: int = 0
+    hidden: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    ffn: int = 0
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    bias: bool = False
+    vocab: int = 0
+    tied_embeddings: bool = False
+    positions: int = 0            # learned position embeddings (0: rotary / none)
+    seq_len: int = 2048           # default sequence length
+    attention: str = "mha"        # mha (incl. GQA/MQA) | mla
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    experts: int = 0
+    top_k: int = 0
+    shared_experts: int = 0
+    expert_ffn: int = 0
+    dense_layers: int = 0
+    moe_every: int = 1
+    params_total: float = 0.0     # CNN: given parameters
+    flops_per_sample: float = 0.0  # CNN: forward FLOPs per sample
+    activation_bytes_per_sample: float = 0.0  # CNN: activations kept for backward (16-bit)
+    aliases: tuple[str, ...] = ()
+    published: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+
+    # -- shape helpers ---------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.arch != "cnn"
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in ("swiglu", "geglu")
+
+    def moe_layer(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) has an MoE MLP."""
+        if not self.is_moe or i < self.dense_layers:
+            return False
+        return (i - self.dense_layers) % self.moe_every == self.moe_every - 1
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(self.moe_layer(i) for i in range(self.layers))
+
+    @property
+    def q_head_dim(self) -> int:
+        """Width of one query/key head (MLA: nope + rope parts)."""
+        if self.attention == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim if self.attention == "mla" else self.head_dim
+
+    # -- parameter counts ------------------------------------------------------------------
+    def mlp_params(self, width: int) -> int:
+        """Parameters of one MLP of intermediate ``width``."""
+        mats = 3 if self.gated else 2
+        return mats * self.hidden * width + ((width + self.hidden) if self.bias else 0)
+
+    def attn_params(self) -> int:
+        h, a = self.hidden, self.heads
+        if self.attention == "mla":
+            qd = self.q_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qd
+                 if self.q_lora_rank else h * a * qd)
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim))
+            return q + kv + a * self.v_head_dim * h
+        d, kv_h = self.head_dim, self.kv_heads
+        p = h * a * d + 2 * h * kv_h * d + a * d * h
+        if self.bias:
+            p += a * d + 2 * kv_h * d + h
+        return p
+
+    def norm_params(self) -> int:
+        return self.hidden * (2 if self.norm == "layernorm" else 1)
+
+    def moe_params(self, active: bool = False) -> int:
+        routed = self.top_k if active else self.experts
+        return ((routed + self.shared_experts) * self.mlp_params(self.expert_ffn)
+                + self.hidden * self.experts)
+
+    def layer_params(self, i: int, active: bool = False) -> int:
+        """Parameters of block ``i`` (active: those one token uses)."""
+        mlp = self.moe_params(active) if self.moe_layer(i) else self.mlp_params(self.ffn)
+        return self.attn_params() + mlp + 2 * self.norm_params()
+
+    def embedding_params(self) -> int:
+        """Input embedding, output layer (unless tied), positions, final norm."""
+        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return emb + self.positions * self.hidden + self.norm_params()
+
+    def params(self) -> float:
+        """Total parameters."""
+        if not self.is_transformer:
+            return self.params_total
+        return float(sum(self.layer_params(i) for i in range(self.layers))
+                     + self.embedding_params())
+
+    def active_params(self) -> float:
+        """Parameters one token uses (total for dense models)."""
+        if not self.is_transformer:
+            return self.params_total
+        return float(sum(self.layer_params(i, active=True) for i in range(self.layers))
+                     + self.embedding_params())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["params"] = self.params()
+        d["active_params"] = self.active_params()
+        return d
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+_INT = {n for n, f in _FIELDS.items() if f.type == "int"}
+_NUM = {"params", "flops_per_sample", "activation_bytes_per_sample"}
+_KEYS = (set(_FIELDS) - {"params_total"}) | {"params"}
+
+
+def _num(v: Any) -> Any:
+    """YAML 1.1 reads ``8.2e9`` as a string; take it as the number it means."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _check(raw: Any, where: str) -> ModelSpec:
+    if not isinstance(raw, dict):
+        raise InputError("expected a mapping of model fields (name, arch, layers, hidden, ...)",
+                         file=where)
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise InputError(f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}",
+                         file=where)
+    for key in ("name", "arch", "source"):
+        if not raw.get(key):
+            raise InputError("missing; every model needs name, arch and source", file=where,
+                             field=key)
+    vals = {k: (_num(v) if k in _INT or k in _NUM else v) for k, v in raw.items()}
+    vals["name"] = str(vals["name"]).lower()
+    if "params" in vals:
+        vals["params_total"] = float(vals.pop("params"))
+    if vals["arch"] not in ARCHS:
+        raise InputError(f"got {vals['arch']!r}; allowed: {', '.join(ARCHS)}", file=where,
+                         field="arch")
+    for key in _INT:
+        if key in vals:
+            v = vals[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
+                raise InputError(f"got {v!r}; expected a non-negative whole number", file=where,
+                                 field=key)
+            vals[key] = int(v)
+    for key in ("flops_per_sample", "activation_bytes_per_sample", "params_total"):
+        if key in vals:
+            v = vals[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise InputError(f"got {v!r}; expected a non-negative number", file=where,
+                                 field="params" if key == "params_total" else key)
+            vals[key] = float(v)
+    if "activation" in vals and vals["activation"] not in ACTIVATIONS:
+        raise InputError(f"got {vals['activation']!r}; allowed: {', '.join(ACTIVATIONS)}",
+                         file=where, field="activation")
+    if "norm" in vals and vals["norm"] not in NORMS:
+        raise InputError(f"got {vals['norm']!r}; allowed: {', '.join(NORMS)}", file=where,
+                         field="norm")
+    if vals.get("attention", "mha") not in ("mha", "mla"):
+        raise InputError(f"got {vals['attention']!r}; allowed: mha, mla", file=where,
+                         field="attention")
+    vals["aliases"] = tuple(str(a).lower() for a in vals.get("aliases") or ())
+    vals["published"] = {str(k): float(_num(v)) for k, v in (vals.get("published") or {}).items()}
+    if vals["arch"] == "cnn":
+        for key in ("params_total", "flops_per_sample"):
+            if not vals.get(key):
+                raise InputError("a cnn needs params and flops_per_sample", file=where,
+                                 field="params" if key == "params_total" else key)
+    else:
+        for key in ("layers", "hidden", "heads", "vocab"):
+            if not vals.get(key):
+                raise InputError("missing or zero; a transformer needs layers, hidden, heads "
+                                 "and vocab", file=where, field=key)
+        vals.setdefault("kv_heads", vals["heads"])
+        if not vals.get("head_dim"):
+            if vals["hidden"] % vals["heads"]:
+                raise InputError(f"hidden {vals['hidden']} is not a multiple of heads "
+                                 f"{vals['heads']}; give head_dim", file=where, field="head_dim")
+            vals["head_dim"] = vals["hidden"] // vals["heads"]
+        if vals["heads"] % max(vals["kv_heads"], 1) or vals["kv_heads"] < 1:
+            raise InputError(f"heads {vals['heads']} must be a multiple of kv_heads "
+                             f"{vals['kv_heads']}", file=where, field="kv_heads")
+        if vals.get("attention") == "mla":
+            for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if not vals.get(key):
+                    raise InputError("MLA attention needs kv_lora_rank, qk_nope_head_dim, "
+                                     "qk_rope_head_dim and v_head_dim", file=where, field=key)
+        if vals["arch"] == "moe":
+            for key in ("experts", "top_k", "expert_ffn"):
+                if not vals.get(key):
+                    raise InputError("an moe model needs experts, top_k and expert_ffn",
+                                     file=where, field=key)
+            if vals["top_k"] > vals["experts"]:
+                raise InputError(f"top_k {vals['top_k']} exceeds experts {vals['experts']}",
+                                 file=where, field="top_k")
+            if vals.get("moe_every", 1) < 1:
+                raise InputError("must be at least 1", file=where, field="moe_every")
+            if vals.get("dense_layers", 0) > 0 and not vals.get("ffn"):
+                raise InputError("dense_layers need ffn (the dense MLP width)", file=where,
+                                 field="ffn")
+        elif not vals.get("ffn"):
+            raise InputError("missing or zero; a dense transformer needs ffn", file=where,
+                             field="ffn")
+    return ModelSpec(**vals)
+
+
+def _parse(text: str, where: str) -> list[ModelSpec]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=where) from None
+    items = data if isinstance(data, list) else [data]
+    return [_check(raw, f"{where}[{i}]" if isinstance(data, list) else where)
+            for i, raw in enumerate(items)]
+
+
+@cache
+def _builtin() -> dict[str, ModelSpec]:
+    out: dict[str, ModelSpec] = {}
+    folder = resources.files("gpufabric.workloads").joinpath("data", "models")
+    for f in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not f.name.endswith(".yaml"):
+            continue
+        for m in _parse(f.read_text(), f"workloads/data/models/{f.name}"):
+            for key in (m.name, *m.aliases):
+                if key in out:
+                    raise InputError(f"duplicate model name {key!r}",
+                                     file=f"workloads/data/models/{f.name}")
+                out[key] = m
+    return out
+
+
+def list_models() -> list[ModelSpec]:
+    """The built-in models, each once, in file order."""
+    seen: dict[str, ModelSpec] = {}
+    for m in _builtin().values():
+        seen.setdefault(m.name, m)
+    return list(seen.values())
+
+
+def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
+    """A built-in model by name or alias, or a user's YAML file of the same shape.
+
+    Raises
+    ------
+    InputError
+        Unknown name (with the closest known one), or a malformed file.
+
+    Examples
+    --------
+    >>> load_model("Mixtral-8x7B").top_k
+    2
+    """
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    text = str(name_or_path)
+    p = Path(text)
+    if text.endswith((".yaml", ".yml")) or p.is_file():
+        if not p.is_file():
+            raise InputError("no such file", file=text)
+        models = _parse(p.read_text(), text)
+        if len(models) != 1:
+            raise InputError(f"holds {len(models)} models; give a file with one", file=text)
+        return models[0]
+    hit = _builtin().get(text.lower())
+    if hit is None:
+        raise unknown_name("model", text, [m.name for m in list_models()], field="model")
+    return hit
+
+
+__all__ = ["ModelSpec", "load_model", "list_models", "ARCHS"]

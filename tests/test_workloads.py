@@ -1,0 +1,203 @@
+"""The workloads layer: model descriptions, compute model, memory model."""
+
+import pytest
+
+from gpufabric.errors import InputError
+from gpufabric.workloads.compute import (
+    attention, gemm, gemm_efficiency, gpu_spec, head_ops, layer_ops, op_time_s,
+)
+from gpufabric.workloads.memory import (
+    check_fits, kv_cache_bytes_per_token, training_memory, weight_bytes,
+)
+from gpufabric.workloads.models import list_models, load_model
+from gpufabric.workloads.parallel import Parallel, group_shape
+
+# -- models -------------------------------------------------------------------------------------
+
+
+def test_issue_models_are_listed_under_their_paper_names():
+    names = {m.name for m in list_models()}
+    for n in ("gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b",
+              "deepseek-v3", "bert-large", "resnet-50", "llama2-7b", "llama2-13b", "llama2-70b",
+              "qwen3-8b", "qwen3-235b-a22b", "mcore-gpt-462b", "megatron-gpt-1t"):
+        assert n in names
+    assert load_model("Llama3.1-70B") is load_model("llama3-70b")   # aliases, any case
+    assert load_model("deepseek-r1") is load_model("deepseek-v3")
+
+
+def test_parameter_counts_match_the_published_totals():
+    assert round(load_model("llama3-70b").params() / 1e9, 1) == 70.6
+    assert round(load_model("llama3-8b").params() / 1e9, 2) == 8.03
+    assert round(load_model("llama3-405b").params() / 1e9, 1) == 405.9
+    assert round(load_model("gpt3-175b").params() / 1e9, 1) == 174.6
+    ds = load_model("deepseek-v3")
+    assert round(ds.params() / 1e9) == 671
+    assert round(ds.active_params() / 1e9, 1) == 37.6     # report: "37B activated"
+    mx = load_model("mixtral-8x7b")
+    assert (round(mx.params() / 1e9, 1), round(mx.active_params() / 1e9, 1)) == (46.7, 12.9)
+    # every model within 3% of the total its source publishes (1.7B is a rounded 1.65B)
+    for m in list_models():
+        for key, fn in (("params", m.params), ("active_params", m.active_params)):
+            if key in m.published:
+                assert abs(fn() / m.published[key] - 1) < 0.03, (m.name, key)
+
+
+def test_deepseek_v3_shape():
+    ds = load_model("deepseek-v3")
+    assert (ds.experts, ds.top_k, ds.shared_experts, ds.dense_layers) == (256, 8, 1, 3)
+    assert (ds.moe_layers, ds.q_head_dim, ds.kv_lora_rank) == (58, 192, 512)
+
+
+def test_a_users_own_model_file(tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text("name: tiny\narch: dense\nsource: mine\nlayers: 2\nhidden: 256\nheads: 4\n"
+                 "ffn: 1024\nvocab: 1000\n")
+    m = load_model(str(f))
+    assert (m.name, m.head_dim, m.kv_heads) == ("tiny", 64, 4)
+    assert m.params() == 2 * (4 * 256 * 256 + 2 * 256 * 1024 + 4 * 256) + 2 * 1000 * 256 + 2 * 256
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("name: x\narch: dense\nsource: s\nlayers: 2\nhidden: 256\nheads: 4\nvocab: 10\n",
+     "ffn: missing or zero"),
+    ("name: x\narch: rnn\nsource: s\n", "arch: got 'rnn'; allowed: dense, moe, encoder, cnn"),
+    ("name: x\narch: dense\nsource: s\nlayers: 2\nhidden: 256\nheads: 4\nffn: 8\nvocab: 10\n"
+     "kv_heads: 3\n", "heads 4 must be a multiple of kv_heads 3"),
+    ("name: x\narch: dense\nsource: s\nlayerz: 2\n", "unknown field(s) ['layerz']"),
+])
+def test_bad_model_files_name_the_field(tmp_path, text, msg):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_model(str(f))
+    assert msg in str(e.value) and "bad.yaml" in str(e.value)
+
+
+def test_unknown_model_suggests_the_closest():
+    with pytest.raises(InputError, match="did you mean 'llama3-70b'"):
+        load_model("llama3-70")
+
+
+# -- compute ------------------------------------------------------------------------------------
+
+
+def test_gpu_peaks_per_precision_from_the_catalog():
+    h = gpu_spec("H100-SXM")
+    assert [h.peak_tflops(p) for p in ("fp32", "tf32", "bf16", "fp8")] == [67, 494.5, 989, 1979]
+    assert gpu_spec("B200").peak_tflops("fp4") == 9000
+    assert gpu_spec("V100-SXM3-32GB").peak_tflops("fp16") == 125
+    with pytest.raises(InputError, match="A100-SXM4-80GB has no fp8 tensor rate; allowed: "
+                                         "fp32, tf32, fp16, bf16"):
+        gpu_spec("A100-SXM4-80GB").peak_tflops("fp8")
+    with pytest.raises(InputError, match="V100-SXM3-32GB has no bf16"):
+        gpu_spec("V100-SXM3-32GB").peak_tflops("bf16")
+
+
+def test_gemm_efficiency_rises_as_tiles_fill_the_sms():
+    g = gpu_spec("H100-SXM")
+    effs = [gemm_efficiency(gemm("x", n, n, n, 2), g) for n in (256, 1024, 4096)]
+    assert effs == sorted(effs) and effs[0] < 0.1 and effs[-1] > 0.6
+    # a tile wave that leaves SMs idle costs: 133 tiles on 132 SMs need two waves
+    assert gemm_efficiency(gemm("x", 128 * 133, 256, 4096, 2), g) < 0.4
+
+
+def test_layer_flops_are_twice_the_parameters_per_token_plus_attention():
+    m = load_model("llama3-8b")
+    ops = layer_ops(m, 0, 1, 4096)
+    gemm_flops = sum(o.flops for o in ops if o.kind == "gemm")
+    block = m.attn_params() + m.mlp_params(m.ffn)
+    assert gemm_flops == 2 * block * 4096
+    core = next(o for o in ops if o.name == "attn_core")
+    assert core.flops == 2 * 32 * 4096 * 4096 * 256 / 2      # causal half, flash
+    # tensor parallelism splits them evenly
+    ops8 = layer_ops(m, 0, 1, 4096, tp=8)
+    assert sum(o.flops for o in ops8) * 8 == pytest.approx(sum(o.flops for o in ops))
+
+
+def test_attention_without_flash_moves_the_score_matrix():
+    fl = attention("a", 1, 4096, 4096, 32, 8, 128, 128, 2, flash=True)
+    no = attention("a", 1, 4096, 4096, 32, 8, 128, 128, 2, flash=False)
+    assert no.bytes - fl.bytes == 32 * 4096 * 4096 * 16
+    g = gpu_spec("A100-SXM4-80GB")
+    assert op_time_s(no, g, "bf16") > op_time_s(fl, g, "bf16")
+
+
+def test_moe_layer_runs_top_k_experts_per_token():
+    ds = load_model("deepseek-v3")
+    ops = layer_ops(ds, 5, 1, 4096, ep=64)
+    up = next(o for o in ops if o.name == "expert_up")
+    assert up.count == 4 and up.m == 4096 * 8 * 64 // 256
+    assert sum(o.flops for o in ops if o.name.startswith("expert")) == \
+        2 * 4096 * 8 * 3 * 7168 * 2048
+    assert head_ops(ds, 1, 4096)[2].n == 129280
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+
+def test_zero_stages_shard_optimizer_then_gradients_then_weights():
+    m = [training_memory("llama2-7b", Parallel(dp=8, zero=z), 4096, "A100-SXM4-80GB")
+         for z in (0, 1, 2, 3)]
+    p = load_model("llama2-7b").params()
+    assert round(m[0].optimizer_GiB, 2) == round(12 * p / 2**30, 2)
+    assert round(m[1].optimizer_GiB, 2) == round(12 * p / 8 / 2**30, 2)
+    assert m[1].grads_GiB == m[0].grads_GiB and m[2].grads_GiB == m[0].grads_GiB / 8
+    assert m[3].weights_GiB == m[0].weights_GiB / 8
+    assert [x.total_GiB for x in m] == sorted((x.total_GiB for x in m), reverse=True)
+
+
+def test_recomputation_trades_activation_memory():
+    acts = [training_memory("llama3-8b", Parallel(tp=2, dp=4, recompute=r), 8192,
+                            "H100-SXM").activations_GiB for r in ("none", "selective", "full")]
+    assert acts[0] >= acts[1] > acts[2]
+    # full recomputation keeps each block's 16-bit input, split by sequence parallelism
+    assert round(acts[2], 3) == round((32 * 8192 * 4096 * 2 / 2 + 0) / 2**30
+                                      + 0, 3) + round(
+        training_memory("llama3-8b", Parallel(tp=2, dp=4, recompute="none"), 8192,
+                        "H100-SXM").activations_GiB / 32, 3)
+
+
+def test_pipeline_first_stage_holds_pp_micro_batches():
+    one = training_memory("llama3-70b", Parallel(tp=8, pp=4, dp=2, global_batch=16), 4096,
+                          "H100-SXM")
+    per_mb = training_memory("llama3-70b", Parallel(tp=8, pp=4, dp=2, global_batch=2), 4096,
+                             "H100-SXM")
+    assert one.activations_GiB == pytest.approx(4 * per_mb.activations_GiB)
+
+
+def test_a_layout_that_does_not_fit_is_refused_with_one_line():
+    mem = training_memory("llama3-70b", Parallel(dp=8), 8192, "H100-SXM")
+    assert not mem.fits
+    with pytest.raises(InputError) as e:
+        check_fits(mem)
+    assert str(e.value) == f"memory: needs {mem.total_GiB:.1f} GiB per GPU, H100-SXM has 80"
+
+
+def test_inference_sizes():
+    assert kv_cache_bytes_per_token("llama3-8b", tp=2) == 32 * 2 * 4 * 128 * 2
+    assert weight_bytes("llama3-8b") == load_model("llama3-8b").params() * 2
+
+
+# -- layout -------------------------------------------------------------------------------------
+
+
+def test_megatron_rank_order_puts_tp_inside_nodes_and_dp_across():
+    p = Parallel(tp=4, cp=2, pp=2, dp=8)
+    assert p.group("tp", 8) == group_shape("tp", 4, 1, 8)
+    assert (p.group("tp", 8).per_node, p.group("tp", 8).concurrent) == (4, 2)
+    assert (p.group("cp", 8).ranks, p.group("cp", 8).per_node) == (2, 2)
+    dp = p.group("dp", 8)
+    assert (dp.ranks, dp.per_node, dp.concurrent) == (8, 1, 8)
+    with pytest.raises(InputError, match="ep 3 must divide dp\\*cp = 16"):
+        Parallel(tp=4, cp=2, dp=8, ep=3)
+    with pytest.raises(InputError, match="global batch 100 is not a multiple of dp x "
+                                         "micro-batch = 8 x 1"):
+        Parallel(dp=8, global_batch=100)
+
+
+@pytest.mark.parametrize("mod", ["models", "compute", "memory", "parallel"])
+def test_docstring_examples_run(mod):
+    import doctest
+    import importlib
+    m = importlib.import_module(f"gpufabric.workloads.{mod}")
+    assert doctest.testmod(m).failed == 0

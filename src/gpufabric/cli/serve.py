@@ -1,0 +1,109 @@
+"""CLI: serve command (see gpufabric.workloads.inference)."""
+
+from __future__ import annotations
+
+import typer
+
+from gpufabric.cli.common import app, emit_json
+
+SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
+               "or key=value,...")
+
+
+def _fmt(d: dict | None) -> str:
+    if not d or d.get("p50") is None:
+        return "n/a"
+    return f"p50 {d['p50']:,.1f}  p90 {d['p90']:,.1f}  p99 {d['p99']:,.1f}"
+
+
+def print_summary(r: dict) -> None:
+    """The human-readable summary of one run (a co-located or a disaggregated one)."""
+    lay = r["layout"]
+    par = " ".join(f"{k}={v}" for k, v in lay.items() if v != 1 or k == "tp")
+    typer.echo(f"# gpufabric serve: {r['model']} on {r['system']} ({r['gpus']} x {r['gpu']}), "
+               f"{r['precision']} weights, {r['kv_dtype']} KV cache, {r['engine']}")
+    if r.get("pd"):
+        pd = r["pd"]
+        typer.echo(f"# disaggregated {pd['name']}: prefill {pd['prefill']['instances']} x "
+                   f"{pd['prefill']['gpus_per_instance']} {pd['prefill']['gpu']}, decode "
+                   f"{pd['decode']['instances']} x {pd['decode']['gpus_per_instance']} "
+                   f"{pd['decode']['gpu']}; KV transfer {pd['kv_transfer_ms']['p50']:.2f} ms "
+                   f"p50 over {pd['kv_link']}")
+    else:
+        typer.echo(f"# layout {par}, {r['replicas']} replica(s); KV cache "
+                   f"{r['memory']['kv_tokens']:,} tokens per instance "
+                   f"({r['memory']['kv_cache_GB']:.1f} GB per GPU), "
+                   f"{r['max_concurrency']:,} requests of this length at once")
+    w = r["workload"]
+    typer.echo(f"# workload: {w['source']}, {r['requests']:,} requests, isl {w['isl']:.0f}, "
+               f"osl {w['osl']:.0f}")
+    typer.echo(f"TTFT (ms)        {_fmt(r['ttft_ms'])}")
+    typer.echo(f"TPOT (ms)        {_fmt(r['tpot_ms'])}")
+    typer.echo(f"ITL (ms)         {_fmt(r['itl_ms'])}")
+    typer.echo(f"e2e (ms)         {_fmt(r['e2e_ms'])}")
+    typer.echo(f"throughput       {r['throughput_tokens_per_s']:,.0f} output tokens/s, "
+               f"{r['throughput_tokens_per_s_per_gpu']:,.1f} per GPU; "
+               f"{r['requests_per_s']:,.2f} requests/s")
+    slo = r["slo"]
+    if slo.get("ttft_ms") or slo.get("tpot_ms"):
+        typer.echo(f"goodput          {r['goodput_requests_per_s']:,.2f} requests/s within "
+                   f"TTFT <= {slo.get('ttft_ms')} ms, TPOT <= {slo.get('tpot_ms')} ms "
+                   f"({r['slo_attainment']:.0%} of requests)")
+    kv = r["kv_cache"]
+    typer.echo(f"KV cache         peak {kv['peak_use']:.0%}, mean {kv['mean_use']:.0%}; "
+               f"{r['preemptions']} preemptions; mean decode batch {r['mean_batch']:.1f}")
+    typer.echo(f"bottleneck       {r['bottleneck']}")
+
+
+@app.command()
+def serve(
+    model: str = typer.Argument(..., help="A model name (see docs/training.md) or model file."),
+    system: str = typer.Argument(..., help=SYSTEM_HELP),
+    tp: int = typer.Option(1, "--tp", help="Tensor parallelism of one instance."),
+    ep: int = typer.Option(1, "--ep", help="Expert parallelism inside the TP group (MoE)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
+    dp_attention: int = typer.Option(1, "--dp-attention",
+                                     help="Attention data-parallel ranks inside the TP group."),
+    replicas: int | None = typer.Option(None, "--replicas",
+                                        help="Instances (default: all the system holds)."),
+    rate: float | None = typer.Option(None, "--rate", help="Requests/s (Poisson); default "
+                                      "offline: every request queued at once."),
+    burst_cv: float | None = typer.Option(None, "--burst-cv", help="Bursty arrivals: gamma "
+                                          "gaps with this coefficient of variation."),
+    concurrency: int | None = typer.Option(None, "--concurrency",
+                                           help="Closed loop with this many users."),
+    requests: int = typer.Option(1000, "--requests", help="Requests to simulate."),
+    isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
+    osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
+    trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
+                                     "input and output lengths per request."),
+    slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
+    slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
+    precision: str = typer.Option("bf16", "--precision",
+                                  help="Weights: fp16, bf16, fp8, fp4 or int4."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8, "
+                                        "fp4 (default fp8 with fp8/fp4 weights, else bf16)."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or tensorrt-llm."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Batch limit."),
+    max_batched_tokens: int | None = typer.Option(None, "--max-batched-tokens",
+                                                  help="Token budget of an iteration."),
+    preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the arrivals."),
+    json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
+    from gpufabric.topology.build import load
+    from gpufabric.workloads.inference.serve import ServeConfig
+    from gpufabric.workloads.inference.serve import serve as run
+    cfg = ServeConfig(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention, replicas=replicas,
+                      precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
+                      burst_cv=burst_cv, concurrency=concurrency, requests=requests, isl=isl,
+                      osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
+                      max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+                      preemption=preemption, seed=seed)
+    topo = load(system)
+    r = run(model, topo, cfg)
+    if json:
+        emit_json(r)
+        return
+    print_summary(r)

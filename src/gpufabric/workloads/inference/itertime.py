@@ -1,0 +1,451 @@
+"""Iteration time of a serving engine: one batch of prefill chunks and decode tokens on a GPU group.
+
+Every linear layer is an operation of the shared compute model (:mod:`gpufabric.workloads.compute`)
+timed by its roofline, ``max(FLOPs / (peak x GEMM efficiency), bytes / (HBM x HBM efficiency))``,
+with the bytes an inference engine moves: the weights at their stored precision (FP16/BF16 2 B,
+FP8 1 B, FP4 and INT4 half a byte plus their block scales) and the activations. Attention is
+counted per phase: prefill chunks by the query-key pairs they compute, decode tokens by the KV
+cache they read (GQA: ``2 x kv_heads x head_dim`` values per token and layer; MLA: the latent,
+``kv_lora_rank + qk_rope_head_dim``, read once for all heads, which run absorbed). MoE layers run
+``top_k`` experts per token; a decode batch of ``T`` tokens touches
+``E x (1 - (1 - top_k/E)^T)`` experts, whose weights are what it reads.
+
+Communication per layer is timed by :func:`gpufabric.collectives.predict` on the group's real
+links: the tensor-parallel all-reduce after attention and after a dense MLP (or an MoE split by
+TP), the expert-parallel dispatch and combine all-to-all of MoE layers, and the pipeline send
+between stages. Sizes vary with the batch, so each is tabulated over token counts once and
+interpolated (the model is linear between NCCL's algorithm switch points).
+
+A per-iteration engine overhead (scheduling, sampling, launching the CUDA graph) is added; it is
+a fitted parameter per engine (:data:`ENGINE_OVERHEAD_S`).
+
+Examples
+--------
+>>> from gpufabric.topology.build import from_spec
+>>> topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+>>> m = StepModel("llama3-70b", topo, ServeLayout(tp=4), precision="fp8")
+>>> round(float(m(0, 0, 0, 1, 1000)) * 1e3, 2)     # one decode token at 1000 tokens of context
+11.18
+>>> m.kv_blocks
+77163
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from gpufabric import collectives
+from gpufabric.errors import InputError
+from gpufabric.topology.model import Topology
+from gpufabric.workloads import compute as C
+from gpufabric.workloads import memory as M
+from gpufabric.workloads.models import ModelSpec, load_model
+
+Fitted = C.Fitted
+
+#: Bytes per stored weight or KV value: FP4 (NVFP4) carries an FP8 scale per 16 values, INT4
+#: (AWQ/GPTQ) an FP16 scale per group of 128.
+DTYPE_BYTES = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1 / 16, "int4": 0.5 + 2 / 128}
+DTYPES = tuple(DTYPE_BYTES)
+#: Tensor-core precision a weight format computes in, best first (INT4 is weight-only: W4A16).
+COMPUTE_CHAIN = {"fp16": ("fp16",), "bf16": ("bf16", "fp16"), "fp8": ("fp8", "bf16", "fp16"),
+                 "fp4": ("fp4", "fp8", "bf16", "fp16"), "int4": ("bf16", "fp16")}
+
+#: Rows of one tensor-core MMA instruction: Hopper's wgmma and Blackwell's tcgen05 work on 64
+#: rows, mma.sync (Volta to Ada) on 16 (PTX ISA, warpgroup-level and warp-level MMA shapes).
+MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "turing": 16}
+
+#: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
+#: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
+ENGINE_OVERHEAD_S: dict[str, Fitted] = {
+    "tensorrt-llm": Fitted(0.0012, "s per iteration", "fitted on trtllm-0.14-online-* (lowest "
+                           "rate) and trtllm-0.17-llama31-8b-h100-tp1-fp8 (isl/osl 128/128)"),
+    "vllm": Fitted(0.0030, "s per iteration", "fitted on sglang-vs-vllm-0.6-* (vLLM rows)"),
+    "sglang": Fitted(0.0020, "s per iteration", "fitted on sglang-vs-vllm-0.6-* (SGLang rows)"),
+    "default": Fitted(0.0020, "s per iteration", "prior: between TensorRT-LLM and vLLM"),
+}
+ENGINE_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt-llm": "tensorrt-llm", "trt-llm":
+                  "tensorrt-llm", "nim": "tensorrt-llm", "vllm": "vllm", "sglang": "sglang",
+                  "fastertransformer": "tensorrt-llm", "mooncake": "vllm"}
+
+#: Fraction of GPU memory an engine lets itself use (vLLM gpu_memory_utilization, TensorRT-LLM
+#: kv_cache_free_gpu_mem_fraction of what the weights leave): the engines' defaults.
+MEM_UTILIZATION = Fitted(0.90, "fraction of GPU memory", "vLLM default gpu_memory_utilization "
+                         "0.9; TensorRT-LLM kv_cache_free_gpu_mem_fraction 0.9 (docs)")
+
+
+def engine_key(engine: str | None) -> str:
+    e = (engine or "default").strip().lower()
+    for k, v in ENGINE_ALIASES.items():
+        if e.startswith(k):
+            return v
+    return "default"
+
+
+def check_dtype(dtype: str, field: str) -> str:
+    d = str(dtype).strip().lower()
+    if d not in DTYPE_BYTES:
+        raise InputError(f"unknown data type {dtype!r}; allowed: {', '.join(DTYPES)}",
+                         field=field)
+    return d
+
+
+@dataclass(frozen=True)
+class ServeLayout:
+    """How one serving instance splits the model over ``tp x pp`` GPUs.
+
+    ``tp``: tensor parallelism; ``ep``: expert parallelism of MoE layers inside the TP group
+    (experts split over ``ep`` GPUs, each expert over ``tp / ep``, as TensorRT-LLM's
+    moe_ep x moe_tp = tp); ``dp_attention``: attention data-parallel ranks inside the TP group
+    (each holds its own requests and KV cache; attention then runs on ``tp / dp_attention``
+    GPUs); ``pp``: pipeline stages.
+    """
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp_attention: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def attn_tp(self) -> int:
+        return self.tp // self.dp_attention
+
+    def check(self, model: ModelSpec, gpus_available: int | None = None) -> None:
+        for k in ("tp", "ep", "pp", "dp_attention"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1:
+                raise InputError(f"must be a positive integer, got {v!r}", field=f"--{k}")
+        if self.tp % self.ep:
+            raise InputError(f"--ep {self.ep} must divide --tp {self.tp} (experts are split "
+                             "over the tensor-parallel group)", field="--ep")
+        if self.tp % self.dp_attention:
+            raise InputError(f"--dp-attention {self.dp_attention} must divide --tp {self.tp}",
+                             field="--dp-attention")
+        if self.ep > 1 and not model.is_moe:
+            raise InputError(f"{model.name} is dense; --ep needs an MoE model", field="--ep")
+        if model.is_moe and model.experts % self.ep:
+            raise InputError(f"--ep {self.ep} must divide the {model.experts} experts of "
+                             f"{model.name}", field="--ep")
+        if model.layers % self.pp:
+            raise InputError(f"--pp {self.pp} must divide the {model.layers} layers of "
+                             f"{model.name}", field="--pp")
+        heads_ok = model.heads % self.attn_tp == 0
+        if not heads_ok:
+            raise InputError(f"attention TP {self.attn_tp} must divide the {model.heads} heads "
+                             f"of {model.name}", field="--tp")
+        if gpus_available is not None and self.gpus > gpus_available:
+            raise InputError(f"tp x pp = {self.gpus} GPUs; the system has {gpus_available}",
+                             field="--tp")
+
+
+def _token_grid(max_tokens: int) -> np.ndarray:
+    small = np.arange(0, min(max_tokens, 64) + 1)
+    big = np.unique(np.geomspace(64, max(max_tokens, 65), 80).astype(np.int64))
+    return np.unique(np.concatenate([small, big, [max_tokens]]))
+
+
+@dataclass
+class Breakdown:
+    """Seconds of one iteration by cause (summed over the layers of all pipeline stages)."""
+
+    gemm_compute_s: float = 0.0    # linear layers limited by tensor-core FLOPs
+    weight_read_s: float = 0.0     # linear layers limited by reading weights from HBM
+    attention_s: float = 0.0       # attention cores (prefill FLOPs, decode KV reads)
+    tp_comm_s: float = 0.0         # tensor-parallel all-reduces
+    ep_comm_s: float = 0.0         # expert-parallel all-to-alls
+    pp_comm_s: float = 0.0         # pipeline sends
+    overhead_s: float = 0.0        # engine per-iteration overhead
+
+    @property
+    def total_s(self) -> float:
+        return sum(asdict(self).values())
+
+
+class StepModel:
+    """Iteration time of one serving instance: a callable ``(p_tok, p_attn, p_ctx, d_n, d_ctx)
+    -> seconds`` for :func:`gpufabric.workloads.inference.simulator.simulate`.
+
+    Parameters
+    ----------
+    model : str or ModelSpec
+        A built-in model name or a model file.
+    topo : Topology
+        The system the instance runs on (its first ``tp x pp`` GPUs).
+    layout : ServeLayout
+    precision : str
+        Weight format: fp16, bf16, fp8, fp4 or int4.
+    kv_dtype : str, optional
+        KV cache format (default: fp8 with fp8 or fp4 weights, else bf16).
+    engine : str
+        Serving engine (its per-iteration overhead).
+    max_tokens : int
+        The token budget of an iteration (sizes the activation reserve and the tables).
+    block_size : int
+        Tokens per KV block.
+    """
+
+    def __init__(self, model: str | ModelSpec, topo: Topology, layout: ServeLayout, *,
+                 precision: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
+                 max_tokens: int = 8192, block_size: int = 16, gpu: str | None = None,
+                 mem_utilization: float | None = None):
+        self.model = load_model(model)
+        m = self.model
+        if not m.is_transformer or m.arch == "encoder":
+            raise InputError(f"{m.name} is a {m.arch} model; serving needs a decoder "
+                             "transformer", field="MODEL")
+        self.topo = topo
+        self.layout = layout
+        gpus = topo.gpus()
+        if not gpus:
+            raise InputError("the system has no GPUs", field="SYSTEM")
+        nodes = int(topo.meta.get("nodes", 1) or 1)
+        layout.check(m, len(gpus) if "nodes" not in topo.meta else nodes * self._per_node())
+        self.gpu = C.gpu_spec(gpu or gpus[0].model)
+        self.precision = check_dtype(precision, "--precision")
+        kvd = kv_dtype or ("fp8" if self.precision in ("fp8", "fp4") else "bf16")
+        self.kv_dtype = check_dtype(kvd, "--kv-dtype")
+        self.compute_prec = self._compute_precision()
+        self.engine = engine_key(engine)
+        self.overhead_s = ENGINE_OVERHEAD_S[self.engine].value
+        self.max_tokens = int(max_tokens)
+        self.block_size = int(block_size)
+        self.wb = DTYPE_BYTES[self.precision]
+        self.kvb = DTYPE_BYTES[self.kv_dtype]
+        self.ab = 1.0 if self.compute_prec in ("fp8", "fp4") else 2.0   # GEMM input activations
+        self.mem_util = MEM_UTILIZATION.value if mem_utilization is None else mem_utilization
+        self._memory()
+        self._tables()
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _per_node(self) -> int:
+        return max(1, len(self.topo.gpus()) // max(1, len({g.node for g in self.topo.gpus()})))
+
+    def _compute_precision(self) -> str:
+        for p in COMPUTE_CHAIN[self.precision]:
+            if self.gpu.tflops.get(p):
+                return p
+        raise InputError(f"{self.gpu.name} has no tensor rate for {self.precision} weights",
+                         field="--precision")
+
+    def _memory(self) -> None:
+        m, lay = self.model, self.layout
+        self.weights_bytes = M.weight_bytes(m, tp=lay.tp, pp=lay.pp, ep=lay.ep,
+                                            elem_bytes=self.wb)
+        # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
+        self.kv_bytes_per_token = M.kv_cache_bytes_per_token(
+            m, tp=lay.attn_tp, elem_bytes=self.kvb) / lay.pp
+        cap = self.gpu.memory_GB * 1e9
+        # activations of a full token budget: the widest intermediate, in 16 bit, plus logits
+        width = max(m.ffn // lay.tp, m.expert_ffn * max(m.top_k, 1), m.hidden) * 2
+        act = self.max_tokens * (width * 2 * 2 + 4 * m.hidden * 2)
+        act += min(self.max_tokens, 256) * (m.vocab // lay.tp) * 4
+        self.activation_bytes = float(act)
+        self.reserve_bytes = M.RESERVE_GiB.value * 2**30
+        usable = cap * self.mem_util - self.weights_bytes - act - self.reserve_bytes
+        self.kv_bytes_free = usable
+        self.kv_blocks = int(usable // (self.kv_bytes_per_token * self.block_size)) \
+            if usable > 0 else 0
+        if self.kv_blocks < 1:
+            need = (self.weights_bytes + act + self.reserve_bytes) / 1e9
+            raise InputError(
+                f"{m.name} in {self.precision} does not fit: each of the {lay.gpus} GPUs needs "
+                f"{need:.1f} GB for weights, activations and reserve, and has "
+                f"{cap * self.mem_util / 1e9:.1f} GB usable ({self.gpu.name}); use more GPUs "
+                "(--tp/--pp/--ep) or a smaller --precision", field="MODEL")
+
+    def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
+                weight_count: float | None = None) -> tuple[float, float]:
+        """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n)."""
+        if T <= 0:
+            return 0.0, 0.0
+        wc = count if weight_count is None else weight_count
+        flops = 2.0 * T * n * k * count
+        byts = n * k * self.wb * wc + T * (k * self.ab + n * 2.0) * count
+        op = C.Op(name, "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
+        eff = max(C.gemm_efficiency(op, self.gpu, self.compute_prec), self._skinny_eff(T, k))
+        peak = self.gpu.peak_tflops(self.compute_prec) * 1e12
+        return flops / (peak * max(eff, 1e-6)), byts / (self.gpu.hbm_GBps * 1e9 *
+                                                        C.HBM_EFF.value)
+
+    def _skinny_eff(self, T: int, k: float) -> float:
+        """Efficiency of a split-K / stream-K kernel, the kind engines run for a few rows:
+        every SM busy, rows padded to the MMA instruction's M (:data:`MMA_M`)."""
+        ceiling = C.GEMM_EFF.get(self.gpu.arch, C.GEMM_EFF_DEFAULT).value
+        if self.compute_prec in ("fp8", "mxfp8", "fp4"):
+            ceiling *= C.FP8_EFF.value
+        mm = MMA_M.get(self.gpu.arch, 16)
+        return ceiling * T / (-(-T // mm) * mm) * k / (k + C.K_HALF.value)
+
+    def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
+        """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""
+        m, lay = self.model, self.layout
+        a = m.heads // lay.attn_tp
+        parts: list[tuple[float, float]] = []
+        if m.attention == "mla":
+            qd = m.q_head_dim
+            if m.q_lora_rank:
+                parts.append(self._linear("q_down", T, m.q_lora_rank, m.hidden))
+                parts.append(self._linear("q_up", T, a * qd, m.q_lora_rank))
+            else:
+                parts.append(self._linear("q_proj", T, a * qd, m.hidden))
+            parts.append(self._linear("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim,
+                                      m.hidden))
+            parts.append(self._linear("kv_up", T, a * (m.qk_nope_head_dim + m.v_head_dim),
+                                      m.kv_lora_rank))
+            parts.append(self._linear("attn_out", T, m.hidden, a * m.v_head_dim))
+        else:
+            kvh = max(m.kv_heads // lay.attn_tp, 1)
+            parts.append(self._linear("qkv", T, (a + 2 * kvh) * m.head_dim, m.hidden))
+            parts.append(self._linear("attn_out", T, m.hidden, a * m.head_dim))
+        g = 2 if m.gated else 1
+        if moe:
+            E, k = m.experts, m.top_k
+            moe_tp = lay.tp // lay.ep
+            Tm = T * lay.dp_attention           # tokens from every attention-DP rank
+            local = E // lay.ep
+            per_expert = Tm * k / E
+            touched = local * (1.0 - (1.0 - k / E) ** Tm)
+            fe = m.expert_ffn / moe_tp
+            parts.append(self._linear("router", Tm, E, m.hidden))
+            parts.append(self._linear("expert_up", max(math.ceil(per_expert), 1), fe * g,
+                                      m.hidden, count=local, weight_count=touched))
+            parts.append(self._linear("expert_down", max(math.ceil(per_expert), 1), m.hidden,
+                                      fe, count=local, weight_count=touched))
+            if m.shared_experts:
+                fs = m.expert_ffn * m.shared_experts / lay.tp
+                parts.append(self._linear("shared_up", Tm, fs * g, m.hidden))
+                parts.append(self._linear("shared_down", Tm, m.hidden, fs))
+        else:
+            f = m.ffn / lay.tp
+            Tm = T * lay.dp_attention if lay.dp_attention > 1 else T
+            parts.append(self._linear("mlp_up", Tm, f * g, m.hidden))
+            parts.append(self._linear("mlp_down", Tm, m.hidden, f))
+        tot = sum(max(c, b) for c, b in parts)
+        mem = sum(b for c, b in parts if b >= c)
+        return tot, mem
+
+    def _comm_s(self, op: str, ranks: int, size_bytes: np.ndarray) -> np.ndarray:
+        if ranks <= 1:
+            return np.zeros_like(size_bytes, dtype=np.float64)
+        per_node = min(ranks, self._per_node())
+        out = np.empty(size_bytes.shape, np.float64)
+        for i, s in enumerate(size_bytes.tolist()):
+            out[i] = collectives.predict(self.topo, op, int(max(s, 1)), ranks,
+                                         per_node=per_node).time_us * 1e-6 if s > 0 else 0.0
+        return out
+
+    def _tables(self) -> None:
+        m, lay = self.model, self.layout
+        grid = _token_grid(self.max_tokens)
+        self._grid = grid.astype(np.float64)
+        n_moe = m.moe_layers
+        n_dense = m.layers - n_moe
+        dense = [self._layer_gemms(int(T), False) for T in grid]
+        moe = [self._layer_gemms(int(T), True) for T in grid] if n_moe else [(0.0, 0.0)] * len(grid)
+        self._gemm = np.array([n_dense * d[0] + n_moe * e[0]
+                               for d, e in zip(dense, moe, strict=True)])
+        self._gemm_mem = np.array([n_dense * d[1] + n_moe * e[1]
+                                   for d, e in zip(dense, moe, strict=True)])
+        # logits for the sampled tokens, over the vocabulary split by TP
+        lg = [self._linear("logits", int(T), m.vocab / lay.tp, m.hidden) for T in grid]
+        self._logit = np.array([max(c, b) for c, b in lg])
+        self._logit_mem = np.array([b if b >= c else 0.0 for c, b in lg])
+        # communication per layer, per token count
+        act = grid * m.hidden * 2.0
+        tp_ar = np.zeros(grid.shape)
+        if lay.attn_tp > 1:
+            tp_ar += m.layers * self._comm_s("all_reduce", lay.attn_tp, act)
+        mlp_ranks = lay.tp
+        Tm = act * lay.dp_attention
+        if n_dense and mlp_ranks > 1:
+            tp_ar += n_dense * self._comm_s("all_reduce", mlp_ranks, Tm)
+        ep_a2a = np.zeros(grid.shape)
+        if n_moe:
+            if lay.ep > 1:
+                disp = grid * m.top_k * m.hidden * self.ab
+                comb = grid * m.top_k * m.hidden * 2.0
+                ep_a2a += n_moe * (self._comm_s("all_to_all", lay.ep, disp)
+                                   + self._comm_s("all_to_all", lay.ep, comb))
+            if lay.tp // lay.ep > 1:
+                tp_ar += n_moe * self._comm_s("all_reduce", lay.tp, Tm)
+        self._tp_comm = tp_ar
+        self._ep_comm = ep_a2a
+        self._pp_comm = np.zeros(grid.shape)
+        if lay.pp > 1:
+            self._pp_comm = (lay.pp - 1) * self._comm_s("send_recv", 2, act)
+        # attention: FLOPs per query-key pair and bytes per cached token, one GPU, all layers
+        a = m.heads // lay.attn_tp
+        if m.attention == "mla":
+            self._pre_flops_pair = 2.0 * a * (m.q_head_dim + m.v_head_dim)
+            self._dec_flops_tok = 2.0 * a * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        else:
+            self._pre_flops_pair = self._dec_flops_tok = 2.0 * a * 2 * m.head_dim
+        self._kv_layer_bytes = self.kv_bytes_per_token * lay.pp / m.layers
+        attn_prec = "bf16" if self.gpu.tflops.get("bf16") else "fp16"
+        eff = C.GEMM_EFF.get(self.gpu.arch, C.GEMM_EFF_DEFAULT).value * C.ATTN_EFF.value
+        self._attn_flops_s = 1.0 / (self.gpu.peak_tflops(attn_prec) * 1e12 * eff)
+        self._hbm_s = 1.0 / (self.gpu.hbm_GBps * 1e9 * C.HBM_EFF.value)
+
+    # -- the step cost -------------------------------------------------------------------------
+    def parts(self, p_tok, p_attn, p_ctx, d_n, d_ctx) -> dict[str, np.ndarray]:
+        """Seconds of one iteration by cause (arrays broadcast like the arguments)."""
+        m = self.model
+        T = np.asarray(p_tok, dtype=np.float64) + np.asarray(d_n, dtype=np.float64)
+        g = self._grid
+        gemm = np.interp(T, g, self._gemm)
+        gemm_mem = np.interp(T, g, self._gemm_mem)
+        n_logit = np.asarray(d_n, dtype=np.float64) + (np.asarray(p_tok) > 0)
+        logits = np.interp(n_logit, g, self._logit)
+        logits_mem = np.interp(n_logit, g, self._logit_mem)
+        L = m.layers
+        pre = L * np.maximum(np.asarray(p_attn, dtype=np.float64) * self._pre_flops_pair
+                             * self._attn_flops_s,
+                             np.asarray(p_ctx, dtype=np.float64) * self._kv_layer_bytes
+                             * self._hbm_s)
+        dec = L * np.maximum(np.asarray(d_ctx, dtype=np.float64) * self._dec_flops_tok
+                             * self._attn_flops_s,
+                             np.asarray(d_ctx, dtype=np.float64) * self._kv_layer_bytes
+                             * self._hbm_s)
+        return {"gemm_compute_s": gemm - gemm_mem + logits - logits_mem,
+                "weight_read_s": gemm_mem + logits_mem,
+                "attention_s": pre + dec, "tp_comm_s": np.interp(T, g, self._tp_comm),
+                "ep_comm_s": np.interp(T, g, self._ep_comm),
+                "pp_comm_s": np.interp(T, g, self._pp_comm),
+                "overhead_s": np.full(np.shape(T), self.overhead_s)}
+
+    def __call__(self, p_tok, p_attn, p_ctx, d_n, d_ctx):
+        return sum(self.parts(p_tok, p_attn, p_ctx, d_n, d_ctx).values())
+
+    def breakdown(self, p_tok: float, p_attn: float, p_ctx: float, d_n: float,
+                  d_ctx: float) -> Breakdown:
+        """One iteration's :class:`Breakdown`."""
+        return Breakdown(**{k: float(v) for k, v in
+                            self.parts(p_tok, p_attn, p_ctx, d_n, d_ctx).items()})
+
+    def memory(self) -> dict:
+        """Memory per GPU (GB): weights, activations, reserve, KV cache; blocks and tokens."""
+        return {"gpu_GB": self.gpu.memory_GB, "usable_GB": self.gpu.memory_GB * self.mem_util,
+                "weights_GB": self.weights_bytes / 1e9,
+                "activations_GB": self.activation_bytes / 1e9,
+                "reserve_GB": self.reserve_bytes / 1e9, "kv_cache_GB": self.kv_bytes_free / 1e9,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "kv_blocks": self.kv_blocks,
+                "kv_tokens": self.kv_blocks * self.block_size}
+
+    def max_concurrency(self, isl: int, osl: int) -> int:
+        """Requests of ``isl + osl`` tokens the KV cache holds at once.
+
+        >>> from gpufabric.topology.build import from_spec
+        >>> m = StepModel("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 1}),
+        ...               ServeLayout())
+        >>> m.max_concurrency(1000, 1000)
+        198
+        """
+        per = -(-(isl + osl) // self.block_size)
+        return int(self.kv_blocks // per)

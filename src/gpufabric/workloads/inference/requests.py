@@ -1,0 +1,209 @@
+"""Request sources for the serving simulator: Poisson, bursty (gamma), offline, closed-loop, traces.
+
+A request stream is plain data, :class:`Requests`: arrays of arrival time (s), input length and
+output length (tokens), sorted by arrival. Closed-loop runs (a fixed number of users, each
+sending its next request when the previous one ends) carry ``concurrency`` instead of arrival
+times; the simulator releases them.
+
+Examples
+--------
+>>> r = poisson(rate=4.0, n=1000, isl=512, osl=128, seed=0)
+>>> len(r), int(r.isl[0]), int(r.osl[0]), round(float(r.arrival[-1]), 1)
+(1000, 512, 128, 255.3)
+>>> b = bursty(rate=4.0, n=1000, isl=512, osl=128, cv=3.0, seed=0)
+>>> round(float(np.std(np.diff(b.arrival)) / np.mean(np.diff(b.arrival))), 1)
+3.1
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from gpufabric.errors import InputError
+
+#: Column names a trace may use, first match wins (Azure LLM inference traces use the last ones).
+ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "time_s", "timestamp", "TIMESTAMP")
+ISL_KEYS = ("isl", "input_len", "input_tokens", "prompt_tokens", "prompt_len", "ContextTokens")
+OSL_KEYS = ("osl", "output_len", "output_tokens", "completion_tokens", "GeneratedTokens")
+
+#: Most requests one run takes (memory stays bounded: a few arrays of this length).
+MAX_REQUESTS = 5_000_000
+
+
+@dataclass
+class Requests:
+    """A request stream: ``arrival`` (s, sorted), ``isl`` and ``osl`` (tokens) per request.
+
+    ``concurrency`` > 0 marks a closed loop: arrivals are set by the simulator (the first
+    ``concurrency`` at 0 s, each later one when an earlier one finishes).
+    """
+
+    arrival: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
+    concurrency: int = 0
+    source: str = ""
+
+    def __len__(self) -> int:
+        return int(self.isl.shape[0])
+
+
+def _lengths(value, n: int, field: str) -> np.ndarray:
+    arr = np.broadcast_to(np.asarray(value, dtype=np.int64), (n,)).copy()
+    if n and int(arr.min()) < 1:
+        raise InputError(f"must be at least 1 token, got {int(arr.min())}", field=field)
+    return arr
+
+
+def _count(n: int) -> int:
+    if not isinstance(n, (int, np.integer)) or n < 1 or n > MAX_REQUESTS:
+        raise InputError(f"must be an integer from 1 to {MAX_REQUESTS}, got {n!r}",
+                         field="--requests")
+    return int(n)
+
+
+def _rate(rate: float) -> float:
+    if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+        raise InputError(f"must be a positive number of requests per second, got {rate!r}",
+                         field="--rate")
+    return float(rate)
+
+
+def poisson(rate: float, n: int, isl=512, osl=128, seed: int = 0) -> Requests:
+    """``n`` requests arriving as a Poisson process at ``rate`` requests/s (exponential gaps)."""
+    n, rate = _count(n), _rate(rate)
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl"),
+                    _lengths(osl, n, "--osl"), source=f"poisson {rate:g}/s")
+
+
+def bursty(rate: float, n: int, isl=512, osl=128, cv: float = 2.0, seed: int = 0) -> Requests:
+    """Gamma-distributed gaps with mean ``1/rate`` and coefficient of variation ``cv``
+    (``cv`` = 1 is Poisson; larger is burstier)."""
+    n, rate = _count(n), _rate(rate)
+    if not (math.isfinite(cv) and cv > 0):
+        raise InputError(f"must be a positive number, got {cv!r}", field="--burst-cv")
+    shape = 1.0 / cv**2
+    gaps = np.random.default_rng(seed).gamma(shape, 1.0 / (rate * shape), n)
+    return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl"),
+                    _lengths(osl, n, "--osl"), source=f"bursty {rate:g}/s cv {cv:g}")
+
+
+def offline(n: int, isl=512, osl=128) -> Requests:
+    """All ``n`` requests queued at time 0 (maximum-throughput runs)."""
+    n = _count(n)
+    return Requests(np.zeros(n), _lengths(isl, n, "--isl"), _lengths(osl, n, "--osl"),
+                    source="offline")
+
+
+def closed_loop(concurrency: int, n: int, isl=512, osl=128) -> Requests:
+    """``concurrency`` users, each sending its next request when the last one ends."""
+    n = _count(n)
+    if not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
+        raise InputError(f"must be a positive integer, got {concurrency!r}",
+                         field="--concurrency")
+    return Requests(np.zeros(n), _lengths(isl, n, "--isl"), _lengths(osl, n, "--osl"),
+                    concurrency=int(concurrency), source=f"closed loop x{concurrency}")
+
+
+def _pick(row: dict, keys: tuple[str, ...]) -> str | None:
+    for k in keys:
+        if k in row:
+            return k
+    return None
+
+
+def _time(text: str, path: str, where: str, key: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        pass
+    try:   # Azure traces: '2023-11-16 18:15:46.6805900' (7 fractional digits)
+        s = str(text).strip()
+        if "." in s:
+            head, frac = s.rsplit(".", 1)
+            s = f"{head}.{frac[:6]}"
+        return datetime.fromisoformat(s).timestamp()
+    except (TypeError, ValueError):
+        raise InputError(f"got {text!r}; expected seconds or an ISO date-time", file=path,
+                         field=f"{where}.{key}") from None
+
+
+def _tokens(text, path: str, where: str, key: str) -> int:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not math.isfinite(v) or v < 1 or v != int(v):
+        raise InputError(f"got {text!r}; expected a whole number of tokens >= 1", file=path,
+                         field=f"{where}.{key}")
+    return int(v)
+
+
+def load_trace(path: str, limit: int | None = None) -> Requests:
+    """Read a trace: CSV with a header, or JSON lines, one request per row.
+
+    Columns: arrival (one of ``arrival_s``, ``arrival``, ``timestamp``, ..., in seconds or an
+    ISO date-time), input length (``isl``, ``input_len``, ``ContextTokens``, ...) and output
+    length (``osl``, ``output_len``, ``GeneratedTokens``, ...). Arrivals are shifted to start at
+    0 and sorted. A bad row raises :class:`InputError` naming the file, the row and the field.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such trace file", file=path)
+    rows: list[tuple[float, int, int]] = []
+    keys: tuple[str | None, str | None, str | None] | None = None
+    is_json = p.suffix.lower() in (".jsonl", ".json", ".ndjson")
+    cap = min(limit or MAX_REQUESTS, MAX_REQUESTS)
+    with p.open(newline="") as fh:
+        if is_json:
+            it = ((i + 1, line) for i, line in enumerate(fh) if line.strip())
+            records = ((i, _json_row(line, path, i)) for i, line in it)
+        else:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames:
+                raise InputError("empty trace; expected a header row with arrival, input and "
+                                 "output length columns", file=path)
+            records = ((i + 2, r) for i, r in enumerate(reader))
+        for lineno, rec in records:
+            where = f"row {lineno}"
+            if keys is None:
+                keys = (_pick(rec, ARRIVAL_KEYS), _pick(rec, ISL_KEYS), _pick(rec, OSL_KEYS))
+                for k, names in zip(keys, (ARRIVAL_KEYS, ISL_KEYS, OSL_KEYS), strict=True):
+                    if k is None:
+                        raise InputError(f"no column for {names[0]}; allowed names: "
+                                         f"{', '.join(names)}", file=path, field=where)
+            ka, ki, ko = keys
+            for k in (ka, ki, ko):
+                if k not in rec or rec[k] in (None, ""):
+                    raise InputError("missing value", file=path, field=f"{where}.{k}")
+            assert ka is not None and ki is not None and ko is not None
+            rows.append((_time(rec[ka], path, where, ka), _tokens(rec[ki], path, where, ki),
+                         _tokens(rec[ko], path, where, ko)))
+            if len(rows) >= cap:
+                break
+    if not rows:
+        raise InputError("no requests in trace", file=path)
+    arr = np.array(rows, dtype=np.float64)
+    order = np.argsort(arr[:, 0], kind="stable")
+    arr = arr[order]
+    return Requests(arr[:, 0] - arr[0, 0], arr[:, 1].astype(np.int64),
+                    arr[:, 2].astype(np.int64), source=f"trace {p.name}")
+
+
+def _json_row(line: str, path: str, lineno: int) -> dict:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", file=path, field=f"row {lineno}") from None
+    if not isinstance(rec, dict):
+        raise InputError("expected an object with arrival, input and output lengths",
+                         file=path, field=f"row {lineno}")
+    return rec

@@ -1,0 +1,236 @@
+"""One serving run: a model on a system, a parallel layout, a request stream, an SLO.
+
+:func:`serve` builds the iteration-time model on the system's topology, sizes the KV cache,
+runs the continuous-batching simulator for one instance and scales to the whole deployment
+(``replicas`` data-parallel copies and ``dp_attention`` ranks inside each, the request stream
+split evenly between them), then names the bottleneck.
+
+Examples
+--------
+>>> from gpufabric.topology.build import from_spec
+>>> r = serve("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 1}),
+...           ServeConfig(rate=5.0, requests=200, isl=512, osl=64))
+>>> r["gpus"], r["requests"], r["ttft_ms"]["p50"] < r["e2e_ms"]["p50"]
+(1, 200, True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from gpufabric.errors import InputError
+from gpufabric.topology.model import Topology
+from gpufabric.workloads.inference import requests as R
+from gpufabric.workloads.inference.itertime import ServeLayout, StepModel, engine_key
+from gpufabric.workloads.inference.simulator import SchedulerConfig, simulate, summarize
+
+#: Engine defaults for the batch limits (vLLM max_num_seqs 256, max_num_batched_tokens 8192 with
+#: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
+#: large GPUs; SGLang max_running_requests as sized from memory, capped here).
+ENGINE_LIMITS = {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
+                 "default": (256, 8192)}
+
+#: host link used to swap KV blocks out and back (PCIe Gen5 x16, one direction, ~50 GB/s usable)
+SWAP_GBps = 50.0
+
+
+@dataclass
+class ServeConfig:
+    """Everything a run needs besides the model and the system."""
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp_attention: int = 1
+    replicas: int | None = None          # default: as many instances as the system holds
+    precision: str = "bf16"
+    kv_dtype: str | None = None
+    engine: str = "vllm"
+    rate: float | None = None            # requests/s for the whole deployment (None: offline)
+    burst_cv: float | None = None        # gamma arrivals with this CV instead of Poisson
+    concurrency: int | None = None       # closed loop with this many users (whole deployment)
+    requests: int = 1000
+    isl: int = 1024
+    osl: int = 256
+    trace: str | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    max_num_seqs: int | None = None
+    max_batched_tokens: int | None = None
+    block_size: int = 16
+    preemption: str = "recompute"
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def layout(self) -> ServeLayout:
+        return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
+
+
+def _check_slo(cfg: ServeConfig) -> None:
+    for name in ("slo_ttft_ms", "slo_tpot_ms"):
+        v = getattr(cfg, name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise InputError(f"must be a positive number of milliseconds, got {v!r}",
+                             field="--" + name.replace("_ms", "").replace("_", "-"))
+
+
+def unloaded_ms(sm: StepModel, isl: int, chunk: int) -> tuple[float, float]:
+    """(TTFT, TPOT) of one request alone: its prefill in chunks, then one decode step."""
+    ttft, done = 0.0, 0
+    while done < isl:
+        c = min(chunk, isl - done)
+        ttft += float(sm(c, c * (done + (c + 1) / 2), done + c, 0, 0))
+        done += c
+    return ttft * 1e3, float(sm(0, 0, 0, 1, isl + 1)) * 1e3
+
+
+def check_slo_possible(sm: StepModel, cfg: ServeConfig, isl: int) -> None:
+    """Refuse an SLO that even one request alone cannot meet on this deployment."""
+    ttft, tpot = unloaded_ms(sm, isl, cfg.max_batched_tokens or ENGINE_LIMITS[sm.engine][1])
+    if cfg.slo_ttft_ms is not None and cfg.slo_ttft_ms < ttft:
+        raise InputError(f"{cfg.slo_ttft_ms:g} ms is impossible: one request of {isl} input "
+                         f"tokens alone takes {ttft:.1f} ms to its first token here",
+                         field="--slo-ttft")
+    if cfg.slo_tpot_ms is not None and cfg.slo_tpot_ms < tpot:
+        raise InputError(f"{cfg.slo_tpot_ms:g} ms is impossible: one request alone takes "
+                         f"{tpot:.2f} ms per output token here", field="--slo-tpot")
+
+
+def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
+    """The request stream one of ``share`` equal instances sees."""
+    if cfg.trace:
+        full = R.load_trace(cfg.trace, limit=cfg.requests if cfg.requests else None)
+        keep = np.arange(len(full)) % share == 0          # round-robin over the instances
+        return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
+                          source=full.source)
+    n = max(1, -(-int(cfg.requests) // share))
+    if cfg.concurrency:
+        return R.closed_loop(max(1, cfg.concurrency // share), n, cfg.isl, cfg.osl)
+    if cfg.rate is None:
+        return R.offline(n, cfg.isl, cfg.osl)
+    if cfg.burst_cv:
+        return R.bursty(cfg.rate / share, n, cfg.isl, cfg.osl, cv=cfg.burst_cv, seed=cfg.seed)
+    return R.poisson(cfg.rate / share, n, cfg.isl, cfg.osl, seed=cfg.seed)
+
+
+def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = None
+               ) -> StepModel:
+    _, tok = ENGINE_LIMITS[engine_key(cfg.engine)]
+    return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
+                     engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
+                     block_size=cfg.block_size, gpu=gpu)
+
+
+def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
+    seqs, tok = ENGINE_LIMITS[sm.engine]
+    swap = sm.kv_bytes_per_token / (SWAP_GBps * 1e9)
+    return SchedulerConfig(num_blocks=sm.kv_blocks, block_size=cfg.block_size,
+                           max_num_seqs=cfg.max_num_seqs or seqs,
+                           max_batched_tokens=cfg.max_batched_tokens or tok,
+                           preemption=cfg.preemption, swap_s_per_token=swap)
+
+
+def instances(topo: Topology, cfg: ServeConfig) -> int:
+    gpus = len(topo.gpus()) if "nodes" not in topo.meta else \
+        int(topo.meta["nodes"]) * len([g for g in topo.gpus() if g.node == topo.gpus()[0].node])
+    per = cfg.layout().gpus
+    if cfg.replicas is not None:
+        if cfg.replicas < 1 or cfg.replicas * per > gpus:
+            raise InputError(f"{cfg.replicas} replicas of {per} GPUs need "
+                             f"{cfg.replicas * per}; the system has {gpus}", field="--replicas")
+        return cfg.replicas
+    return max(1, gpus // per)
+
+
+def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
+    """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary."""
+    _check_slo(cfg)
+    sm = step_model(model, topo, cfg)
+    reps = instances(topo, cfg)
+    share = reps * cfg.dp_attention
+    reqs = build_requests(cfg, share)
+    sched = scheduler_config(sm, cfg)
+    check_slo_possible(sm, cfg, int(reqs.isl.max()))
+    res = simulate(reqs, sm, sched)
+    gpus_inst = cfg.layout().gpus / cfg.dp_attention
+    s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
+    for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
+              "goodput_requests_per_s"):
+        s[k] = s[k] * share
+    s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / (share * gpus_inst)
+    s["requests"] = int(res.osl.size) * share
+    out = {"model": sm.model.name, "system": topo.name, "gpu": sm.gpu.name,
+           "gpus": int(round(share * gpus_inst)), "replicas": reps,
+           "layout": asdict(cfg.layout()), "precision": sm.precision, "kv_dtype": sm.kv_dtype,
+           "compute_precision": sm.compute_prec, "engine": sm.engine, "workload": {
+               "source": _source(cfg, reqs.source), "rate": cfg.rate,
+               "concurrency": cfg.concurrency,
+               "isl": float(res.isl.mean()), "osl": float(res.osl.mean()),
+               "simulated_requests": int(res.osl.size)},
+           "slo": {"ttft_ms": cfg.slo_ttft_ms, "tpot_ms": cfg.slo_tpot_ms},
+           "memory": sm.memory(),
+           "max_concurrency": sm.max_concurrency(int(res.isl.mean()), int(res.osl.mean())),
+           "scheduler": asdict(sched)}
+    out.update(s)
+    bd = typical_breakdown(sm, res)
+    out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
+    out["bottleneck"] = bottleneck(sm, s, bd, res)
+    return out
+
+
+def _source(cfg: ServeConfig, src: str) -> str:
+    if cfg.trace:
+        return src
+    if cfg.concurrency:
+        return f"closed loop, {cfg.concurrency} users"
+    if cfg.rate is None:
+        return "offline (all requests queued at once)"
+    kind = f"bursty (gamma, cv {cfg.burst_cv:g})" if cfg.burst_cv else "Poisson"
+    return f"{kind} at {cfg.rate:g} requests/s"
+
+
+def typical_breakdown(sm: StepModel, res):
+    """The step breakdown of the run's average decode iteration (batch and context)."""
+    dec = res.iter_decode
+    busy = dec[dec > 0]
+    n = float(busy.mean()) if busy.size else 1.0
+    ctx = float(res.isl.mean() + res.osl.mean() / 2)
+    pre = float(res.iter_prefill.sum()) / max(1, res.iter_time_s.size)
+    return sm.breakdown(pre, pre * ctx / 2, pre, n, n * ctx)
+
+
+def bottleneck(sm: StepModel, s: dict, bd, res) -> str:
+    """What limits the run, in words."""
+    words = {
+        "weight_read_s": "reading weights from HBM (decode is memory-bound)",
+        "gemm_compute_s": "tensor-core compute in the GEMMs",
+        "attention_s": "attention (KV-cache reads and prefill attention FLOPs)",
+        "tp_comm_s": f"the tensor-parallel all-reduce over {sm.layout.tp} GPUs",
+        "ep_comm_s": f"the expert-parallel all-to-all over {sm.layout.ep} GPUs",
+        "pp_comm_s": "pipeline sends between stages",
+        "overhead_s": "the engine's per-iteration overhead (scheduling, sampling)",
+    }
+    d = asdict(bd)
+    top = max(d, key=lambda k: d[k])
+    share = d[top] / bd.total_s if bd.total_s > 0 else 0.0
+    first = f"{words[top]}: {share:.0%} of an average iteration"
+    notes = []
+    if s["preemptions"]:
+        notes.append(f"the KV cache ({sm.kv_blocks * sm.block_size:,} tokens) fills and "
+                     f"{s['preemptions']} requests were preempted")
+    elif s["kv_cache"]["peak_use"] > 0.95:
+        notes.append("the KV cache is full at peak, which caps the batch")
+    mean_batch = s["mean_batch"]
+    seqs = res.iter_decode.max() if res.iter_decode.size else 0
+    if seqs and mean_batch < 4 and not notes:
+        notes.append(f"batches are small (mean {mean_batch:.1f}): the load is light")
+    ttft = s["ttft_ms"]["p50"] or 0.0
+    unloaded = float(sm(float(res.isl.mean()), float(res.isl.mean()) ** 2 / 2,
+                        float(res.isl.mean()), 0, 0)) * 1e3
+    if ttft > 10 * unloaded and ttft > 1000:
+        notes.append(f"requests queue (median TTFT {ttft:,.0f} ms against {unloaded:,.0f} ms "
+                     "unloaded): the rate exceeds what the deployment serves")
+    return "; ".join([first] + notes)

@@ -79,7 +79,7 @@ def test_bad_files_give_one_line_and_exit_2(cli, tmp_path, content, expected):
 
 
 def test_unknown_system_suggests_a_preset(cli):
-    code, _, err = cli("show", "hgx-h10")
+    code, _, err = cli("show", "HGX_H100")
     assert code == 2
     assert "did you mean 'hgx-h100'?" in err
 

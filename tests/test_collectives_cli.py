@@ -58,7 +58,7 @@ def test_bad_op_size_algo_exit_2_with_one_line(cli):
         (("--op", "allsum"), "op: unknown operation 'allsum'; allowed: all_reduce"),
         (("--min", "12Q"), "--min: bad size '12Q'; allowed:"),
         (("--min", "1G", "--max", "8"), "--max"),
-        (("--algo", "butterfly"), "algorithm: unknown algorithm 'butterfly'; allowed: auto"),
+        (("--algo", "butterfly"), "--algo: unknown algorithm 'butterfly'; allowed: auto"),
         (("--ranks", "99"), "ranks: must be between 1 and 8"),
         (("--proto", "LL64"), "proto: unknown protocol 'LL64'; allowed: LL, LL128, Simple"),
         (("--algo", "nvls", "--proto", "LL"), "proto: protocol 'LL' cannot run"),

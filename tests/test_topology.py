@@ -165,10 +165,11 @@ def test_pcie_switch_with_more_downstream_lanes_than_it_owns_is_rejected():
 
 
 def test_unknown_names_suggest_the_closest():
-    with pytest.raises(InputError, match=r"gpu: unknown GPU 'A100-SXM3'; did you mean 'A100-SXM4-"):
-        from_spec({"gpu": "A100-SXM3"})
+    with pytest.raises(InputError, match=r"gpu: unknown GPU 'A100-SMX4-80GB'; did you mean "
+                       r"'A100-SXM4-80GB'"):
+        from_spec({"gpu": "A100-SMX4-80GB"})
     with pytest.raises(InputError, match=r"did you mean 'dgx-a100'"):
-        load("dgx-a10")
+        load("DGX_A100")
 
 
 def test_bad_spec_fields_name_field_and_allowed_values():

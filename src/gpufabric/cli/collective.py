@@ -11,6 +11,9 @@ from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
+#: The option that carries each argument of the collective model, for messages.
+_OPTION = {"op": "--op", "algorithm": "--algo", "ranks": "--ranks", "proto": "--proto",
+           "size": "--min"}
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -70,19 +73,22 @@ def collective(
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
     from gpufabric import collectives as C
     from gpufabric.topology.build import load
-    opn = C.check_op(op)
-    algo_n = C.check_algo(algo)
     lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
     sizes = _sizes(lo, hi, step_factor)
     if ranks is not None and ranks < 1:
         raise InputError(f"must be at least 1, got {ranks}", field="--ranks")
+    try:
+        opn = C.check_op(op)
+        algo_n = C.check_algo(algo)
+    except InputError as exc:
+        raise InputError(exc.message, field=_OPTION.get(exc.field or "", exc.field)) from None
     topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
     m = C.model(topo)
     try:
         preds = [m.predict(opn, s, ranks, algo_n, proto) for s in sizes]
     except InputError as exc:
         raise InputError(exc.message, file=system,
-                         field=f"--{exc.field}" if exc.field else None) from None
+                         field=_OPTION.get(exc.field or "", exc.field)) from None
     if json:
         emit_json({"system": topo.name, "op": opn, "ranks": preds[0].ranks,
                    "rows": [p.to_dict() for p in preds]})

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import typer
@@ -12,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufabric.cli.common import app, emit_json
+from gpufabric.fileio import check_output, read_text, write_text_atomic
 
 console = Console()
 
@@ -22,22 +21,6 @@ SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system f
 def _load(system: str):
     from gpufabric.topology.build import load
     return load(system)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` all at once: nothing half-written on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @app.command()
@@ -79,6 +62,7 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from gpufabric.report.summary import path_table
     from gpufabric.topology import rules
     t = _load(system)
+    t.check_node(node, field="--node")
     lanes = rules.lane_budget(t)
     pt = path_table(t, node)
     warns = rules.warnings(t)
@@ -124,6 +108,7 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
     """GPU-pair bandwidth matrix (bottleneck GB/s per direction; * = no peer-to-peer)."""
     from gpufabric.report.summary import path_table
     t = _load(system)
+    t.check_node(node, field="--node")
     pt = path_table(t, node)
     n = len(t.gpus(node))
     sub = {k: [row[:n] for row in pt[k][:n]] for k in ("type", "bw_GBps", "p2p", "lat_us")}
@@ -146,6 +131,7 @@ def topo(system: str = typer.Argument(..., help=SYSTEM_HELP),
 
     from gpufabric.topology import nvsmi
     t = _load(system)
+    t.check_node(node, field="--node")
     m = nvsmi.from_topology(t, node=node)
     if json:
         emit_json(asdict(m))
@@ -167,17 +153,15 @@ def import_nvidia_smi(
         json: bool = typer.Option(False, "--json", help="Also print the system as JSON.")) -> None:
     """Read `nvidia-smi topo -m` output into a system file."""
     from gpufabric import catalog
-    from gpufabric.errors import InputError
     from gpufabric.topology import nvsmi
     from gpufabric.topology.build import from_system_file
-    if not file.is_file():
-        raise InputError("no such file", file=str(file))
     if gpu:
         gpu = catalog.gpu(gpu, field="--gpu").name
-    m = nvsmi.parse(file.read_text(errors="replace"), file=str(file))
+    text = read_text(file, what="the output of `nvidia-smi topo -m`")
+    m = nvsmi.parse(text, file=str(file))
     data = nvsmi.to_system(m, name or file.stem, gpu_model=gpu)
     from_system_file(data, data.get("name", ""), str(file))   # must build before we write
-    _write_atomic(output, yaml.safe_dump(data, sort_keys=False))
+    write_text_atomic(output, yaml.safe_dump(data, sort_keys=False), field="--output")
     if json:
         emit_json(data)
     else:
@@ -196,11 +180,13 @@ def compare(systems_: list[str] | None = typer.Argument(
     from gpufabric.report import compare as cmp
     from gpufabric.topology import presets
     names = systems_ or presets.compared()
+    if not no_html:
+        check_output(output, field="--output")
     topos = [_load(n) for n in names]
     rows = cmp.rows(topos)
     if not no_html:
         from gpufabric.report.html import render_report
-        _write_atomic(output, render_report(topos, rows))
+        write_text_atomic(output, render_report(topos, rows), field="--output")
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output)})
         return

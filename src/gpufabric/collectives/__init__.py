@@ -76,14 +76,26 @@ def check_op(op: str) -> str:
     return o
 
 
+#: Algorithms NCCL has that this model does not: accepted by name, refused when predicting
+#: (``validate`` then falls back to the automatic choice and notes it per point).
+NOT_MODELLED = ("collnet_direct", "collnet_chain", "pat")
+
+
 def check_algo(algo: str | None) -> str:
+    """The canonical name of an algorithm (modelled, or one of NCCL's :data:`NOT_MODELLED`).
+
+    Examples
+    --------
+    >>> check_algo("NVLSTree"), check_algo("CollNet"), check_algo("PAT")
+    ('nvls_tree', 'collnet_direct', 'pat')
+    """
     if algo is None:
         return "auto"
     a = algo.strip().lower().replace("-", "_")
-    a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "pat": "ring",
-         "collnetdirect": "auto", "collnetchain": "auto", "collnet": "auto"}.get(
+    a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "collnet": "collnet_direct",
+         "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}.get(
         a.replace("_", ""), a)
-    if a not in ALGOS:
+    if a not in ALGOS + NOT_MODELLED:
         raise InputError(f"unknown algorithm '{algo}'; allowed: {', '.join(ALGOS)}",
                          field="algorithm")
     return a
@@ -175,6 +187,9 @@ class Model:
         if algo == "nvls_tree" and lay.nodes == 1:
             algo = "nvls"
         allowed = self.algorithms(op, lay) + (["hierarchical"] if op == "all_reduce" else [])
+        if algo in NOT_MODELLED:
+            raise InputError(f"algorithm '{algo}' (NCCL's) is not modelled here; allowed: "
+                             f"{', '.join(['auto'] + allowed)}", field="algorithm")
         if algo not in allowed:
             raise InputError(f"algorithm '{algo}' cannot run {op} on this system; "
                              f"allowed: {', '.join(['auto'] + allowed)}", field="algorithm")

@@ -14,13 +14,11 @@ the nccl-tests definitions).
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gpufabric.collectives import OPS, Model, busbw_factor, check_algo, model, params
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml
 
 
 def _need(entry: dict, key: str, where: str, file: str, kind, allowed: str) -> Any:
@@ -34,15 +32,7 @@ def _need(entry: dict, key: str, where: str, file: str, kind, allowed: str) -> A
 
 def load_entries(path: str) -> list[dict]:
     """Read and check a measurements file; bad input raises :class:`InputError`."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", file=path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path,
-                         field=f"line {mark.line + 1}" if mark else None) from None
+    data = load_yaml(path, what="a measurements file (YAML)")
     if isinstance(data, dict) and isinstance(data.get("entries"), list):
         data = data["entries"]
     if not isinstance(data, list) or not data:

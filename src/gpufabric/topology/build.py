@@ -28,6 +28,7 @@ import yaml
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml
 from gpufabric.topology.model import (
     CPU,
     DEVICE_KINDS,
@@ -560,9 +561,10 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
 def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
                    where: str) -> Link:
     a, b = t.devices[ln["a"]], t.devices[ln["b"]]
-    count = _int(ln, "count", 1, where, file)
-    lanes = _int(ln, "lanes", 16 if kind == "pcie" else 0, where, file)
-    gen = _int(ln, "gen", 0, where, file)
+    count = _positive_int(ln.get("count", 1), f"{where}.count", file)
+    lanes = _positive_int(ln.get("lanes", 16 if kind == "pcie" else 0), f"{where}.lanes", file,
+                          minimum=1 if kind == "pcie" else 0)
+    gen = _positive_int(ln.get("gen", 0), f"{where}.gen", file, minimum=0)
     bw, lat = ln.get("bw_GBps"), ln.get("lat_us")
     attrs = dict(ln.get("attrs") or {})
     if kind == "pcie":
@@ -600,6 +602,17 @@ def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
     elif bw is None:  # sli / crossfire: a graphics bridge, no compute traffic
         bw = 0.0
     _want(bw, (int, float), f"{where}.bw_GBps", "a number of GB/s per direction", file)
+    graphics = kind in ("sli", "crossfire")   # a display bridge carries no compute traffic
+    if not math.isfinite(bw) or bw < 0 or (bw == 0 and not graphics):
+        given = "bw_GBps" in ln
+        raise InputError(f"got {bw!r}{'' if given else ' (from lanes and gen)'}; allowed: "
+                         f"{'0 or more' if graphics else 'a number above 0'} GB/s per direction",
+                         file=file, field=f"{where}.{'bw_GBps' if given else 'lanes'}")
+    if lat is not None:
+        _want(lat, (int, float), f"{where}.lat_us", "a number of microseconds >= 0", file)
+        if not math.isfinite(lat) or lat < 0:
+            raise InputError(f"got {lat!r}; allowed: a number of microseconds >= 0", file=file,
+                             field=f"{where}.lat_us")
     return Link(a.id, b.id, kind, float(bw), float(lat or 0.0), count, lanes, gen, attrs)
 
 
@@ -656,16 +669,10 @@ def load(system: str, materialize_nodes: int | None = None) -> Topology:
         return presets.load(system, materialize_nodes=materialize_nodes)
     path = Path(system)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
                              file=system)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark else None
-            raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=system,
-                             field=where) from None
+        data = load_yaml(path, what="a YAML spec or system file")
         return from_data(data, path.stem, system, materialize_nodes)
     if "=" in system:
         return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes)

@@ -580,6 +580,7 @@ def from_topology(topo: Any, node: int = 0) -> TopoMatrix:
     path_type = getattr(_paths, "path_type", None) or (
         lambda t, a, b: _paths.path(t, a, b).type)
 
+    topo.check_node(node)
     gpus = sorted(topo.gpus(node), key=lambda d: d.index)
     nics = sorted(topo.nics(node), key=lambda d: d.index)
     labels = [f"GPU{d.index}" for d in gpus]

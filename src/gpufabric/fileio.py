@@ -154,8 +154,8 @@ def _check_size(data: Any, name: str, max_values: int) -> None:
         if key in open_:
             raise InputError("a YAML alias refers to a value that contains it; allowed: "
                              "aliases of finished values", file=name)
-        if depth > 200:
-            raise InputError("nested more than 200 levels deep", file=name)
+        if depth > 100:
+            raise InputError("nested more than 100 levels deep", file=name)
         open_.add(key)
         items = list(v.keys()) + list(v.values()) if isinstance(v, dict) else v
         n = 1

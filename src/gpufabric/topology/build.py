@@ -24,11 +24,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
-from gpufabric.fileio import load_yaml
+from gpufabric.fileio import load_yaml, parse_yaml
 from gpufabric.topology.model import (
     CPU,
     DEVICE_KINDS,
@@ -647,11 +646,17 @@ def parse_inline(text: str) -> dict[str, Any]:
         key, sep, value = part.partition("=")
         if not sep:
             raise InputError(f"expected key=value, got {part!r}", file=text)
-        val = yaml.safe_load(value)
+        key = key.strip()
+        val = parse_yaml(value, text) if value.strip() else None
         cur = spec
-        *parents, leaf = key.strip().split(".")
+        *parents, leaf = key.split(".")
+        if not all((*parents, leaf)):
+            raise InputError(f"expected key=value with a key like gpu or host.cpu, got {part!r}",
+                             file=text)
         for p in parents:
             cur = cur.setdefault(p, {})
+            if not isinstance(cur, dict):
+                raise InputError(f"{p} is a value, not a section of keys", file=text, field=key)
         cur[leaf] = val
     return spec
 

@@ -27,14 +27,15 @@ def _load(system: str):
 def systems(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the built-in example systems (presets)."""
     from gpufabric.topology import presets
-    rows = [{"name": n, "compare": n in presets.compared(), "description": presets.describe(n)}
+    compared = presets.compared()
+    rows = [{"name": n, "compare": n in compared, "description": presets.describe(n)}
             for n in presets.names()]
     if json:
         emit_json(rows)
         return
     table = Table("preset", "in compare", "description", box=None)
-    for r in rows:
-        table.add_row(r["name"], "yes" if r["compare"] else "", r["description"])
+    for n in presets.names():
+        table.add_row(n, "yes" if n in compared else "", presets.describe(n))
     console.print(table)
 
 

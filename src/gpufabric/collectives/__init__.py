@@ -159,7 +159,7 @@ class Model:
         self.sample_nodes = self.SAMPLE_NODES if sample_nodes is None else sample_nodes
         self.net = Network(topo)
         self.planner = Planner(topo, self.net)
-        self._plans: dict[tuple, _Plan | None] = {}
+        self._plans: dict[tuple, _Plan] = {}
 
     # -- layout ----------------------------------------------------------------------------
     def layout(self, ranks: int | None) -> Layout:
@@ -236,7 +236,7 @@ class Model:
                           and n.index == nics[0].index]
                 if others:
                     walk = self.net.router.fabric_walks(nics[0].id, others[0].id)[0]
-                wire = sum(self.topo.link(u, v).lat_us for u, v in pairwise(walk))
+                wire = sum(self.topo.hop(u, v).lat_us for u, v in pairwise(walk))
                 self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
         return self.__dict__["_wire"]
 
@@ -244,6 +244,7 @@ class Model:
         n = lay.ranks
         pl = self.planner
         multinode = lay.nodes > 1
+        protos: tuple[str, ...]
         if algo == "hierarchical":
             phases = pl.hierarchical(lay, _UNIT)
             parts = [self.net.simulate(ph.transfers) for ph in phases]

@@ -13,6 +13,7 @@ the nccl-tests definitions).
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -28,6 +29,12 @@ def _need(entry: dict, key: str, where: str, file: str, kind, allowed: str) -> A
     if kind is not None and (not isinstance(v, kind) or isinstance(v, bool)):
         raise InputError(f"got {v!r}; expected {allowed}", file=file, field=f"{where}.{key}")
     return v
+
+
+def _positive_number(v: Any) -> bool:
+    """A finite number above 0 (not a bool)."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v > 0)
 
 
 def load_entries(path: str) -> list[dict]:
@@ -66,12 +73,11 @@ def load_entries(path: str) -> list[dict]:
             pw = f"{where}.points[{j}]"
             if not isinstance(pt, dict):
                 raise InputError("expected {size, busbw} or {size, time_us}", file=path, field=pw)
-            size = pt.get("size")
-            if not isinstance(size, (int, float)) or isinstance(size, bool) or size <= 0:
+            size: Any = pt.get("size")
+            if not _positive_number(size):
                 raise InputError(f"got {size!r}; expected a size in bytes > 0", file=path,
                                  field=f"{pw}.size")
-            if not any(isinstance(pt.get(k), (int, float)) and pt.get(k) > 0
-                       for k in ("busbw", "time_us")):
+            if not any(_positive_number(pt.get(k)) for k in ("busbw", "time_us")):
                 raise InputError("needs busbw (GB/s) or time_us (us), a number > 0",
                                  file=path, field=pw)
             clean.append({"size": int(size), "busbw": pt.get("busbw"),

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ ROUTES = {
 #: Source: Google Cloud TPU documentation, "System architecture" pages for v4, v5e, v5p and v6e
 #: (chips per host and HBM per chip; host CPU/memory are those of the TPU VM machine types,
 #: rounded).
-TPU_SLICES = {
+TPU_SLICES: dict[str, dict[str, Any]] = {
     "tpu-v4-8": dict(chips=4, model="TPU-v4", hbm_GiB=32, cpu=240, mem_GiB=400),
     "tpu-v4-16": dict(chips=8, model="TPU-v4", hbm_GiB=32, cpu=480, mem_GiB=800),
     "tpu-v4-32": dict(chips=16, model="TPU-v4", hbm_GiB=32, cpu=960, mem_GiB=1600),

@@ -275,10 +275,10 @@ class _NodeBuilder:
                                  self.cpu.intersocket_GBps, 0.1,
                                  attrs={"type": self.cpu.intersocket}))
         models = s["gpu"] if isinstance(s["gpu"], list) else [s["gpu"]]
-        gpus = []
+        gpus: list[str] = []
         for i in range(s["gpus_per_node"]):
-            g = catalog.gpu(models[i % len(models)])
-            gpus.append(self.dev(f"gpu{i}", GPU, g.name, i, -1))
+            model = catalog.gpu(models[i % len(models)])
+            gpus.append(self.dev(f"gpu{i}", GPU, model.name, i, -1))
         speed = catalog.net_speed(s["nic"])
         nic_model = catalog.nic(speed.nic)
         nics = [self.dev(f"nic{i}", NIC, nic_model.name, i, -1, name=f"mlx5_{i}",

@@ -172,6 +172,13 @@ class Topology:
         """The link between ``a`` and ``b``, or None."""
         return self._pair_index().get(frozenset((a, b)))
 
+    def hop(self, a: str, b: str) -> Link:
+        """The link a walk crosses from ``a`` to ``b`` (KeyError if they are not linked)."""
+        ln = self.link(a, b)
+        if ln is None:
+            raise KeyError(f"no link between {a} and {b}")
+        return ln
+
     def neighbors(self, dev_id: str) -> list[tuple[str, Link]]:
         """(neighbor id, link) pairs of a device, in link order."""
         if "_adjacent" not in self.__dict__:

@@ -93,7 +93,7 @@ def test_dgx1_hybrid_cube_mesh():
     row0 = [path(t, "n0.gpu0", f"n0.gpu{j}").type for j in range(8)]
     assert row0 == ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
     for g in t.gpus():
-        assert sum(l.count for _, l in t.neighbors(g.id) if l.kind == "nvlink") == 6
+        assert sum(ln.count for _, ln in t.neighbors(g.id) if ln.kind == "nvlink") == 6
 
 
 def test_nvswitch_gives_every_pair_full_nvlink_rate():
@@ -107,7 +107,7 @@ def test_gb200_nvl72_is_one_scale_up_domain():
     assert len(t.gpus()) == 72
     assert path(t, "n0.gpu0", "n0.gpu71").type == "NV18"
     assert path(t, "n0.gpu0", "n0.gpu71").bw_GBps == 900.0
-    assert all(l.kind == "c2c" for l in t.links if l.a.endswith("cpu0") and "gpu" in l.b)
+    assert all(ln.kind == "c2c" for ln in t.links if ln.a.endswith("cpu0") and "gpu" in ln.b)
 
 
 def test_cluster_has_nics_leaves_and_fabric_metadata():
@@ -117,7 +117,7 @@ def test_cluster_has_nics_leaves_and_fabric_metadata():
     fab = t.meta["fabric"]
     assert (fab["topology"], fab["oversubscription"], fab["leaves"]) == ("rail-optimized", 2.0, 8)
     # each rail's NICs meet on their own leaf
-    leaf_of = {l.a: l.b for l in t.links if l.kind == "net" and ".nic" in l.a}
+    leaf_of = {ln.a: ln.b for ln in t.links if ln.kind == "net" and ".nic" in ln.a}
     assert leaf_of["n0.nic3"] == leaf_of["n3.nic3"] != leaf_of["n0.nic2"]
 
 

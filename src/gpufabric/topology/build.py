@@ -534,8 +534,9 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
         node = _int(d, "node", 0, where, file)
         idx = _int(d, "index", counters.get((node, kind), 0), where, file)
         counters[(node, kind)] = idx + 1
+        attrs = _want(d.get("attrs") or {}, dict, f"{where}.attrs", "a mapping", file)
         dev = Device(str(d["id"]), kind, model, node, idx, _int(d, "numa", -1, where, file),
-                     dict(d.get("attrs") or {}))
+                     dict(attrs))
         if dev.id in t.devices:
             raise InputError(f"duplicate device id {dev.id!r}", file=file, field=f"{where}.id")
         t.add_device(dev)
@@ -543,7 +544,7 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
         where = f"links[{i}]"
         _entry(ln, LINK_FIELDS, ("a", "b", "kind"), where, file)
         for end in ("a", "b"):
-            if ln[end] not in t.devices:
+            if not isinstance(ln[end], (str, int)) or str(ln[end]) not in t.devices:
                 raise InputError(f"no device with id {ln[end]!r}", file=file,
                                  field=f"{where}.{end}")
         kind = _choice(ln["kind"], LINK_KINDS, f"{where}.kind", file)
@@ -559,13 +560,13 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
 
 def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
                    where: str) -> Link:
-    a, b = t.devices[ln["a"]], t.devices[ln["b"]]
+    a, b = t.devices[str(ln["a"])], t.devices[str(ln["b"])]
     count = _positive_int(ln.get("count", 1), f"{where}.count", file)
     lanes = _positive_int(ln.get("lanes", 16 if kind == "pcie" else 0), f"{where}.lanes", file,
                           minimum=1 if kind == "pcie" else 0)
     gen = _positive_int(ln.get("gen", 0), f"{where}.gen", file, minimum=0)
     bw, lat = ln.get("bw_GBps"), ln.get("lat_us")
-    attrs = dict(ln.get("attrs") or {})
+    attrs = dict(_want(ln.get("attrs") or {}, dict, f"{where}.attrs", "a mapping", file))
     if kind == "pcie":
         gen = gen or min([_pcie_gen_of(d) for d in (a, b) if _pcie_gen_of(d)] or [4])
         pg = catalog.pcie_gen(gen, file=file, field=f"{where}.gen")

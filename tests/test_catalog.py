@@ -82,7 +82,7 @@ def test_unknown_name_raises_input_error_with_closest_suggestion():
 
 def test_unknown_name_error_carries_file_and_field():
     with pytest.raises(InputError) as err:
-        catalog.cpu("EPYC-7764", file="box.yaml", field="host.cpu")
+        catalog.cpu("EPYK-7763", file="box.yaml", field="host.cpu")
     assert err.value.file == "box.yaml"
     assert err.value.field == "host.cpu"
     assert "did you mean 'EPYC-7763'?" in str(err.value)

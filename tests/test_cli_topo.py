@@ -79,7 +79,7 @@ def test_bad_files_give_one_line_and_exit_2(cli, tmp_path, content, expected):
 
 
 def test_unknown_system_suggests_a_preset(cli):
-    code, _, err = cli("show", "hgx-h10")
+    code, _, err = cli("show", "HGX_H100")
     assert code == 2
     assert "did you mean 'hgx-h100'?" in err
 
@@ -105,7 +105,8 @@ def test_compare_puts_systems_side_by_side_and_writes_the_report(cli, tmp_path):
     assert hgx["path_mix"] == {"NV18": 28} and hgx["nvswitches"] == 1
     assert hgx["collectives"] == collectives.summary(presets.load("hgx-h100"))
     # what NVSwitch buys over PCIe, in the model's numbers
-    assert hgx["collectives"]["allreduce_busbw_1GB"] > 15 * pcie["collectives"]["allreduce_busbw_1GB"]
+    assert (hgx["collectives"]["allreduce_busbw_1GB"]
+            > 15 * pcie["collectives"]["allreduce_busbw_1GB"])
     page = report.read_text()
     assert page.count("<svg") == 4 and "<h2>hgx-h100</h2>" in page
 

@@ -50,8 +50,8 @@ def test_fluid_reshares_when_a_flow_ends():
 def test_usable_rates_come_from_the_catalog_per_link_type():
     t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
     by_kind = {}
-    for l in t.links:
-        by_kind.setdefault((l.kind, l.a.split(".")[-1][:3]), usable_GBps(l, t))
+    for ln in t.links:
+        by_kind.setdefault((ln.kind, ln.a.split(".")[-1][:3]), usable_GBps(ln, t))
     assert by_kind[("nvlink", "gpu")] == pytest.approx(18 * 20.6)   # NVLink4 x18, NCCL rate
     assert by_kind[("pcie", "cpu")] == pytest.approx(48.0)          # Gen5 x16, NCCL rate
     assert by_kind[("net", "nic")] == pytest.approx(50.0 * 0.99)    # NDR x IB efficiency
@@ -143,7 +143,7 @@ def test_host_bounces_share_the_socket_memory():
                    "pcie_gen": 5, "host": {"cpu": "Xeon-Platinum-8480+", "sockets": 2}})
     net = Network(t)
     gpus = [g.id for g in t.gpus()]
-    ring = [Transfer(a, b, 1e9) for a, b in zip(gpus, gpus[1:] + gpus[:1])]
+    ring = [Transfer(a, b, 1e9) for a, b in zip(gpus, gpus[1:] + gpus[:1], strict=True)]
     r = net.simulate(ring)
     dram = 307.2 * DRAM_EFFICIENCY
     assert r.bw_time_s == pytest.approx(8 / dram)

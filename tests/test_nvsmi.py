@@ -300,7 +300,7 @@ def by_id(sysf):
 
 
 def parent(sysf, dev):
-    return next(l["a"] for l in sysf["links"] if l["kind"] == "pcie" and l["b"] == dev)
+    return next(ln["a"] for ln in sysf["links"] if ln["kind"] == "pcie" and ln["b"] == dev)
 
 
 def test_to_system_dgx_a100():
@@ -309,8 +309,8 @@ def test_to_system_dgx_a100():
     kinds = [d["kind"] for d in s["devices"]]
     # one NVSwitch fabric, each GPU linked with 12 NVLinks
     assert kinds.count("nvswitch") == 1
-    nv = [l for l in s["links"] if l["kind"] == "nvlink"]
-    assert len(nv) == 8 and all(l["b"] == "nvsw" and l["count"] == 12 for l in nv)
+    nv = [ln for ln in s["links"] if ln["kind"] == "nvlink"]
+    assert len(nv) == 8 and all(ln["b"] == "nvsw" and ln["count"] == 12 for ln in nv)
     # NUMA nodes 3, 1, 7, 5 hold two GPUs each; the storage NICs sit on a NUMA node of their own
     assert sorted(d["numa"] for d in s["devices"] if d["kind"] == "cpu") == [0, 1, 3, 5, 7]
     assert devs["gpu0"]["numa"] == devs["gpu1"]["numa"] == 3
@@ -334,23 +334,23 @@ def test_to_system_hgx_h100_host_bridges():
     devs = by_id(s)
     assert [d["id"] for d in s["devices"] if d["kind"] == "cpu"] == ["cpu0", "cpu1"]
     assert devs["gpu0"]["model"] == ""                 # unknown model is allowed
-    assert {l["count"] for l in s["links"] if l["kind"] == "nvlink"} == {18}
+    assert {ln["count"] for ln in s["links"] if ln["kind"] == "nvlink"} == {18}
     # PIX pairs: GPUk and NICk on one switch; NODE: each switch on its own host bridge
     for k in range(8):
         assert parent(s, f"gpu{k}") == parent(s, f"nic{k}")
-    roots = [l for l in s["links"] if l["kind"] == "pcie" and l["a"] == "cpu0"]
-    assert sorted(l["attrs"]["host_bridge"] for l in roots) == [0, 1, 2, 3]
-    assert [l for l in s["links"] if l["kind"] == "cpu"] == [
+    roots = [ln for ln in s["links"] if ln["kind"] == "pcie" and ln["a"] == "cpu0"]
+    assert sorted(ln["attrs"]["host_bridge"] for ln in roots) == [0, 1, 2, 3]
+    assert [ln for ln in s["links"] if ln["kind"] == "cpu"] == [
         {"a": "cpu0", "b": "cpu1", "kind": "cpu"}]
 
 
 def test_to_system_k80_phb_shares_a_host_bridge():
     s = to_system(load("k80_6gpu_soc.txt"), "k80")
-    assert not [l for l in s["links"] if l["kind"] == "nvlink"]
+    assert not [ln for ln in s["links"] if ln["kind"] == "nvlink"]
     sw = {k: parent(s, f"gpu{k}") for k in range(6)}
     assert sw[0] == sw[1] and sw[2] == sw[3] and sw[4] == sw[5] and sw[2] != sw[4]
-    hb = {l["b"]: (l["a"], l["attrs"]["host_bridge"]) for l in s["links"]
-          if l["kind"] == "pcie" and "attrs" in l}
+    hb = {ln["b"]: (ln["a"], ln["attrs"]["host_bridge"]) for ln in s["links"]
+          if ln["kind"] == "pcie" and "attrs" in ln}
     assert hb[sw[2]] == hb[sw[4]] != hb[sw[0]]
 
 
@@ -360,7 +360,7 @@ def test_to_system_nvlink_pairs_and_small_all_to_all():
                      ["NV2", "SYS", "X", "NV1"], ["SYS", "NV2", "NV1", "X"]],
                     ["0-19"] * 2 + ["20-39"] * 2, ["0", "0", "1", "1"])
     s = to_system(nv, "hybrid")
-    links = {(l["a"], l["b"]): l["count"] for l in s["links"] if l["kind"] == "nvlink"}
+    links = {(ln["a"], ln["b"]): ln["count"] for ln in s["links"] if ln["kind"] == "nvlink"}
     assert links == {("gpu0", "gpu1"): 1, ("gpu0", "gpu2"): 2, ("gpu1", "gpu3"): 2,
                      ("gpu2", "gpu3"): 1}
     # GPUs behind NVLink with the same NUMA affinity share a socket

@@ -27,5 +27,6 @@ def test_drawing_shows_every_device_of_the_node_and_every_link():
 
 def test_chart_has_one_line_per_system():
     svg = busbw_chart({"a": [{"size": 8, "busbw": 1.0}, {"size": 1024, "busbw": 2.0}],
-                       "b": [{"size": 8, "busbw": 0.5}, {"size": 1024, "busbw": 1.0}]}, "all_reduce")
+                       "b": [{"size": 8, "busbw": 0.5}, {"size": 1024, "busbw": 1.0}]},
+                      "all_reduce")
     assert svg.count("<path") == 2

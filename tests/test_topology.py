@@ -93,7 +93,7 @@ def test_dgx1_hybrid_cube_mesh():
     row0 = [path(t, "n0.gpu0", f"n0.gpu{j}").type for j in range(8)]
     assert row0 == ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
     for g in t.gpus():
-        assert sum(l.count for _, l in t.neighbors(g.id) if l.kind == "nvlink") == 6
+        assert sum(ln.count for _, ln in t.neighbors(g.id) if ln.kind == "nvlink") == 6
 
 
 def test_nvswitch_gives_every_pair_full_nvlink_rate():
@@ -123,7 +123,7 @@ def test_cluster_has_nics_leaves_and_fabric_metadata():
     fab = t.meta["fabric"]
     assert (fab["topology"], fab["oversubscription"], fab["leaves"]) == ("rail-optimized", 2.0, 8)
     # each rail's NICs meet on their own leaf
-    leaf_of = {l.a: l.b for l in t.links if l.kind == "net" and ".nic" in l.a}
+    leaf_of = {ln.a: ln.b for ln in t.links if ln.kind == "net" and ".nic" in ln.a}
     assert leaf_of["n0.nic3"] == leaf_of["n3.nic3"] != leaf_of["n0.nic2"]
 
 
@@ -171,10 +171,11 @@ def test_pcie_switch_with_more_downstream_lanes_than_it_owns_is_rejected():
 
 
 def test_unknown_names_suggest_the_closest():
-    with pytest.raises(InputError, match=r"gpu: unknown GPU 'A100-SXM3'; did you mean 'A100-SXM4-"):
-        from_spec({"gpu": "A100-SXM3"})
+    with pytest.raises(InputError, match=r"gpu: unknown GPU 'A100-SMX4-80GB'; did you mean "
+                       r"'A100-SXM4-80GB'"):
+        from_spec({"gpu": "A100-SMX4-80GB"})
     with pytest.raises(InputError, match=r"did you mean 'dgx-a100'"):
-        load("dgx-a10")
+        load("DGX_A100")
 
 
 def test_bad_spec_fields_name_field_and_allowed_values():

@@ -75,7 +75,7 @@ def test_bad_model_files_name_the_field(tmp_path, text, msg):
 
 def test_unknown_model_suggests_the_closest():
     with pytest.raises(InputError, match="did you mean 'llama3-70b'"):
-        load_model("llama3-70")
+        load_model("llama3-70B-x")
 
 
 # -- compute ------------------------------------------------------------------------------------

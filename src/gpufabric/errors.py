@@ -6,7 +6,7 @@ The CLI turns a :class:`InputError` into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import difflib
-import os
+import re
 from collections.abc import Iterable
 
 
@@ -46,25 +46,75 @@ class InputError(ValueError):
         return InputError(self.message, file=self.file or file, field=field)
 
 
-def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None = None,
-                 field: str | None = None) -> InputError:
-    """An :class:`InputError` for an unknown catalog name, suggesting the closest known one.
+def _model_tokens(name: str) -> set[str]:
+    """The words of a name that carry a digit: model numbers, generations, sizes.
+
+    >>> sorted(_model_tokens("RTX-4070-Ti-SUPER")), sorted(_model_tokens("A100-SXM4-80GB"))
+    (['4070'], ['80gb', 'a100', 'sxm4'])
+    """
+    return {w for w in re.split(r"[^a-z0-9+]+", name.lower()) if any(c.isdigit() for c in w)}
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Equal, or two neighbouring letters swapped (``smx4``/``sxm4``); ``v100`` is not ``a100``.
+    """
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]] and not (a[diff[0]] + a[diff[1]]).isdigit())
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[^a-z0-9+]", "", name.lower())
+
+
+def closest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known name that ``name`` is a misspelling of, or None when none is close enough.
+
+    A suggestion must not name a different product: every word of ``name`` that holds a
+    digit (``L40``, ``4090``, ``SXM4``, ``80GB``) must be a word of the suggestion, up to a
+    swapped or mistyped letter, so ``L40`` does not become ``L40S`` nor ``RTX-4080``
+    ``RTX-4090``. Beyond that the spelling
+    must be close (case, separators, a typo) or ``name`` must end the suggestion (``4090``
+    for ``RTX-4090``).
 
     Examples
     --------
-    >>> str(unknown_name("GPU", "A100-SXM", ["A100-SXM4-80GB", "H100-SXM"], field="gpu"))
-    "gpu: unknown GPU 'A100-SXM'; did you mean 'A100-SXM4-80GB'? (known: A100-SXM4-80GB, H100-SXM)"
+    >>> closest_name("H100-SXN", ["H100-SXM", "H100-PCIe", "A100-SXM4-80GB"])
+    'H100-SXM'
+    >>> closest_name("4090", ["RTX-4090", "RTX-4070-Ti-SUPER"])
+    'RTX-4090'
+    >>> closest_name("L40", ["L40S", "L4"]) is None, closest_name("RTX-4070", ["RTX-4070-Ti-SUPER"])
+    (True, None)
+    """
+    want, squashed = _model_tokens(name), _squash(name)
+
+    def ratio(k: str) -> float:
+        return difflib.SequenceMatcher(None, squashed, _squash(k)).ratio()
+
+    fits = [k for k in known
+            if _squash(k) == squashed
+            or (all(any(_same_word(w, v) for v in _model_tokens(k)) for w in want)
+                and (ratio(k) >= 0.75 or (len(squashed) >= 3 and _squash(k).endswith(squashed))))]
+    return max(fits, key=lambda k: (_squash(k) == squashed, ratio(k)), default=None)
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None = None,
+                 field: str | None = None) -> InputError:
+    """An :class:`InputError` for an unknown catalog name, suggesting the name it misspells.
+
+    Examples
+    --------
+    >>> str(unknown_name("GPU", "H100-SMX", ["A100-SXM4-80GB", "H100-SXM"], field="gpu"))
+    "gpu: unknown GPU 'H100-SMX'; did you mean 'H100-SXM'? (known: A100-SXM4-80GB, H100-SXM)"
+    >>> str(unknown_name("GPU", "L40", ["L40S", "L4"], field="gpu"))
+    "gpu: unknown GPU 'L40' (known: L4, L40S)"
     """
     known = sorted(known)
-    low = name.lower()
-
-    def score(k: str) -> tuple[int, float]:   # longest shared prefix first, then similarity
-        kl = k.lower()
-        prefix = len(os.path.commonprefix([low, kl]))
-        return prefix, difflib.SequenceMatcher(None, low, kl).ratio()
-
-    best = max(known, key=score, default=None)
-    close = [best] if best is not None and (score(best)[0] >= 3 or score(best)[1] >= 0.5) else []
-    hint = f"; did you mean '{close[0]}'?" if close else ""
+    close = closest_name(name, known)
+    hint = f"; did you mean '{close}'?" if close else ""
     listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
     return InputError(f"unknown {kind} '{name}'{hint} (known: {listing})", file=file, field=field)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import typer
@@ -11,6 +12,12 @@ from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
+#: The option that carries each argument of the collective model, for messages.
+_OPTION = {"op": "--op", "algorithm": "--algo", "ranks": "--ranks", "proto": "--proto",
+           "size": "--min", "per_node": "--per-node", "concurrent": "--concurrent"}
+#: Most sizes one run predicts (nccl-tests' default 8 B to 8 GiB by 2 gives 31).
+MAX_SIZES = 1000
+MAX_SIZE_BYTES = 2**50
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -24,7 +31,10 @@ def parse_size(text: str, field: str) -> int:
     if not m:
         raise InputError(f"bad size {text!r}; allowed: a number of bytes with an optional "
                          "K, M, G or T suffix (powers of 1024), e.g. 8, 64K, 1M, 8G", field=field)
-    val = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    num = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not num <= MAX_SIZE_BYTES:
+        raise InputError(f"bad size {text!r}; at most {MAX_SIZE_BYTES} bytes (1P)", field=field)
+    val = int(num)
     if val < 1:
         raise InputError(f"bad size {text!r}; must be at least 1 byte", field=field)
     return val
@@ -33,9 +43,14 @@ def parse_size(text: str, field: str) -> int:
 def _sizes(lo: int, hi: int, factor: float) -> list[int]:
     if hi < lo:
         raise InputError(f"--max ({hi}) is below --min ({lo})", field="--max")
-    if factor <= 1:
+    if not (1 < factor < math.inf):
         raise InputError(f"must be above 1, got {factor}", field="--step-factor")
-    out, s = [], lo
+    count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+    if count > MAX_SIZES:
+        raise InputError(f"{count} sizes from --min to --max; at most {MAX_SIZES} allowed "
+                         "(raise the factor)", field="--step-factor")
+    out: list[int] = []
+    s = float(lo)
     while s <= hi:
         out.append(int(s))
         s = s * factor
@@ -75,12 +90,15 @@ def collective(
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
     from gpufabric import collectives as C
     from gpufabric.topology.build import load
-    opn = C.check_op(op)
-    algo_n = C.check_algo(algo)
     lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
     sizes = _sizes(lo, hi, step_factor)
     if ranks is not None and ranks < 1:
         raise InputError(f"must be at least 1, got {ranks}", field="--ranks")
+    try:
+        opn = C.check_op(op)
+        algo_n = C.check_algo(algo)
+    except InputError as exc:
+        raise InputError(exc.message, field=_OPTION.get(exc.field or "", exc.field)) from None
     topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
     m = C.model(topo)
     try:
@@ -88,8 +106,7 @@ def collective(
                            concurrent=concurrent) for s in sizes]
     except InputError as exc:
         raise InputError(exc.message, file=system,
-                         field=f"--{exc.field.replace('_', '-')}" if exc.field else None
-                         ) from None
+                         field=_OPTION.get(exc.field or "", exc.field)) from None
     if json:
         emit_json({"system": topo.name, "op": opn, "ranks": preds[0].ranks,
                    "rows": [p.to_dict() for p in preds]})

@@ -13,7 +13,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 
 def _default(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     if hasattr(obj, "tolist"):
         return obj.tolist()

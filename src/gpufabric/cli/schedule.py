@@ -102,23 +102,23 @@ def schedule(
     ck = parse_duration(checkpoint, "--checkpoint")
     span = float(jobs.creation.max() - jobs.creation.min()) / load if len(jobs) else 1.0
     prog, adv = _progress(show, len(policies) * runs * 201, "replay")
-    results = []
+    replays = []
     with (prog or _Null()):
         for p in policies:
             for s in seeds:
-                results.append(run_replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
+                replays.append(run_replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
                                       routing=routing, default_checkpoint_s=ck, load=load,
                                       tick=lambda t: adv()))
     if json:
         out = []
-        for r in results:
+        for r in replays:
             d = dataclasses.asdict(r)
             if not jobs_out:
                 d.pop("jobs")
             out.append(d)
         emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
         return
-    _replay_table(results, span)
+    _replay_table(replays, span)
 
 
 class _Null:
@@ -180,7 +180,7 @@ def _replay_table(results, span) -> None:
                   str(s["preemptions"]), f"{s['gpu_hours_redone']:.1f}",
                   f"{s['availability_min']:.3f}")
     console.print(t)
-    reasons = {}
+    reasons: dict[str, list[str]] = {}
     for r in results[:1]:
         for j in r.jobs:
             if j["state"] != "completed":

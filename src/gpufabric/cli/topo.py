@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import typer
@@ -12,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufabric.cli.common import app, emit_json
+from gpufabric.fileio import check_output, read_text, write_text_atomic
 
 console = Console()
 
@@ -26,44 +25,27 @@ def _load(system: str, node: int | None = None):
     from gpufabric.topology.build import load
     if node is None:
         return load(system)
-    if node < 0:
-        raise InputError(f"expected a node index >= 0, got {node}", field="--node")
-    t = load(system, materialize_nodes=1, first_node=node)
+    t = load(system, materialize_nodes=1, first_node=max(node, 0))
     nodes = int(t.meta.get("nodes") or t.node_count)
-    if node >= nodes:
-        raise InputError(f"the system has {nodes} node(s); allowed: 0 to {nodes - 1}",
-                         file=system, field="--node")
+    if not 0 <= node < nodes:
+        allowed = "0" if nodes == 1 else f"0 to {nodes - 1}"
+        raise InputError(f"no node {node} in {t.name}; allowed: {allowed}", field="--node")
     return t
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` all at once: nothing half-written on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @app.command()
 def systems(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the built-in example systems (presets)."""
     from gpufabric.topology import presets
-    rows = [{"name": n, "compare": n in presets.compared(), "description": presets.describe(n)}
+    compared = presets.compared()
+    rows = [{"name": n, "compare": n in compared, "description": presets.describe(n)}
             for n in presets.names()]
     if json:
         emit_json(rows)
         return
     table = Table("preset", "in compare", "description", box=None)
-    for r in rows:
-        table.add_row(r["name"], "yes" if r["compare"] else "", r["description"])
+    for n in presets.names():
+        table.add_row(n, "yes" if n in compared else "", presets.describe(n))
     console.print(table)
 
 
@@ -215,17 +197,15 @@ def import_nvidia_smi(
         json: bool = typer.Option(False, "--json", help="Also print the system as JSON.")) -> None:
     """Read `nvidia-smi topo -m` output into a system file."""
     from gpufabric import catalog
-    from gpufabric.errors import InputError
     from gpufabric.topology import nvsmi
     from gpufabric.topology.build import from_system_file
-    if not file.is_file():
-        raise InputError("no such file", file=str(file))
     if gpu:
         gpu = catalog.gpu(gpu, field="--gpu").name
-    m = nvsmi.parse(file.read_text(errors="replace"), file=str(file))
+    text = read_text(file, what="the output of `nvidia-smi topo -m`")
+    m = nvsmi.parse(text, file=str(file))
     data = nvsmi.to_system(m, name or file.stem, gpu_model=gpu)
     from_system_file(data, data.get("name", ""), str(file))   # must build before we write
-    _write_atomic(output, yaml.safe_dump(data, sort_keys=False))
+    write_text_atomic(output, yaml.safe_dump(data, sort_keys=False), field="--output")
     if json:
         emit_json(data)
     else:
@@ -268,6 +248,8 @@ def compare(systems_: list[str] | None = typer.Argument(
     from gpufabric.report import compare as cmp
     from gpufabric.topology import presets
     names = systems_ or presets.compared()
+    if not no_html:
+        check_output(output, field="--output")
     from gpufabric.collectives import Model
     from gpufabric.topology.build import load
     # the nodes the collective model samples, not every node of a large cluster
@@ -275,7 +257,7 @@ def compare(systems_: list[str] | None = typer.Argument(
     rows = cmp.rows(topos)
     if not no_html:
         from gpufabric.report.html import render_report
-        _write_atomic(output, render_report(topos, rows, heat=heat_op))
+        write_text_atomic(output, render_report(topos, rows, heat=heat_op), field="--output")
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output)})
         return

@@ -136,15 +136,13 @@ def train(
 
 def is_training_file(path: str) -> bool:
     """Whether ``path`` holds training measurements (dispatch for ``gpufabric validate``)."""
-    from pathlib import Path
-
-    import yaml
-
+    from gpufabric.errors import InputError
+    from gpufabric.fileio import load_yaml
     from gpufabric.workloads.validate import is_training_file as sniff
     try:
-        return sniff(yaml.safe_load(Path(path).read_text()))
-    except (OSError, yaml.YAMLError):
-        return False
+        return sniff(load_yaml(path, what="a measurements file (YAML)"))
+    except InputError:
+        return False       # the collective validator reports what is wrong with the file
 
 
 def validate_training(path: str, json: bool) -> None:

@@ -77,15 +77,27 @@ def check_op(op: str) -> str:
     return o
 
 
+#: Algorithms NCCL has that this model does not: accepted by name, refused when predicting
+#: (``validate`` then falls back to the automatic choice and notes it per point).
+NOT_MODELLED = ("collnet_direct", "collnet_chain")
+
+
 def check_algo(algo: str | None) -> str:
+    """The canonical name of an algorithm (modelled, or one of NCCL's :data:`NOT_MODELLED`).
+
+    Examples
+    --------
+    >>> check_algo("NVLSTree"), check_algo("CollNet"), check_algo("PAT")
+    ('nvls_tree', 'collnet_direct', 'pat')
+    """
     if algo is None:
         return "auto"
     a = algo.strip().lower().replace("-", "_")
-    a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "pat": "ring",
-         "collnetdirect": "auto", "collnetchain": "auto", "collnet": "auto"}.get(
+    a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "collnet": "collnet_direct",
+         "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}.get(
         a.replace("_", ""), a)
     names = ("auto",) + tuple(sorted(ALGORITHMS, key=lambda x: (ALGORITHMS[x].order, x)))
-    if a not in names:
+    if a not in names + NOT_MODELLED:
         raise InputError(f"unknown algorithm '{algo}'; allowed: {', '.join(names)}",
                          field="algorithm")
     return a
@@ -176,6 +188,9 @@ class Model:
             algo = "nvls"
         allowed = [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
                    if a.applies(self, op, lay)]
+        if algo in NOT_MODELLED:
+            raise InputError(f"algorithm '{algo}' (NCCL's) is not modelled here; allowed: "
+                             f"{', '.join(['auto'] + allowed)}", field="algorithm")
         if algo not in allowed:
             raise InputError(f"algorithm '{algo}' cannot run {op} on this system; "
                              f"allowed: {', '.join(['auto'] + allowed)}", field="algorithm")
@@ -222,10 +237,7 @@ class Model:
                           and n.index == nics[0].index]
                 if others:
                     walk = self.net.router.fabric_walks(nics[0].id, others[0].id)[0]
-                wire = 0.0
-                for u, v in pairwise(walk):
-                    ln = self.topo.link(u, v)
-                    wire += ln.lat_us if ln is not None else 0.0
+                wire = sum(self.topo.hop(u, v).lat_us for u, v in pairwise(walk))
                 self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
         return self.__dict__["_wire"]
 

@@ -160,7 +160,7 @@ class Planner:
         out: list[tuple[list[str], float]] = [(list(gpus), 1.0)]
         if n > 2:
             peer = {(a, b): self._peer(a, b) for a in gpus for b in gpus if a != b}
-            switched = all(len(self.router.peer_walk(a, b)) > 2
+            switched = all(len(self.router.peer_walk(a, b) or ()) > 2
                            for (a, b), ok in peer.items() if ok)
             if any(peer.values()) and not (all(peer.values()) and switched):
                 packed = self._pack_rings(gpus, peer)
@@ -176,7 +176,7 @@ class Planner:
         cap: dict[tuple[str, str], float] = {}
         for (a, b), ok in peer.items():
             if ok:
-                w = self.router.peer_walk(a, b)
+                w = self.router.peer_walk(a, b) or ()
                 cap[(a, b)] = min(self.net.caps_Bps[self.net.edge(u, v)]
                                   for u, v in pairwise(w))
         picked: list[tuple[list[str], float]] = []
@@ -277,7 +277,8 @@ class Planner:
             rings = self.weighted_rings(lay.gpus[0])
             orders = [o for o, _ in rings]
             ch = len(orders)
-            tr, hops = [], []
+            tr: list[Transfer] = []
+            hops: list[str] = []
             for c, (order, share) in enumerate(rings):
                 for a, b in zip(order, order[1:] + order[:1], strict=True):
                     if a == b:
@@ -290,7 +291,7 @@ class Planner:
         rails = self.rails(lay)
         ch = len(rails)
         tr = []
-        hops: list[str] = []
+        hops = []
         rings = self.weighted_rings(lay.gpus[0])
         idx = {g: i for i, g in enumerate(lay.gpus[0])}
         for c, rail in enumerate(rails):
@@ -385,8 +386,15 @@ class Planner:
     def nvls_link(self, lay: Layout) -> str:
         """NVLink generation of the NVSwitch fabric NVLS runs on (``nvlink4``, ``nvlink5``)."""
         from gpufabric import catalog
-        hub = self._switch_of(lay.gpus[0][0])
+        hub = self._hub(lay.gpus[0][0])
         return catalog.nvswitch(self.topo.devices[hub].model).peer_link
+
+    def _hub(self, gpu: str) -> str:
+        """The NVSwitch of a GPU that NVLS runs on (checked by :meth:`nvls_ok`)."""
+        hub = self._switch_of(gpu)
+        if hub is None:
+            raise ValueError(f"{gpu} has no NVSwitch")
+        return hub
 
     def _switch_of(self, gpu: str) -> str | None:
         for v, ln in self.topo.neighbors(gpu):
@@ -405,7 +413,7 @@ class Planner:
         # multimem traffic gets ``switch_efficiency`` of the NVLink rate: count it as more bytes
         per_dir = size * (g - 1) / g / switch_efficiency
         for node_gpus in lay.gpus:
-            hub = self._switch_of(node_gpus[0])
+            hub = self._hub(node_gpus[0])
             for x in node_gpus:
                 tr.append(Transfer(x, hub, per_dir, tag="nvls-reduce"))
                 tr.append(Transfer(hub, x, per_dir, tag="nvls-multicast"))

@@ -16,14 +16,13 @@ the other with the nccl-tests definitions).
 
 from __future__ import annotations
 
+import math
 import statistics
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gpufabric.collectives import OPS, Model, busbw_factor, check_algo, model, params
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml
 
 
 def _need(entry: dict, key: str, where: str, file: str, kind, allowed: str) -> Any:
@@ -35,17 +34,15 @@ def _need(entry: dict, key: str, where: str, file: str, kind, allowed: str) -> A
     return v
 
 
+def _positive_number(v: Any) -> bool:
+    """A finite number above 0 (not a bool)."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v > 0)
+
+
 def load_entries(path: str) -> list[dict]:
     """Read and check a measurements file; bad input raises :class:`InputError`."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", file=path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path,
-                         field=f"line {mark.line + 1}" if mark else None) from None
+    data = load_yaml(path, what="a measurements file (YAML)")
     if isinstance(data, dict) and isinstance(data.get("entries"), list):
         data = data["entries"]
     if not isinstance(data, list) or not data:
@@ -84,13 +81,11 @@ def load_entries(path: str) -> list[dict]:
             pw = f"{where}.points[{j}]"
             if not isinstance(pt, dict):
                 raise InputError("expected {size, busbw} or {size, time_us}", file=path, field=pw)
-            size = pt.get("size")
-            if not isinstance(size, (int, float)) or isinstance(size, bool) or size <= 0:
+            size: Any = pt.get("size")
+            if not _positive_number(size):
                 raise InputError(f"got {size!r}; expected a size in bytes > 0", file=path,
                                  field=f"{pw}.size")
-            vals = [pt.get(k) for k in ("busbw", "time_us")]
-            if not any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                       for v in vals):
+            if not any(_positive_number(pt.get(k)) for k in ("busbw", "time_us")):
                 raise InputError("needs busbw (GB/s) or time_us (us), a number > 0",
                                  file=path, field=pw)
             clean.append({"size": int(size), "busbw": pt.get("busbw"),

@@ -120,7 +120,7 @@ class SimResult:
 def describe_edge(topo: Topology, u: str, v: str) -> str:
     """Plain-words name of a link direction, e.g. 'the PCIe root port of socket 0'."""
     du, dv = topo.devices[u], topo.devices[v]
-    ln = topo.link(u, v)
+    ln = topo.hop(u, v)
     k = ln.kind
     if k == "pcie":
         up, down = (du, dv) if ln.a == u else (dv, du)
@@ -175,7 +175,8 @@ class Network:
         # one more edge per CPU socket with known memory: its DRAM, which host-memory bounces
         # and staged network copies cross twice (written, then read)
         self._dram: dict[str, int] = {}
-        extra_caps, extra_lat = [], []
+        extra_caps: list[float] = []
+        extra_lat: list[float] = []
         for d in topo.devices.values():
             if d.kind == "cpu":
                 bw = host_memory_GBps(topo, d.id)
@@ -234,17 +235,17 @@ class Network:
             weight = 1.0 / SHM_EFFICIENCY if bounce else 1.0
             drams = [self._dram[h] for h in r.hosts if h in self._dram]
             for w in r.walks:
-                e = self.edges_of(w)
-                wt = np.full(len(e), weight)
+                crossed = self.edges_of(w)
+                wt = np.full(len(crossed), weight)
                 if drams:
-                    e = np.concatenate([e, drams]).astype(int)
+                    crossed = np.concatenate([crossed, drams]).astype(int)
                     wt = np.concatenate([wt, np.full(len(drams), 2.0)])
-                paths.append(e)
+                paths.append(crossed)
                 weights.append(wt)
                 sizes.append(t.size_bytes / k)
                 fcaps.append(np.inf)
                 owner.append(i)
-                lat = max(lat, float(self.lat_us[e].sum()) if len(e) else 0.0)
+                lat = max(lat, float(self.lat_us[crossed].sum()) if len(crossed) else 0.0)
             lats.append(lat)
         res = fluid(paths, self.caps_Bps, np.array(sizes), np.array(fcaps), weights)
         fin = np.zeros(len(transfers))

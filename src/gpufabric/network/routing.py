@@ -68,8 +68,8 @@ def _walk(parent: dict[str, str | None], dst: str) -> tuple[str, ...] | None:
     if dst not in parent:
         return None
     out = [dst]
-    while parent[out[-1]] is not None:
-        out.append(parent[out[-1]])
+    while (up := parent[out[-1]]) is not None:
+        out.append(up)
     return tuple(reversed(out))
 
 
@@ -214,13 +214,15 @@ class Router:
             cache[key] = self._gpu_nic_walk(gpu, nic, prefer_pxn)
         return cache[key]
 
-    def _gpu_nic_walk(self, gpu: str, nic: str, prefer_pxn: bool):
+    def _gpu_nic_walk(self, gpu: str, nic: str, prefer_pxn: bool
+                      ) -> tuple[tuple[str, ...], str, bool]:
         w = self.host_walk(gpu, nic)
         home = self.home_gpu(nic)
-        if prefer_pxn and home and home != gpu and self.peer_walk(gpu, home):
+        pxn = self.peer_walk(gpu, home) if prefer_pxn and home and home != gpu else None
+        if pxn and home:
             hw = self.host_walk(home, nic)
             if hw and self.gdr(home, nic):
-                return self.peer_walk(gpu, home) + hw[1:], "nvlink", False
+                return pxn + hw[1:], "nvlink", False
         if w is not None and self.gdr(gpu, nic):
             return w, "pcie", False
         if home and home != gpu:
@@ -229,6 +231,12 @@ class Router:
             if pw and hw and self.gdr(home, nic):
                 return pw + hw[1:], "nvlink", False          # PXN
         if w is None:
+            # a GPU on another tray of an NVLink domain: NVLink to the NIC's own GPU, which
+            # stages through its host when it has no GPUDirect path to that NIC
+            pw = self.peer_walk(gpu, home) if home and home != gpu else None
+            hw = self.host_walk(home, nic) if pw and home else None
+            if pw and hw:
+                return pw + hw[1:], "shm", True
             raise ValueError(f"no PCIe path from {gpu} to {nic}")
         cpu = self._cpu_of(gpu)
         if cpu and cpu not in w:
@@ -312,7 +320,10 @@ class Router:
             if path(self.topo, src, dst).p2p:
                 return Route((hw,), "pcie")
             cpu = self._cpu_of(src)
-            up, down = self.host_walk(src, cpu), self.host_walk(cpu, dst)
+            up = self.host_walk(src, cpu) if cpu else None
+            down = self.host_walk(cpu, dst) if cpu else None
+            if cpu is None or up is None or down is None:
+                raise ValueError(f"no path through host memory from {src} to {dst}")
             return Route((up + down[1:],), "shm", True, (cpu,))
         if a.kind == GPU and b.kind == GPU:
             ns = nic_src or self.nearest_nic(src)
@@ -328,17 +339,18 @@ class Router:
             return Route(walks, "net", s1 or s3, hosts)
         if a.kind == GPU and b.kind == NIC:
             w, t, s = self.gpu_nic_walk(src, dst)
-            return Route((w,), t, s, (self.host_of(w),) if s and self.host_of(w) else ())
+            h = self.host_of(w)
+            return Route((w,), t, s, (h,) if s and h else ())
         if a.kind == NIC and b.kind == GPU:
             w, t, s = self.gpu_nic_walk(dst, src)
-            return Route((tuple(reversed(w)),), t, s,
-                         (self.host_of(w),) if s and self.host_of(w) else ())
+            h = self.host_of(w)
+            return Route((tuple(reversed(w)),), t, s, (h,) if s and h else ())
         # anything else (GPU <-> NVSwitch for NVLS, NIC <-> switch...): shortest usable walk
         par = _bfs(self.topo, src, lambda ln: ln.kind not in ("sli", "crossfire"),
                    lambda d: devs[d].kind in (PCIE_SWITCH, CPU, NVSWITCH, NET_SWITCH))
-        w = _walk(par, dst)
-        if w is None:
+        walk = _walk(par, dst)
+        if walk is None:
             raise ValueError(f"no path from {src} to {dst}")
-        kinds = {self.topo.link(x, y).kind for x, y in pairwise(w)}
+        kinds = {self.topo.hop(x, y).kind for x, y in pairwise(walk)}
         t = "net" if "net" in kinds else "pcie" if kinds & set(HOST_LINKS) else "nvlink"
-        return Route((w,), t)
+        return Route((walk,), t)

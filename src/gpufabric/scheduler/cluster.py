@@ -31,10 +31,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from gpufabric.errors import InputError, unknown_name
+from gpufabric.errors import InputError, closest_name, unknown_name
 from gpufabric.scheduler import nodetopo
 from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
 
@@ -55,7 +56,7 @@ ROUTES = {
 #: Source: Google Cloud TPU documentation, "System architecture" pages for v4, v5e, v5p and v6e
 #: (chips per host and HBM per chip; host CPU/memory are those of the TPU VM machine types,
 #: rounded).
-TPU_SLICES = {
+TPU_SLICES: dict[str, dict[str, Any]] = {
     "tpu-v4-8": dict(chips=4, model="TPU-v4", hbm_GiB=32, cpu=240, mem_GiB=400),
     "tpu-v4-16": dict(chips=8, model="TPU-v4", hbm_GiB=32, cpu=480, mem_GiB=800),
     "tpu-v4-32": dict(chips=16, model="TPU-v4", hbm_GiB=32, cpu=960, mem_GiB=1600),
@@ -194,6 +195,8 @@ def _read_node_csv(path: Path) -> Cluster:
     return Cluster.from_rows(out, str(path))
 
 
+#: GPU models of the openb node lists (nodetopo wires each; other GPUs: a preset or spec).
+OPENB_MODELS = ("A10", "G1", "G2", "G3", "P100", "T4", "V100M16", "V100M32")
 _GPU_NODE = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*?)x(\d+)$")
 
 
@@ -205,11 +208,23 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
     m = re.fullmatch(r"cpu(?:-(\d+))?", name)
     if m:
         cores = int(m.group(1) or 64)
+        if cores < 1:
+            raise InputError(f"node type '{name}': 0 cores; allowed: cpu or cpu-<cores>, "
+                             "cores >= 1", file=spec, field="NODES")
         return [(f"cpu-{start + k:04d}", cores * 1000, cores * 4096, 0, "", "cpu")
                 for k in range(count)], None
     m = _GPU_NODE.match(name)
-    if m and int(m.group(2)) > 0:
+    if m:
         model, n = m.group(1), int(m.group(2))
+        if model not in OPENB_MODELS:
+            close = closest_name(model, OPENB_MODELS)
+            raise InputError(f"node type '{name}': unknown GPU model '{model}'"
+                             + (f"; did you mean '{close}'?" if close else "")
+                             + f" (allowed: {', '.join(OPENB_MODELS)}; other GPUs: a preset "
+                             "or a spec, e.g. 'hgx-h100*2')", file=spec, field="NODES")
+        if n < 1:
+            raise InputError(f"node type '{name}': 0 GPUs; allowed: <MODEL>x<N>, N >= 1 "
+                             "(a node without GPUs: cpu)", file=spec, field="NODES")
         return [(f"{name}-{start + k:04d}", 12000 * n, 65536 * n, n, model, "gpu")
                 for k in range(count)], None
     from gpufabric.topology import presets
@@ -252,15 +267,20 @@ def load_nodes(nodes: str) -> Cluster:
     presets_of: dict[int, str] = {}
     for part in nodes.split("+"):
         part = part.strip()
-        m = re.fullmatch(r"(.+?)\*(\d+)", part) or re.fullmatch(r"(\d+)x(.+)", part)
-        if m and m.re.pattern.startswith("(\\d"):
-            count, name = int(m.group(1)), m.group(2)
+        m = re.fullmatch(r"(\d+)x(.+)", part)
+        if "*" in part:
+            name, _, count_text = part.rpartition("*")
         elif m:
-            name, count = m.group(1), int(m.group(2))
+            count_text, name = m.group(1), m.group(2)
         else:
-            name, count = part, 1
-        if not name or count < 1:
-            raise InputError(f"bad pool '{part}'; write NAME*COUNT", file=nodes, field="NODES")
+            name, count_text = part, "1"
+        if not name:
+            raise InputError(f"pool '{part}' names no node type; write NAME*COUNT", file=nodes,
+                             field="NODES")
+        if not re.fullmatch(r"\d+", count_text.strip()) or int(count_text) < 1:
+            raise InputError(f"pool '{part}': count {count_text!r}; allowed: a whole number "
+                             ">= 1", file=nodes, field="NODES")
+        count = int(count_text)
         new, preset = _pool_rows(name, count, len(rows), nodes)
         if preset:
             for k in range(len(new)):

@@ -279,6 +279,11 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     header, rows = read_csv(path, REQUIRED_COLUMNS, OPENB_COLUMNS + EXTRA_COLUMNS)
     col = {h: i for i, h in enumerate(header)}
     g = col.get
+
+    def cell(r: list[str], name: str) -> str:
+        """The stripped value of an optional column ("" when the file has no such column)."""
+        i = col.get(name)
+        return r[i].strip() if i is not None and i < len(r) else ""
     n = len(rows)
     cpu = np.zeros(n, np.int64)
     mem = np.zeros(n, np.int64)
@@ -292,7 +297,7 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     dur = np.zeros(n)
     ckpt = np.zeros(n)
     specs: list[tuple[str, ...]] = [()]
-    spec_index = {(): 0}
+    spec_index: dict[tuple[str, ...], int] = {(): 0}
     names, qos = [], []
     p = str(path)
     for k, r in enumerate(rows):
@@ -304,19 +309,19 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
         gm = _num(r, g("gpu_milli"), "gpu_milli", line, path)
         gmilli[k] = gm if ngpu[k] else 0
         _check_request(int(ngpu[k]), int(gm), p, f"line {line}")
-        st = r[g("gpu_spec")].strip() if g("gpu_spec") is not None else ""
+        st = cell(r, "gpu_spec")
         t = tuple(sorted(s.strip() for s in st.split("|") if s.strip()))
         if t not in spec_index:
             spec_index[t] = len(specs)
             specs.append(t)
         spec[k] = spec_index[t]
-        q = r[g("qos")].strip() if g("qos") is not None else ""
+        q = cell(r, "qos")
         qos.append(q)
-        if g("priority") is not None and r[g("priority")].strip():
+        if cell(r, "priority"):
             prio[k] = _num(r, g("priority"), "priority", line, path, minimum=-10**9)
         else:
             prio[k] = QOS_PRIORITY.get(q, 0)
-        kd = r[g("kind")].strip() if g("kind") is not None else ""
+        kd = cell(r, "kind")
         if kd:
             if kd not in KINDS:
                 raise unknown_name("job kind", kd, KINDS, file=p, field=f"line {line}.kind")
@@ -328,7 +333,7 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
         d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float)
         s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float)
         create[k] = c
-        if g("duration_s") is not None and r[g("duration_s")].strip():
+        if cell(r, "duration_s"):
             dur[k] = _num(r, g("duration_s"), "duration_s", line, path, cast=float)
         else:
             dur[k] = max(0.0, d - max(s, c))

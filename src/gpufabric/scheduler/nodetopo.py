@@ -52,7 +52,7 @@ def node_spec(model: str, gpus: int) -> dict:
     Examples
     --------
     >>> node_spec("T4", 2)["host"]
-    {'cpu': 'Xeon-Gold-6226R', 'sockets': 2}
+    {'cpu': 'Xeon-Gold-6226R', 'sockets': 2, 'pcie_switches': 0}
     """
     up = model.upper()
     if up.startswith("V100") and gpus in (4, 8):
@@ -205,7 +205,7 @@ def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
     """
     if k <= 1:
         return (tuple(free[:1]), np.inf, 0)
-    best = None
+    best: tuple[tuple[float, int, float], tuple[int, ...]] | None = None
     for combo in itertools.combinations(free, k):
         idx = np.array(combo)
         sub = bw[np.ix_(idx, idx)]
@@ -215,4 +215,6 @@ def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
         key = (w, -h, s)
         if best is None or key > best[0]:
             best = (key, combo)
+    if best is None:
+        raise ValueError(f"{k} GPUs asked of {len(free)} free")
     return best[1], best[0][0], -best[0][1]

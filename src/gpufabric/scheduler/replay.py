@@ -242,7 +242,7 @@ def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fif
         lower = [u for q, u in used.items() if q < prio[i]]
         if not lower:
             return False
-        free = sum(lower)  # what the lower-priority jobs hold, per node
+        free = np.sum(lower, axis=0)  # what the lower-priority jobs hold, per node
         base &= ((state.cpu_free + free[0] >= r.cpu) & (state.mem_free + free[1] >= r.mem)
                  & (state.left_total + free[2] >= r.gpu_total) & (free[2] + free[0] > 0))
         cand = np.flatnonzero(base)

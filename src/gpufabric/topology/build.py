@@ -24,11 +24,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.topology import fabric
+from gpufabric.fileio import load_yaml, parse_yaml
 from gpufabric.topology.model import (
     CPU,
     DEVICE_KINDS,
@@ -202,8 +202,16 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
             raise InputError(f"a {g0.name} NVLink domain is made of {g0.gpus_per_tray}-GPU "
                              f"compute trays; allowed: a multiple of {g0.gpus_per_tray}, got "
                              f"{s['gpus_per_node']}", file=file, field="gpus_per_node")
+        trays = s["gpus_per_node"] // g0.gpus_per_tray
         spec = {**spec, "nvlink_domain": s["gpus_per_node"]}
-        s["nodes"] *= s["gpus_per_node"] // g0.gpus_per_tray
+        # NICs and CPU sockets given for the whole domain are the trays' together
+        if isinstance(spec.get("nics_per_node"), int) and spec["nics_per_node"] % trays == 0:
+            spec["nics_per_node"] //= trays
+        host = spec.get("host")
+        if isinstance(host, dict) and isinstance(host.get("sockets"), int) \
+                and host["sockets"] % trays == 0:
+            spec["host"] = {**host, "sockets": host["sockets"] // trays}
+        s["nodes"] *= trays
         s["gpus_per_node"] = g0.gpus_per_tray
     dom = _positive_int(spec.get("nvlink_domain", s["gpus_per_node"]), "nvlink_domain", file)
     total = s["nodes"] * s["gpus_per_node"]
@@ -387,10 +395,10 @@ class _NodeBuilder:
                                  self.cpu.intersocket_GBps, 0.1,
                                  attrs={"type": self.cpu.intersocket}))
         models = s["gpu"] if isinstance(s["gpu"], list) else [s["gpu"]]
-        gpus = []
+        gpus: list[str] = []
         for i in range(s["gpus_per_node"]):
-            g = catalog.gpu(models[i % len(models)])
-            gpus.append(self.dev(f"gpu{i}", GPU, g.name, i, -1))
+            model = catalog.gpu(models[i % len(models)])
+            gpus.append(self.dev(f"gpu{i}", GPU, model.name, i, -1))
         speed = catalog.net_speed(s["nic"])
         nic_model = catalog.nic(speed.nic)
         nics = [self.dev(f"nic{i}", NIC, nic_model.name, i, -1, name=f"mlx5_{i}",
@@ -623,8 +631,9 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
         node = _int(d, "node", 0, where, file)
         idx = _int(d, "index", counters.get((node, kind), 0), where, file)
         counters[(node, kind)] = idx + 1
+        attrs = _want(d.get("attrs") or {}, dict, f"{where}.attrs", "a mapping", file)
         dev = Device(str(d["id"]), kind, model, node, idx, _int(d, "numa", -1, where, file),
-                     dict(d.get("attrs") or {}))
+                     dict(attrs))
         if dev.id in t.devices:
             raise InputError(f"duplicate device id {dev.id!r}", file=file, field=f"{where}.id")
         t.add_device(dev)
@@ -632,7 +641,7 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
         where = f"links[{i}]"
         _entry(ln, LINK_FIELDS, ("a", "b", "kind"), where, file)
         for end in ("a", "b"):
-            if ln[end] not in t.devices:
+            if not isinstance(ln[end], (str, int)) or str(ln[end]) not in t.devices:
                 raise InputError(f"no device with id {ln[end]!r}", file=file,
                                  field=f"{where}.{end}")
         kind = _choice(ln["kind"], LINK_KINDS, f"{where}.kind", file)
@@ -648,12 +657,13 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
 
 def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
                    where: str) -> Link:
-    a, b = t.devices[ln["a"]], t.devices[ln["b"]]
-    count = _int(ln, "count", 1, where, file)
-    lanes = _int(ln, "lanes", 16 if kind == "pcie" else 0, where, file)
-    gen = _int(ln, "gen", 0, where, file)
+    a, b = t.devices[str(ln["a"])], t.devices[str(ln["b"])]
+    count = _positive_int(ln.get("count", 1), f"{where}.count", file)
+    lanes = _positive_int(ln.get("lanes", 16 if kind == "pcie" else 0), f"{where}.lanes", file,
+                          minimum=1 if kind == "pcie" else 0)
+    gen = _positive_int(ln.get("gen", 0), f"{where}.gen", file, minimum=0)
     bw, lat = ln.get("bw_GBps"), ln.get("lat_us")
-    attrs = dict(ln.get("attrs") or {})
+    attrs = dict(_want(ln.get("attrs") or {}, dict, f"{where}.attrs", "a mapping", file))
     if kind == "pcie":
         gen = gen or min([_pcie_gen_of(d) for d in (a, b) if _pcie_gen_of(d)] or [4])
         pg = catalog.pcie_gen(gen, file=file, field=f"{where}.gen")
@@ -689,6 +699,17 @@ def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
     elif bw is None:  # sli / crossfire: a graphics bridge, no compute traffic
         bw = 0.0
     _want(bw, (int, float), f"{where}.bw_GBps", "a number of GB/s per direction", file)
+    graphics = kind in ("sli", "crossfire")   # a display bridge carries no compute traffic
+    if not math.isfinite(bw) or bw < 0 or (bw == 0 and not graphics):
+        given = "bw_GBps" in ln
+        raise InputError(f"got {bw!r}{'' if given else ' (from lanes and gen)'}; allowed: "
+                         f"{'0 or more' if graphics else 'a number above 0'} GB/s per direction",
+                         file=file, field=f"{where}.{'bw_GBps' if given else 'lanes'}")
+    if lat is not None:
+        _want(lat, (int, float), f"{where}.lat_us", "a number of microseconds >= 0", file)
+        if not math.isfinite(lat) or lat < 0:
+            raise InputError(f"got {lat!r}; allowed: a number of microseconds >= 0", file=file,
+                             field=f"{where}.lat_us")
     return Link(a.id, b.id, kind, float(bw), float(lat or 0.0), count, lanes, gen, attrs)
 
 
@@ -740,15 +761,17 @@ def parse_inline(text: str) -> dict[str, Any]:
         key, sep, value = part.partition("=")
         if not sep:
             raise InputError(f"expected key=value, got {part!r}", file=text)
-        try:
-            val = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise InputError(f"cannot read the value {value!r}; allowed: a number, a word, "
-                             "true/false or [a, b]", file=text, field=key.strip()) from None
+        key = key.strip()
+        val = parse_yaml(value, text) if value.strip() else None
         cur = spec
-        *parents, leaf = key.strip().split(".")
+        *parents, leaf = key.split(".")
+        if not all((*parents, leaf)):
+            raise InputError(f"expected key=value with a key like gpu or host.cpu, got {part!r}",
+                             file=text)
         for p in parents:
             cur = cur.setdefault(p, {})
+            if not isinstance(cur, dict):
+                raise InputError(f"{p} is a value, not a section of keys", file=text, field=key)
         cur[leaf] = val
     return spec
 
@@ -766,16 +789,10 @@ def load(system: str, materialize_nodes: int | None = None, first_node: int = 0)
         return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
     path = Path(system)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
                              file=system)
-        try:
-            data = yaml.load(path.read_text(), Loader=catalog.FAST_YAML)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark else None
-            raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=system,
-                             field=where) from None
+        data = load_yaml(path, what="a YAML spec or system file")
         return from_data(data, path.stem, system, materialize_nodes, first_node)
     if "=" in system:
         return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes,

@@ -19,6 +19,8 @@ from typing import Any
 
 import networkx as nx
 
+from gpufabric.errors import InputError
+
 #: Device kinds.
 GPU, CPU, PCIE_SWITCH, NVSWITCH, NIC, NET_SWITCH = (
     "gpu", "cpu", "pcie_switch", "nvswitch", "nic", "net_switch")
@@ -170,6 +172,13 @@ class Topology:
         """The link between ``a`` and ``b``, or None."""
         return self._pair_index().get(frozenset((a, b)))
 
+    def hop(self, a: str, b: str) -> Link:
+        """The link a walk crosses from ``a`` to ``b`` (KeyError if they are not linked)."""
+        ln = self.link(a, b)
+        if ln is None:
+            raise KeyError(f"no link between {a} and {b}")
+        return ln
+
     def neighbors(self, dev_id: str) -> list[tuple[str, Link]]:
         """(neighbor id, link) pairs of a device, in link order."""
         if "_adjacent" not in self.__dict__:
@@ -216,6 +225,30 @@ class Topology:
     def node_count(self) -> int:
         nodes = {d.node for d in self.devices.values() if d.node >= 0}
         return len(nodes)
+
+    def node_ids(self) -> list[int]:
+        """The servers that hold devices, in order (fabric switches belong to none)."""
+        return sorted({d.node for d in self.devices.values() if d.node >= 0})
+
+    def check_node(self, node: int, field: str = "node") -> int:
+        """``node`` if this topology has that server, else an :class:`InputError`.
+
+        Examples
+        --------
+        >>> t = Topology("one", {})
+        >>> t.add_device(Device("n0.gpu0", GPU, "H100-SXM"))
+        >>> try:
+        ...     t.check_node(3, field="--node")
+        ... except InputError as e:
+        ...     print(e)
+        --node: no node 3 in one; allowed: 0
+        """
+        ids = self.node_ids()
+        if node not in ids:
+            allowed = (f"{ids[0]} to {ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1))
+                       and len(ids) > 2 else ", ".join(map(str, ids)) or "none (no devices)")
+            raise InputError(f"no node {node} in {self.name}; allowed: {allowed}", field=field)
+        return node
 
     @cached_property
     def graph(self) -> nx.Graph:

@@ -120,6 +120,14 @@ class TopoMatrix:
 
 
 # -- parse ----------------------------------------------------------------------------------
+def _group(rx: re.Pattern[str], text: str) -> str:
+    """The first group of ``rx`` in ``text``, which the parser already matched."""
+    m = rx.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} does not match {rx.pattern}")
+    return m.group(1)
+
+
 def _clean(line: str) -> str:
     return _ANSI.sub("", line).replace("\r", "")
 
@@ -466,7 +474,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
     gpu_labels, nic_labels = m.gpus, m.nics
     dev_id: dict[int, str] = {}
     for label in gpu_labels:
-        dev_id[m.labels.index(label)] = f"gpu{_GPU.match(label).group(1)}"
+        dev_id[m.labels.index(label)] = f"gpu{_group(_GPU, label)}"
     for k, label in enumerate(nic_labels):
         dev_id[m.labels.index(label)] = f"nic{k}"
 
@@ -482,7 +490,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
         numas = [None] * len(numas)
         taken = []
     free = (k for k in range(n + len(sockets) + 1) if k not in taken)
-    numas = [v if v is not None else next(free) for v in numas]
+    socket_numa = [v if v is not None else next(free) for v in numas]
 
     cpus: list[dict[str, Any]] = []
     switches: list[dict[str, Any]] = []
@@ -502,7 +510,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
         return sid
 
     for s, members in enumerate(sockets):
-        numa = numas[s]
+        numa = socket_numa[s]
         cpu = f"cpu{numa}"
         cpus.append({"id": cpu, "kind": "cpu", "model": "", "numa": numa})
         for a in members:
@@ -530,7 +538,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
     for k, label in enumerate(gpu_labels):
         a = m.labels.index(label)
         devices.append({"id": dev_id[a], "kind": "gpu", "model": gpu_model,
-                        "index": int(_GPU.match(label).group(1)), "numa": numa_of[a],
+                        "index": int(_group(_GPU, label)), "numa": numa_of[a],
                         "attrs": {"cpu_affinity": m.cpu_affinity[k],
                                   "numa_affinity": m.numa_affinity[k],
                                   "gpu_numa_id": m.gpu_numa_id[k]}})
@@ -541,7 +549,7 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
                         "attrs": {"name": m.nic_name(label), "label": label}})
 
     gidx = [m.labels.index(ln) for ln in gpu_labels]
-    nv = {(a, b): int(_NV.match(m.paths[a][b]).group(1))
+    nv = {(a, b): int(_group(_NV, m.paths[a][b]))
           for x, a in enumerate(gidx) for b in gidx[x + 1:] if _NV.match(m.paths[a][b])}
     def nvlink(a: str, b: str, count: int) -> dict[str, Any]:
         link: dict[str, Any] = {"a": a, "b": b, "kind": "nvlink", "count": count}
@@ -580,6 +588,7 @@ def from_topology(topo: Any, node: int = 0) -> TopoMatrix:
     path_type = getattr(_paths, "path_type", None) or (
         lambda t, a, b: _paths.path(t, a, b).type)
 
+    topo.check_node(node)
     gpus = sorted(topo.gpus(node), key=lambda d: d.index)
     nics = sorted(topo.nics(node), key=lambda d: d.index)
     labels = [f"GPU{d.index}" for d in gpus]

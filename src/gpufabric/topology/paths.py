@@ -185,6 +185,7 @@ def path(t: Topology, x: str, y: str) -> Path:
 
 def endpoints(t: Topology, node: int = 0) -> list[tuple[str, str]]:
     """(label, device id) of a node's GPUs then NICs, as nvidia-smi lists them."""
+    t.check_node(node)
     gpus = sorted(t.gpus(node), key=lambda d: d.index)
     nics = sorted(t.nics(node), key=lambda d: d.index)
     return [(f"GPU{d.index}", d.id) for d in gpus] + [(f"NIC{d.index}", d.id) for d in nics]

@@ -1,0 +1,242 @@
+"""Reading and writing the user's files: every failure is one :class:`InputError` line.
+
+A file given on the command line may be missing, a directory, unreadable, binary, in another
+encoding or huge; a YAML file may nest aliases until it expands to gigabytes. Each of these
+ends here in an :class:`~gpufabric.errors.InputError` naming the file and what is allowed,
+never in a traceback, and no read takes more memory than a bounded multiple of the limit.
+
+Examples
+--------
+>>> import tempfile, os
+>>> d = tempfile.mkdtemp()
+>>> p = os.path.join(d, "box.yaml")
+>>> write_text_atomic(p, "gpu: H100-SXM\\n")
+>>> load_yaml(p)
+{'gpu': 'H100-SXM'}
+>>> try:
+...     load_yaml(d)
+... except InputError as e:
+...     print(str(e).replace(d, "DIR"))
+DIR: is a directory; expected a file
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufabric.errors import InputError
+
+#: Largest text file read (bytes). Spec, system, calibration and nvidia-smi files are a few
+#: kilobytes; traces a few megabytes.
+MAX_TEXT_BYTES = 64 * 2**20
+#: Largest YAML document, counted as values after aliases are expanded.
+MAX_YAML_VALUES = 1_000_000
+
+
+def read_text(path: str | os.PathLike[str], *, what: str = "a UTF-8 text file",
+              max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The text of a user's file, or an :class:`InputError` saying why it cannot be read.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file as the user named it (the error names it the same way).
+    what : str
+        What the file should be, for the message (``"a YAML file"``).
+    max_bytes : int
+        Files larger than this are refused before they are read.
+
+    Examples
+    --------
+    >>> try:
+    ...     read_text("no/such/file.yaml")
+    ... except InputError as e:
+    ...     print(e)
+    no/such/file.yaml: no such file
+    """
+    name = str(path)
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError("no such file", file=name) from None
+    except NotADirectoryError:
+        raise InputError("no such file (a parent is not a directory)", file=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if p.is_dir():
+        raise InputError("is a directory; expected a file", file=name)
+    if not p.is_file():
+        raise InputError(f"not a regular file; expected {what}", file=name)
+    if st.st_size > max_bytes:
+        raise InputError(f"{st.st_size} bytes; at most {max_bytes} bytes allowed for {what}",
+                         file=name)
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if len(raw) > max_bytes:
+        raise InputError(f"more than {max_bytes} bytes; at most {max_bytes} allowed for {what}",
+                         file=name)
+    return decode(raw, name, what)
+
+
+def decode(raw: bytes, name: str, what: str = "a UTF-8 text file") -> str:
+    """The text of ``raw``: UTF-8, or UTF-16 with a byte-order mark; else an InputError.
+
+    Examples
+    --------
+    >>> try:
+    ...     decode(b"gpu: \\xff", "box.yaml", "a YAML file")
+    ... except InputError as e:
+    ...     print(e)
+    box.yaml: not UTF-8 text (byte 0xff at offset 5); expected a YAML file
+    """
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):   # UTF-16 with BOM (Windows PowerShell's >)
+        try:
+            return raw.decode("utf-16").removeprefix("\ufeff")
+        except UnicodeDecodeError:
+            raise InputError(f"not valid UTF-16 text; expected {what}", file=name) from None
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"binary data (a NUL byte at offset {nul}); expected {what}", file=name)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                         f"expected {what}", file=name) from None
+    return text.removeprefix("\ufeff")
+
+
+def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> Any:
+    """Parse YAML text with the safe loader; malformed, recursive or explosive documents raise.
+
+    Examples
+    --------
+    >>> parse_yaml("a: [1, 2]", "x.yaml")
+    {'a': [1, 2]}
+    >>> try:
+    ...     parse_yaml("a: &x [1, *x]", "x.yaml")
+    ... except InputError as e:
+    ...     print(e)
+    x.yaml: a YAML alias refers to a value that contains it; allowed: aliases of finished values
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"not valid YAML: {problem}", file=name,
+                         field=f"line {mark.line + 1}" if mark else None) from None
+    except RecursionError:
+        raise InputError("not valid YAML: nested too deeply", file=name) from None
+    _check_size(data, name, max_values)
+    return data
+
+
+def _check_size(data: Any, name: str, max_values: int) -> None:
+    """Refuse self-containing aliases and documents whose aliases expand past ``max_values``."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(v: Any, depth: int) -> int:
+        if not isinstance(v, (list, dict)):
+            return 1
+        key = id(v)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise InputError("a YAML alias refers to a value that contains it; allowed: "
+                             "aliases of finished values", file=name)
+        if depth > 100:
+            raise InputError("nested more than 100 levels deep", file=name)
+        open_.add(key)
+        items = list(v.keys()) + list(v.values()) if isinstance(v, dict) else v
+        n = 1
+        for item in items:
+            n += size(item, depth + 1)
+            if n > max_values:
+                raise InputError(f"expands to more than {max_values} values (YAML aliases?); "
+                                 "allowed: smaller documents", file=name)
+        open_.discard(key)
+        sizes[key] = n
+        return n
+
+    size(data, 0)
+
+
+def load_yaml(path: str | os.PathLike[str], *, what: str = "a YAML file") -> Any:
+    """Read and parse a user's YAML file; every failure is an :class:`InputError`."""
+    name = str(path)
+    return parse_yaml(read_text(path, what=what), name)
+
+
+def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> Path:
+    """Check that ``path`` can be written as a file (before long work); returns its directory.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_output(".", field="--output")
+    ... except InputError as e:
+    ...     print(e)
+    .: --output: is a directory; give a file name
+    """
+    name = str(path)
+    p = Path(path)
+    parent = p.parent
+    if p.is_dir():
+        raise InputError("is a directory; give a file name", file=name, field=field)
+    if not parent.exists():
+        raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
+                         field=field)
+    if not parent.is_dir():
+        raise InputError(f"'{parent}' is not a directory", file=name, field=field)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write in '{parent}': permission denied", file=name,
+                         field=field)
+    return parent
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, *,
+                      field: str | None = None) -> None:
+    """Write ``text`` to ``path`` all at once: nothing half-written on failure.
+
+    The directory must exist (a typo in it is not silently created); ``path`` must not be a
+    directory. The file gets the permissions the umask gives an ordinary file.
+
+    Examples
+    --------
+    >>> try:
+    ...     write_text_atomic("no/such/dir/report.html", "x", field="--output")
+    ... except InputError as e:
+    ...     print(e)
+    no/such/dir/report.html: --output: directory 'no/such/dir' does not exist; create it first
+    """
+    name = str(path)
+    p = Path(path)
+    parent = check_output(p, field=field)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.")
+    except OSError as exc:
+        raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
+                         field=field) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
+        os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

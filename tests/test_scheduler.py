@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -184,7 +185,7 @@ def test_widest_path_prefers_nvlink_and_never_routes_through_a_gpu():
     t.add_device(Device("n0.cpu0", CPU))
     t.add_device(Device("n0.sw0", PCIE_SWITCH))
     for i in range(3):
-        t.add_device(Device(f"n0.gpu{i}", GPU, "X", index=i))
+        t.add_device(Device(f"n0.gpu{i}", GPU, "T4", index=i))
         t.add_link(Link("n0.sw0", f"n0.gpu{i}", "pcie", 16.0))
     t.add_link(Link("n0.cpu0", "n0.sw0", "pcie", 16.0))
     t.add_link(Link("n0.gpu0", "n0.gpu1", "nvlink", 50.0))
@@ -240,7 +241,7 @@ def test_arrival_on_the_real_trace_reproduces_the_paper_ordering():
     got = {p: run_arrival(c, js, p, seed=42) for p in ("random", "best-fit", "fgd")}
     for r in got.values():
         assert len(r.allocation_pct) == 131 and r.allocation_pct[0] == 0.0
-        assert all(a <= b + 1e-9 for a, b in zip(r.allocation_pct, r.allocation_pct[1:]))
+        assert all(a <= b + 1e-9 for a, b in pairwise(r.allocation_pct))
         assert r.pods == r.scheduled + r.skipped
     at100 = {p: r.allocation_pct[100] for p, r in got.items()}
     # fixed seed, exact values (a change here changes the published figures)

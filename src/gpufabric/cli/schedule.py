@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 
 import typer
@@ -71,8 +72,13 @@ def schedule(
     REGISTRY.get("routing", routing)
     if runs is None:
         runs = 10 if mode == "arrival" else 1
-    if runs < 1:
-        raise InputError("must be at least 1", field="--runs")
+    if not 1 <= runs <= 1000:
+        raise InputError(f"{runs} runs; allowed 1..1000", field="--runs")
+    if seed < 0:
+        raise InputError(f"{seed} is negative; seeds are 0 or more", field="--seed")
+    if not 0 < load < math.inf:
+        raise InputError(f"{load:g}; must be a positive number (arrival times are divided "
+                         "by it)", field="--load")
     if mode == "arrival" and failures:
         raise InputError("failures apply to replay only", field="--failures")
     if not 0 < ratio <= 10:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,14 @@ from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
 POOLS = ("gpu", "tpu", "cpu")
 NODE_LISTS = ("gpu_node", "all_node")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+#: Most nodes one cluster may have: 65x the openb cluster and well beyond the 5,000 nodes
+#: Kubernetes supports in one cluster ("Considerations for large clusters"); a larger count is
+#: taken as a typo rather than built.
+MAX_NODES = 100_000
+#: Most accelerators per node and cores per CPU node in a synthetic pool (the largest openb node
+#: has 8 GPUs and 128 cores; an NVL72 rack is 72 GPUs).
+MAX_GPUS = 128
+MAX_CORES = 1024
 
 #: Job kind -> pools it may run in, in order of preference. A pool the cluster lacks is
 #: skipped; if the cluster has none of a kind's pools, the job may use any node.
@@ -55,7 +64,7 @@ ROUTES = {
 #: Source: Google Cloud TPU documentation, "System architecture" pages for v4, v5e, v5p and v6e
 #: (chips per host and HBM per chip; host CPU/memory are those of the TPU VM machine types,
 #: rounded).
-TPU_SLICES = {
+TPU_SLICES: dict[str, dict[str, Any]] = {
     "tpu-v4-8": dict(chips=4, model="TPU-v4", hbm_GiB=32, cpu=240, mem_GiB=400),
     "tpu-v4-16": dict(chips=8, model="TPU-v4", hbm_GiB=32, cpu=480, mem_GiB=800),
     "tpu-v4-32": dict(chips=16, model="TPU-v4", hbm_GiB=32, cpu=960, mem_GiB=1600),
@@ -175,8 +184,10 @@ def _read_node_csv(path: Path) -> Cluster:
             except ValueError:
                 raise InputError(f"'{t}' is not an integer", file=str(path),
                                  field=f"line {line}.{c}") from None
-            if v < 0:
-                raise InputError(f"{v} is below 0", file=str(path), field=f"line {line}.{c}")
+            top = MAX_GPUS if c == "gpu" else 10**15
+            if not 0 <= v <= top:
+                raise InputError(f"{v} is outside 0..{top}", file=str(path),
+                                 field=f"line {line}.{c}")
             vals.append(v)
         model = r[col["model"]].strip()
         if vals[2] and not model:
@@ -205,17 +216,31 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
     m = re.fullmatch(r"cpu(?:-(\d+))?", name)
     if m:
         cores = int(m.group(1) or 64)
+        if not 1 <= cores <= MAX_CORES:
+            raise InputError(f"pool '{name}': {cores} cores; a CPU node has 1..{MAX_CORES}",
+                             file=spec, field="NODES")
         return [(f"cpu-{start + k:04d}", cores * 1000, cores * 4096, 0, "", "cpu")
                 for k in range(count)], None
     m = _GPU_NODE.match(name)
-    if m and int(m.group(2)) > 0:
+    if m:
         model, n = m.group(1), int(m.group(2))
+        if model not in nodetopo.OPENB_MODELS:
+            e = unknown_name("GPU model", model, nodetopo.OPENB_MODELS)
+            raise InputError(f"pool '{name}': {e.message}; any other GPU as an inline spec "
+                             "such as gpu=H100-SXM,gpus_per_node=8", file=spec, field="NODES")
+        if not 1 <= n <= MAX_GPUS:
+            raise InputError(f"pool '{name}': {n} GPUs; a node has 1..{MAX_GPUS}", file=spec,
+                             field="NODES")
         return [(f"{name}-{start + k:04d}", 12000 * n, 65536 * n, n, model, "gpu")
                 for k in range(count)], None
     from gpufabric.topology import presets
     known = presets.names()
     if name in known or "=" in name or name.lower().endswith((".yaml", ".yml")):
         topo = _system(name)
+        if topo.meta.get("nodes", 1) > 1:
+            raise InputError(f"pool '{name}' describes {topo.meta['nodes']} nodes; a pool is "
+                             "one node type, its node count goes after '*' (NAME*COUNT)",
+                             file=spec, field="NODES")
         g = topo.gpus()
         per = len([d for d in g if d.node == g[0].node]) if g else 0
         model = g[0].model if g else ""
@@ -225,6 +250,26 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
     raise unknown_name("node type", name,
                        list(TPU_SLICES) + ["cpu", "cpu-<cores>", "<MODEL>x<N>"] + known,
                        file=spec, field="NODES")
+
+
+def _pool_count(part: str, spec: str) -> tuple[str, int]:
+    """``NAME*COUNT``, ``COUNTxNAME`` or ``NAME`` -> (NAME, COUNT), COUNT checked."""
+    if "*" in part:
+        name, _, count = part.rpartition("*")
+    else:
+        m = re.fullmatch(r"(\d+)x(.+)", part)
+        name, count = (m.group(2), m.group(1)) if m else (part, "1")
+    name, count = name.strip(), count.strip()
+    if not name:
+        raise InputError(f"pool '{part}' names no node type; write NAME*COUNT", file=spec,
+                         field="NODES")
+    if not count.isdigit():
+        raise InputError(f"pool '{part}': count '{count}' is not a whole number; write "
+                         "NAME*COUNT with COUNT 1 or more", file=spec, field="NODES")
+    if int(count) < 1:
+        raise InputError(f"pool '{part}': count {int(count)} must be 1 or more", file=spec,
+                         field="NODES")
+    return name, int(count)
 
 
 def _system(name: str):
@@ -251,16 +296,10 @@ def load_nodes(nodes: str) -> Cluster:
     rows: list = []
     presets_of: dict[int, str] = {}
     for part in nodes.split("+"):
-        part = part.strip()
-        m = re.fullmatch(r"(.+?)\*(\d+)", part) or re.fullmatch(r"(\d+)x(.+)", part)
-        if m and m.re.pattern.startswith("(\\d"):
-            count, name = int(m.group(1)), m.group(2)
-        elif m:
-            name, count = m.group(1), int(m.group(2))
-        else:
-            name, count = part, 1
-        if not name or count < 1:
-            raise InputError(f"bad pool '{part}'; write NAME*COUNT", file=nodes, field="NODES")
+        name, count = _pool_count(part.strip(), nodes)
+        if len(rows) + count > MAX_NODES:
+            raise InputError(f"{len(rows) + count:,} nodes; at most {MAX_NODES:,} in one "
+                             "cluster", file=nodes, field="NODES")
         new, preset = _pool_rows(name, count, len(rows), nodes)
         if preset:
             for k in range(len(new)):

@@ -20,7 +20,7 @@ class BaseMasks:
         self.cluster = cluster
         self.jobs = jobs
         self.route = REGISTRY.get("routing", routing)
-        self._cache: dict[tuple, np.ndarray] = {}
+        self._cache: dict[tuple, list[np.ndarray]] = {}
         self._spec = jobs.spec.tolist()
         self._kind = jobs.kind.tolist()
         self._gpu = (jobs.num_gpu > 0).tolist()

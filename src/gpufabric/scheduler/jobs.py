@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -47,6 +48,8 @@ OPENB_COLUMNS = REQUIRED_COLUMNS + ("gpu_spec", "qos", "pod_phase", "creation_ti
 EXTRA_COLUMNS = ("kind", "priority", "gang", "checkpoint_s", "duration_s")
 
 MILLI = 1000
+#: Largest number a trace field may hold (keeps every column inside int64).
+MAX_VALUE = 1e15
 
 
 @dataclass(frozen=True)
@@ -255,9 +258,12 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
     text = row[col].strip()
     try:
         v = cast(float(text)) if cast is int and "." in text else cast(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InputError(f"'{text}' is not a number", file=str(path),
                          field=f"line {line}.{name}") from None
+    if not math.isfinite(v) or abs(v) > MAX_VALUE:
+        raise InputError(f"'{text}' is not a finite number below {MAX_VALUE:.0e}",
+                         file=str(path), field=f"line {line}.{name}")
     if v < minimum:
         raise InputError(f"{v} is below {minimum}", file=str(path), field=f"line {line}.{name}")
     return v
@@ -277,6 +283,9 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     """
     path = resolve_trace(str(trace))
     header, rows = read_csv(path, REQUIRED_COLUMNS, OPENB_COLUMNS + EXTRA_COLUMNS)
+    if not rows:
+        raise InputError("no pods under the header; a trace needs at least one row",
+                         file=str(path))
     col = {h: i for i, h in enumerate(header)}
     g = col.get
     n = len(rows)
@@ -292,31 +301,40 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     dur = np.zeros(n)
     ckpt = np.zeros(n)
     specs: list[tuple[str, ...]] = [()]
-    spec_index = {(): 0}
-    names, qos = [], []
+    spec_index: dict[tuple[str, ...], int] = {(): 0}
+    names: list[str] = []
+    qos: list[str] = []
     p = str(path)
+
+    def cell(r: list[str], name: str) -> str:
+        i = col.get(name)
+        return r[i].strip() if i is not None else ""
+
     for k, r in enumerate(rows):
         line = k + 2
-        names.append(r[col["name"]].strip() if col["name"] < len(r) else f"job{k}")
+        if len(r) < len(header):
+            raise InputError(f"row has {len(r)} fields, the header {len(header)}",
+                             file=p, field=f"line {line}")
+        names.append(cell(r, "name"))
         cpu[k] = _num(r, g("cpu_milli"), "cpu_milli", line, path)
         mem[k] = _num(r, g("memory_mib"), "memory_mib", line, path)
         ngpu[k] = _num(r, g("num_gpu"), "num_gpu", line, path)
         gm = _num(r, g("gpu_milli"), "gpu_milli", line, path)
         gmilli[k] = gm if ngpu[k] else 0
         _check_request(int(ngpu[k]), int(gm), p, f"line {line}")
-        st = r[g("gpu_spec")].strip() if g("gpu_spec") is not None else ""
+        st = cell(r, "gpu_spec")
         t = tuple(sorted(s.strip() for s in st.split("|") if s.strip()))
         if t not in spec_index:
             spec_index[t] = len(specs)
             specs.append(t)
         spec[k] = spec_index[t]
-        q = r[g("qos")].strip() if g("qos") is not None else ""
+        q = cell(r, "qos")
         qos.append(q)
-        if g("priority") is not None and r[g("priority")].strip():
+        if cell(r, "priority"):
             prio[k] = _num(r, g("priority"), "priority", line, path, minimum=-10**9)
         else:
             prio[k] = QOS_PRIORITY.get(q, 0)
-        kd = r[g("kind")].strip() if g("kind") is not None else ""
+        kd = cell(r, "kind")
         if kd:
             if kd not in KINDS:
                 raise unknown_name("job kind", kd, KINDS, file=p, field=f"line {line}.kind")
@@ -326,9 +344,12 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
         gang[k] = _num(r, g("gang"), "gang", line, path, default=1, minimum=1)
         c = _num(r, g("creation_time"), "creation_time", line, path, cast=float)
         d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float)
+        if d < c:
+            raise InputError(f"{d:g} is before creation_time {c:g}; a pod is deleted after "
+                             "it is created", file=p, field=f"line {line}.deletion_time")
         s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float)
         create[k] = c
-        if g("duration_s") is not None and r[g("duration_s")].strip():
+        if cell(r, "duration_s"):
             dur[k] = _num(r, g("duration_s"), "duration_s", line, path, cast=float)
         else:
             dur[k] = max(0.0, d - max(s, c))

@@ -15,7 +15,7 @@ Examples
 --------
 >>> from gpufabric.scheduler.cluster import load_nodes
 >>> from gpufabric.scheduler.jobs import load_jobs
->>> r = run_arrival(load_nodes("gpu_node"), load_jobs("default"), "best-fit", seed=42)
+>>> r = run_arrival(load_nodes("synthetic-openb"), load_jobs("synthetic-openb"), "best-fit")
 >>> len(r.allocation_pct), r.allocation_pct[0]
 (131, 0.0)
 """
@@ -77,7 +77,7 @@ def scale_to_capacity(jobs: JobSet, capacity_milli: int, ratio: float,
     Examples
     --------
     >>> from gpufabric.scheduler.jobs import load_jobs
-    >>> js = load_jobs("default")
+    >>> js = load_jobs("synthetic-openb")
     >>> idx = scale_to_capacity(js, 6212000, 1.3, np.random.default_rng(42))
     >>> int(js.gpu_request[idx].sum()) <= 1.3 * 6212000, len(idx) > len(js)
     (True, True)

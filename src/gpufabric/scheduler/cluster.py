@@ -6,7 +6,9 @@ node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
 
 ``NODES`` in the CLI is one of
 
-- ``gpu_node`` / ``all_node``: the bundled openb node lists (1,213 GPU nodes; plus 310 CPU nodes);
+- ``gpu_node`` / ``all_node``: the openb node lists (1,213 GPU nodes; plus 310 CPU nodes), found
+  as :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` their node configurations
+  without the files;
 - a path to a CSV with the openb node columns ``sn,cpu_milli,memory_mib,gpu,model``
   (an optional ``pool`` column: ``gpu``, ``tpu`` or ``cpu``);
 - a synthetic spec: pools joined by ``+``, each ``NAME*COUNT`` (or ``COUNTxNAME``), where NAME is
@@ -18,7 +20,7 @@ node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
 
 Examples
 --------
->>> c = load_nodes("gpu_node")
+>>> c = load_nodes("synthetic-openb")
 >>> len(c), int(c.num_gpu.sum())
 (1213, 6212)
 >>> c = load_nodes("V100M32x8*2+tpu-v4-8*1+cpu*3")
@@ -28,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,8 +281,12 @@ def _system(name: str):
     return load(name)
 
 
-def load_nodes(nodes: str) -> Cluster:
+def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster:
     """A cluster from a node-list name, a CSV path or a synthetic spec (see the module doc).
+
+    ``gpu_node`` and ``all_node`` are looked up in ``data_dir``, then as
+    :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` (or ``synthetic-openb:all_node``)
+    are their node configurations without the files (:mod:`gpufabric.scheduler.synthetic`).
 
     Raises
     ------
@@ -287,8 +294,14 @@ def load_nodes(nodes: str) -> Cluster:
         Unknown name, missing file, a CSV without the openb node columns.
     """
     if nodes in NODE_LISTS:
-        return _read_node_csv(bundled_path("node_list", nodes))
+        return _read_node_csv(bundled_path("node_list", nodes, data_dir))
+    if nodes in ("synthetic-openb", "synthetic-openb:gpu_node", "synthetic-openb:all_node"):
+        from gpufabric.scheduler.synthetic import synthetic_nodes
+        return synthetic_nodes(nodes.partition(":")[2] or "gpu_node")
     p = Path(nodes)
+    if p.is_dir():
+        raise InputError("is a directory; expected a CSV file with the openb node columns",
+                         file=nodes)
     if p.suffix.lower() == ".csv" or p.is_file():
         if not p.is_file():
             raise InputError("no such file", file=nodes)

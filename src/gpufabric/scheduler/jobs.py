@@ -10,11 +10,11 @@ For speed the simulators work on a :class:`JobSet`: the same fields as numpy col
 
 Examples
 --------
->>> js = load_jobs("default")
+>>> js = load_jobs("synthetic-openb")   # or "default": the openb trace, where you have it
 >>> len(js), int(js.num_gpu.max())
 (8152, 8)
 >>> js.job(1).gpu_milli, js.job(1).kind
-(460, 'training')
+(1000, 'training')
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import csv
 import math
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -210,22 +209,28 @@ def _check_request(num_gpu: int, gpu_milli: int, file: str | None, where: str) -
                          field=f"{where}.gpu_milli")
 
 
-def bundled_path(kind: str, short: str) -> Path:
-    """Path of a bundled openb CSV (``kind`` is ``pod_list`` or ``node_list``)."""
-    return Path(str(resources.files("gpufabric.scheduler") / "data" / "openb"
-                    / f"openb_{kind}_{short}.csv"))
+def bundled_path(kind: str, short: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """Path of an openb CSV (``kind`` is ``pod_list`` or ``node_list``), found as
+    :func:`gpufabric.scheduler.datasets.find` looks (``--data-dir``, ``GPUFABRIC_DATA_DIR``, the
+    cache); :class:`~gpufabric.scheduler.datasets.DataMissing` says how to get it if absent."""
+    from gpufabric.scheduler import datasets as data
+    what = f"openb {'trace' if kind == 'pod_list' else 'node list'} '{short}'"
+    return data.require(f"openb_{kind}_{short}.csv", what, data_dir)
 
 
-def resolve_trace(trace: str) -> Path:
+def resolve_trace(trace: str, data_dir: str | os.PathLike | None = None) -> Path:
     """A short trace name or a CSV path -> the CSV path (InputError if neither)."""
     if trace in TRACES:
-        return bundled_path("pod_list", trace)
+        return bundled_path("pod_list", trace, data_dir)
     p = Path(trace)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise InputError("is a directory; expected a CSV file with the openb pod columns",
+                         file=trace)
     if p.suffix.lower() == ".csv" or os.sep in trace:
         raise InputError("no such file", file=trace)
-    raise unknown_name("trace", trace, TRACES, field="TRACE")
+    raise unknown_name("trace", trace, TRACES + ("synthetic-openb",), field="TRACE")
 
 
 def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
@@ -269,8 +274,12 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
     return v
 
 
-def load_jobs(trace: str | os.PathLike) -> JobSet:
+def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> JobSet:
     """Read a pod list with the openb columns (a short name or a path).
+
+    A short name (:data:`TRACES`) is looked up in ``data_dir``, then as
+    :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` is the synthetic openb-like
+    workload of :mod:`gpufabric.scheduler.synthetic`.
 
     Jobs get kind ``service`` when they ask no GPU and ``training`` otherwise, unless a ``kind``
     column says; priority comes from ``qos`` (:data:`QOS_PRIORITY`) unless a ``priority`` column
@@ -281,7 +290,10 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     InputError
         The file is missing, lacks an openb column, or has a value that is not a number.
     """
-    path = resolve_trace(str(trace))
+    if str(trace) == "synthetic-openb":
+        from gpufabric.scheduler.synthetic import synthetic_jobs
+        return synthetic_jobs()
+    path = resolve_trace(str(trace), data_dir)
     header, rows = read_csv(path, REQUIRED_COLUMNS, OPENB_COLUMNS + EXTRA_COLUMNS)
     if not rows:
         raise InputError("no pods under the header; a trace needs at least one row",

@@ -59,7 +59,7 @@ def node_spec(model: str, gpus: int) -> dict:
     Examples
     --------
     >>> node_spec("T4", 2)["host"]
-    {'cpu': 'Xeon-Gold-6226R', 'sockets': 2}
+    {'cpu': 'Xeon-Gold-6226R', 'sockets': 2, 'pcie_switches': 0}
     """
     up = model.upper()
     if up.startswith("V100") and gpus in (4, 8):

@@ -8,6 +8,11 @@ Usage::
 
     python benchmarks/bench_scheduler.py                 # all traces, random/best-fit/fgd
     python benchmarks/bench_scheduler.py --traces default --policies all --runs 3
+    python benchmarks/bench_scheduler.py --data-dir ../shared/traces/openb
+
+The openb files are found as ``gpufabric schedule`` finds them: ``--data-dir``, then
+``$GPUFABRIC_DATA_DIR``, then the cache ``gpufabric data fetch openb`` fills; without them the
+benchmark stops and says how to get them (the synthetic stand-in is no benchmark of the paper).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 
 import numpy as np
 
+from gpufabric.errors import InputError
 from gpufabric.scheduler import REGISTRY, load_jobs, load_nodes
 from gpufabric.scheduler.arrival import run_arrivals
 from gpufabric.scheduler.replay import run_replay
@@ -39,10 +45,14 @@ def main() -> None:
     ap.add_argument("--traces", default="default,cpu050,gpushare40,multigpu20,gpuspec10")
     ap.add_argument("--policies", default="random,best-fit,fgd")
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--data-dir", default=None, help="directory with the openb CSV files")
     args = ap.parse_args()
     policies = (REGISTRY.names("placement") if args.policies == "all"
                 else args.policies.split(","))
-    cluster = load_nodes("gpu_node")
+    try:
+        cluster = load_nodes("gpu_node", args.data_dir)
+    except InputError as exc:
+        raise SystemExit(f"bench_scheduler: {exc}") from None
     seeds = list(range(42, 42 + args.runs))
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}, numpy {np.__version__}")
@@ -51,7 +61,7 @@ def main() -> None:
     print(f"{'trace':<11} {'policy':<12} {'@100%':>7} {'paper':>7} {'diff':>6} {'@130%':>7} "
           f"{'s/run':>6}")
     for trace in args.traces.split(","):
-        jobs = load_jobs(trace)
+        jobs = load_jobs(trace, args.data_dir)
         for p in policies:
             r = run_arrivals(cluster, jobs, p, seeds)
             paper = PAPER.get(trace, {}).get(p)
@@ -60,7 +70,7 @@ def main() -> None:
             sec = float(np.mean([x.time_s for x in r.runs]))
             print(f"{trace:<11} {p:<12} {r.at(100):7.2f} {ps} {ds} {r.at(130):7.2f} {sec:6.2f}",
                   flush=True)
-    jobs = load_jobs("default")
+    jobs = load_jobs("default", args.data_dir)
     for p in ("best-fit", "fgd"):
         t0 = time.perf_counter()
         r = run_replay(cluster, jobs, p)

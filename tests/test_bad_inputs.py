@@ -132,24 +132,7 @@ def test_node_out_of_range(cli, command):
         "--node: no node -1 in hgx-h100-4node-ndr; allowed: 0 to 3")
 
 
-@pytest.mark.parametrize("pool, message", [
-    ("FOOx8*2", "node type 'FOOx8': unknown GPU model 'FOO' (allowed: A10, G1, G2, G3, P100, "
-                "T4, V100M16, V100M32; other GPUs: a preset or a spec, e.g. 'hgx-h100*2')"),
-    ("v100m32x8", "node type 'v100m32x8': unknown GPU model 'v100m32'; did you mean 'V100M32'? "
-                  "(allowed: A10, G1, G2, G3, P100, T4, V100M16, V100M32; other GPUs: a preset "
-                  "or a spec, e.g. 'hgx-h100*2')"),
-    ("V100M32x8*abc", "pool 'V100M32x8*abc': count 'abc'; allowed: a whole number >= 1"),
-    ("T4x2*-1", "pool 'T4x2*-1': count '-1'; allowed: a whole number >= 1"),
-    ("cpu*0", "pool 'cpu*0': count '0'; allowed: a whole number >= 1"),
-    ("cpu-0*2", "node type 'cpu-0': 0 cores; allowed: cpu or cpu-<cores>, cores >= 1"),
-    ("T4x0*2", "node type 'T4x0': 0 GPUs; allowed: <MODEL>x<N>, N >= 1 (a node without GPUs: "
-               "cpu)"),
-    ("*3", "pool '*3' names no node type; write NAME*COUNT"),
-])
-def test_node_pools(pool, message):
-    with pytest.raises(InputError) as err:
-        load_nodes(pool)
-    assert str(err.value) == f"{pool}: NODES: {message}"
+# Bad node pools: tests/test_scheduler_inputs.py (the scheduler's own messages).
 
 
 def test_pools_that_are_right_still_load():

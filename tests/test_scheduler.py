@@ -1,18 +1,21 @@
 """The cluster scheduler: openb data, cluster and job models, policies, both modes, the CLI.
 
+Tests marked ``openb`` read the real trace from ../shared/traces/openb (see conftest.py).
+
 These tests double as examples of use:
 
 >>> from gpufabric.scheduler import load_jobs, load_nodes, run_arrival
->>> run = run_arrival(load_nodes("gpu_node"), load_jobs("default"), "best-fit", seed=42)
+>>> run = run_arrival(load_nodes("synthetic-openb"), load_jobs("synthetic-openb"), "best-fit",
+...                   seed=42)
 >>> len(run.allocation_pct)
 131
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -31,6 +34,7 @@ from gpufabric.topology.model import CPU, GPU, PCIE_SWITCH, Device, Link, Topolo
 
 # -- data -------------------------------------------------------------------------------------
 
+@pytest.mark.openb
 def test_bundled_openb_node_lists_match_the_readme():
     gpu = load_nodes("gpu_node")
     assert (len(gpu), int(gpu.num_gpu.sum())) == (1213, 6212)
@@ -40,6 +44,7 @@ def test_bundled_openb_node_lists_match_the_readme():
     assert int((every.num_gpu == 0).sum()) == 310
 
 
+@pytest.mark.openb
 @pytest.mark.parametrize("name,count", [("default", 8152), ("cpu050", 7439),
                                         ("gpushare40", 8152), ("multigpu20", 8324),
                                         ("gpuspec10", 8152)])
@@ -50,6 +55,7 @@ def test_every_bundled_trace_loads(name, count):
     assert share.any() and (js.num_gpu[js.gpu_milli < 1000] <= 1).all()
 
 
+@pytest.mark.openb
 def test_trace_fields_become_job_fields():
     js = load_jobs("gpuspec10")
     t4 = [js.job(i) for i in range(len(js)) if js.specs[js.spec[i]] == ("T4",)]
@@ -185,7 +191,7 @@ def test_widest_path_prefers_nvlink_and_never_routes_through_a_gpu():
     t.add_device(Device("n0.cpu0", CPU))
     t.add_device(Device("n0.sw0", PCIE_SWITCH))
     for i in range(3):
-        t.add_device(Device(f"n0.gpu{i}", GPU, "X", index=i))
+        t.add_device(Device(f"n0.gpu{i}", GPU, "T4", index=i))
         t.add_link(Link("n0.sw0", f"n0.gpu{i}", "pcie", 16.0))
     t.add_link(Link("n0.cpu0", "n0.sw0", "pcie", 16.0))
     t.add_link(Link("n0.gpu0", "n0.gpu1", "nvlink", 50.0))
@@ -226,6 +232,7 @@ def test_routing_sends_each_kind_to_its_pool():
 
 # -- arrival ----------------------------------------------------------------------------------
 
+@pytest.mark.openb
 def test_scaling_reaches_but_never_exceeds_the_target():
     js = load_jobs("default")
     for seed in (1, 2):
@@ -236,12 +243,13 @@ def test_scaling_reaches_but_never_exceeds_the_target():
     assert int(js.gpu_request[idx].sum()) <= 0.5 * 6212000 < int(js.gpu_request.sum())
 
 
+@pytest.mark.openb
 def test_arrival_on_the_real_trace_reproduces_the_paper_ordering():
     c, js = load_nodes("gpu_node"), load_jobs("default")
     got = {p: run_arrival(c, js, p, seed=42) for p in ("random", "best-fit", "fgd")}
     for r in got.values():
         assert len(r.allocation_pct) == 131 and r.allocation_pct[0] == 0.0
-        assert all(a <= b + 1e-9 for a, b in itertools.pairwise(r.allocation_pct))
+        assert all(a <= b + 1e-9 for a, b in pairwise(r.allocation_pct))
         assert r.pods == r.scheduled + r.skipped
     at100 = {p: r.allocation_pct[100] for p, r in got.items()}
     # fixed seed, exact values (a change here changes the published figures)
@@ -303,6 +311,7 @@ def test_priority_queue_preempts_lower_priority_jobs():
     assert by["be"]["gpu_hours_redone"] == pytest.approx(50 * 2 / 3600, abs=1e-6)
 
 
+@pytest.mark.openb
 def test_replay_of_the_default_trace_completes_every_job():
     r = run_replay(load_nodes("gpu_node"), load_jobs("default"), "best-fit", samples=20)
     s = r.summary
@@ -325,6 +334,7 @@ def test_failure_spec_errors_are_clear():
 
 # -- CLI --------------------------------------------------------------------------------------
 
+@pytest.mark.openb
 def test_cli_arrival_json_has_131_points(cli):
     code, out, _ = cli("schedule", "default", "--nodes", "gpu_node", "--policy",
                        "best-fit", "--mode", "arrival", "--runs", "1", "--json")
@@ -356,11 +366,12 @@ def test_cli_replay_with_failures_and_policy_table(cli, tmp_path):
     (("--nodes", "cpu*4"), "--nodes: the cluster has no GPUs"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(cli, args, needle):
-    code, out, err = cli("schedule", "default", "--runs", "1", *args)
+    code, out, err = cli("schedule", "synthetic-openb", "--runs", "1", *args)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and needle in err
 
 
+@pytest.mark.openb
 def test_cli_replay_of_a_trace_without_times_exits_2(cli):
     code, _, err = cli("schedule", "multigpu20", "--mode", "replay")
     assert code == 2 and "creation_time" in err and "multigpu20" in err

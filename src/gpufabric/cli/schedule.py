@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -12,10 +14,13 @@ from rich.table import Table
 from gpufabric.cli.common import app, emit_json
 from gpufabric.errors import InputError
 
-TRACE_HELP = ("A bundled openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10) or a "
-              "CSV path with the openb columns.")
-NODES_HELP = ("gpu_node or all_node (bundled openb node lists), a CSV path with the openb node "
-              "columns, or a synthetic spec like 'V100M32x8*16+tpu-v4-8*4+cpu*32'.")
+TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10; from "
+              "--data-dir, $GPUFABRIC_DATA_DIR or `gpufabric data fetch openb`; without them "
+              "the synthetic openb-like workload), synthetic-openb, or a CSV path with the "
+              "openb columns.")
+NODES_HELP = ("gpu_node or all_node (openb node lists, found like TRACE; without them their "
+              "synthetic twins), a CSV path with the openb node columns, or a spec like "
+              "'V100M32x8*16+tpu-v4-8*4+cpu*32'.")
 
 
 def _progress(enabled: bool, total: float, label: str):
@@ -53,10 +58,13 @@ def schedule(
     ratio: float = typer.Option(1.3, "--ratio", help="arrival: GPU request to pack, as a "
                                 "multiple of capacity."),
     jobs_out: bool = typer.Option(False, "--jobs", help="replay --json: include every job."),
+    data_dir: str | None = typer.Option(None, "--data-dir", help="A directory with the openb "
+                                        "CSV files (default: $GPUFABRIC_DATA_DIR, then the "
+                                        "cache `gpufabric data fetch openb` fills)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
-    from gpufabric.scheduler import REGISTRY, load_jobs, load_nodes
+    from gpufabric.scheduler import REGISTRY
     from gpufabric.scheduler.arrival import run_arrivals
     from gpufabric.scheduler.failures import parse_duration, parse_failures
     from gpufabric.scheduler.replay import run_replay
@@ -71,14 +79,18 @@ def schedule(
     REGISTRY.get("routing", routing)
     if runs is None:
         runs = 10 if mode == "arrival" else 1
-    if runs < 1:
-        raise InputError("must be at least 1", field="--runs")
+    if not 1 <= runs <= 1000:
+        raise InputError(f"{runs} runs; allowed 1..1000", field="--runs")
+    if seed < 0:
+        raise InputError(f"{seed} is negative; seeds are 0 or more", field="--seed")
+    if not 0 < load < math.inf:
+        raise InputError(f"{load:g}; must be a positive number (arrival times are divided "
+                         "by it)", field="--load")
     if mode == "arrival" and failures:
         raise InputError("failures apply to replay only", field="--failures")
     if not 0 < ratio <= 10:
         raise InputError("must be in (0, 10]", field="--ratio")
-    cluster = load_nodes(nodes)
-    jobs = load_jobs(trace)
+    cluster, jobs, note = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
     show = not json and sys.stderr.isatty()
 
@@ -94,9 +106,9 @@ def schedule(
             emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
                                                      "nodes": cluster.source, "seeds": seeds,
                                                      "policies": out})
-            return
+            return _note(note)
         _arrival_table(results, jobs, cluster, seeds)
-        return
+        return _note(note)
 
     spec = parse_failures(failures, cluster.names) if failures else None
     ck = parse_duration(checkpoint, "--checkpoint")
@@ -117,8 +129,50 @@ def schedule(
                 d.pop("jobs")
             out.append(d)
         emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
-        return
+        return _note(note)
     _replay_table(replays, span)
+    _note(note)
+
+
+def _load(nodes: str, trace: str, data_dir: str | None):
+    """The cluster and the jobs; an openb name whose file is nowhere falls back to its
+    synthetic twin, with a note on stderr (explicit paths never fall back)."""
+    from gpufabric.scheduler import load_jobs, load_nodes
+    from gpufabric.scheduler.cluster import NODE_LISTS
+    from gpufabric.scheduler.datasets import DataMissing
+    from gpufabric.scheduler.jobs import TRACES
+    from gpufabric.scheduler.synthetic import NAME
+
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise InputError("not a directory", file=data_dir, field="--data-dir")
+    missing = []
+    try:
+        cluster = load_nodes(nodes, data_dir)
+    except DataMissing:
+        if nodes not in NODE_LISTS:
+            raise
+        missing.append(f"node list '{nodes}'")
+        cluster = load_nodes(f"{NAME}:{nodes}")
+    try:
+        jobs = load_jobs(trace, data_dir)
+    except DataMissing:
+        if trace not in TRACES:
+            raise
+        missing.append(f"trace '{trace}'")
+        jobs = load_jobs(NAME)
+    note = ""
+    if missing:
+        note = (f"openb {' and '.join(missing)} not found (--data-dir, $GPUFABRIC_DATA_DIR, "
+                "or `gpufabric data fetch openb`); the results above are on the synthetic "
+                f"openb-like {'cluster and workload' if len(missing) == 2 else 'stand-in'} "
+                f"({NAME}, see docs/scheduler.md)")
+    return cluster, jobs, note
+
+
+def _note(note: str) -> None:
+    """After the results (so that an error stays one line): what stood in for missing data."""
+    if note:
+        print(f"gpufabric: note: {note}", file=sys.stderr)
 
 
 class _Null:

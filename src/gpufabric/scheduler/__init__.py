@@ -14,7 +14,8 @@ The pieces (each importable on its own):
 Examples
 --------
 >>> from gpufabric.scheduler import load_jobs, load_nodes, run_arrival
->>> r = run_arrival(load_nodes("gpu_node"), load_jobs("default"), "random", seed=42)
+>>> r = run_arrival(load_nodes("synthetic-openb"), load_jobs("synthetic-openb"), "random",
+...                 seed=42)
 >>> 80 < r.allocation_pct[100] < 95
 True
 """

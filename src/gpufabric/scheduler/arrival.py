@@ -15,7 +15,7 @@ Examples
 --------
 >>> from gpufabric.scheduler.cluster import load_nodes
 >>> from gpufabric.scheduler.jobs import load_jobs
->>> r = run_arrival(load_nodes("gpu_node"), load_jobs("default"), "best-fit", seed=42)
+>>> r = run_arrival(load_nodes("synthetic-openb"), load_jobs("synthetic-openb"), "best-fit")
 >>> len(r.allocation_pct), r.allocation_pct[0]
 (131, 0.0)
 """
@@ -36,6 +36,8 @@ from gpufabric.scheduler.policies import make_placement
 from gpufabric.scheduler.state import Request, State
 
 POINTS = 131  # 0% .. 130%
+#: Most pods one arrival run may schedule (the openb runs need about 10,000).
+MAX_PODS = 2_000_000
 
 
 @dataclass
@@ -75,7 +77,7 @@ def scale_to_capacity(jobs: JobSet, capacity_milli: int, ratio: float,
     Examples
     --------
     >>> from gpufabric.scheduler.jobs import load_jobs
-    >>> js = load_jobs("default")
+    >>> js = load_jobs("synthetic-openb")
     >>> idx = scale_to_capacity(js, 6212000, 1.3, np.random.default_rng(42))
     >>> int(js.gpu_request[idx].sum()) <= 1.3 * 6212000, len(idx) > len(js)
     (True, True)
@@ -84,6 +86,14 @@ def scale_to_capacity(jobs: JobSet, capacity_milli: int, ratio: float,
     target = ratio * capacity_milli
     total = int(req.sum())
     n = len(jobs)
+    if total == 0:
+        raise InputError("no pod asks for a GPU; arrival mode packs GPU requests up to "
+                         "--ratio x the GPU capacity (use --mode replay)",
+                         file=jobs.source or None, field="num_gpu")
+    if target / (total / n) > MAX_PODS:
+        raise InputError(f"packing {ratio:g} x {capacity_milli // 1000:,} GPUs with these pods "
+                         f"takes about {target / (total / n):,.0f} pods; at most {MAX_PODS:,}",
+                         file=jobs.source or None, field="--ratio")
     if total <= target:
         extra: list[np.ndarray] = []
         while True:

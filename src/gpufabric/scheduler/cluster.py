@@ -6,7 +6,9 @@ node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
 
 ``NODES`` in the CLI is one of
 
-- ``gpu_node`` / ``all_node``: the bundled openb node lists (1,213 GPU nodes; plus 310 CPU nodes);
+- ``gpu_node`` / ``all_node``: the openb node lists (1,213 GPU nodes; plus 310 CPU nodes), found
+  as :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` their node configurations
+  without the files;
 - a path to a CSV with the openb node columns ``sn,cpu_milli,memory_mib,gpu,model``
   (an optional ``pool`` column: ``gpu``, ``tpu`` or ``cpu``);
 - a synthetic spec: pools joined by ``+``, each ``NAME*COUNT`` (or ``COUNTxNAME``), where NAME is
@@ -18,7 +20,7 @@ node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
 
 Examples
 --------
->>> c = load_nodes("gpu_node")
+>>> c = load_nodes("synthetic-openb")
 >>> len(c), int(c.num_gpu.sum())
 (1213, 6212)
 >>> c = load_nodes("V100M32x8*2+tpu-v4-8*1+cpu*3")
@@ -28,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +38,21 @@ from typing import Any
 
 import numpy as np
 
-from gpufabric.errors import InputError, closest_name, unknown_name
+from gpufabric.errors import InputError, unknown_name
 from gpufabric.scheduler import nodetopo
 from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
 
 POOLS = ("gpu", "tpu", "cpu")
 NODE_LISTS = ("gpu_node", "all_node")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+#: Most nodes one cluster may have: 65x the openb cluster and well beyond the 5,000 nodes
+#: Kubernetes supports in one cluster ("Considerations for large clusters"); a larger count is
+#: taken as a typo rather than built.
+MAX_NODES = 100_000
+#: Most accelerators per node and cores per CPU node in a synthetic pool (the largest openb node
+#: has 8 GPUs and 128 cores; an NVL72 rack is 72 GPUs).
+MAX_GPUS = 128
+MAX_CORES = 1024
 
 #: Job kind -> pools it may run in, in order of preference. A pool the cluster lacks is
 #: skipped; if the cluster has none of a kind's pools, the job may use any node.
@@ -176,8 +187,10 @@ def _read_node_csv(path: Path) -> Cluster:
             except ValueError:
                 raise InputError(f"'{t}' is not an integer", file=str(path),
                                  field=f"line {line}.{c}") from None
-            if v < 0:
-                raise InputError(f"{v} is below 0", file=str(path), field=f"line {line}.{c}")
+            top = MAX_GPUS if c == "gpu" else 10**15
+            if not 0 <= v <= top:
+                raise InputError(f"{v} is outside 0..{top}", file=str(path),
+                                 field=f"line {line}.{c}")
             vals.append(v)
         model = r[col["model"]].strip()
         if vals[2] and not model:
@@ -208,29 +221,31 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
     m = re.fullmatch(r"cpu(?:-(\d+))?", name)
     if m:
         cores = int(m.group(1) or 64)
-        if cores < 1:
-            raise InputError(f"node type '{name}': 0 cores; allowed: cpu or cpu-<cores>, "
-                             "cores >= 1", file=spec, field="NODES")
+        if not 1 <= cores <= MAX_CORES:
+            raise InputError(f"pool '{name}': {cores} cores; a CPU node has 1..{MAX_CORES}",
+                             file=spec, field="NODES")
         return [(f"cpu-{start + k:04d}", cores * 1000, cores * 4096, 0, "", "cpu")
                 for k in range(count)], None
     m = _GPU_NODE.match(name)
     if m:
         model, n = m.group(1), int(m.group(2))
-        if model not in OPENB_MODELS:
-            close = closest_name(model, OPENB_MODELS)
-            raise InputError(f"node type '{name}': unknown GPU model '{model}'"
-                             + (f"; did you mean '{close}'?" if close else "")
-                             + f" (allowed: {', '.join(OPENB_MODELS)}; other GPUs: a preset "
-                             "or a spec, e.g. 'hgx-h100*2')", file=spec, field="NODES")
-        if n < 1:
-            raise InputError(f"node type '{name}': 0 GPUs; allowed: <MODEL>x<N>, N >= 1 "
-                             "(a node without GPUs: cpu)", file=spec, field="NODES")
+        if model not in nodetopo.OPENB_MODELS:
+            e = unknown_name("GPU model", model, nodetopo.OPENB_MODELS)
+            raise InputError(f"pool '{name}': {e.message}; any other GPU as an inline spec "
+                             "such as gpu=H100-SXM,gpus_per_node=8", file=spec, field="NODES")
+        if not 1 <= n <= MAX_GPUS:
+            raise InputError(f"pool '{name}': {n} GPUs; a node has 1..{MAX_GPUS}", file=spec,
+                             field="NODES")
         return [(f"{name}-{start + k:04d}", 12000 * n, 65536 * n, n, model, "gpu")
                 for k in range(count)], None
     from gpufabric.topology import presets
     known = presets.names()
     if name in known or "=" in name or name.lower().endswith((".yaml", ".yml")):
         topo = _system(name)
+        if topo.meta.get("nodes", 1) > 1:
+            raise InputError(f"pool '{name}' describes {topo.meta['nodes']} nodes; a pool is "
+                             "one node type, its node count goes after '*' (NAME*COUNT)",
+                             file=spec, field="NODES")
         g = topo.gpus()
         per = len([d for d in g if d.node == g[0].node]) if g else 0
         model = g[0].model if g else ""
@@ -242,14 +257,38 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
                        file=spec, field="NODES")
 
 
+def _pool_count(part: str, spec: str) -> tuple[str, int]:
+    """``NAME*COUNT``, ``COUNTxNAME`` or ``NAME`` -> (NAME, COUNT), COUNT checked."""
+    if "*" in part:
+        name, _, count = part.rpartition("*")
+    else:
+        m = re.fullmatch(r"(\d+)x(.+)", part)
+        name, count = (m.group(2), m.group(1)) if m else (part, "1")
+    name, count = name.strip(), count.strip()
+    if not name:
+        raise InputError(f"pool '{part}' names no node type; write NAME*COUNT", file=spec,
+                         field="NODES")
+    if not count.isdigit():
+        raise InputError(f"pool '{part}': count '{count}' is not a whole number; write "
+                         "NAME*COUNT with COUNT 1 or more", file=spec, field="NODES")
+    if int(count) < 1:
+        raise InputError(f"pool '{part}': count {int(count)} must be 1 or more", file=spec,
+                         field="NODES")
+    return name, int(count)
+
+
 def _system(name: str):
     """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer."""
     from gpufabric.topology.build import load
     return load(name)
 
 
-def load_nodes(nodes: str) -> Cluster:
+def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster:
     """A cluster from a node-list name, a CSV path or a synthetic spec (see the module doc).
+
+    ``gpu_node`` and ``all_node`` are looked up in ``data_dir``, then as
+    :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` (or ``synthetic-openb:all_node``)
+    are their node configurations without the files (:mod:`gpufabric.scheduler.synthetic`).
 
     Raises
     ------
@@ -257,8 +296,14 @@ def load_nodes(nodes: str) -> Cluster:
         Unknown name, missing file, a CSV without the openb node columns.
     """
     if nodes in NODE_LISTS:
-        return _read_node_csv(bundled_path("node_list", nodes))
+        return _read_node_csv(bundled_path("node_list", nodes, data_dir))
+    if nodes in ("synthetic-openb", "synthetic-openb:gpu_node", "synthetic-openb:all_node"):
+        from gpufabric.scheduler.synthetic import synthetic_nodes
+        return synthetic_nodes(nodes.partition(":")[2] or "gpu_node")
     p = Path(nodes)
+    if p.is_dir():
+        raise InputError("is a directory; expected a CSV file with the openb node columns",
+                         file=nodes)
     if p.suffix.lower() == ".csv" or p.is_file():
         if not p.is_file():
             raise InputError("no such file", file=nodes)
@@ -266,21 +311,10 @@ def load_nodes(nodes: str) -> Cluster:
     rows: list = []
     presets_of: dict[int, str] = {}
     for part in nodes.split("+"):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)x(.+)", part)
-        if "*" in part:
-            name, _, count_text = part.rpartition("*")
-        elif m:
-            count_text, name = m.group(1), m.group(2)
-        else:
-            name, count_text = part, "1"
-        if not name:
-            raise InputError(f"pool '{part}' names no node type; write NAME*COUNT", file=nodes,
-                             field="NODES")
-        if not re.fullmatch(r"\d+", count_text.strip()) or int(count_text) < 1:
-            raise InputError(f"pool '{part}': count {count_text!r}; allowed: a whole number "
-                             ">= 1", file=nodes, field="NODES")
-        count = int(count_text)
+        name, count = _pool_count(part.strip(), nodes)
+        if len(rows) + count > MAX_NODES:
+            raise InputError(f"{len(rows) + count:,} nodes; at most {MAX_NODES:,} in one "
+                             "cluster", file=nodes, field="NODES")
         new, preset = _pool_rows(name, count, len(rows), nodes)
         if preset:
             for k in range(len(new)):

@@ -10,19 +10,19 @@ For speed the simulators work on a :class:`JobSet`: the same fields as numpy col
 
 Examples
 --------
->>> js = load_jobs("default")
+>>> js = load_jobs("synthetic-openb")   # or "default": the openb trace, where you have it
 >>> len(js), int(js.num_gpu.max())
 (8152, 8)
 >>> js.job(1).gpu_milli, js.job(1).kind
-(460, 'training')
+(1000, 'training')
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,8 @@ OPENB_COLUMNS = REQUIRED_COLUMNS + ("gpu_spec", "qos", "pod_phase", "creation_ti
 EXTRA_COLUMNS = ("kind", "priority", "gang", "checkpoint_s", "duration_s")
 
 MILLI = 1000
+#: Largest number a trace field may hold (keeps every column inside int64).
+MAX_VALUE = 1e15
 
 
 @dataclass(frozen=True)
@@ -207,22 +209,28 @@ def _check_request(num_gpu: int, gpu_milli: int, file: str | None, where: str) -
                          field=f"{where}.gpu_milli")
 
 
-def bundled_path(kind: str, short: str) -> Path:
-    """Path of a bundled openb CSV (``kind`` is ``pod_list`` or ``node_list``)."""
-    return Path(str(resources.files("gpufabric.scheduler") / "data" / "openb"
-                    / f"openb_{kind}_{short}.csv"))
+def bundled_path(kind: str, short: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """Path of an openb CSV (``kind`` is ``pod_list`` or ``node_list``), found as
+    :func:`gpufabric.scheduler.datasets.find` looks (``--data-dir``, ``GPUFABRIC_DATA_DIR``, the
+    cache); :class:`~gpufabric.scheduler.datasets.DataMissing` says how to get it if absent."""
+    from gpufabric.scheduler import datasets as data
+    what = f"openb {'trace' if kind == 'pod_list' else 'node list'} '{short}'"
+    return data.require(f"openb_{kind}_{short}.csv", what, data_dir)
 
 
-def resolve_trace(trace: str) -> Path:
+def resolve_trace(trace: str, data_dir: str | os.PathLike | None = None) -> Path:
     """A short trace name or a CSV path -> the CSV path (InputError if neither)."""
     if trace in TRACES:
-        return bundled_path("pod_list", trace)
+        return bundled_path("pod_list", trace, data_dir)
     p = Path(trace)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise InputError("is a directory; expected a CSV file with the openb pod columns",
+                         file=trace)
     if p.suffix.lower() == ".csv" or os.sep in trace:
         raise InputError("no such file", file=trace)
-    raise unknown_name("trace", trace, TRACES, field="TRACE")
+    raise unknown_name("trace", trace, TRACES + ("synthetic-openb",), field="TRACE")
 
 
 def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
@@ -255,16 +263,23 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
     text = row[col].strip()
     try:
         v = cast(float(text)) if cast is int and "." in text else cast(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InputError(f"'{text}' is not a number", file=str(path),
                          field=f"line {line}.{name}") from None
+    if not math.isfinite(v) or abs(v) > MAX_VALUE:
+        raise InputError(f"'{text}' is not a finite number below {MAX_VALUE:.0e}",
+                         file=str(path), field=f"line {line}.{name}")
     if v < minimum:
         raise InputError(f"{v} is below {minimum}", file=str(path), field=f"line {line}.{name}")
     return v
 
 
-def load_jobs(trace: str | os.PathLike) -> JobSet:
+def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> JobSet:
     """Read a pod list with the openb columns (a short name or a path).
+
+    A short name (:data:`TRACES`) is looked up in ``data_dir``, then as
+    :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` is the synthetic openb-like
+    workload of :mod:`gpufabric.scheduler.synthetic`.
 
     Jobs get kind ``service`` when they ask no GPU and ``training`` otherwise, unless a ``kind``
     column says; priority comes from ``qos`` (:data:`QOS_PRIORITY`) unless a ``priority`` column
@@ -275,8 +290,14 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     InputError
         The file is missing, lacks an openb column, or has a value that is not a number.
     """
-    path = resolve_trace(str(trace))
+    if str(trace) == "synthetic-openb":
+        from gpufabric.scheduler.synthetic import synthetic_jobs
+        return synthetic_jobs()
+    path = resolve_trace(str(trace), data_dir)
     header, rows = read_csv(path, REQUIRED_COLUMNS, OPENB_COLUMNS + EXTRA_COLUMNS)
+    if not rows:
+        raise InputError("no pods under the header; a trace needs at least one row",
+                         file=str(path))
     col = {h: i for i, h in enumerate(header)}
     g = col.get
 
@@ -298,11 +319,15 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
     ckpt = np.zeros(n)
     specs: list[tuple[str, ...]] = [()]
     spec_index: dict[tuple[str, ...], int] = {(): 0}
-    names, qos = [], []
+    names: list[str] = []
+    qos: list[str] = []
     p = str(path)
     for k, r in enumerate(rows):
         line = k + 2
-        names.append(r[col["name"]].strip() if col["name"] < len(r) else f"job{k}")
+        if len(r) < len(header):
+            raise InputError(f"row has {len(r)} fields, the header {len(header)}",
+                             file=p, field=f"line {line}")
+        names.append(cell(r, "name"))
         cpu[k] = _num(r, g("cpu_milli"), "cpu_milli", line, path)
         mem[k] = _num(r, g("memory_mib"), "memory_mib", line, path)
         ngpu[k] = _num(r, g("num_gpu"), "num_gpu", line, path)
@@ -331,6 +356,9 @@ def load_jobs(trace: str | os.PathLike) -> JobSet:
         gang[k] = _num(r, g("gang"), "gang", line, path, default=1, minimum=1)
         c = _num(r, g("creation_time"), "creation_time", line, path, cast=float)
         d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float)
+        if d < c:
+            raise InputError(f"{d:g} is before creation_time {c:g}; a pod is deleted after "
+                             "it is created", file=p, field=f"line {line}.deletion_time")
         s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float)
         create[k] = c
         if cell(r, "duration_s"):

@@ -71,7 +71,9 @@ def upstream(t: Topology, dev_id: str) -> list[tuple[str, Link | None]]:
 
 
 def _peer(t: Topology, x: str, y: str) -> tuple[int, list[Link]] | None:
-    """NVLink / Infinity Fabric: a direct bundle, or both on one NVSwitch fabric."""
+    """NVLink / Infinity Fabric: a direct bundle, or both on one NVSwitch fabric; on a fabric
+    whose accelerators forward traffic (``meta['peer_forwarding']``, a TPU ICI torus), the
+    widest chain of peer links, fewest hops among equally wide ones."""
     direct = t.link(x, y)
     if direct is not None and direct.kind in PEER_KINDS:
         return direct.count, [direct]
@@ -80,7 +82,26 @@ def _peer(t: Topology, x: str, y: str) -> tuple[int, list[Link]] | None:
             ly = t.link(y, hub)
             if ly is not None and ly.kind in PEER_KINDS:
                 return min(lx.count, ly.count), [lx, ly]
+    if t.meta.get("peer_forwarding"):
+        return _forwarded_peer(t, x, y)
     return None
+
+
+def _forwarded_peer(t: Topology, x: str, y: str) -> tuple[int, list[Link]] | None:
+    """Widest, then shortest, chain of peer links from ``x`` to ``y`` (networkx)."""
+    import networkx as nx
+    g = nx.Graph()
+    g.add_edges_from((ln.a, ln.b, {"bw": ln.bw_GBps, "link": ln}) for ln in t.links
+                     if ln.kind in PEER_KINDS)
+    if x not in g or y not in g or not nx.has_path(g, x, y):
+        return None
+    tree = nx.maximum_spanning_tree(g, weight="bw")
+    walk = nx.shortest_path(tree, x, y)      # a widest path lies in the maximum spanning tree
+    width = min(tree[u][v]["bw"] for u, v in zip(walk, walk[1:], strict=False))
+    wide = nx.subgraph_view(g, filter_edge=lambda u, v: g[u][v]["bw"] >= width)
+    walk = nx.shortest_path(wide, x, y)      # fewest hops among the widest
+    links = [g[u][v]["link"] for u, v in zip(walk, walk[1:], strict=False)]
+    return min(ln.count for ln in links), links
 
 
 #: nvidia-smi path classes through PCIe, nearest first.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from gpufabric.cli import collective as _collective  # noqa: F401,E402
+from gpufabric.cli import k8s as _k8s  # noqa: F401,E402
 from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
 from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)
 from gpufabric.cli.common import app

@@ -13,6 +13,10 @@ Placement (which node, which GPUs), all vectorized over nodes with numpy:
 - ``topology``: for a multi-GPU job, the node and GPU set with the widest bottleneck bandwidth
   between the chosen GPUs (one NVSwitch island, one PCIe switch, one socket, ...) from the node's
   topology; then best-fit. Single-GPU and CPU jobs are placed best-fit.
+- ``topology-fgd``: ``topology`` for multi-GPU jobs, ``fgd`` for the rest.
+
+Every policy also gives ``scores(state, request, nodes)``: higher is better, and ``select``
+takes the highest (ties as described below). The Kubernetes extender ranks nodes with it.
 
 Ties are broken uniformly at random, as the Kubernetes scheduler does (``fgd`` excepted: it breaks
 them as the FGD paper's simulator does, see :class:`FGDPlacement`). For a GPU share, every policy
@@ -83,6 +87,10 @@ class Placement:
 @register("placement", "random")
 class RandomPlacement(Placement):
     name = "random"
+
+    def scores(self, state, r, idx):
+        """Every node alike."""
+        return np.zeros(len(idx))
 
     def select(self, state, r, mask):
         idx = np.flatnonzero(mask)
@@ -325,10 +333,8 @@ class FGDPlacement(Placement):
                 best, pick = s, gi
         return pick
 
-    def select(self, state, r, mask):
-        idx = np.flatnonzero(mask)
-        if len(idx) == 0:
-            return None
+    def _vals(self, state: State, r: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Integer FGD score of each node in ``idx`` and the share-GPU bits (cached per state)."""
         self._sync(state)
         sids = self.node_sid[idx]
         key = (r.cpu, r.num_gpu, r.gpu_milli)
@@ -349,6 +355,17 @@ class FGDPlacement(Placement):
             ms = np.unique(sids[miss])
             score[ms], choice[ms] = self._compute(ms, r)
             vals = score[sids]
+        return vals, choice
+
+    def scores(self, state, r, idx):
+        """The FGD score of each node, less its tie-break rank (the highest is chosen)."""
+        return self._vals(state, r, idx)[0] - self.rank[idx]
+
+    def select(self, state, r, mask):
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return None
+        vals, choice = self._vals(state, r, idx)
         # highest integer score; among equal scores the node ranked first this run
         node = int(idx[np.argmax(vals - self.rank[idx])])
         if r.share:
@@ -378,23 +395,70 @@ class TopologyPlacement(Placement):
             self.cache[key] = hit
         return hit
 
+    def _keys(self, state: State, r: Request, idx: np.ndarray) -> list[tuple]:
+        """(bottleneck GB/s, -hops, best-fit score, GPUs) of the best set on each node."""
+        fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+        freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
+        out = []
+        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist(), strict=True)):
+            gpus, bw, hops = self.best_set(node, fb, r.num_gpu)
+            out.append((bw, -hops, float(fit[pos]), gpus))
+        return out
+
+    def scores(self, state, r, idx):
+        """Rank of each node's (bottleneck, -hops, best fit) key: higher is better.
+
+        Single-GPU and CPU requests: the best-fit score alone.
+        """
+        if r.num_gpu < 2:
+            return -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                     + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+        keys = self._keys(state, r, idx)
+        order = sorted(range(len(keys)), key=lambda k: keys[k][:3])
+        out = np.zeros(len(keys))
+        rank = 0
+        for pos, k in enumerate(order):
+            if pos and keys[k][:3] != keys[order[pos - 1]][:3]:
+                rank = pos
+            out[k] = rank
+        return out
+
     def select(self, state, r, mask):
         idx = np.flatnonzero(mask)
         if len(idx) == 0:
             return None
-        fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
-                + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
         if r.num_gpu < 2:
-            node = _pick(idx, fit, self.rng)
+            node = _pick(idx, self.scores(state, r, idx), self.rng)
             return node, state.pick_gpus(node, r)
-        freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
-        best = None
-        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist(), strict=True)):
-            gpus, bw, hops = self.best_set(node, fb, r.num_gpu)
-            key = (bw, -hops, fit[pos])
-            if best is None or key > best[0]:
-                best = (key, node, gpus)
-        return best[1], tuple(best[2])
+        keys = self._keys(state, r, idx)
+        pos = max(range(len(keys)), key=lambda k: keys[k][:3])   # the first of equal keys
+        return int(idx[pos]), tuple(keys[pos][3])
+
+
+@register("placement", "topology-fgd")
+class TopologyFGDPlacement(Placement):
+    """Multi-GPU requests by ``topology``, everything else (shares, one GPU, CPU) by ``fgd``.
+
+    What the issue of a real cluster asks: NVLink locality where a job spans GPUs, and little
+    fragmentation where GPUs are shared.
+    """
+
+    name = "topology-fgd"
+
+    def __init__(self, cluster, jobs, rng):
+        super().__init__(cluster, jobs, rng)
+        self.fgd = FGDPlacement(cluster, jobs, rng)
+        self.topo = TopologyPlacement(cluster, jobs, rng)
+
+    def _of(self, r: Request) -> Placement:
+        return self.topo if r.num_gpu >= 2 else self.fgd
+
+    def scores(self, state, r, idx):
+        return self._of(r).scores(state, r, idx)
+
+    def select(self, state, r, mask):
+        return self._of(r).select(state, r, mask)
 
 
 # -- queue orders -----------------------------------------------------------------------

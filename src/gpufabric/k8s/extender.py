@@ -279,7 +279,7 @@ class Extender:
             self._bad_nodes = bad
             return pod, [n.name for n in infos] + list(bad), True
         self._bad_nodes = {}
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise ProtocolError(f"{verb}: ExtenderArgs needs Nodes or NodeNames (a list of "
                                 "node names)")
         return pod, names, False
@@ -295,11 +295,15 @@ class Extender:
                         state.release(self._index[node], g.request, gpus)
                 del self.gangs[key]
 
-    def _why_not(self, pod: PodInfo, i: int, tiers: list[np.ndarray]
-                 ) -> tuple[bool, str] | None:
-        """None if the pod fits node ``i`` now; else (unresolvable, reason)."""
+    def _why_not(self, pod: PodInfo, i: int, tiers: list[np.ndarray],
+                 pre: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[bool, str] | None:
+        """None if the pod fits node ``i`` now; else (unresolvable, reason).
+
+        ``pre``: (feasible now, fits when empty) over all nodes, computed once per request.
+        """
         cluster, state = self._model()
         r = pod.request
+        feas, fits = pre if pre is not None else (state.feasible(r), state.fits_empty(r))
         name = cluster.names[i]
         if not state.up[i]:
             return True, f"gpufabric: node {name} is not ready"
@@ -312,11 +316,11 @@ class Extender:
             return True, (f"gpufabric: {pod.kind} pods do not run on the "
                           f"{'GPU' if cluster.num_gpu[i] else 'CPU'} node {name} "
                           f"(routing {self.routing})")
-        if not state.fits_empty(r)[i]:
+        if not fits[i]:
             return True, (f"gpufabric: node {name} is too small even when empty "
                           f"({cluster.num_gpu[i]} GPUs, {cluster.cpu[i]}m CPU, "
                           f"{cluster.mem[i]} MiB)")
-        if state.feasible(r)[i]:
+        if feas[i]:
             return None
         if state.cpu_free[i] < r.cpu or state.mem_free[i] < r.mem:
             return False, (f"gpufabric: node {name} has {state.cpu_free[i]}m CPU and "
@@ -360,8 +364,15 @@ class Extender:
                 else:
                     failed[n] = f"gpufabric: no open place of gang {pod.group} on {n}"
         else:
+            feas = state.feasible(pod.request)       # vectorized once, read per node
+            pre = (feas, state.fits_empty(pod.request))
+            ok = (feas & tiers[0]).tolist()
+            index = self._index
             for n in known:
-                why = self._why_not(pod, self._index[n], tiers)
+                if ok[index[n]]:
+                    passed.append(n)
+                    continue
+                why = self._why_not(pod, index[n], tiers, pre)
                 if why is None:
                     passed.append(n)
                 elif why[0]:
@@ -415,7 +426,7 @@ class Extender:
                 scores[n] = MAX_PRIORITY
         elif known:
             within = np.zeros(len(cluster), dtype=bool)
-            within[[self._index[n] for n in known]] = True
+            within[np.fromiter(map(self._index.__getitem__, known), np.int64, len(known))] = True
             tiers = self._tiers_of(pod)
             policy = self._placement()
             pick = choose(state, policy, pod.request, tiers, within)

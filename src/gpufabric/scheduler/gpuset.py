@@ -9,8 +9,10 @@ worst pair, then the largest sum of pair bandwidths.
 The search is exact while the number of candidate sets is at most ``exact_limit``; beyond that
 (a 72-GPU NVLink domain) it grows a set greedily from the ``must`` GPUs, or from every free GPU
 in turn, adding each time the GPU that keeps the key highest, and keeps the best grown set.
-Either way the time is bounded (at most ``n`` greedy runs of ``k`` vectorized steps), because
-the kubelet waits on this call without a deadline.
+Either way the time is bounded (at most ``n`` greedy runs of ``k`` vectorized steps, and one
+when the first run reaches the best key any set could have), because the kubelet waits on this
+call without a deadline. One GPU alone goes where it breaks no better-connected group: the free
+GPU whose best link to another free GPU is the weakest.
 
 Examples
 --------
@@ -18,6 +20,9 @@ Examples
 >>> bw, hops = node_tables("V100M32", 8)
 >>> preferred_set([0, 1, 2, 3, 4, 5, 6, 7], 2, bw, hops, must=[4])
 (0, 4)
+>>> bw, hops = node_tables("G2", 8)                  # PCIe: pairs of GPUs per switch
+>>> preferred_set([0, 2, 3], 1, bw, hops)            # 2 and 3 share a switch: keep them
+(0,)
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def set_key(gpus: Sequence[int], bw: np.ndarray, hops: np.ndarray) -> tuple[floa
 
 
 def preferred_set(free: Sequence[int], k: int, bw: np.ndarray, hops: np.ndarray,
-                  must: Sequence[int] = (), exact_limit: int = 4000) -> tuple[int, ...]:
+                  must: Sequence[int] = (), exact_limit: int = 1000) -> tuple[int, ...]:
     """``k`` GPUs among ``free`` including ``must``, best connected (see the module doc).
 
     Parameters
@@ -87,10 +92,14 @@ def preferred_set(free: Sequence[int], k: int, bw: np.ndarray, hops: np.ndarray,
     need = k - len(must)
     if need == 0:
         return tuple(must)
+    if k == 1:
+        return (_loneliest(free, bw),)
     if math.comb(len(rest), need) <= exact_limit:
-        best = max(itertools.combinations(rest, need),
-                   key=lambda c: set_key(must + list(c), bw, hops))
-        return tuple(sorted(must + list(best)))
+        combos = np.array(list(itertools.combinations(rest, need)), dtype=np.int64)
+        sets = np.hstack([np.tile(np.array(must, dtype=np.int64), (len(combos), 1)), combos])
+        best = sets[_first_best(*_keys(sets, bw, hops))]
+        return tuple(sorted(int(g) for g in best))
+    bound = _upper_bound(free, k, bw, hops)
     seeds = [must] if must else [[i] for i in free]
     best_set: list[int] | None = None
     best_key: tuple | None = None
@@ -99,8 +108,50 @@ def preferred_set(free: Sequence[int], k: int, bw: np.ndarray, hops: np.ndarray,
         key = set_key(chosen, bw, hops)
         if best_key is None or key > best_key:
             best_set, best_key = chosen, key
+        if best_key == bound:       # nothing can beat it (a uniform NVLink domain: at once)
+            break
     assert best_set is not None
     return tuple(sorted(best_set))
+
+
+def _loneliest(free: list[int], bw: np.ndarray) -> int:
+    """The free GPU whose best link to another free GPU is the weakest (first on ties).
+
+    A one-GPU request then leaves well-connected free groups (an NVLink pair) whole
+    (NVIDIA/k8s-device-plugin #1193 asks for exactly this).
+    """
+    if len(free) == 1:
+        return free[0]
+    idx = np.array(free)
+    sub = bw[np.ix_(idx, idx)].copy()
+    np.fill_diagonal(sub, -np.inf)
+    return int(idx[int(np.argmin(sub.max(axis=1)))])
+
+
+def _keys(sets: np.ndarray, bw: np.ndarray, hops: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bottleneck, -worst hops, sum) of each row of ``sets``, vectorized."""
+    a, b = np.triu_indices(sets.shape[1], 1)
+    pb = bw[sets[:, a], sets[:, b]]
+    ph = hops[sets[:, a], sets[:, b]]
+    return pb.min(axis=1), -ph.max(axis=1), pb.sum(axis=1)
+
+
+def _first_best(low: np.ndarray, mid: np.ndarray, high: np.ndarray) -> int:
+    """Index of the lexicographically largest (low, mid, high), the first among equals."""
+    order = np.lexsort((-np.arange(len(low)), high, mid, low))
+    return int(order[-1])
+
+
+def _upper_bound(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
+                 ) -> tuple[float, int, float]:
+    """A key no set of ``k`` free GPUs can exceed."""
+    idx = np.array(free)
+    sub = bw[np.ix_(idx, idx)]
+    iu = np.triu_indices(len(free), 1)
+    top = float(sub[iu].max())
+    least = int(hops[np.ix_(idx, idx)][iu][sub[iu] == top].min())
+    return (top, -least, top * k * (k - 1) / 2)
 
 
 def _grow(seed: list[int], free: list[int], k: int, bw: np.ndarray, hops: np.ndarray

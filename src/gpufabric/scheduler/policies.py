@@ -395,15 +395,47 @@ class TopologyPlacement(Placement):
             self.cache[key] = hit
         return hit
 
-    def _keys(self, state: State, r: Request, idx: np.ndarray) -> list[tuple]:
-        """(bottleneck GB/s, -hops, best-fit score, GPUs) of the best set on each node."""
+    def _node_types(self) -> np.ndarray:
+        """Per node, an id of its (model, GPU count, system): nodes alike share best sets."""
+        t = self.__dict__.get("_types")
+        if t is None:
+            c = self.cluster
+            seen: dict[tuple, int] = {}
+            t = np.array([seen.setdefault((int(c.model_id[i]), int(c.num_gpu[i]),
+                                           c.presets.get(i)), len(seen))
+                          for i in range(len(c))], dtype=np.int64)
+            self._types = t
+        return t
+
+    def _keys(self, state: State, r: Request, idx: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]:
+        """Per node of ``idx``: bottleneck GB/s and -hops of its best set, the best-fit score;
+        the distinct best sets and which one each node has.
+
+        Nodes of one type with the same free GPUs share one search.
+        """
+        memo = (r, idx.tobytes(), state.version[idx].tobytes())
+        if self.__dict__.get("_memo_key") == memo:       # select and scores on one state
+            return self._memo
         fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
                 + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
         freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
-        out = []
-        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist(), strict=True)):
-            gpus, bw, hops = self.best_set(node, fb, r.num_gpu)
-            out.append((bw, -hops, float(fit[pos]), gpus))
+        types = self._node_types()[idx]
+        g = len(self.bits)
+        if g <= 40:
+            _, first, inv = np.unique((types << g) | freebits, return_index=True,
+                                      return_inverse=True)
+        else:
+            _, first, inv = np.unique(np.stack([types, freebits], axis=1), axis=0,
+                                      return_index=True, return_inverse=True)
+        sets, bws, hops = [], np.empty(len(first)), np.empty(len(first))
+        for u, at in enumerate(first.tolist()):
+            gpus, bw, h = self.best_set(int(idx[at]), int(freebits[at]), r.num_gpu)
+            sets.append(gpus)
+            bws[u], hops[u] = bw, -h
+        inv = inv.reshape(-1)
+        out = (bws[inv], hops[inv], fit, sets, inv)
+        self._memo_key, self._memo = memo, out
         return out
 
     def scores(self, state, r, idx):
@@ -414,14 +446,14 @@ class TopologyPlacement(Placement):
         if r.num_gpu < 2:
             return -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
                      + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
-        keys = self._keys(state, r, idx)
-        order = sorted(range(len(keys)), key=lambda k: keys[k][:3])
-        out = np.zeros(len(keys))
-        rank = 0
-        for pos, k in enumerate(order):
-            if pos and keys[k][:3] != keys[order[pos - 1]][:3]:
-                rank = pos
-            out[k] = rank
+        bw, hops, fit, _, _ = self._keys(state, r, idx)
+        order = np.lexsort((fit, hops, bw))
+        key = np.stack([bw, hops, fit], axis=1)[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (key[1:] != key[:-1]).any(axis=1)
+        rank = np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))
+        out = np.empty(len(order))
+        out[order] = rank
         return out
 
     def select(self, state, r, mask):
@@ -431,9 +463,10 @@ class TopologyPlacement(Placement):
         if r.num_gpu < 2:
             node = _pick(idx, self.scores(state, r, idx), self.rng)
             return node, state.pick_gpus(node, r)
-        keys = self._keys(state, r, idx)
-        pos = max(range(len(keys)), key=lambda k: keys[k][:3])   # the first of equal keys
-        return int(idx[pos]), tuple(keys[pos][3])
+        bw, hops, fit, sets, inv = self._keys(state, r, idx)
+        # the largest (bw, -hops, fit), the first node among equals
+        pos = int(np.lexsort((-np.arange(len(idx)), fit, hops, bw))[-1])
+        return int(idx[pos]), tuple(sets[inv[pos]])
 
 
 @register("placement", "topology-fgd")

@@ -134,22 +134,45 @@ def device_plugin_cmd(
 def compare_cmd(
     systems: list[str] = typer.Argument(None, help="Systems (default: the presets with 8 GPUs "
                                         "or fewer per node)."),
+    random_requests: int = typer.Option(0, "--random", help="Also this many random requests "
+                                        "(free set, size) per system."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the random requests."),
+    summary: bool = typer.Option(False, "--summary", help="Only the counts per system."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """gpufabric's preferred allocation against NVIDIA's best-effort allocator, same requests."""
-    from gpufabric.k8s.compare import DEFAULT_SYSTEMS, compare_allocators
+    from gpufabric.k8s.compare import DEFAULT_SYSTEMS, compare_allocators, summarize
 
-    rows = compare_allocators(systems or DEFAULT_SYSTEMS)
+    if not 0 <= random_requests <= 10000:
+        raise InputError("must be 0..10000", field="--random")
+    rows = compare_allocators(systems or DEFAULT_SYSTEMS, random_requests, seed)
+    if summary:
+        sums = summarize(rows)
+        if json:
+            emit_json(sums)
+            return
+        t = Table(title="gpufabric vs NVIDIA best-effort: requests where each answer is better "
+                  "(bottleneck GB/s, then sum over pairs)")
+        for c in ("system", "requests", "gpufabric better", "best-effort better", "same",
+                  "best-effort short"):
+            t.add_column(c)
+        for sm in sums:
+            t.add_row(sm["system"], str(sm["requests"]), str(sm["gpufabric_better"]),
+                      str(sm["besteffort_better"]), str(sm["same"]), str(sm["besteffort_short"]))
+        Console().print(t)
+        return
     if json:
         emit_json(rows)
         return
-    t = Table(title="Preferred allocation: gpufabric vs NVIDIA best-effort (GB/s = bottleneck "
-              "between the chosen GPUs, per direction)")
-    for c in ("system", "free", "size", "gpufabric", "GB/s", "best-effort", "GB/s "):
+    t = Table(title="Preferred allocation: gpufabric vs NVIDIA best-effort (GB/s: bottleneck "
+              "between the chosen GPUs per direction; sum: over the chosen pairs)")
+    for c in ("system", "free", "size", "gpufabric", "GB/s", "sum", "best-effort", "GB/s ",
+              "sum "):
         t.add_column(c)
     for r in rows:
         t.add_row(r.system, ",".join(map(str, r.free)), str(r.size),
                   ",".join(map(str, r.gpufabric)), f"{r.gpufabric_bw_GBps:g}",
+                  f"{r.gpufabric_sum_GBps:g}",
                   ",".join(map(str, r.besteffort)) + (" (short)" if r.besteffort_short else ""),
-                  f"{r.besteffort_bw_GBps:g}")
+                  f"{r.besteffort_bw_GBps:g}", f"{r.besteffort_sum_GBps:g}")
     Console().print(t)

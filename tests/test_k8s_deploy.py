@@ -104,3 +104,29 @@ def test_devices_from_nvml_keep_the_nvlink_pairs(monkeypatch):
 def test_no_nvml_means_not_available(monkeypatch):
     monkeypatch.setattr(devices, "_nvml", lambda: None)
     assert devices.from_nvml() is None
+    assert devices.watch_health(None, None) is False
+
+
+def test_critical_xid_marks_the_device_unhealthy_application_xids_do_not(monkeypatch):
+    import threading
+
+    nv = FakeNVML()
+    stop = threading.Event()
+    events = [types.SimpleNamespace(eventData=13, device=1),     # application error: ignored
+              types.SimpleNamespace(eventData=79, device=2)]     # fell off the bus
+
+    def wait(es, timeout_ms):
+        if events:
+            return events.pop(0)
+        stop.set()
+        raise RuntimeError("NVML_ERROR_TIMEOUT")
+    nv.nvmlEventSetCreate = lambda: "es"
+    nv.nvmlEventTypeXidCriticalError = 8
+    nv.nvmlDeviceRegisterEvents = lambda h, kind, es: None
+    nv.nvmlEventSetWait = wait
+    nv.nvmlEventSetFree = lambda es: None
+    monkeypatch.setattr(devices, "_nvml", lambda: nv)
+    ds = devices.from_nvml()
+    assert devices.watch_health(ds, stop) is True
+    assert [ds.health[u] for u in ds.ids] == ["Healthy", "Healthy", "Unhealthy", "Healthy"]
+    assert ds.version == 1

@@ -108,11 +108,12 @@ def device_plugin_cmd(
     """Serve the kubelet device-plugin API (v1beta1) with topology-aware preferred allocation."""
     from pathlib import Path
 
-    from gpufabric.k8s.devices import DeviceSet, from_nvml
+    from gpufabric.k8s.devices import DeviceSet, from_nvml, watch_health
 
     if not Path(socket_dir).is_dir():
         raise InputError("no such directory", file=socket_dir, field="--socket-dir")
     devices = None if system else from_nvml()
+    nvml = devices is not None
     if devices is None:
         if not system:
             raise InputError("NVML is not available or finds no GPU; name the GPUs with "
@@ -124,6 +125,9 @@ def device_plugin_cmd(
     except ValueError as exc:
         raise InputError(str(exc), field="--resource") from None
     signal.signal(signal.SIGTERM, lambda *_: plugin.stop())
+    if nvml:
+        threading.Thread(target=watch_health, args=(devices, plugin.stop_event),
+                         daemon=True).start()
     try:
         plugin.run()
     except KeyboardInterrupt:

@@ -28,6 +28,11 @@ from gpufabric.topology.nvsmi import TopoMatrix, to_system
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
+#: XIDs NVIDIA's plugin treats as application errors, not device faults (k8s-device-plugin
+#: v0.20.0 internal/rm/health.go): 13 graphics engine exception, 31 memory page fault, 43 GPU
+#: stopped processing, 45 preemptive cleanup, 68 video processor exception, 109 context switch
+#: timeout.
+IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 #: NVML topology levels (nvmlGpuTopologyLevel_t) -> nvidia-smi path class.
 NVML_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
@@ -181,3 +186,45 @@ def from_nvml() -> DeviceSet | None:
     m, uuids, model = got
     system = to_system(m, "nvml", model)
     return DeviceSet.from_topology(from_data(system, "nvml", "NVML"), "NVML", uuids)
+
+
+def watch_health(devices: DeviceSet, stop: threading.Event, timeout_ms: int = 1000) -> bool:
+    """Mark devices Unhealthy on NVML critical XID events until ``stop``; False if NVML cannot
+    deliver events (no NVML, or a driver without event support): health then stays as it is.
+
+    Application XIDs (:data:`IGNORED_XIDS`) are ignored, as NVIDIA's plugin does. A device marked
+    Unhealthy stays so until the plugin restarts (NVML reports no recovery).
+    """
+    nv = _nvml()
+    if nv is None:
+        return False
+    try:
+        es = nv.nvmlEventSetCreate()
+        by_uuid = {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            u = _text(nv.nvmlDeviceGetUUID(h))
+            if u in devices.index:
+                nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, es)
+                by_uuid[u] = h
+    except Exception:
+        return False
+    try:
+        while not stop.is_set():
+            try:
+                ev = nv.nvmlEventSetWait(es, timeout_ms)
+            except Exception:        # NVML_ERROR_TIMEOUT: nothing happened
+                continue
+            xid = int(getattr(ev, "eventData", 0))
+            if xid in IGNORED_XIDS:
+                continue
+            uuid = _text(nv.nvmlDeviceGetUUID(ev.device))
+            if uuid in devices.index:
+                devices.set_health(uuid, UNHEALTHY)
+    finally:
+        try:
+            nv.nvmlEventSetFree(es)
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+    return True

@@ -62,6 +62,7 @@ class Bound:
     pod: PodInfo
     node: str
     gpus: tuple[int, ...]
+    at_s: float = 0.0        # when this extender bound it (0: adopted from the API server)
 
 
 @dataclass
@@ -494,7 +495,7 @@ class Extender:
             g.taken[uid] = slot
             if len(g.taken) == len(g.slots):
                 del self.gangs[pod.group]       # all members bound: the gang is done
-        self.bound[uid] = Bound(pod, node, tuple(gpus))
+        self.bound[uid] = Bound(pod, node, tuple(gpus), self.clock())
         return {"Error": ""}
 
     def forget(self, uid: str) -> bool:
@@ -508,17 +509,22 @@ class Extender:
             state.release(i, b.pod.request, b.gpus)
         return True
 
-    def sync(self, nodes: list[NodeInfo], pods: list[PodInfo]) -> dict[str, int]:
+    def sync(self, nodes: list[NodeInfo], pods: list[PodInfo], grace_s: float = 60.0
+             ) -> dict[str, int]:
         """Make the state what the API server says: these nodes, these pods running on them.
 
         Pods bound elsewhere (by another scheduler, or before a restart) are adopted on the GPUs
         their ``gpufabric.dev/gpu-index`` annotation names, else on the first free ones; bound
-        pods that are gone are given back. Returns counts of what changed.
+        pods that are gone are given back, except those this extender bound less than
+        ``grace_s`` ago (a listing taken before the binding does not show them yet). Returns
+        counts of what changed.
         """
         self.update_nodes(nodes, replace=True)
         cluster, state = self._model()
         live = {p.uid: p for p in pods if p.node}
-        gone = [u for u in self.bound if u not in live]
+        now = self.clock()
+        gone = [u for u, b in self.bound.items()
+                if u not in live and not (b.at_s and now - b.at_s < grace_s)]
         for u in gone:
             self.forget(u)
         adopted = 0

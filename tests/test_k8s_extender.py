@@ -309,3 +309,28 @@ def test_openb_replay_through_the_extender_matches_the_engine(serve, tmp_path, t
     assert via_k8s == engine
     assert sum(p is None for p in engine) > 0         # the slice fills the cluster
     assert (ext._state.gpu_left == state.gpu_left).all()
+
+
+def test_a_pod_can_require_nvlink_between_its_gpus(serve):
+    ext = story_extender()
+    c = serve(ext)
+    args = fixture("filter-args.nodecache.json")
+    args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "100"
+    args["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    ext.sync(example_nodes(), [busy("h100-job", "gpu-h100-01", (2, 3, 4, 5, 6, 7))])
+    ext.sync(example_nodes(), list(b.pod for b in ext.bound.values()) + [
+        busy("a100-x", "gpu-a100-02", (1, 3, 5, 7))])
+    _, r = c.post("filter", args)
+    # gpu-a100-02 has GPUs 0, 2, 4, 6 free: no NVLink pair left, only PCIe between them
+    assert r["NodeNames"] == ["gpu-h100-01", "gpu-h100-03"]
+    assert r["FailedNodes"] == {"gpu-a100-02": (
+        "gpufabric: the best 2 of the free GPUs of node gpu-a100-02 (0,2,4,6): 31.5 GB/s "
+        "(GPUs 0,2); the pod asks at least 100 GB/s")}
+    args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "500"
+    _, r = c.post("filter", args)          # more than any NVLink of these nodes: never
+    assert r["NodeNames"] == [] and r["FailedAndUnresolvableNodes"]["gpu-h100-01"] == (
+        "gpufabric: the best 2 GPUs of node gpu-h100-01 have 450 GB/s between them; the pod "
+        "asks at least 500")
+    args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "fast"
+    status, r = c.post("filter", args)
+    assert status == 400 and "'fast' is not a bandwidth in GB/s" in r["Error"]

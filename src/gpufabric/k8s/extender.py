@@ -9,12 +9,14 @@ gangs, so a pod goes where ``gpufabric schedule`` with the same policy would put
 
 How the verbs answer (extender/v1 types, JSON keys are the Go field names, unset is ``null``):
 
-- filter: nodes that can host the pod now pass. A node that never could (wrong pool for the
-  job kind, no GPU of an accepted model, too small even when empty, not ready, unknown to the
-  extender, GPU product not in the catalog) is in ``FailedAndUnresolvableNodes``; one that could
-  after other pods leave is in ``FailedNodes``. A gang (pods sharing the pod-group label) is
-  reserved whole when its first member is filtered; its members then pass only where a reserved
-  place is still open. ``Error`` only when the extender cannot decide at all;
+- filter: nodes that can host the pod now pass (and, for a pod that sets
+  ``gpufabric.dev/min-bw-GBps``, whose free GPUs hold a set that fast). A node that never
+  could (wrong pool for the job kind, no GPU of an accepted model, too small even when empty,
+  not ready, unknown to the extender, GPU product not in the catalog) is in
+  ``FailedAndUnresolvableNodes``; one that could after other pods leave is in ``FailedNodes``.
+  A gang (pods sharing the pod-group label) is reserved whole when its first member is
+  filtered; its members then pass only where a reserved place is still open. ``Error`` only
+  when the extender cannot decide at all;
 - prioritize: 10 for the node the policy picks, 1..9 for the others by the policy's own score,
   0 where the pod does not fit (``MaxExtenderPriority`` is 10);
 - bind: takes the GPUs the policy picks on the chosen node and records the binding; binding a
@@ -39,6 +41,7 @@ from gpufabric.k8s.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.decide import choose, node_scores, pool_tiers
 from gpufabric.scheduler.engine import place_gang
+from gpufabric.scheduler.gpuset import preferred_set, set_key
 from gpufabric.scheduler.jobs import Job, JobSet
 from gpufabric.scheduler.policies import make_placement
 from gpufabric.scheduler.registry import REGISTRY
@@ -147,6 +150,7 @@ class Extender:
         self._state: State | None = None
         self._index: dict[str, int] = {}
         self._tiers: dict[tuple, list[np.ndarray]] = {}
+        self._sets: dict[tuple, tuple[tuple[int, ...], float]] = {}
         for n in nodes or []:
             self.nodes[n.name] = n
 
@@ -250,6 +254,39 @@ class Extender:
             t = pool_tiers(cluster, self.routing, pod.kind, pod.models, key[2])
             self._tiers[key] = t
         return t
+
+    def _best_on(self, i: int, k: int, free: list[int]) -> tuple[tuple[int, ...], float]:
+        """The best-connected ``k`` of ``free`` GPUs of node ``i`` and their bottleneck GB/s."""
+        cluster, _ = self._model()
+        key = (cluster.model(i), int(cluster.num_gpu[i]), cluster.presets.get(i), tuple(free), k)
+        hit = self._sets.get(key)
+        if hit is None:
+            bw, hops = cluster.gpu_tables(i)
+            gpus = preferred_set(free, k, bw, hops)
+            hit = (gpus, set_key(gpus, bw, hops)[0])
+            self._sets[key] = hit
+        return hit
+
+    def _bw_short(self, pod: PodInfo, i: int) -> tuple[bool, str] | None:
+        """None if node ``i``'s free GPUs hold a set fast enough for the pod; else why not."""
+        cluster, state = self._model()
+        k = pod.request.num_gpu
+        if pod.min_bw_GBps <= 0 or k < 2:
+            return None
+        free = np.flatnonzero(state.gpu_left[i] == MILLI).tolist()
+        if len(free) >= k:
+            gpus, bw = self._best_on(i, k, free)
+            if bw >= pod.min_bw_GBps:
+                return None
+        _, empty_bw = self._best_on(i, k, list(range(int(cluster.num_gpu[i]))))
+        name = cluster.names[i]
+        if empty_bw < pod.min_bw_GBps:
+            return True, (f"gpufabric: the best {k} GPUs of node {name} have {empty_bw:g} GB/s "
+                          f"between them; the pod asks at least {pod.min_bw_GBps:g}")
+        got = f"{bw:g} GB/s (GPUs {','.join(map(str, gpus))})" if len(free) >= k else "none"
+        return False, (f"gpufabric: the best {k} of the free GPUs of node {name} "
+                       f"({','.join(map(str, free))}): {got}; the pod asks at least "
+                       f"{pod.min_bw_GBps:g} GB/s")
 
     # -- reading requests ---------------------------------------------------------------
     def _args(self, args: Any, verb: str) -> tuple[PodInfo, list[str], bool]:
@@ -370,10 +407,9 @@ class Extender:
             ok = (feas & tiers[0]).tolist()
             index = self._index
             for n in known:
-                if ok[index[n]]:
-                    passed.append(n)
-                    continue
-                why = self._why_not(pod, index[n], tiers, pre)
+                why = None if ok[index[n]] else self._why_not(pod, index[n], tiers, pre)
+                if why is None:
+                    why = self._bw_short(pod, index[n])
                 if why is None:
                     passed.append(n)
                 elif why[0]:
@@ -426,6 +462,8 @@ class Extender:
             for n in g.open_nodes() & set(known):
                 scores[n] = MAX_PRIORITY
         elif known:
+            if pod.min_bw_GBps > 0:
+                known = [n for n in known if self._bw_short(pod, self._index[n]) is None]
             within = np.zeros(len(cluster), dtype=bool)
             within[np.fromiter(map(self._index.__getitem__, known), np.int64, len(known))] = True
             tiers = self._tiers_of(pod)
@@ -483,6 +521,13 @@ class Extender:
                                  + (self._why_not(pod, i, self._tiers_of(pod)) or (False, "it "
                                     "does not fit"))[1].removeprefix("gpufabric: ")}
             gpus = pick[1]
+            if pod.min_bw_GBps > 0 and pod.request.num_gpu >= 2:
+                short = self._bw_short(pod, i)
+                if short is not None:
+                    return {"Error": f"gpufabric: binding {who} to {node} failed: "
+                                     + short[1].removeprefix("gpufabric: ")}
+                free = np.flatnonzero(state.gpu_left[i] == MILLI).tolist()
+                gpus = self._best_on(i, pod.request.num_gpu, free)[0]
             state.place(i, pod.request, gpus)
         if self.binder is not None:
             try:

@@ -24,7 +24,9 @@ Pods ask for GPUs with the ``nvidia.com/gpu`` resource (whole GPUs) or the openb
 ``scheduling.x-k8s.io/pod-group`` label (kubernetes-sigs/scheduler-plugins coscheduling) in one
 namespace; the gang's size is the ``gpufabric.dev/gang-size`` annotation (1 if absent). The job
 kind is the ``gpufabric.dev/kind`` label (training, inference, service, batch), else training for
-GPU pods and service for the rest, as :func:`gpufabric.scheduler.jobs.load_jobs` decides.
+GPU pods and service for the rest, as :func:`gpufabric.scheduler.jobs.load_jobs` decides. A
+multi-GPU pod may ask that its GPUs be joined by at least ``gpufabric.dev/min-bw-GBps`` (the
+bottleneck between any two of them, GB/s per direction: 100 keeps it on NVLink).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ GANG_SIZE = "gpufabric.dev/gang-size"
 KIND_LABEL = "gpufabric.dev/kind"
 SYSTEM_ANNOTATION = "gpufabric.dev/system"
 GPU_INDEX_ANNOTATION = "gpufabric.dev/gpu-index"
+MIN_BW_ANNOTATION = "gpufabric.dev/min-bw-GBps"
 
 _SUFFIX = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
@@ -223,6 +226,7 @@ class PodInfo:
     gang: int
     node: str           # spec.nodeName ("" while pending)
     gpu_index: tuple[int, ...]
+    min_bw_GBps: float = 0.0    # the chosen GPUs' bottleneck must reach this (multi-GPU pods)
 
     @property
     def key(self) -> str:
@@ -305,8 +309,17 @@ def parse_pod(pod: Any, where: str = "Pod") -> PodInfo:
         raise InputError(f"'{idx_text}' is not GPU indices like 0-1-2",
                          field=f"{where}.metadata.annotations") from None
     node = str(spec.get("nodeName") or "")
+    min_bw = 0.0
+    if MIN_BW_ANNOTATION in ann:
+        try:
+            min_bw = float(str(ann[MIN_BW_ANNOTATION]))
+        except ValueError:
+            min_bw = -1.0
+        if not min_bw >= 0:
+            raise InputError(f"'{ann[MIN_BW_ANNOTATION]}' is not a bandwidth in GB/s (a number "
+                             ">= 0)", field=f"{where}.metadata.annotations.{MIN_BW_ANNOTATION}")
     return PodInfo(uid, ns, name, Request(cpu, mem, gpus, milli if gpus else 0), models, kind,
-                   prio, f"{ns}/{group}" if group else "", gang, node, index)
+                   prio, f"{ns}/{group}" if group else "", gang, node, index, min_bw)
 
 
 def _ann_int(ann: dict, key: str, where: str, default: int) -> int:

@@ -43,14 +43,17 @@ def test_scheduler_config_calls_the_extender_where_the_deployment_serves(cli):
 
 
 def test_daemonset_serves_in_the_kubelet_directory(cli):
-    ds = docs("device-plugin.yaml")[0]
+    ds = next(d for d in docs("device-plugin.yaml") if d["kind"] == "DaemonSet")
     spec = ds["spec"]["template"]["spec"]
     c = spec["containers"][0]
     assert c["command"] == ["gpufabric", "k8s", "device-plugin"]
     assert c["args"][c["args"].index("--socket-dir") + 1] == "/var/lib/kubelet/device-plugins/"
     assert spec["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} \
+        in c["env"]
     code, out, _ = cli("k8s", "device-plugin", "--help")
-    assert code == 0 and "--socket-dir" in out and "--system" in out
+    assert code == 0 and all(o in out for o in ("--socket-dir", "--system", "--kubeconfig",
+                                                "--node-name"))
 
 
 def test_bad_command_line_input_is_one_line_and_exit_2(cli, tmp_path):

@@ -172,3 +172,46 @@ def test_preferred_allocation_on_a_72_gpu_domain_honours_must_include():
     got = preferred_set(free, 8, ds.bw, ds.hops, must=[70])
     assert len(got) == 8 and 70 in got
     assert set_key(got, ds.bw, ds.hops)[0] == 900.0       # one NVLink domain: every pair 900
+
+
+class PendingPods:
+    """A CoreV1Api-like fake: the pods bound to this node, not yet running."""
+
+    def __init__(self, pods):
+        self.pods = pods
+        self.selectors = []
+
+    def list_pod_for_all_namespaces(self, field_selector="", _preload_content=True,
+                                    _request_timeout=None):
+        import json
+        import types
+        self.selectors.append(field_selector)
+        return types.SimpleNamespace(data=json.dumps({"items": self.pods}).encode())
+
+
+def pending(uid: str, created: str, index: str) -> dict:
+    return {"metadata": {"uid": uid, "creationTimestamp": created,
+                         "annotations": {"gpufabric.dev/gpu-index": index}},
+            "spec": {"nodeName": "gpu-a100-02"}, "status": {"phase": "Pending"}}
+
+
+def test_the_gpus_the_extender_chose_are_honoured_oldest_pod_first(tmp_path):
+    from gpufabric.k8s.kube import AssignedGPUs
+    api = PendingPods([pending("b", "2026-03-02T09:21:07Z", "4-5"),
+                       pending("a", "2026-03-02T09:21:05Z", "0-2"),
+                       pending("c", "2026-03-02T09:21:01Z", "1-3")])     # 1, 3 not available
+    devices = DeviceSet.from_topology(load("nvlink-bridge-pairs"), "nvlink-bridge-pairs", IDS)
+    plugin = DevicePlugin(devices, str(tmp_path), log=lambda m: None,
+                          hint=AssignedGPUs(api, "gpu-a100-02", IDS))
+    plugin.serve()
+    try:
+        with grpc.insecure_channel(f"unix://{plugin.socket}") as ch:
+            stub = pb_grpc.DevicePluginStub(ch)
+            req = example("preferred-allocation-request", pb.PreferredAllocationRequest())
+            answers = [list(stub.GetPreferredAllocation(req).container_responses[0].deviceIDs)
+                       for _ in range(3)]
+    finally:
+        plugin.stop_server()
+    # pod a (0-2, over PCIe, as the extender chose), then pod b; then no pod: the plugin's own
+    assert answers == [[IDS[0], IDS[2]], [IDS[4], IDS[5]], [IDS[4], IDS[5]]]
+    assert api.selectors[0] == "spec.nodeName=gpu-a100-02,status.phase=Pending"

@@ -104,6 +104,11 @@ def device_plugin_cmd(
                                  help="Extended resource name to register."),
     endpoint: str = typer.Option("gpufabric-gpu.sock", "--endpoint",
                                  help="Socket file name in --socket-dir."),
+    kubeconfig: str | None = typer.Option(
+        None, "--kubeconfig", help="Honour the GPUs the extender chose (pod annotation "
+        "gpufabric.dev/gpu-index): a kubeconfig path or 'in-cluster'; needs --node-name."),
+    node_name: str | None = typer.Option(None, "--node-name", envvar="NODE_NAME",
+                                         help="This node's name (with --kubeconfig)."),
 ) -> None:
     """Serve the kubelet device-plugin API (v1beta1) with topology-aware preferred allocation."""
     from pathlib import Path
@@ -120,8 +125,15 @@ def device_plugin_cmd(
                              "--system (e.g. dgx-a100)", field="--system")
         devices = DeviceSet.from_system(system)
     from gpufabric.k8s.deviceplugin import DevicePlugin
+    hint = None
+    if kubeconfig:
+        if not node_name:
+            raise InputError("--kubeconfig needs the node's name (or NODE_NAME)",
+                             field="--node-name")
+        from gpufabric.k8s.kube import AssignedGPUs, KubeSource
+        hint = AssignedGPUs(KubeSource(kubeconfig).api, node_name, devices.ids)
     try:
-        plugin = DevicePlugin(devices, socket_dir, resource, endpoint)
+        plugin = DevicePlugin(devices, socket_dir, resource, endpoint, hint=hint)
     except ValueError as exc:
         raise InputError(str(exc), field="--resource") from None
     signal.signal(signal.SIGTERM, lambda *_: plugin.stop())

@@ -8,7 +8,8 @@ service on ``kubelet.sock``, in that order (the kubelet dials back during ``Regi
 - ``ListAndWatch``: the full device list at once and again after every health change; the stream
   stays open until the plugin stops;
 - ``GetPreferredAllocation``: for each container, ``allocation_size`` IDs from
-  ``available_deviceIDs`` including every ``must_include_deviceIDs`` entry, chosen by
+  ``available_deviceIDs`` including every ``must_include_deviceIDs`` entry: the GPUs the
+  extender chose for a pending pod when a hint (``--kubeconfig``) finds them, else chosen by
   :func:`gpufabric.scheduler.gpuset.preferred_set` on the node's topology (bounded time);
 - ``Allocate``: ``NVIDIA_VISIBLE_DEVICES`` with the IDs, one response per container request;
   an unknown or unhealthy device fails the call;
@@ -29,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,17 @@ ENDPOINT = "gpufabric-gpu.sock"
 
 
 class DevicePluginService(pb_grpc.DevicePluginServicer):
-    """The five RPCs over a :class:`DeviceSet`."""
+    """The five RPCs over a :class:`DeviceSet`.
 
-    def __init__(self, devices: DeviceSet, stop: threading.Event):
+    ``hint(available, must, size)`` may name the devices the scheduler chose (see
+    :class:`gpufabric.k8s.kube.AssignedGPUs`); None lets the topology model choose.
+    """
+
+    def __init__(self, devices: DeviceSet, stop: threading.Event,
+                 hint: Callable[[list[str], list[str], int], list[str] | None] | None = None):
         self.devices = devices
         self.stop = stop
+        self.hint = hint
 
     @staticmethod
     def options() -> pb.DevicePluginOptions:
@@ -118,9 +125,12 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"gpufabric: allocation_size {size} with {len(set(free))} "
                               f"available and {len(set(must))} must-include devices")
-            chosen = preferred_set(free, size, self.devices.bw, self.devices.hops, must)
-            out.append(pb.ContainerPreferredAllocationResponse(
-                deviceIDs=[self.devices.ids[k] for k in chosen]))
+            named = self.hint(list(c.available_deviceIDs), list(c.must_include_deviceIDs),
+                              size) if self.hint else None
+            if named is None:
+                chosen = preferred_set(free, size, self.devices.bw, self.devices.hops, must)
+                named = [self.devices.ids[k] for k in chosen]
+            out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=named))
         return pb.PreferredAllocationResponse(container_responses=out)
 
     def Allocate(self, request: pb.AllocateRequest, context: Any  # noqa: N802
@@ -162,11 +172,13 @@ class DevicePlugin:
     """
 
     def __init__(self, devices: DeviceSet, socket_dir: str = DEVICE_PLUGIN_DIR,
-                 resource: str = RESOURCE, endpoint: str = ENDPOINT, log: Any = None):
+                 resource: str = RESOURCE, endpoint: str = ENDPOINT, log: Any = None,
+                 hint: Callable[[list[str], list[str], int], list[str] | None] | None = None):
         if "/" not in resource or resource.startswith(("kubernetes.io/", "/")):
             raise ValueError(f"resource {resource!r} is not an extended resource name "
                              "(vendor-domain/type)")
         self.devices = devices
+        self.hint = hint
         self.dir = Path(socket_dir)
         self.resource = resource
         self.endpoint = endpoint
@@ -185,7 +197,7 @@ class DevicePlugin:
         self.socket.unlink(missing_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         pb_grpc.add_DevicePluginServicer_to_server(
-            DevicePluginService(self.devices, self.stop_event), server)
+            DevicePluginService(self.devices, self.stop_event, self.hint), server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self.server = server

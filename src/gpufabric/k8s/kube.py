@@ -91,3 +91,64 @@ class KubeSource:
                 "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self.api.create_namespaced_binding(pod.namespace, body, _preload_content=False)
+
+
+class AssignedGPUs:
+    """The device plugin's side channel: GPUs the extender chose, read from pending pods.
+
+    The kubelet's ``GetPreferredAllocation`` carries no pod identity. The extender writes the GPUs
+    it chose into the pod (``gpufabric.dev/gpu-index``) before binding; this looks among the pods
+    bound to this node and not yet running for one whose GPUs fit the request (the right count,
+    all available, every must-include device among them), the oldest first, and answers with its
+    devices. Each pod is answered once. Any failure to ask the API server returns None, and the
+    plugin chooses by itself.
+
+    Parameters
+    ----------
+    api : object
+        A ``CoreV1Api``-like object.
+    node : str
+        This node's name.
+    ids : list of str
+        Device IDs in GPU index order (what the indices in the annotation refer to).
+    """
+
+    def __init__(self, api: Any, node: str, ids: list[str], timeout_s: float = 2.0):
+        self.api = api
+        self.node = node
+        self.ids = ids
+        self.timeout_s = timeout_s
+        self.answered: dict[str, None] = {}
+
+    def __call__(self, available: list[str], must: list[str], size: int) -> list[str] | None:
+        try:
+            resp = self.api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node},status.phase=Pending",
+                _preload_content=False, _request_timeout=self.timeout_s)
+            items = KubeSource._json(resp).get("items") or []
+        except Exception:
+            return None
+        avail, need = set(available), set(must)
+        found = []
+        for item in items:
+            meta = item.get("metadata") or {} if isinstance(item, dict) else {}
+            uid = meta.get("uid")
+            text = (meta.get("annotations") or {}).get(GPU_INDEX_ANNOTATION, "")
+            if not uid or uid in self.answered or not text:
+                continue
+            try:
+                index = [int(x) for x in str(text).split("-") if x != ""]
+            except ValueError:
+                continue
+            if len(index) != size or not all(0 <= i < len(self.ids) for i in index):
+                continue
+            devs = [self.ids[i] for i in index]
+            if set(devs) <= avail and need <= set(devs):
+                found.append((str(meta.get("creationTimestamp") or ""), uid, devs))
+        if not found:
+            return None
+        _, uid, devs = min(found)
+        self.answered[uid] = None
+        while len(self.answered) > 10_000:
+            self.answered.pop(next(iter(self.answered)))
+        return devs

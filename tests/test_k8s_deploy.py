@@ -133,3 +133,42 @@ def test_critical_xid_marks_the_device_unhealthy_application_xids_do_not(monkeyp
     assert devices.watch_health(ds, stop) is True
     assert [ds.health[u] for u in ds.ids] == ["Healthy", "Healthy", "Unhealthy", "Healthy"]
     assert ds.version == 1
+
+
+def test_the_extender_command_serves_until_sigterm(tmp_path):
+    import http.client
+    import json
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", "from gpufabric.cli import main; main()",
+                             "k8s", "extender", "--listen", f"127.0.0.1:{port}",
+                             "--nodes", "hgx-h100*2", "--prefix", "/gpufabric/v1"],
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        body = None
+        for _ in range(200):
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": [
+                    {"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+                conn.request("POST", "/gpufabric/v1/filter", json.dumps(
+                    {"Pod": pod, "Nodes": None, "NodeNames": ["hgx-h100-0000"]}))
+                body = json.loads(conn.getresponse().read())
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+        assert body == {"Nodes": None, "NodeNames": ["hgx-h100-0000"], "FailedNodes": {},
+                        "FailedAndUnresolvableNodes": {}, "Error": ""}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert f"serving on http://127.0.0.1:{port}/gpufabric/v1/<verb> (2 nodes" in err

@@ -232,8 +232,12 @@ class DevicePlugin:
             self.serve()
             kubelet = None
             delay = poll_s
+            told = False
             while not self.stop_event.is_set():
                 kubelet = self._kubelet_id()
+                if kubelet is None and not told:
+                    self.log(f"serving {self.socket}; waiting for {self.dir / KUBELET_SOCKET}")
+                    told = True
                 if kubelet is not None:
                     try:
                         self.register()

@@ -31,6 +31,7 @@ MAX_BODY_BYTES = 64 * 2**20
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True   # headers and body go out at once, no delayed-ACK stall
+    timeout = 120                    # an idle or stalled connection is closed, not kept forever
     server: ExtenderServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib name)

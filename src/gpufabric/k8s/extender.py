@@ -394,7 +394,10 @@ class Extender:
             g = self._gang(pod, known)
             open_nodes = g.open_nodes() if g else set()
             for n in known:
-                if n in open_nodes:
+                if g is not None and g.request != pod.request:
+                    unresolvable[n] = (f"gpufabric: gang {pod.group} was reserved for members "
+                                       f"asking {g.request}; this pod asks {pod.request}")
+                elif n in open_nodes:
                     passed.append(n)
                 elif g is None:
                     failed[n] = (f"gpufabric: gang {pod.group} of {pod.gang} members "
@@ -504,6 +507,9 @@ class Extender:
                              "extender node cache"}
         g = self.gangs.get(pod.group) if pod.group else None
         slot: int | None = None
+        if g is not None and g.request != pod.request:
+            return {"Error": f"gpufabric: binding {who} failed: gang {pod.group} was reserved "
+                             f"for members asking {g.request}, this pod asks {pod.request}"}
         if g is not None:
             used = set(g.taken.values())
             slot = next((k for k, (n, _) in enumerate(g.slots) if n == node and k not in used),

@@ -80,3 +80,41 @@ def test_state_is_always_the_sum_of_the_bound_pods(seq, policy):
                     for x in gpus:
                         expect[ext._index[node], x] -= g.request.gpu_milli
         assert (expect >= 0).all() and (state.gpu_left == expect).all()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False)
+    | st.text(max_size=8) | st.sampled_from(["gpu-a", "4", "500m", "nvidia.com/gpu", "16Gi"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["Pod", "Nodes", "NodeNames", "metadata", "spec", "name", "uid",
+                         "containers", "resources", "limits", "requests", "nvidia.com/gpu",
+                         "items", "PodName", "PodNamespace", "PodUID", "Node", "annotations",
+                         "labels", "NodeNameToVictims", "NodeNameToMetaVictims", "Pods", "UID",
+                         "status", "capacity", "allocatable", "priority", "x"]),
+        inner, max_size=5),
+    max_leaves=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["filter", "prioritize", "bind", "preempt"]), json_values)
+def test_any_json_gets_an_answer_never_a_server_error(verb, body):
+    import http.client
+    import json
+
+    from gpufabric.k8s.http import ExtenderServer
+    srv = _SERVER.get("srv")
+    if srv is None:
+        srv = _SERVER["srv"] = ExtenderServer(("127.0.0.1", 0),
+                                              Extender(load_node_infos(NODES)))
+        srv.start()
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)
+    conn.request("POST", f"/{verb}", json.dumps(body))
+    resp = conn.getresponse()
+    reply = json.loads(resp.read())
+    assert resp.status in (200, 400), reply
+    assert srv.errors == 0
+    if resp.status == 400:
+        assert reply["Error"].startswith("gpufabric: ")
+
+
+_SERVER: dict = {}

@@ -554,6 +554,10 @@ class Extender:
         b = self.bound.pop(uid, None)
         if b is None:
             return False
+        g = self.gangs.get(b.pod.group) if b.pod.group else None
+        if g is not None and uid in g.taken:
+            del g.taken[uid]     # a gang still forming: its place stays reserved for it
+            return True
         _, state = self._model()
         i = self._index.get(b.node)
         if i is not None:

@@ -52,7 +52,7 @@ def main() -> None:
         for _ in range(3):
             (m, p), dt = cold_predict(nodes, C.Model.SAMPLE_NODES, None)
             best = dt if best is None else min(best, dt)
-        rows, ds = timed(lambda: [m.predict("all_reduce", s) for s in SIZES])
+        rows, ds = timed(lambda m=m: [m.predict("all_reduce", s) for s in SIZES])
         small = rows[0]
         results[nodes] = best
         results_bus[nodes] = p.busbw

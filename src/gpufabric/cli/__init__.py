@@ -11,6 +11,7 @@ import sys
 
 from gpufabric.cli import collective as _collective  # noqa: F401,E402
 from gpufabric.cli import data as _data  # noqa: F401,E402
+from gpufabric.cli import k8s as _k8s  # noqa: F401,E402
 from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
 from gpufabric.cli import serve as _serve  # noqa: F401,E402
 from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)

@@ -138,7 +138,8 @@ def _torus_links(dims: tuple[int, ...]) -> list[tuple[int, int]]:
                    if a != b})
 
 
-def tables(topo: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def tables(topo: Topology, node: int = 0, domain: bool = False
+           ) -> tuple[np.ndarray, np.ndarray]:
     """(bottleneck GB/s, links crossed) between every pair of accelerators; diagonal inf / 0.
 
     The paths are :func:`gpufabric.topology.paths.gpu_pair_tables`' (what ``gpufabric show``
@@ -152,7 +153,7 @@ def tables(topo: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]:
     >>> float(bw[0, 1]), int(hops[0, 1])
     (15.75, 3)
     """
-    bw, hops = gpu_pair_tables(topo, node)
+    bw, hops = gpu_pair_tables(topo, node, domain)
     np.fill_diagonal(bw, np.inf)
     return bw, hops
 

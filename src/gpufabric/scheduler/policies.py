@@ -13,6 +13,10 @@ Placement (which node, which GPUs), all vectorized over nodes with numpy:
 - ``topology``: for a multi-GPU job, the node and GPU set with the widest bottleneck bandwidth
   between the chosen GPUs (one NVSwitch island, one PCIe switch, one socket, ...) from the node's
   topology; then best-fit. Single-GPU and CPU jobs are placed best-fit.
+- ``topology-fgd``: ``topology`` for multi-GPU jobs, ``fgd`` for the rest.
+
+Every policy also gives ``scores(state, request, nodes)``: higher is better, and ``select``
+takes the highest (ties as described below). The Kubernetes extender ranks nodes with it.
 
 Ties are broken uniformly at random, as the Kubernetes scheduler does (``fgd`` excepted: it breaks
 them as the FGD paper's simulator does, see :class:`FGDPlacement`). For a GPU share, every policy
@@ -83,6 +87,10 @@ class Placement:
 @register("placement", "random")
 class RandomPlacement(Placement):
     name = "random"
+
+    def scores(self, state, r, idx):
+        """Every node alike."""
+        return np.zeros(len(idx))
 
     def select(self, state, r, mask):
         idx = np.flatnonzero(mask)
@@ -325,10 +333,8 @@ class FGDPlacement(Placement):
                 best, pick = s, gi
         return pick
 
-    def select(self, state, r, mask):
-        idx = np.flatnonzero(mask)
-        if len(idx) == 0:
-            return None
+    def _vals(self, state: State, r: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Integer FGD score of each node in ``idx`` and the share-GPU bits (cached per state)."""
         self._sync(state)
         sids = self.node_sid[idx]
         key = (r.cpu, r.num_gpu, r.gpu_milli)
@@ -349,6 +355,17 @@ class FGDPlacement(Placement):
             ms = np.unique(sids[miss])
             score[ms], choice[ms] = self._compute(ms, r)
             vals = score[sids]
+        return vals, choice
+
+    def scores(self, state, r, idx):
+        """The FGD score of each node, less its tie-break rank (the highest is chosen)."""
+        return self._vals(state, r, idx)[0] - self.rank[idx]
+
+    def select(self, state, r, mask):
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return None
+        vals, choice = self._vals(state, r, idx)
         # highest integer score; among equal scores the node ranked first this run
         node = int(idx[np.argmax(vals - self.rank[idx])])
         if r.share:
@@ -378,23 +395,105 @@ class TopologyPlacement(Placement):
             self.cache[key] = hit
         return hit
 
+    def _node_types(self) -> np.ndarray:
+        """Per node, an id of its (model, GPU count, system): nodes alike share best sets."""
+        t = self.__dict__.get("_types")
+        if t is None:
+            c = self.cluster
+            seen: dict[tuple, int] = {}
+            t = np.array([seen.setdefault((int(c.model_id[i]), int(c.num_gpu[i]),
+                                           c.presets.get(i)), len(seen))
+                          for i in range(len(c))], dtype=np.int64)
+            self._types = t
+        return t
+
+    def _keys(self, state: State, r: Request, idx: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]:
+        """Per node of ``idx``: bottleneck GB/s and -hops of its best set, the best-fit score;
+        the distinct best sets and which one each node has.
+
+        Nodes of one type with the same free GPUs share one search.
+        """
+        memo = (r, idx.tobytes(), state.version[idx].tobytes())
+        hit: tuple[np.ndarray, np.ndarray, np.ndarray, list, np.ndarray] | None = \
+            self.__dict__.get("_memo")
+        if hit is not None and self.__dict__.get("_memo_key") == memo:   # select, then scores
+            return hit
+        fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+        freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
+        types = self._node_types()[idx]
+        g = len(self.bits)
+        if g <= 40:
+            _, first, inv = np.unique((types << g) | freebits, return_index=True,
+                                      return_inverse=True)
+        else:
+            _, first, inv = np.unique(np.stack([types, freebits], axis=1), axis=0,
+                                      return_index=True, return_inverse=True)
+        sets, bws, hops = [], np.empty(len(first)), np.empty(len(first))
+        for u, at in enumerate(first.tolist()):
+            gpus, bw, h = self.best_set(int(idx[at]), int(freebits[at]), r.num_gpu)
+            sets.append(gpus)
+            bws[u], hops[u] = bw, -h
+        inv = inv.reshape(-1)
+        out = (bws[inv], hops[inv], fit, sets, inv)
+        self.__dict__["_memo_key"], self.__dict__["_memo"] = memo, out
+        return out
+
+    def scores(self, state, r, idx):
+        """Rank of each node's (bottleneck, -hops, best fit) key: higher is better.
+
+        Single-GPU and CPU requests: the best-fit score alone.
+        """
+        if r.num_gpu < 2:
+            return -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
+                     + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
+        bw, hops, fit, _, _ = self._keys(state, r, idx)
+        order = np.lexsort((fit, hops, bw))
+        key = np.stack([bw, hops, fit], axis=1)[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (key[1:] != key[:-1]).any(axis=1)
+        rank = np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))
+        out = np.empty(len(order))
+        out[order] = rank
+        return out
+
     def select(self, state, r, mask):
         idx = np.flatnonzero(mask)
         if len(idx) == 0:
             return None
-        fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
-                + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
         if r.num_gpu < 2:
-            node = _pick(idx, fit, self.rng)
+            node = _pick(idx, self.scores(state, r, idx), self.rng)
             return node, state.pick_gpus(node, r)
-        freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
-        best = None
-        for pos, (node, fb) in enumerate(zip(idx.tolist(), freebits.tolist(), strict=True)):
-            gpus, bw, hops = self.best_set(node, fb, r.num_gpu)
-            key = (bw, -hops, fit[pos])
-            if best is None or key > best[0]:
-                best = (key, node, gpus)
-        return best[1], tuple(best[2])
+        bw, hops, fit, sets, inv = self._keys(state, r, idx)
+        # the largest (bw, -hops, fit), the first node among equals
+        pos = int(np.lexsort((-np.arange(len(idx)), fit, hops, bw))[-1])
+        return int(idx[pos]), tuple(sets[inv[pos]])
+
+
+@register("placement", "topology-fgd")
+class TopologyFGDPlacement(Placement):
+    """Multi-GPU requests by ``topology``, everything else (shares, one GPU, CPU) by ``fgd``.
+
+    What the issue of a real cluster asks: NVLink locality where a job spans GPUs, and little
+    fragmentation where GPUs are shared.
+    """
+
+    name = "topology-fgd"
+
+    def __init__(self, cluster, jobs, rng):
+        super().__init__(cluster, jobs, rng)
+        self.fgd = FGDPlacement(cluster, jobs, rng)
+        self.topo = TopologyPlacement(cluster, jobs, rng)
+
+    def _of(self, r: Request) -> Placement:
+        return self.topo if r.num_gpu >= 2 else self.fgd
+
+    def scores(self, state, r, idx):
+        return self._of(r).scores(state, r, idx)
+
+    def select(self, state, r, mask):
+        return self._of(r).select(state, r, mask)
 
 
 # -- queue orders -----------------------------------------------------------------------

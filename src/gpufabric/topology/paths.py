@@ -218,10 +218,23 @@ def matrix(t: Topology, node: int = 0) -> tuple[list[str], list[list[Path]]]:
     return [lab for lab, _ in ends], [[path(t, a, b) for _, b in ends] for _, a in ends]
 
 
-def gpu_pair_tables(t: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def domain_gpus(t: Topology, node: int = 0, domain: bool = False) -> list:
+    """The GPUs of server ``node`` by index, or with ``domain`` those of its whole NVLink
+    domain (every tray of a GB200 NVL72 rack), node by node."""
+    gpus = sorted(t.gpus(node), key=lambda d: d.index)
+    if domain and gpus:
+        dom = t.domain_of(gpus[0].id)
+        gpus = sorted((g for g in t.gpus() if t.domain_of(g.id) == dom),
+                      key=lambda d: (d.node, d.index))
+    return gpus
+
+
+def gpu_pair_tables(t: Topology, node: int = 0, domain: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Bottleneck bandwidth (GB/s per direction) and links crossed between GPU i and GPU j.
 
-    Order is ``t.gpus(node)`` by index; the diagonal is 0 in both.
+    Order is :func:`domain_gpus` (``t.gpus(node)`` by index, or with ``domain`` the GPUs of
+    the node's whole NVLink domain); the diagonal is 0 in both.
 
     Examples
     --------
@@ -230,7 +243,7 @@ def gpu_pair_tables(t: Topology, node: int = 0) -> tuple[np.ndarray, np.ndarray]
     >>> float(bw[0, 1]), int(hops[0, 1])
     (15.75, 3)
     """
-    gpus = [d.id for d in sorted(t.gpus(node), key=lambda d: d.index)]
+    gpus = [d.id for d in domain_gpus(t, node, domain)]
     bw = np.zeros((len(gpus), len(gpus)))
     hops = np.zeros((len(gpus), len(gpus)), dtype=np.int64)
     for i, a in enumerate(gpus):

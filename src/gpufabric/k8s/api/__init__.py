@@ -1,0 +1,1 @@
+"""The kubelet device-plugin API v1beta1: our .proto and the modules protoc generates."""

@@ -1,0 +1,233 @@
+"""The GPUs a device plugin offers: from NVML when the node has GPUs, else from a system model.
+
+Either way the result is a :class:`DeviceSet`: device IDs, NUMA nodes, health, and the pair
+tables (bottleneck GB/s, links crossed) of :func:`gpufabric.scheduler.nodetopo.tables` on the
+node's :class:`~gpufabric.topology.model.Topology`. From NVML the topology is built the way
+``gpufabric import nvidia-smi`` builds it: an ``nvidia-smi topo -m`` matrix (NVLink counts per
+pair from each link's remote PCI bus ID, PCIe levels from the common ancestor) handed to
+:func:`gpufabric.topology.nvsmi.to_system`. NVML queries degrade to "not available" (None)
+instead of failing: no library, no driver, no GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpufabric import catalog
+from gpufabric.errors import InputError
+from gpufabric.scheduler.nodetopo import tables
+from gpufabric.topology.paths import domain_gpus
+from gpufabric.topology.build import from_data, load
+from gpufabric.topology.model import Topology
+from gpufabric.topology.nvsmi import TopoMatrix, to_system
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+#: XIDs NVIDIA's plugin treats as application errors, not device faults (k8s-device-plugin
+#: v0.20.0 internal/rm/health.go): 13 graphics engine exception, 31 memory page fault, 43 GPU
+#: stopped processing, 45 preemptive cleanup, 68 video processor exception, 109 context switch
+#: timeout.
+IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+#: NVML topology levels (nvmlGpuTopologyLevel_t) -> nvidia-smi path class.
+NVML_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+@dataclass
+class DeviceSet:
+    """Devices of one node, in GPU index order, and how they are connected.
+
+    Examples
+    --------
+    >>> ds = DeviceSet.from_system("dgx-a100")
+    >>> len(ds.ids), ds.ids[0], ds.numa[0], ds.numa[7]
+    (8, 'gpufabric-dgx-a100-gpu0', 3, 5)
+    """
+
+    ids: list[str]
+    numa: list[int]
+    bw: np.ndarray
+    hops: np.ndarray
+    source: str
+    health: dict[str, str] = field(default_factory=dict)
+    version: int = 0
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def __post_init__(self) -> None:
+        for i in self.ids:
+            self.health.setdefault(i, HEALTHY)
+        self.index = {d: k for k, d in enumerate(self.ids)}
+
+    @classmethod
+    def from_topology(cls, t: Topology, source: str, ids: list[str] | None = None,
+                      domain: bool = False) -> DeviceSet:
+        """The GPUs of the first node, or with ``domain`` of its whole NVLink domain (all 72
+        GPUs of a GB200 NVL72 rack, whose compute trays are separate servers)."""
+        gpus = domain_gpus(t, 0, domain)
+        if not gpus:
+            raise InputError("the system has no GPUs on its first node", file=source)
+        if ids is None:
+            stem = re.sub(r"[^A-Za-z0-9-]", "-", t.name or "system")[:40].strip("-")
+            ids = [f"gpufabric-{stem}-gpu{k}" for k in range(len(gpus))]
+        bw, hops = tables(t, 0, domain)
+        return cls(ids, [max(0, d.numa) for d in gpus], bw, hops, source)
+
+    @classmethod
+    def from_system(cls, system: str, domain: bool = False) -> DeviceSet:
+        """A preset, spec file or inline spec (``gpufabric systems``)."""
+        return cls.from_topology(load(system), system, domain=domain)
+
+    def set_health(self, device_id: str, health: str) -> bool:
+        """Change one device's health; wakes ListAndWatch streams. False if unchanged."""
+        if device_id not in self.health:
+            raise KeyError(device_id)
+        if health not in (HEALTHY, UNHEALTHY):
+            raise ValueError(f"health must be {HEALTHY} or {UNHEALTHY}")
+        with self.changed:
+            if self.health[device_id] == health:
+                return False
+            self.health[device_id] = health
+            self.version += 1
+            self.changed.notify_all()
+        return True
+
+
+# -- NVML ----------------------------------------------------------------------------------
+def _nvml() -> Any:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _numa(nv: Any, h: Any, bus: str) -> int:
+    try:
+        return int(nv.nvmlDeviceGetNumaNodeId(h))
+    except Exception:
+        pass
+    sysfs = Path("/sys/bus/pci/devices") / bus.lower()[-12:] / "numa_node"
+    try:
+        return max(0, int(sysfs.read_text().strip()))
+    except (OSError, ValueError):
+        return 0
+
+
+def nvml_matrix() -> tuple[TopoMatrix, list[str], str] | None:
+    """(topology matrix, GPU UUIDs, catalog GPU name or "") from NVML, or None if not available.
+    """
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        n = nv.nvmlDeviceGetCount()
+        if n == 0:
+            return None
+        hs = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+        uuids = [_text(nv.nvmlDeviceGetUUID(h)) for h in hs]
+        buses = [_text(nv.nvmlDeviceGetPciInfo(h).busId).lower() for h in hs]
+        name = _text(nv.nvmlDeviceGetName(hs[0]))
+        links: list[dict[str, int]] = []
+        for h in hs:
+            cnt: dict[str, int] = {}
+            for ln in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    if nv.nvmlDeviceGetNvLinkState(h, ln):
+                        rb = _text(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, ln).busId).lower()
+                        cnt[rb] = cnt.get(rb, 0) + 1
+                except Exception:
+                    break
+            links.append(cnt)
+        paths = [["X"] * n for _ in range(n)]
+        for i in range(n):
+            for j in range(n):
+                if i == j:
+                    continue
+                direct = links[i].get(buses[j], 0)
+                to_switch_i = sum(c for b, c in links[i].items() if b not in buses)
+                to_switch_j = sum(c for b, c in links[j].items() if b not in buses)
+                if direct:
+                    paths[i][j] = f"NV{direct}"
+                elif to_switch_i and to_switch_j:
+                    paths[i][j] = f"NV{min(to_switch_i, to_switch_j)}"
+                else:
+                    try:
+                        lvl = int(nv.nvmlDeviceGetTopologyCommonAncestor(hs[i], hs[j]))
+                    except Exception:
+                        lvl = 50
+                    paths[i][j] = NVML_LEVELS.get(lvl, "SYS")
+        numa = [str(_numa(nv, h, b)) for h, b in zip(hs, buses, strict=True)]
+        try:
+            model = catalog.gpu(name).name
+        except InputError:
+            model = ""
+        return TopoMatrix([f"GPU{i}" for i in range(n)], paths, numa_affinity=numa), uuids, model
+    except Exception:
+        return None
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def from_nvml() -> DeviceSet | None:
+    """The node's GPUs from NVML, or None when NVML or GPUs are not available."""
+    got = nvml_matrix()
+    if got is None:
+        return None
+    m, uuids, model = got
+    system = to_system(m, "nvml", model)
+    return DeviceSet.from_topology(from_data(system, "nvml", "NVML"), "NVML", uuids)
+
+
+def watch_health(devices: DeviceSet, stop: threading.Event, timeout_ms: int = 1000) -> bool:
+    """Mark devices Unhealthy on NVML critical XID events until ``stop``; False if NVML cannot
+    deliver events (no NVML, or a driver without event support): health then stays as it is.
+
+    Application XIDs (:data:`IGNORED_XIDS`) are ignored, as NVIDIA's plugin does. A device marked
+    Unhealthy stays so until the plugin restarts (NVML reports no recovery).
+    """
+    nv = _nvml()
+    if nv is None:
+        return False
+    try:
+        es = nv.nvmlEventSetCreate()
+        by_uuid = {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            u = _text(nv.nvmlDeviceGetUUID(h))
+            if u in devices.index:
+                nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, es)
+                by_uuid[u] = h
+    except Exception:
+        return False
+    try:
+        while not stop.is_set():
+            try:
+                ev = nv.nvmlEventSetWait(es, timeout_ms)
+            except Exception:        # NVML_ERROR_TIMEOUT: nothing happened
+                continue
+            xid = int(getattr(ev, "eventData", 0))
+            if xid in IGNORED_XIDS:
+                continue
+            uuid = _text(nv.nvmlDeviceGetUUID(ev.device))
+            if uuid in devices.index:
+                devices.set_health(uuid, UNHEALTHY)
+    finally:
+        try:
+            nv.nvmlEventSetFree(es)
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+    return True

@@ -1,0 +1,154 @@
+"""The API server, through the official Kubernetes Python client (``pip install gpufabric[k8s]``).
+
+:class:`KubeSource` lists Nodes and Pods for :meth:`Extender.sync
+<gpufabric.k8s.extender.Extender.sync>` and creates Bindings for the extender's bind verb
+(annotating the pod with the GPUs chosen, ``gpufabric.dev/gpu-index``, first). Responses are read
+as raw JSON (``_preload_content=False``) and parsed by :mod:`gpufabric.k8s.objects`, the same
+reader as the extender's requests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from gpufabric.errors import InputError
+from gpufabric.k8s.objects import GPU_INDEX_ANNOTATION, NodeInfo, PodInfo, parse_node, parse_pod
+
+#: Pod phases whose pods hold their node's resources.
+ACTIVE_PHASES = ("Pending", "Running", "Unknown")
+
+
+class KubeSource:
+    """Nodes, pods and bindings from an API server.
+
+    Parameters
+    ----------
+    kubeconfig : str
+        A kubeconfig path, or ``in-cluster`` for the service account of the pod it runs in.
+    api : object, optional
+        A ``CoreV1Api``-like object (tests pass a fake); default: built from ``kubeconfig``.
+    """
+
+    def __init__(self, kubeconfig: str, api: Any = None):
+        if api is None:
+            try:
+                from kubernetes import client, config
+            except ImportError:
+                raise InputError("reading the cluster needs the kubernetes package: "
+                                 "pip install 'gpufabric[k8s]'", field="--kubeconfig") from None
+            try:
+                if kubeconfig == "in-cluster":
+                    config.load_incluster_config()
+                else:
+                    config.load_kube_config(config_file=kubeconfig)
+            except Exception as exc:
+                raise InputError(f"cannot load: {exc}", file=kubeconfig,
+                                 field="--kubeconfig") from None
+            api = client.CoreV1Api()
+        self.api = api
+
+    @staticmethod
+    def _json(resp: Any) -> Any:
+        data = getattr(resp, "data", resp)
+        return json.loads(data) if isinstance(data, (bytes, str)) else data
+
+    def nodes(self) -> list[NodeInfo]:
+        out = []
+        for k, item in enumerate(self._json(self.api.list_node(_preload_content=False))
+                                  .get("items") or []):
+            try:
+                out.append(parse_node(item, f"nodes[{k}]"))
+            except InputError as exc:     # one odd node must not stop the extender
+                print(f"gpufabric: skipping a node: {exc}", file=sys.stderr)
+        return out
+
+    def pods(self) -> list[PodInfo]:
+        data = self._json(self.api.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName!=", _preload_content=False))
+        out = []
+        for k, item in enumerate(data.get("items") or []):
+            phase = ((item.get("status") or {}).get("phase")) if isinstance(item, dict) else None
+            if phase not in ACTIVE_PHASES:
+                continue
+            try:
+                out.append(parse_pod(item, f"pods[{k}]"))
+            except InputError as exc:
+                print(f"gpufabric: skipping a pod: {exc}", file=sys.stderr)
+        return out
+
+    def pod(self, namespace: str, name: str) -> PodInfo:
+        return parse_pod(self._json(self.api.read_namespaced_pod(name, namespace,
+                                                                 _preload_content=False)))
+
+    def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
+        """Annotate the pod with its GPUs, then create its Binding to ``node``."""
+        if gpus:
+            self.api.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {
+                "annotations": {GPU_INDEX_ANNOTATION: "-".join(str(g) for g in gpus)}}})
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self.api.create_namespaced_binding(pod.namespace, body, _preload_content=False)
+
+
+class AssignedGPUs:
+    """The device plugin's side channel: GPUs the extender chose, read from pending pods.
+
+    The kubelet's ``GetPreferredAllocation`` carries no pod identity. The extender writes the GPUs
+    it chose into the pod (``gpufabric.dev/gpu-index``) before binding; this looks among the pods
+    bound to this node and not yet running for one whose GPUs fit the request (the right count,
+    all available, every must-include device among them), the oldest first, and answers with its
+    devices. Each pod is answered once. Any failure to ask the API server returns None, and the
+    plugin chooses by itself.
+
+    Parameters
+    ----------
+    api : object
+        A ``CoreV1Api``-like object.
+    node : str
+        This node's name.
+    ids : list of str
+        Device IDs in GPU index order (what the indices in the annotation refer to).
+    """
+
+    def __init__(self, api: Any, node: str, ids: list[str], timeout_s: float = 2.0):
+        self.api = api
+        self.node = node
+        self.ids = ids
+        self.timeout_s = timeout_s
+        self.answered: dict[str, None] = {}
+
+    def __call__(self, available: list[str], must: list[str], size: int) -> list[str] | None:
+        try:
+            resp = self.api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node},status.phase=Pending",
+                _preload_content=False, _request_timeout=self.timeout_s)
+            items = KubeSource._json(resp).get("items") or []
+        except Exception:
+            return None
+        avail, need = set(available), set(must)
+        found = []
+        for item in items:
+            meta = item.get("metadata") or {} if isinstance(item, dict) else {}
+            uid = meta.get("uid")
+            text = (meta.get("annotations") or {}).get(GPU_INDEX_ANNOTATION, "")
+            if not uid or uid in self.answered or not text:
+                continue
+            try:
+                index = [int(x) for x in str(text).split("-") if x != ""]
+            except ValueError:
+                continue
+            if len(index) != size or not all(0 <= i < len(self.ids) for i in index):
+                continue
+            devs = [self.ids[i] for i in index]
+            if set(devs) <= avail and need <= set(devs):
+                found.append((str(meta.get("creationTimestamp") or ""), uid, devs))
+        if not found:
+            return None
+        _, uid, devs = min(found)
+        self.answered[uid] = None
+        while len(self.answered) > 10_000:
+            self.answered.pop(next(iter(self.answered)))
+        return devs

@@ -1,0 +1,93 @@
+"""--kubeconfig: the extender's picture of the cluster from an API server (a fake CoreV1Api)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import types
+from pathlib import Path
+
+from gpufabric.k8s.extender import Extender
+from gpufabric.k8s.kube import KubeSource
+
+FIX = Path(__file__).parent / "fixtures" / "k8s"
+
+
+def fixture(name: str):
+    return json.loads((FIX / name).read_text())
+
+
+class FakeCoreV1:
+    """Answers like kubernetes.client.CoreV1Api with _preload_content=False (raw JSON)."""
+
+    def __init__(self, nodes, pods):
+        self.nodes, self.pods = nodes, pods
+        self.patches, self.bindings = [], []
+
+    @staticmethod
+    def _raw(obj):
+        return types.SimpleNamespace(data=json.dumps(obj).encode())
+
+    def list_node(self, _preload_content=True):
+        return self._raw({"kind": "NodeList", "items": self.nodes})
+
+    def list_pod_for_all_namespaces(self, field_selector="", _preload_content=True):
+        assert field_selector == "spec.nodeName!="
+        return self._raw({"kind": "PodList", "items": self.pods})
+
+    def patch_namespaced_pod(self, name, namespace, body):
+        self.patches.append((namespace, name, body))
+
+    def create_namespaced_binding(self, namespace, body, _preload_content=True):
+        if body["target"]["name"] == "gpu-h100-03":
+            raise RuntimeError('pods "llm-train-0-x7k2p" not found')
+        self.bindings.append((namespace, body))
+
+
+def running(name: str, uid: str, node: str, gpus: int, index: str, phase="Running") -> dict:
+    return {"metadata": {"name": name, "namespace": "research", "uid": uid,
+                         "annotations": {"gpufabric.dev/gpu-index": index}},
+            "spec": {"nodeName": node, "priority": 0, "containers": [{"resources": {
+                "limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "4"}}}]},
+            "status": {"phase": phase}}
+
+
+def test_sync_adopts_running_pods_and_bind_goes_through_the_api():
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    api = FakeCoreV1(nodes, [running("nb", "u-nb", "gpu-h100-01", 2, "0-1"),
+                             running("done", "u-done", "gpu-h100-01", 4, "2-3-4-5",
+                                     phase="Succeeded")])
+    src = KubeSource("unused", api=api)
+    now = [1000.0]
+    ext = Extender(policy="topology", binder=src.bind, clock=lambda: now[0])
+    assert ext.sync(src.nodes(), src.pods()) == {"nodes": 3, "released": 0, "adopted": 1}
+    assert ext._state.gpu_left[0].tolist() == [0, 0] + [1000] * 6
+    assert ext.filter(fixture("filter-args.nodecache.json"))["NodeNames"] == [
+        "gpu-h100-01", "gpu-a100-02", "gpu-h100-03"]
+    assert ext.bind(fixture("bind-args.json")) == {"Error": ""}
+    assert api.patches == [("ml-training", "llm-train-0-x7k2p", {"metadata": {"annotations": {
+        "gpufabric.dev/gpu-index": "2-3-4-5"}}})]
+    ns, body = api.bindings[0]
+    assert ns == "ml-training" and body["target"] == {"apiVersion": "v1", "kind": "Node",
+                                                      "name": "gpu-h100-01"}
+    assert body["metadata"]["uid"] == "2a4c6e8b-0d1f-4a3c-8e5b-7d9f1b3d5f70"
+    # the notebook ends: the next sync gives its GPUs back; the pod just bound is not listed
+    # yet, and keeps its GPUs until the grace period is over
+    api.pods = []
+    assert ext.sync(src.nodes(), src.pods()) == {"nodes": 3, "released": 1, "adopted": 0}
+    assert ext._state.gpu_left[0].tolist() == [1000] * 2 + [0] * 4 + [1000] * 2
+    now[0] += 61
+    assert ext.sync(src.nodes(), src.pods()) == {"nodes": 3, "released": 1, "adopted": 0}
+    assert ext._state.gpu_left[0].tolist() == [1000] * 8
+
+
+def test_a_binding_the_api_refuses_is_an_error_and_the_gpus_stay_free():
+    api = FakeCoreV1(copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"]), [])
+    src = KubeSource("unused", api=api)
+    ext = Extender(policy="topology", binder=src.bind)
+    ext.sync(src.nodes(), src.pods())
+    ext.filter(fixture("filter-args.nodecache.json"))
+    r = ext.bind(dict(fixture("bind-args.json"), Node="gpu-h100-03"))
+    assert r == {"Error": "gpufabric: binding ml-training/llm-train-0-x7k2p to gpu-h100-03 "
+                          "failed: pods \"llm-train-0-x7k2p\" not found"}
+    assert ext.bound == {} and int(ext._state.full[2]) == 7     # 7 healthy GPUs, all free

@@ -75,8 +75,8 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self.server.stop(0).wait()
         if self.channel:
             self.channel.close()
-        for p in self.dir.glob("*.sock"):
-            p.unlink()
+        for p in list(self.dir.glob("*.sock")):
+            p.unlink(missing_ok=True)
         return Kubelet(self.dir)
 
 
@@ -157,7 +157,7 @@ def test_requests_it_cannot_honour_are_invalid_argument(node):
 def test_registers_again_when_the_kubelet_restarts(node):
     plugin, st = node
     st["kubelet"] = fresh = st["kubelet"].restart()     # deletes the plugin's socket too
-    assert wait_for(lambda: fresh.updates)          # served, registered and streaming again
+    assert wait_for(lambda: fresh.updates, 30)      # served, registered and streaming again
     assert fresh.requests[0].endpoint == "gpufabric-gpu.sock" and plugin.registrations == 2
     assert [d.ID for d in fresh.updates[0].devices] == IDS
     got = fresh.plugin().GetPreferredAllocation(

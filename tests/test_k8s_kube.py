@@ -91,3 +91,36 @@ def test_a_binding_the_api_refuses_is_an_error_and_the_gpus_stay_free():
     assert r == {"Error": "gpufabric: binding ml-training/llm-train-0-x7k2p to gpu-h100-03 "
                           "failed: pods \"llm-train-0-x7k2p\" not found"}
     assert ext.bound == {} and int(ext._state.full[2]) == 7     # 7 healthy GPUs, all free
+
+
+class FakeCustomObjects:
+    def __init__(self, groups):
+        self.groups = groups
+        self.calls = 0
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name,
+                                     _preload_content=True):
+        self.calls += 1
+        assert (group, version, plural) == ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+        if (namespace, name) not in self.groups:
+            raise RuntimeError("404 podgroups not found")
+        return types.SimpleNamespace(data=json.dumps(
+            {"spec": {"minMember": self.groups[(namespace, name)]}}).encode())
+
+
+def test_a_gang_without_a_size_annotation_takes_minmember_from_its_podgroup():
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    custom = FakeCustomObjects({("ml-training", "llm-train"): 3})
+    src = KubeSource("unused", api=FakeCoreV1(nodes, []), custom=custom)
+    ext = Extender(policy="topology", gang_size=src.gang_size)
+    ext.sync(src.nodes(), src.pods())
+    r = ext.filter(fixture("filter-args.nodecache.json"))
+    # 3 members of 4 GPUs, all on NVSwitch nodes (the PCIe box is last): the fuller node first
+    # (gpu-h100-03 has 7 healthy GPUs), then two on gpu-h100-01
+    g = ext.gangs["ml-training/llm-train"]
+    assert g.slots == [("gpu-h100-03", (0, 1, 2, 3)), ("gpu-h100-01", (0, 1, 2, 3)),
+                       ("gpu-h100-01", (4, 5, 6, 7))]
+    assert r["NodeNames"] == ["gpu-h100-01", "gpu-h100-03"]
+    ext.filter(fixture("filter-args.nodecache.json"))
+    assert custom.calls == 1                                      # asked once per group
+    assert src.gang_size("ml-training", "other") is None          # no PodGroup: a plain pod

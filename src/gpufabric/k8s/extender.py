@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,9 @@ class Extender:
         bind. None: the binding is only recorded here.
     gang_ttl_s : float
         A gang's unclaimed places are given back after this long.
+    gang_size : callable, optional
+        ``gang_size(namespace, group)``: the members of a pod group whose pods carry no
+        ``gpufabric.dev/gang-size`` (the coscheduling PodGroup's ``minMember``), or None.
 
     Examples
     --------
@@ -129,7 +132,8 @@ class Extender:
     def __init__(self, nodes: list[NodeInfo] | None = None, policy: str = "topology-fgd",
                  workload: JobSet | None = None, seed: int = 42, routing: str = "kind",
                  binder: Callable[[PodInfo, str, tuple[int, ...]], None] | None = None,
-                 gang_ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic):
+                 gang_ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 gang_size: Callable[[str, str], int | None] | None = None):
         REGISTRY.get("placement", policy)
         REGISTRY.get("routing", routing)
         self.policy_name = policy
@@ -137,6 +141,7 @@ class Extender:
         self.seed = seed
         self.routing = routing
         self.binder = binder
+        self.gang_size = gang_size
         self.gang_ttl_s = gang_ttl_s
         self.clock = clock
         self.nodes: dict[str, NodeInfo] = {}
@@ -229,6 +234,14 @@ class Extender:
                                           np.random.default_rng(self.seed))
         return self._policy
 
+    def _sized(self, pod: PodInfo) -> PodInfo:
+        """The pod with its gang's size from the PodGroup when its annotation does not say."""
+        if not pod.group or pod.gang > 1 or self.gang_size is None:
+            return pod
+        ns, _, group = pod.group.partition("/")
+        size = self.gang_size(ns, group)
+        return replace(pod, gang=size) if size and size > 1 else pod
+
     def _learn(self, pod: PodInfo) -> None:
         self.pods[pod.uid] = pod
         self.pods.move_to_end(pod.uid)
@@ -295,7 +308,7 @@ class Extender:
         if "Pod" not in args or args["Pod"] is None:
             raise ProtocolError(f"{verb}: ExtenderArgs.Pod is missing")
         try:
-            pod = parse_pod(args["Pod"], "Pod")
+            pod = self._sized(parse_pod(args["Pod"], "Pod"))
         except InputError as exc:
             raise ProtocolError(f"{verb}: {exc}") from None
         nodes, names = args.get("Nodes"), args.get("NodeNames")
@@ -601,7 +614,7 @@ class Extender:
         if not isinstance(args.get("Pod"), dict):
             raise ProtocolError("preempt: ExtenderPreemptionArgs.Pod is missing")
         try:
-            pod = parse_pod(args["Pod"], "Pod")
+            pod = self._sized(parse_pod(args["Pod"], "Pod"))
         except InputError as exc:
             raise ProtocolError(f"preempt: {exc}") from None
         full, meta = args.get("NodeNameToVictims"), args.get("NodeNameToMetaVictims")

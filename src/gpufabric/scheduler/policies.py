@@ -383,6 +383,9 @@ class TopologyPlacement(Placement):
         super().__init__(cluster, jobs, rng)
         self.cache: dict[tuple, tuple] = {}
         self.bits = 1 << np.arange(max(1, cluster.max_gpus), dtype=np.int64)
+        self._types: np.ndarray | None = None
+        self._memo_key: tuple | None = None
+        self._memo: tuple = ()
 
     def best_set(self, node: int, free_bits: int, k: int) -> tuple:
         c = self.cluster
@@ -397,7 +400,7 @@ class TopologyPlacement(Placement):
 
     def _node_types(self) -> np.ndarray:
         """Per node, an id of its (model, GPU count, system): nodes alike share best sets."""
-        t = self.__dict__.get("_types")
+        t = self._types
         if t is None:
             c = self.cluster
             seen: dict[tuple, int] = {}
@@ -415,7 +418,7 @@ class TopologyPlacement(Placement):
         Nodes of one type with the same free GPUs share one search.
         """
         memo = (r, idx.tobytes(), state.version[idx].tobytes())
-        if self.__dict__.get("_memo_key") == memo:       # select and scores on one state
+        if self._memo_key == memo:       # select and scores ask about one state
             return self._memo
         fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
                 + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)

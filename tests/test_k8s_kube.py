@@ -195,3 +195,17 @@ def test_the_real_kubernetes_client_talks_to_an_api_server_on_loopback():
     post = next(s for s in seen if s[0] == "POST")
     assert post[1] == "/api/v1/namespaces/ml-training/bindings"
     assert post[2]["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-h100-01"}
+
+
+def test_pods_on_a_node_that_is_not_ready_keep_their_gpus():
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    ready = next(c for c in nodes[0]["status"]["conditions"] if c["type"] == "Ready")
+    ready["status"] = "Unknown"
+    api = FakeCoreV1(nodes, [running("nb", "u-nb", "gpu-h100-01", 2, "0-1")])
+    src = KubeSource("unused", api=api)
+    ext = Extender(policy="topology")
+    assert ext.sync(src.nodes(), src.pods())["adopted"] == 1
+    assert ext._state.gpu_left[0].tolist()[:3] == [0, 0, 1000]
+    r = ext.filter(fixture("filter-args.nodecache.json"))
+    assert r["FailedAndUnresolvableNodes"] == {
+        "gpu-h100-01": "gpufabric: node gpu-h100-01 is not ready"}

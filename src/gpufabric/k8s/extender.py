@@ -208,10 +208,16 @@ class Extender:
 
     @staticmethod
     def _try_place(state: State, i: int, r: Request, gpus: tuple[int, ...]) -> bool:
+        """Record a pod that is on node ``i`` (even a node now not ready); False if it cannot
+        be (its GPUs are taken or the node is too small)."""
+        up = bool(state.up[i])
+        state.up[i] = True
         try:
             state.place(i, r, gpus)
         except RuntimeError:
             return False
+        finally:
+            state.up[i] = up
         return True
 
     @staticmethod

@@ -201,11 +201,12 @@ def test_pods_on_a_node_that_is_not_ready_keep_their_gpus():
     nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
     ready = next(c for c in nodes[0]["status"]["conditions"] if c["type"] == "Ready")
     ready["status"] = "Unknown"
+    nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] = "7"       # and one GPU unhealthy
     api = FakeCoreV1(nodes, [running("nb", "u-nb", "gpu-h100-01", 2, "0-1")])
     src = KubeSource("unused", api=api)
     ext = Extender(policy="topology")
     assert ext.sync(src.nodes(), src.pods())["adopted"] == 1
-    assert ext._state.gpu_left[0].tolist()[:3] == [0, 0, 1000]
+    assert ext._state.gpu_left[0].tolist() == [0, 0] + [1000] * 5 + [0]
     r = ext.filter(fixture("filter-args.nodecache.json"))
     assert r["FailedAndUnresolvableNodes"] == {
         "gpu-h100-01": "gpufabric: node gpu-h100-01 is not ready"}

@@ -220,15 +220,15 @@ class Extender:
             state.up[i] = up
         return True
 
-    @staticmethod
-    def _hold_unhealthy(state: State, i: int, count: int) -> None:
+    @classmethod
+    def _hold_unhealthy(cls, state: State, i: int, count: int) -> None:
         """Unhealthy GPUs (capacity - allocatable) are not offered: the highest free ones."""
         if count <= 0:
             return
         row = state.gpu_left[i]
         free = [g for g in np.flatnonzero(row == MILLI).tolist()][::-1][:count]
         if free:
-            state.place(i, Request(0, 0, len(free), MILLI), tuple(sorted(free)))
+            cls._try_place(state, i, Request(0, 0, len(free), MILLI), tuple(sorted(free)))
 
     def _placement(self) -> Any:
         cluster, _ = self._model()
@@ -283,6 +283,8 @@ class Extender:
             bw, hops = cluster.gpu_tables(i)
             gpus = preferred_set(free, k, bw, hops)
             hit = (gpus, set_key(gpus, bw, hops)[0])
+            if len(self._sets) > 100_000:
+                self._sets.clear()
             self._sets[key] = hit
         return hit
 

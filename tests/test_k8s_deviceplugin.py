@@ -77,8 +77,8 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self.server.stop(0).wait()
         if self.channel:
             self.channel.close()
-        for p in self.dir.glob("*.sock"):
-            p.unlink()
+        for p in list(self.dir.glob("*.sock")):
+            p.unlink(missing_ok=True)
         return Kubelet(self.dir)
 
 

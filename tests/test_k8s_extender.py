@@ -262,7 +262,9 @@ def pod_object(js, i: int) -> dict:
 
 @pytest.mark.skipif(not OPENB.is_dir(), reason="../shared/traces/openb not present")
 @pytest.mark.parametrize("trace,policy,count", [("gpushare40", "fgd", 300),
-                                                ("multigpu20", "topology-fgd", 250)])
+                                                ("multigpu20", "topology-fgd", 250),
+                                                ("default", "best-fit", 250),
+                                                ("multigpu20", "topology", 250)])
 def test_openb_replay_through_the_extender_matches_the_engine(serve, tmp_path, trace, policy,
                                                               count):
     full = load_nodes(str(OPENB / "openb_node_list_gpu_node.csv"))

@@ -91,3 +91,122 @@ def test_a_binding_the_api_refuses_is_an_error_and_the_gpus_stay_free():
     assert r == {"Error": "gpufabric: binding ml-training/llm-train-0-x7k2p to gpu-h100-03 "
                           "failed: pods \"llm-train-0-x7k2p\" not found"}
     assert ext.bound == {} and int(ext._state.full[2]) == 7     # 7 healthy GPUs, all free
+
+
+class FakeCustomObjects:
+    def __init__(self, groups):
+        self.groups = groups
+        self.calls = 0
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name,
+                                     _preload_content=True):
+        self.calls += 1
+        assert (group, version, plural) == ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+        if (namespace, name) not in self.groups:
+            raise RuntimeError("404 podgroups not found")
+        return types.SimpleNamespace(data=json.dumps(
+            {"spec": {"minMember": self.groups[(namespace, name)]}}).encode())
+
+
+def test_a_gang_without_a_size_annotation_takes_minmember_from_its_podgroup():
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    custom = FakeCustomObjects({("ml-training", "llm-train"): 3})
+    src = KubeSource("unused", api=FakeCoreV1(nodes, []), custom=custom)
+    ext = Extender(policy="topology", gang_size=src.gang_size)
+    ext.sync(src.nodes(), src.pods())
+    r = ext.filter(fixture("filter-args.nodecache.json"))
+    # 3 members of 4 GPUs, all on NVSwitch nodes (the PCIe box is last): the fuller node first
+    # (gpu-h100-03 has 7 healthy GPUs), then two on gpu-h100-01
+    g = ext.gangs["ml-training/llm-train"]
+    assert g.slots == [("gpu-h100-03", (0, 1, 2, 3)), ("gpu-h100-01", (0, 1, 2, 3)),
+                       ("gpu-h100-01", (4, 5, 6, 7))]
+    assert r["NodeNames"] == ["gpu-h100-01", "gpu-h100-03"]
+    ext.filter(fixture("filter-args.nodecache.json"))
+    assert custom.calls == 1                                      # asked once per group
+    assert src.gang_size("ml-training", "other") is None          # no PodGroup: a plain pod
+
+
+def test_the_real_kubernetes_client_talks_to_an_api_server_on_loopback():
+    """KubeSource with the official client against a minimal API server: paths and bodies."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import pytest
+    kubernetes = pytest.importorskip("kubernetes")
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    seen = []
+
+    class API(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _reply(self, obj, status=200):
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(n)) if n else None
+
+        def do_GET(self):  # noqa: N802
+            seen.append(("GET", self.path))
+            if self.path.startswith("/api/v1/nodes"):
+                self._reply({"kind": "NodeList", "apiVersion": "v1", "items": nodes})
+            elif self.path.startswith("/api/v1/pods"):
+                self._reply({"kind": "PodList", "apiVersion": "v1", "items": []})
+            else:
+                self._reply({"kind": "Status", "code": 404}, 404)
+
+        def do_PATCH(self):  # noqa: N802
+            seen.append(("PATCH", self.path, self.headers["Content-Type"], self._body()))
+            self._reply({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "x"}})
+
+        def do_POST(self):  # noqa: N802
+            seen.append(("POST", self.path, self._body()))
+            self._reply({"kind": "Status", "apiVersion": "v1", "status": "Success"}, 201)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), API)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = f"http://127.0.0.1:{srv.server_address[1]}"
+        client = kubernetes.client.ApiClient(cfg)
+        src = KubeSource("unused", api=kubernetes.client.CoreV1Api(client),
+                         custom=kubernetes.client.CustomObjectsApi(client))
+        ext = Extender(policy="topology", binder=src.bind, gang_size=src.gang_size)
+        ext.sync(src.nodes(), src.pods())
+        ext.filter(fixture("filter-args.nodecache.json"))
+        assert ext.bind(fixture("bind-args.json")) == {"Error": ""}
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert ("GET", "/api/v1/nodes") in seen
+    assert ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%21%3D") in seen
+    assert ("GET", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ml-training/podgroups/"
+            "llm-train") in seen
+    patch = next(s for s in seen if s[0] == "PATCH")
+    assert patch[1] == "/api/v1/namespaces/ml-training/pods/llm-train-0-x7k2p"
+    assert patch[2] == "application/strategic-merge-patch+json"     # a map is a valid body
+    assert patch[3] == {"metadata": {"annotations": {"gpufabric.dev/gpu-index": "0-1-2-3"}}}
+    post = next(s for s in seen if s[0] == "POST")
+    assert post[1] == "/api/v1/namespaces/ml-training/bindings"
+    assert post[2]["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-h100-01"}
+
+
+def test_pods_on_a_node_that_is_not_ready_keep_their_gpus():
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    ready = next(c for c in nodes[0]["status"]["conditions"] if c["type"] == "Ready")
+    ready["status"] = "Unknown"
+    nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] = "7"       # and one GPU unhealthy
+    api = FakeCoreV1(nodes, [running("nb", "u-nb", "gpu-h100-01", 2, "0-1")])
+    src = KubeSource("unused", api=api)
+    ext = Extender(policy="topology")
+    assert ext.sync(src.nodes(), src.pods())["adopted"] == 1
+    assert ext._state.gpu_left[0].tolist() == [0, 0] + [1000] * 5 + [0]
+    r = ext.filter(fixture("filter-args.nodecache.json"))
+    assert r["FailedAndUnresolvableNodes"] == {
+        "gpu-h100-01": "gpufabric: node gpu-h100-01 is not ready"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +28,7 @@ def pod(k: int, gpus: int, milli: int, group: str, gang: int) -> dict:
 
 
 ops = st.lists(st.tuples(
-    st.sampled_from(["place"] * 5 + ["rebind", "steal", "forget", "junk"]),
+    st.sampled_from(["place"] * 5 + ["rebind", "steal", "forget", "junk", "flap"]),
     st.integers(0, 11),                                  # pod
     st.sampled_from([(0, 0), (1, 300), (1, 1000), (2, 1000), (4, 1000), (8, 1000)]),
     st.sampled_from(["", "", "g1", "g2"]),               # gang group
@@ -59,6 +61,9 @@ def test_state_is_always_the_sum_of_the_bound_pods(seq, policy):
             assert "already bound" in ext.bind(dict(bind, Node=NAMES[other]))["Error"]
         elif op == "forget":
             ext.forget(uid)
+        elif op == "flap":       # a node goes not ready, or comes back: the state is rebuilt
+            info = ext.nodes[NAMES[other]]
+            ext.update_nodes([replace(info, ready=not info.ready)])
         elif op == "junk":
             try:
                 ext.filter({"Pod": {"metadata": {}}, "NodeNames": NAMES})

@@ -63,7 +63,8 @@ def extender_cmd(
     if kubeconfig:
         from gpufabric.k8s.kube import KubeSource
         source = KubeSource(kubeconfig)
-    ext = Extender(infos, policy, jobs, seed, routing, binder=source.bind if source else None)
+    ext = Extender(infos, policy, jobs, seed, routing, binder=source.bind if source else None,
+                   gang_size=source.gang_size if source else None)
     try:
         srv = ExtenderServer((host, port), ext, prefix, verbose)
     except OSError as exc:

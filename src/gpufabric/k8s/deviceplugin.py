@@ -238,6 +238,8 @@ class DevicePlugin:
                 if kubelet is None and not told:
                     self.log(f"serving {self.socket}; waiting for {self.dir / KUBELET_SOCKET}")
                     told = True
+                if not self.socket.exists():       # deleted under us: serve again first
+                    self.serve()
                 if kubelet is not None:
                     try:
                         self.register()
@@ -246,8 +248,6 @@ class DevicePlugin:
                         break
                     except grpc.RpcError as exc:
                         self.log(f"kubelet did not accept the registration: {exc.code()}")
-                if not self.socket.exists():
-                    self.serve()
                 self.stop_event.wait(delay)
                 delay = min(5.0, delay * 2)
             while not self.stop_event.is_set():

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,9 @@ class Extender:
         bind. None: the binding is only recorded here.
     gang_ttl_s : float
         A gang's unclaimed places are given back after this long.
+    gang_size : callable, optional
+        ``gang_size(namespace, group)``: the members of a pod group whose pods carry no
+        ``gpufabric.dev/gang-size`` (the coscheduling PodGroup's ``minMember``), or None.
 
     Examples
     --------
@@ -129,7 +132,8 @@ class Extender:
     def __init__(self, nodes: list[NodeInfo] | None = None, policy: str = "topology-fgd",
                  workload: JobSet | None = None, seed: int = 42, routing: str = "kind",
                  binder: Callable[[PodInfo, str, tuple[int, ...]], None] | None = None,
-                 gang_ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic):
+                 gang_ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 gang_size: Callable[[str, str], int | None] | None = None):
         REGISTRY.get("placement", policy)
         REGISTRY.get("routing", routing)
         self.policy_name = policy
@@ -137,6 +141,7 @@ class Extender:
         self.seed = seed
         self.routing = routing
         self.binder = binder
+        self.gang_size = gang_size
         self.gang_ttl_s = gang_ttl_s
         self.clock = clock
         self.nodes: dict[str, NodeInfo] = {}
@@ -203,21 +208,27 @@ class Extender:
 
     @staticmethod
     def _try_place(state: State, i: int, r: Request, gpus: tuple[int, ...]) -> bool:
+        """Record a pod that is on node ``i`` (even a node now not ready); False if it cannot
+        be (its GPUs are taken or the node is too small)."""
+        up = bool(state.up[i])
+        state.up[i] = True
         try:
             state.place(i, r, gpus)
         except RuntimeError:
             return False
+        finally:
+            state.up[i] = up
         return True
 
-    @staticmethod
-    def _hold_unhealthy(state: State, i: int, count: int) -> None:
+    @classmethod
+    def _hold_unhealthy(cls, state: State, i: int, count: int) -> None:
         """Unhealthy GPUs (capacity - allocatable) are not offered: the highest free ones."""
         if count <= 0:
             return
         row = state.gpu_left[i]
         free = [g for g in np.flatnonzero(row == MILLI).tolist()][::-1][:count]
         if free:
-            state.place(i, Request(0, 0, len(free), MILLI), tuple(sorted(free)))
+            cls._try_place(state, i, Request(0, 0, len(free), MILLI), tuple(sorted(free)))
 
     def _placement(self) -> Any:
         cluster, _ = self._model()
@@ -228,6 +239,14 @@ class Extender:
             self._policy = make_placement(self.policy_name, cluster, jobs,
                                           np.random.default_rng(self.seed))
         return self._policy
+
+    def _sized(self, pod: PodInfo) -> PodInfo:
+        """The pod with its gang's size from the PodGroup when its annotation does not say."""
+        if not pod.group or pod.gang > 1 or self.gang_size is None:
+            return pod
+        ns, _, group = pod.group.partition("/")
+        size = self.gang_size(ns, group)
+        return replace(pod, gang=size) if size and size > 1 else pod
 
     def _learn(self, pod: PodInfo) -> None:
         self.pods[pod.uid] = pod
@@ -264,6 +283,8 @@ class Extender:
             bw, hops = cluster.gpu_tables(i)
             gpus = preferred_set(free, k, bw, hops)
             hit = (gpus, set_key(gpus, bw, hops)[0])
+            if len(self._sets) > 100_000:
+                self._sets.clear()
             self._sets[key] = hit
         return hit
 
@@ -295,7 +316,7 @@ class Extender:
         if "Pod" not in args or args["Pod"] is None:
             raise ProtocolError(f"{verb}: ExtenderArgs.Pod is missing")
         try:
-            pod = parse_pod(args["Pod"], "Pod")
+            pod = self._sized(parse_pod(args["Pod"], "Pod"))
         except InputError as exc:
             raise ProtocolError(f"{verb}: {exc}") from None
         nodes, names = args.get("Nodes"), args.get("NodeNames")
@@ -601,7 +622,7 @@ class Extender:
         if not isinstance(args.get("Pod"), dict):
             raise ProtocolError("preempt: ExtenderPreemptionArgs.Pod is missing")
         try:
-            pod = parse_pod(args["Pod"], "Pod")
+            pod = self._sized(parse_pod(args["Pod"], "Pod"))
         except InputError as exc:
             raise ProtocolError(f"preempt: {exc}") from None
         full, meta = args.get("NodeNameToVictims"), args.get("NodeNameToMetaVictims")

@@ -27,11 +27,13 @@ class KubeSource:
     ----------
     kubeconfig : str
         A kubeconfig path, or ``in-cluster`` for the service account of the pod it runs in.
-    api : object, optional
-        A ``CoreV1Api``-like object (tests pass a fake); default: built from ``kubeconfig``.
+    api, custom : object, optional
+        ``CoreV1Api`` / ``CustomObjectsApi``-like objects (tests pass fakes); default: built
+        from ``kubeconfig``.
     """
 
-    def __init__(self, kubeconfig: str, api: Any = None):
+    def __init__(self, kubeconfig: str, api: Any = None, custom: Any = None):
+        self._sizes: dict[tuple[str, str], int | None] = {}
         if api is None:
             try:
                 from kubernetes import client, config
@@ -47,7 +49,9 @@ class KubeSource:
                 raise InputError(f"cannot load: {exc}", file=kubeconfig,
                                  field="--kubeconfig") from None
             api = client.CoreV1Api()
+            custom = client.CustomObjectsApi()
         self.api = api
+        self.custom = custom
 
     @staticmethod
     def _json(resp: Any) -> Any:
@@ -81,6 +85,26 @@ class KubeSource:
     def pod(self, namespace: str, name: str) -> PodInfo:
         return parse_pod(self._json(self.api.read_namespaced_pod(name, namespace,
                                                                  _preload_content=False)))
+
+    def gang_size(self, namespace: str, group: str) -> int | None:
+        """``spec.minMember`` of the coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1), or
+        None when there is none or it cannot be read. Cached: a group's size does not change
+        while it is being placed."""
+        key = (namespace, group)
+        if key in self._sizes:
+            return self._sizes[key]
+        size = None
+        try:
+            obj = self._json(self.custom.get_namespaced_custom_object(
+                "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", group,
+                _preload_content=False))
+            size = int((obj.get("spec") or {}).get("minMember") or 0) or None
+        except Exception:
+            size = None
+        if len(self._sizes) > 10_000:
+            self._sizes.clear()
+        self._sizes[key] = size
+        return size
 
     def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
         """Annotate the pod with its GPUs, then create its Binding to ``node``."""

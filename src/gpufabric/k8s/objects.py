@@ -22,7 +22,8 @@ Pods ask for GPUs with the ``nvidia.com/gpu`` resource (whole GPUs) or the openb
 ``alibabacloud.com/gpu-count`` / ``alibabacloud.com/gpu-milli`` (a share of one GPU, 1..1000) and
 ``alibabacloud.com/gpu-card-model`` (accepted models, ``|``-separated). Gangs: pods with the same
 ``scheduling.x-k8s.io/pod-group`` label (kubernetes-sigs/scheduler-plugins coscheduling) in one
-namespace; the gang's size is the ``gpufabric.dev/gang-size`` annotation (1 if absent). The job
+namespace; the gang's size is the ``gpufabric.dev/gang-size`` annotation (1 if absent; the
+extender may ask the PodGroup's ``minMember`` instead). The job
 kind is the ``gpufabric.dev/kind`` label (training, inference, service, batch), else training for
 GPU pods and service for the rest, as :func:`gpufabric.scheduler.jobs.load_jobs` decides. A
 multi-GPU pod may ask that its GPUs be joined by at least ``gpufabric.dev/min-bw-GBps`` (the

@@ -383,6 +383,9 @@ class TopologyPlacement(Placement):
         super().__init__(cluster, jobs, rng)
         self.cache: dict[tuple, tuple] = {}
         self.bits = 1 << np.arange(max(1, cluster.max_gpus), dtype=np.int64)
+        self._types: np.ndarray | None = None
+        self._memo_key: tuple | None = None
+        self._memo: tuple = ()
 
     def best_set(self, node: int, free_bits: int, k: int) -> tuple:
         c = self.cluster
@@ -397,7 +400,7 @@ class TopologyPlacement(Placement):
 
     def _node_types(self) -> np.ndarray:
         """Per node, an id of its (model, GPU count, system): nodes alike share best sets."""
-        t = self.__dict__.get("_types")
+        t = self._types
         if t is None:
             c = self.cluster
             seen: dict[tuple, int] = {}
@@ -415,10 +418,8 @@ class TopologyPlacement(Placement):
         Nodes of one type with the same free GPUs share one search.
         """
         memo = (r, idx.tobytes(), state.version[idx].tobytes())
-        hit: tuple[np.ndarray, np.ndarray, np.ndarray, list, np.ndarray] | None = \
-            self.__dict__.get("_memo")
-        if hit is not None and self.__dict__.get("_memo_key") == memo:   # select, then scores
-            return hit
+        if self._memo_key == memo:       # select and scores ask about one state
+            return self._memo
         fit = -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
                 + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
         freebits = ((state.gpu_left[idx] == MILLI) * self.bits).sum(axis=1)
@@ -437,7 +438,7 @@ class TopologyPlacement(Placement):
             bws[u], hops[u] = bw, -h
         inv = inv.reshape(-1)
         out = (bws[inv], hops[inv], fit, sets, inv)
-        self.__dict__["_memo_key"], self.__dict__["_memo"] = memo, out
+        self._memo_key, self._memo = memo, out
         return out
 
     def scores(self, state, r, idx):

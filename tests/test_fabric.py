@@ -1,5 +1,6 @@
 """Multi-tier scale-out fabrics: tiers from switch radix and port speed, routing across them."""
 
+import functools
 import json
 
 import pytest
@@ -129,17 +130,19 @@ FAST = settings(max_examples=12, deadline=None, suppress_health_check=list(Healt
        st.sampled_from(["all_to_all", "all_reduce", "all_gather"]),
        st.sampled_from([2**20, 2**26, 2**30]))
 def test_adding_a_tier_or_spine_oversubscription_never_speeds_a_collective(o1, o2, op, size):
-    base = {"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr", "fabric": {"nodes_per_leaf": 2}}
-    two = from_spec(base)
-    three = from_spec({**base, "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4}})
     lo, hi = sorted((o1, o2))
-    a = from_spec({**base, "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4,
-                                      "oversubscription": [1, lo]}})
-    b = from_spec({**base, "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4,
-                                      "oversubscription": [1, hi]}})
     slack = 1 - 1e-9
+    two, three = _pods(None), _pods(1)
     assert C.predict(three, op, size).time_us >= C.predict(two, op, size).time_us * slack
-    assert C.predict(b, op, size).time_us >= C.predict(a, op, size).time_us * slack
+    assert C.predict(_pods(hi), op, size).time_us >= C.predict(_pods(lo), op, size).time_us * slack
+
+
+@functools.cache
+def _pods(spine_over):
+    """8 nodes, 2 per leaf: two tiers (None), or pods of 4 under a core at spine_over:1."""
+    fab = {"nodes_per_leaf": 2} if spine_over is None else {
+        "nodes_per_leaf": 2, "pod_nodes": 4, "oversubscription": [1, spine_over]}
+    return from_spec({"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr", "fabric": fab})
 
 
 @FAST

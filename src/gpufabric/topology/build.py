@@ -335,8 +335,8 @@ class _NodeBuilder:
                          speed=speed.name) for i in range(s["nics_per_node"])]
         self.attach_pcie(gpus, nics, nic_model)
         self.scale_up(gpus)
-        for g in gpus:   # what `nvidia-smi topo -m` prints in the affinity columns
-            d = self.t.devices[g]
+        for gid in gpus:   # what `nvidia-smi topo -m` prints in the affinity columns
+            d = self.t.devices[gid]
             d.attrs["cpu_affinity"] = _affinity(self.cpu, d.numa, sockets, nps)
             d.attrs["numa_affinity"] = str(d.numa)
 

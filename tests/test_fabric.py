@@ -154,3 +154,10 @@ def test_a_bigger_nvlink_domain_never_slows_an_all_to_all_inside_it(domains, siz
     b = from_spec({**spec, "nvlink_domain": big})
     ta = C.predict(a, "all_to_all", size, ranks=big).time_us
     assert C.predict(b, "all_to_all", size, ranks=big).time_us <= ta * (1 + 1e-9)
+
+
+def test_compare_json_has_the_fabric_of_each_system(cli):
+    code, out, _ = cli("compare", "hgx-b200-2048node", "gb200-nvl72", "--no-html", "--json")
+    rows = {r["name"]: r for r in json.loads(out)["systems"]}
+    assert rows["hgx-b200-2048node"]["fabric"]["switches"] == 512 + 512 + 256
+    assert rows["gb200-nvl72"]["nvlink_domain"] == 72

@@ -61,4 +61,8 @@ def system_summary(t: Topology) -> dict[str, Any]:
         "nvswitches": len({v for g in t.gpus(0) for v, _ in t.neighbors(g.id)
                            if t.devices[v].kind == NVSWITCH}),
         "warnings": rules.warnings(t),
+        "nvlink_domain": t.meta.get("nvlink_domain", len(t.gpus(0))),
+        "fabric": ({k: t.meta["fabric"][k] for k in ("topology", "levels", "switches",
+                                                     "bisection_GBps", "hops")}
+                   if t.meta.get("fabric", {}).get("tiers") else None),
     }

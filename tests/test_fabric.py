@@ -161,3 +161,18 @@ def test_compare_json_has_the_fabric_of_each_system(cli):
     rows = {r["name"]: r for r in json.loads(out)["systems"]}
     assert rows["hgx-b200-2048node"]["fabric"]["switches"] == 512 + 512 + 256
     assert rows["gb200-nvl72"]["nvlink_domain"] == 72
+
+
+def test_rails_sharing_a_leaf_meet_there():
+    t = from_spec({"gpu": "H100-SXM", "nodes": 4, "nic": "ib-ndr",
+                   "fabric": {"rails_per_leaf": 2}})
+    leaf = {ln.a: ln.b for ln in t.links if ln.kind == "net" and ".nic" in ln.a}
+    assert leaf["n0.nic0"] == leaf["n0.nic1"] == leaf["n3.nic1"] != leaf["n0.nic2"]
+    assert t.meta["fabric"]["leaves"] == 4 and t.devices[leaf["n0.nic0"]].attrs["rails"] == [0, 1]
+
+
+def test_compare_without_a_heat_map(cli, tmp_path):
+    out = tmp_path / "r.html"
+    code, _, _ = cli("compare", "hgx-h100-4node-ndr", "--heat", "none", "-o", str(out))
+    assert code == 0 and "link utilisation" not in out.read_text()
+    assert "<h3>Fabric</h3>" in out.read_text()

@@ -35,9 +35,8 @@ def test_nvls_needs_more_than_two_gpus():
 def test_nvls_tree_is_capped_per_channel_across_many_nodes():
     # NVL72 racks with a NIC per GPU: NVLS inside (810 GB/s) would outrun NCCL's limit of
     # 16 NVLS channels x 43.1 GB/s (Blackwell, more than 2 nodes) = 689.6
-    t = from_spec({"gpu": "GB200", "gpus_per_node": 72, "nodes": 4, "nics_per_node": 72,
-                   "nic": "ib-ndr", "host": {"cpu": "Grace", "sockets": 36}},
-                  materialize_nodes=2)
+    t = from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 72, "nvlink_domain": 72,
+                   "nics_per_node": 4, "nic": "ib-ndr"}, materialize_nodes=36)
     p = C.predict(t, "all_reduce", 8 * GB, algo="nvls_tree")
     assert p.busbw <= 16 * 43.1
     assert p.busbw == pytest.approx(16 * 43.1, rel=0.01)

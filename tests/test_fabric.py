@@ -1,5 +1,6 @@
 """Multi-tier scale-out fabrics: tiers from switch radix and port speed, routing across them."""
 
+import functools
 import json
 
 import pytest
@@ -129,17 +130,19 @@ FAST = settings(max_examples=12, deadline=None, suppress_health_check=list(Healt
        st.sampled_from(["all_to_all", "all_reduce", "all_gather"]),
        st.sampled_from([2**20, 2**26, 2**30]))
 def test_adding_a_tier_or_spine_oversubscription_never_speeds_a_collective(o1, o2, op, size):
-    base = {"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr", "fabric": {"nodes_per_leaf": 2}}
-    two = from_spec(base)
-    three = from_spec({**base, "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4}})
     lo, hi = sorted((o1, o2))
-    a = from_spec({**base, "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4,
-                                      "oversubscription": [1, lo]}})
-    b = from_spec({**base, "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4,
-                                      "oversubscription": [1, hi]}})
     slack = 1 - 1e-9
+    two, three = _pods(None), _pods(1)
     assert C.predict(three, op, size).time_us >= C.predict(two, op, size).time_us * slack
-    assert C.predict(b, op, size).time_us >= C.predict(a, op, size).time_us * slack
+    assert C.predict(_pods(hi), op, size).time_us >= C.predict(_pods(lo), op, size).time_us * slack
+
+
+@functools.cache
+def _pods(spine_over):
+    """8 nodes, 2 per leaf: two tiers (None), or pods of 4 under a core at spine_over:1."""
+    fab = {"nodes_per_leaf": 2} if spine_over is None else {
+        "nodes_per_leaf": 2, "pod_nodes": 4, "oversubscription": [1, spine_over]}
+    return from_spec({"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr", "fabric": fab})
 
 
 @FAST
@@ -151,3 +154,25 @@ def test_a_bigger_nvlink_domain_never_slows_an_all_to_all_inside_it(domains, siz
     b = from_spec({**spec, "nvlink_domain": big})
     ta = C.predict(a, "all_to_all", size, ranks=big).time_us
     assert C.predict(b, "all_to_all", size, ranks=big).time_us <= ta * (1 + 1e-9)
+
+
+def test_compare_json_has_the_fabric_of_each_system(cli):
+    code, out, _ = cli("compare", "hgx-b200-2048node", "gb200-nvl72", "--no-html", "--json")
+    rows = {r["name"]: r for r in json.loads(out)["systems"]}
+    assert rows["hgx-b200-2048node"]["fabric"]["switches"] == 512 + 512 + 256
+    assert rows["gb200-nvl72"]["nvlink_domain"] == 72
+
+
+def test_rails_sharing_a_leaf_meet_there():
+    t = from_spec({"gpu": "H100-SXM", "nodes": 4, "nic": "ib-ndr",
+                   "fabric": {"rails_per_leaf": 2}})
+    leaf = {ln.a: ln.b for ln in t.links if ln.kind == "net" and ".nic" in ln.a}
+    assert leaf["n0.nic0"] == leaf["n0.nic1"] == leaf["n3.nic1"] != leaf["n0.nic2"]
+    assert t.meta["fabric"]["leaves"] == 4 and t.devices[leaf["n0.nic0"]].attrs["rails"] == [0, 1]
+
+
+def test_compare_without_a_heat_map(cli, tmp_path):
+    out = tmp_path / "r.html"
+    code, _, _ = cli("compare", "hgx-h100-4node-ndr", "--heat", "none", "-o", str(out))
+    assert code == 0 and "link utilisation" not in out.read_text()
+    assert "<h3>Fabric</h3>" in out.read_text()

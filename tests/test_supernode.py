@@ -86,3 +86,14 @@ def test_cloud_hosts_with_many_nics_fit_behind_pcie_switches():
     t2 = from_spec({"gpu": "H100-SXM", "nodes": 2, "nics_per_node": 32, "nic": "efa-v2"})
     assert t2.meta["host"]["pcie_switches"] == 8
     assert presets.load("gcp-a3-mega").devices["n0.nic0"].attrs["speed"] == "tcpxo"
+    p5en = presets.load("aws-p5en")
+    assert [path(p5en, "n0.gpu1", f"n0.nic{i}").type for i in (2, 3)] == ["PIX", "PIX"]
+    a3 = presets.load("gcp-a3-high")                    # one TCPX NIC per GPU pair
+    assert [path(a3, f"n0.gpu{g}", "n0.nic0").type for g in (0, 1)] == ["PIX", "PIX"]
+
+
+def test_show_names_the_domain_and_builds_only_the_asked_tray(cli):
+    code, out, _ = cli("show", "gb200-nvl72", "--node", "17")
+    assert code == 0
+    assert "NVLink domain: 72 GPUs = 18 trays of 4, 9 switch trays x 2 nvswitch4" in out
+    assert "Devices of node 17" in out and "n17.gpu3" in out

@@ -141,10 +141,13 @@ def _print_fabric(fab: dict) -> None:
     if fab["optics"]:
         console.print("optics: " + "; ".join(f"{v:,} {k}" for k, v in fab["optics"].items()))
     hops = fab["hops"]
+    between = [f"same leaf {hops['same_leaf']}"]
+    if fab["levels"] == 2:
+        between.append(f"other leaves {hops['same_pod']}")
+    if fab["levels"] == 3:
+        between += [f"same pod {hops['same_pod']}", f"across pods {hops['across_pods']}"]
     console.print(f"bisection: {fab['bisection_GBps']:,.0f} GB/s per direction; switches "
-                  f"between two GPUs: same leaf {hops['same_leaf']}, same pod "
-                  f"{hops['same_pod']}, across pods {hops['across_pods']} (same NVLink domain: "
-                  "NVLink only)")
+                  f"between two GPUs: {', '.join(between)} (same NVLink domain: NVLink only)")
 
 
 @app.command()

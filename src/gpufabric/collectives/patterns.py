@@ -571,7 +571,7 @@ class Planner:
             k2, b = flat[(i + 1) % len(flat)]
             wraps = lay.nodes > 1 and lay.m == 1 and i == len(flat) - 1
             if k2 != k or wraps:
-                nics = self.router.kind_in_node("nic", self.topo.devices[a].node)
+                nics = self.router.kind_in_domain("nic", self.topo.domain_of(a))
                 near = self.router.nearest_nic(a)
                 rail = next((j for j, x in enumerate(nics) if x.id == near), self.rails(lay)[0])
                 tr.append(self._net_transfer(lay, k, a, lambda gg: gg[0], rail, size, "p2p"))

@@ -11,7 +11,7 @@ Examples
 --------
 >>> from gpufabric.topology import presets
 >>> svg = fabric_svg(presets.load("gb200-nvl72"), ("all_reduce", 2**30))
->>> svg.count("compute tray "), svg.count("NVLink switch tray ")
+>>> svg.count("<title>compute tray"), svg.count("<title>NVLink switch tray")
 (18, 9)
 """
 

@@ -57,6 +57,12 @@ def system_summary(t: Topology) -> dict[str, Any]:
         "lanes_free": sum(r["free"] for r in lanes),
         "path_mix": dict(sorted(mix.items())),
         "pcie_switches": len(t.of_kind(PCIE_SWITCH, 0)),
-        "nvswitches": len(t.of_kind(NVSWITCH, 0)),
+        # the NVSwitch fabrics node 0's GPUs sit on (a rack-scale domain's is shared by trays)
+        "nvswitches": len({v for g in t.gpus(0) for v, _ in t.neighbors(g.id)
+                           if t.devices[v].kind == NVSWITCH}),
         "warnings": rules.warnings(t),
+        "nvlink_domain": t.meta.get("nvlink_domain", len(t.gpus(0))),
+        "fabric": ({k: t.meta["fabric"][k] for k in ("topology", "levels", "switches",
+                                                     "bisection_GBps", "hops")}
+                   if t.meta.get("fabric", {}).get("tiers") else None),
     }

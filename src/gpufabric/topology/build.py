@@ -27,8 +27,8 @@ from typing import Any
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
-from gpufabric.topology import fabric
 from gpufabric.fileio import load_yaml, parse_yaml
+from gpufabric.topology import fabric, schema
 from gpufabric.topology.model import (
     CPU,
     DEVICE_KINDS,
@@ -43,21 +43,11 @@ from gpufabric.topology.model import (
     Topology,
 )
 
-SCALE_UP = ("nvswitch", "nvlink-mesh", "nvlink-bridge", "xgmi", "pcie", "sli", "crossfire", "none")
-MESHES = ("full", "hybrid-cube")
-SWITCH_LAYOUTS = ("dual-root", "single-root", "cascade")
-FABRICS = ("rail-optimized", "fat-tree")
-SPEC_KEYS = ("gpu", "gpus_per_node", "nodes", "scale_up", "mesh", "nvlink_links", "bridge",
-             "pcie_gen", "p2p", "host", "nics_per_node", "nic", "fabric", "name", "description",
-             "nvlink_domain", "supernode")
-#: ``supernode:`` detail of an NVLink domain that spans servers (trays).
-SUPERNODE_KEYS = ("gpus_per_tray", "switch", "switch_trays", "chips_per_tray", "ports_per_chip",
-                  "links_per_gpu", "racks")
-HOST_KEYS = ("cpu", "sockets", "pcie_switches", "switch_layout", "switch", "numa_per_socket",
-             "attach")
-ATTACH = ("pcie", "c2c")
-FABRIC_KEYS = ("topology", "oversubscription", "switch", "nodes_per_leaf", "rails_per_leaf",
-               "pod_nodes", "tiers", "spine_switch", "core_switch")
+# what a spec may say lives in the schema (topology/schema.py); these names stay for callers
+SCALE_UP, MESHES, SWITCH_LAYOUTS, FABRICS = (schema.SCALE_UP, schema.MESHES, schema.SWITCH_LAYOUTS,
+                                             schema.FABRICS)
+SPEC_KEYS, HOST_KEYS, FABRIC_KEYS, SUPERNODE_KEYS = (schema.SPEC_KEYS, schema.HOST_KEYS,
+                                                     schema.FABRIC_KEYS, schema.SUPERNODE_KEYS)
 DEFAULT_CPU = "EPYC-7763"            # PCIe Gen4 hosts
 DEFAULT_CPU_GEN5 = "Xeon-Platinum-8480+"  # PCIe Gen5 hosts (the usual HGX H100 head node)
 #: NVLink-C2C between a Grace CPU and each of its two GPUs (GB200 superchip), GB/s per direction.
@@ -86,30 +76,6 @@ def _choice(value: Any, choices: tuple[str, ...], field: str, file: str | None) 
     return value
 
 
-def _positive_int(value: Any, field: str, file: str | None, minimum: int = 1) -> int:
-    _want(value, int, field, f"an integer >= {minimum}", file)
-    if value < minimum:
-        raise InputError(f"expected an integer >= {minimum}, got {value}", file=file, field=field)
-    return value
-
-
-def _known_keys(d: dict[str, Any], allowed: tuple[str, ...], prefix: str,
-                file: str | None) -> None:
-    bad = sorted(set(d) - set(allowed))
-    if bad:
-        raise InputError(f"unknown key(s) {', '.join(bad)}; allowed: {', '.join(allowed)}",
-                         file=file, field=prefix + bad[0])
-
-
-def _section(spec: dict[str, Any], key: str, allowed: tuple[str, ...],
-             file: str | None) -> dict[str, Any]:
-    """A nested mapping of the spec (``host``, ``fabric``) with only known keys."""
-    sec = spec.get(key, {}) or {}
-    _want(sec, dict, key, "a mapping with keys " + ", ".join(allowed), file)
-    _known_keys(sec, allowed, f"{key}.", file)
-    return sec
-
-
 #: The most GPUs any fabric of the catalog connects: a three-tier fat-tree of the largest-radix
 #: switch (Quantum-X800 Q3400, 144 ports: 144^3 / 4 = 746,496 end ports) is the bound; a spec
 #: beyond it describes no machine that can be built, and is refused before anything is built.
@@ -127,25 +93,23 @@ def _supernode(s: dict[str, Any], sup: dict[str, Any], g0: catalog.GPU,
                file: str | None) -> dict[str, Any]:
     """The NVLink switch side of a domain that spans trays: chips, ports, trays, links."""
     dom = s["nvlink_domain"]
-    links = _positive_int(sup.get("links_per_gpu", s["nvlink_links"]), "supernode.links_per_gpu",
-                          file)
-    if "links_per_gpu" in sup:
+    links = sup.get("links_per_gpu") or s["nvlink_links"]
+    if sup.get("links_per_gpu"):
         s["nvlink_links"] = links
     gens = [sw for sw in map(catalog.nvswitch, catalog.names("nvswitch"))
             if sw.peer_link == g0.peer_link]
-    if "switch" in sup:
+    if sup.get("switch") is not None:
         chip = catalog.nvswitch(str(sup["switch"]), file=file, field="supernode.switch")
     elif gens:
         chip = gens[0]
     else:
         raise InputError(f"no NVSwitch generation speaks {g0.peer_link} ({g0.name})", file=file,
                          field="supernode.switch")
-    ports = _positive_int(sup.get("ports_per_chip", chip.ports), "supernode.ports_per_chip", file)
-    per_tray = _positive_int(sup.get("chips_per_tray", 2), "supernode.chips_per_tray", file)
+    ports = sup.get("ports_per_chip") or chip.ports
+    per_tray = sup.get("chips_per_tray") or 2
     need_chips = math.ceil(dom * links / ports)
-    trays = _positive_int(sup.get("switch_trays", math.ceil(need_chips / per_tray)),
-                          "supernode.switch_trays", file)
-    racks = _positive_int(sup.get("racks", 1), "supernode.racks", file)
+    trays = sup.get("switch_trays") or math.ceil(need_chips / per_tray)
+    racks = sup.get("racks") or 1
     chips = trays * per_tray
     # in a domain over several racks half of each chip's ports cross to the other racks
     gpu_ports = chips * ports // (2 if racks > 1 else 1)
@@ -171,24 +135,21 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
         On an unknown key, a value of the wrong type or outside what is allowed, or an
         unknown catalog name.
     """
-    if not isinstance(spec, dict):
-        raise InputError("a system spec must be a mapping of keys to values", file=file)
-    _known_keys(spec, SPEC_KEYS, "", file)
-    if "gpu" not in spec:
-        raise InputError("required: the GPU model (e.g. gpu: H100-SXM)", file=file, field="gpu")
+    schema.check(spec, file)       # keys, types, ranges and choices: one line for the first
+    # a key given as null means "the default", as if it were absent
+    spec = {k: v for k, v in spec.items() if v is not None}
     raw_gpus = spec["gpu"] if isinstance(spec["gpu"], list) else [spec["gpu"]]
     if not raw_gpus:
         raise InputError("expected a GPU model or a list of them", file=file, field="gpu")
     gpus = [catalog.gpu(str(g), file=file, field="gpu") for g in raw_gpus]
     g0 = gpus[0]
     s: dict[str, Any] = {"gpu": [g.name for g in gpus] if len(gpus) > 1 else g0.name}
-    s["gpus_per_node"] = _positive_int(spec.get("gpus_per_node", len(gpus) if len(gpus) > 1 else 8),
-                                       "gpus_per_node", file)
-    s["nodes"] = _positive_int(spec.get("nodes", 1), "nodes", file)
+    s["gpus_per_node"] = spec.get("gpus_per_node", len(gpus) if len(gpus) > 1 else 8)
+    s["nodes"] = spec.get("nodes", 1)
     _check_size(s["nodes"], s["gpus_per_node"], file)
-    sup = _section(spec, "supernode", SUPERNODE_KEYS, file)
+    sup = {k: v for k, v in (spec.get("supernode") or {}).items() if v is not None}
     if "gpus_per_tray" in sup:
-        tray = _positive_int(sup["gpus_per_tray"], "supernode.gpus_per_tray", file)
+        tray = sup["gpus_per_tray"]
         if "gpus_per_node" in spec and spec["gpus_per_node"] != tray:
             raise InputError(f"gpus_per_node ({spec['gpus_per_node']}) and "
                              f"supernode.gpus_per_tray ({tray}) name the same thing; give one",
@@ -213,7 +174,7 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
             spec["host"] = {**host, "sockets": host["sockets"] // trays}
         s["nodes"] *= trays
         s["gpus_per_node"] = g0.gpus_per_tray
-    dom = _positive_int(spec.get("nvlink_domain", s["gpus_per_node"]), "nvlink_domain", file)
+    dom = spec.get("nvlink_domain", s["gpus_per_node"])
     total = s["nodes"] * s["gpus_per_node"]
     if dom % s["gpus_per_node"] or total % dom:
         raise InputError(f"an NVLink domain is whole servers and the cluster whole domains; "
@@ -224,16 +185,13 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     default_up = ("nvswitch" if g0.peer_link and g0.peer_links >= 8 and g0.form_factor == "sxm"
                   and g0.peer_link.startswith("nvlink") else
                   "xgmi" if g0.peer_link and g0.peer_link.startswith("xgmi") else "pcie")
-    s["scale_up"] = _choice(spec.get("scale_up", default_up), SCALE_UP, "scale_up", file)
+    s["scale_up"] = spec.get("scale_up", default_up)
     if dom > s["gpus_per_node"] and s["scale_up"] != "nvswitch":
         raise InputError(f"an NVLink domain larger than a server needs NVLink switches; "
                          f"allowed with nvlink_domain {dom}: scale_up: nvswitch", file=file,
                          field="scale_up")
-    s["mesh"] = _choice(spec.get("mesh", "full"), MESHES, "mesh", file)
-    if "nvlink_links" in spec:
-        s["nvlink_links"] = _positive_int(spec["nvlink_links"], "nvlink_links", file)
-    else:
-        s["nvlink_links"] = g0.peer_links
+    s["mesh"] = spec.get("mesh", "full")
+    s["nvlink_links"] = spec.get("nvlink_links", g0.peer_links)
     if "bridge" in spec:
         s["bridge"] = catalog.bridge(str(spec["bridge"]), file=file, field="bridge").name
     elif s["scale_up"] in ("nvlink-bridge", "sli", "crossfire"):
@@ -244,18 +202,16 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                              f"{', '.join(g0.bridges) or 'none'})", file=file, field="scale_up")
         s["bridge"] = fits[0]
 
-    host = _section(spec, "host", HOST_KEYS, file)
+    host = {k: v for k, v in (spec.get("host") or {}).items() if v is not None}
     want_gen = spec.get("pcie_gen", g0.pcie_gen)
-    catalog.pcie_gen(_want(want_gen, int, "pcie_gen", "3, 4, 5 or 6", file), file=file,
-                     field="pcie_gen")
+    catalog.pcie_gen(want_gen, file=file, field="pcie_gen")
     default_cpu = g0.host_cpu or (DEFAULT_CPU_GEN5 if want_gen >= 5 else DEFAULT_CPU)
     cpu = catalog.cpu(str(host.get("cpu", default_cpu)), file=file, field="host.cpu")
-    attach = _choice(host.get("attach", "c2c" if cpu.intersocket == "c2c" else "pcie"),
-                     ATTACH, "host.attach", file)
+    attach = host.get("attach", "c2c" if cpu.intersocket == "c2c" else "pcie")
     per_cpu = 2 if attach == "c2c" else 0
     sockets_default = (math.ceil(s["gpus_per_node"] / per_cpu) if per_cpu
                        else min(2, cpu.max_sockets))
-    sockets = _positive_int(host.get("sockets", sockets_default), "host.sockets", file)
+    sockets = host.get("sockets", sockets_default)
     if sockets > cpu.max_sockets and attach == "pcie":
         raise InputError(f"{cpu.name} supports at most {cpu.max_sockets} socket(s), got {sockets}",
                          file=file, field="host.sockets")
@@ -268,56 +224,38 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     # a baseboard has a PCIe switch per GPU pair; one per GPU where each GPU has several NICs
     # beside it (AWS p5: 8 H100 and 32 EFA cards)
     nics_wanted = spec.get("nics_per_node", 0)
-    sw_default = (s["gpus_per_node"] // (1 if isinstance(nics_wanted, int)
-                                         and nics_wanted > s["gpus_per_node"] else 2)
+    sw_default = (s["gpus_per_node"] // (1 if nics_wanted > s["gpus_per_node"] else 2)
                   if baseboard else 0)
-    n_sw = _positive_int(host.get("pcie_switches", sw_default), "host.pcie_switches", file,
-                         minimum=0)
+    n_sw = host.get("pcie_switches", sw_default)
     sw_model = "PEX89144" if pcie_gen >= 5 else "PEX88096" if pcie_gen == 4 else "PEX8796"
     sw = catalog.pcie_switch(str(host.get("switch", sw_model)), file=file, field="host.switch")
     s["host"] = {
         "cpu": cpu.name, "sockets": sockets, "pcie_switches": n_sw,
-        "switch_layout": _choice(host.get("switch_layout", "dual-root"), SWITCH_LAYOUTS,
-                                 "host.switch_layout", file),
+        "switch_layout": host.get("switch_layout", "dual-root"),
         "switch": sw.name,
         "attach": attach,
-        "numa_per_socket": _positive_int(host.get("numa_per_socket", 1), "host.numa_per_socket",
-                                         file),
+        "numa_per_socket": host.get("numa_per_socket", 1),
     }
-    p2p = spec.get("p2p", all(g.p2p_pcie for g in gpus))
-    s["p2p"] = _want(p2p, bool, "p2p", "true or false", file)
+    s["p2p"] = spec.get("p2p", all(g.p2p_pcie for g in gpus))
 
     # rack-scale trays carry one NIC per GPU (GB200 NVL72: 4 ConnectX-7 per compute tray)
     nic_default = 0 if s["nodes"] == 1 else 8 if dom == s["gpus_per_node"] else s["gpus_per_node"]
-    s["nics_per_node"] = _positive_int(spec.get("nics_per_node", nic_default),
-                                       "nics_per_node", file, minimum=0)
+    s["nics_per_node"] = spec.get("nics_per_node", nic_default)
     s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
-    fab = _section(spec, "fabric", FABRIC_KEYS, file)
+    fab = {k: v for k, v in (spec.get("fabric") or {}).items() if v is not None}
     over = fab.get("oversubscription", 1.0)
-    overs = over if isinstance(over, list) else [over]
-    if not 1 <= len(overs) <= 2:
+    if isinstance(over, list) and not 1 <= len(over) <= 2:
         raise InputError(f"expected a number >= 1 or a list [leaf, spine], got {over!r}",
                          file=file, field="fabric.oversubscription")
-    for o in overs:
-        _want(o, (int, float), "fabric.oversubscription",
-              "a number >= 1 (downlinks:uplinks) or a list [leaf, spine]", file)
-        if o < 1:
-            raise InputError(f"expected a number >= 1 (downlinks:uplinks), got {o}", file=file,
-                             field="fabric.oversubscription")
     speed = catalog.net_speed(s["nic"])
     s["fabric"] = {
-        "topology": _choice(fab.get("topology", "rail-optimized"), FABRICS, "fabric.topology",
-                            file),
-        "oversubscription": [float(o) for o in overs] if isinstance(over, list) else float(over),
+        "topology": fab.get("topology", "rail-optimized"),
+        "oversubscription": [float(o) for o in over] if isinstance(over, list) else float(over),
         "switch": catalog.net_switch(str(fab.get("switch", speed.switch)), file=file,
                                      field="fabric.switch").name,
     }
     for key in ("nodes_per_leaf", "rails_per_leaf", "pod_nodes", "tiers"):
-        s["fabric"][key] = (_positive_int(fab[key], f"fabric.{key}", file) if key in fab
-                            else None)
-    if s["fabric"]["tiers"] is not None and s["fabric"]["tiers"] > 3:
-        raise InputError(f"expected 1, 2 or 3 tiers, got {s['fabric']['tiers']}", file=file,
-                         field="fabric.tiers")
+        s["fabric"][key] = fab.get(key)
     for key in ("spine_switch", "core_switch"):
         if key in fab:
             s["fabric"][key] = catalog.net_switch(str(fab[key]), file=file,
@@ -405,8 +343,8 @@ class _NodeBuilder:
                          speed=speed.name) for i in range(s["nics_per_node"])]
         self.attach_pcie(gpus, nics, nic_model)
         self.scale_up(gpus)
-        for g in gpus:   # what `nvidia-smi topo -m` prints in the affinity columns
-            d = self.t.devices[g]
+        for gid in gpus:   # what `nvidia-smi topo -m` prints in the affinity columns
+            d = self.t.devices[gid]
             d.attrs["cpu_affinity"] = _affinity(self.cpu, d.numa, sockets, nps)
             d.attrs["numa_affinity"] = str(d.numa)
 
@@ -600,9 +538,16 @@ def _entry(entry: Any, allowed: tuple[str, ...], required: tuple[str, ...], wher
                              field=f"{where}.{req}")
 
 
-def _int(entry: dict[str, Any], key: str, default: int, where: str, file: str | None) -> int:
+def _int(entry: dict[str, Any], key: str, default: int, where: str, file: str | None,
+         minimum: int | None = None) -> int:
     value = entry.get(key, default)
-    return _want(value, int, f"{where}.{key}", "an integer", file)
+    if minimum is None:
+        return _want(value, int, f"{where}.{key}", "an integer", file)
+    _want(value, int, f"{where}.{key}", f"an integer >= {minimum}", file)
+    if value < minimum:
+        raise InputError(f"expected an integer >= {minimum}, got {value}", file=file,
+                         field=f"{where}.{key}")
+    return value
 
 
 def from_system_file(data: dict[str, Any], name: str = "", file: str | None = None) -> Topology:
@@ -658,10 +603,10 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
 def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
                    where: str) -> Link:
     a, b = t.devices[str(ln["a"])], t.devices[str(ln["b"])]
-    count = _positive_int(ln.get("count", 1), f"{where}.count", file)
-    lanes = _positive_int(ln.get("lanes", 16 if kind == "pcie" else 0), f"{where}.lanes", file,
-                          minimum=1 if kind == "pcie" else 0)
-    gen = _positive_int(ln.get("gen", 0), f"{where}.gen", file, minimum=0)
+    count = _int(ln, "count", 1, where, file, minimum=1)
+    lanes = _int(ln, "lanes", 16 if kind == "pcie" else 0, where, file,
+                 minimum=1 if kind == "pcie" else 0)
+    gen = _int(ln, "gen", 0, where, file, minimum=0)
     bw, lat = ln.get("bw_GBps"), ln.get("lat_us")
     attrs = dict(_want(ln.get("attrs") or {}, dict, f"{where}.attrs", "a mapping", file))
     if kind == "pcie":

@@ -291,7 +291,7 @@ class Replay:
         """Stop a running job; it keeps the work up to its last checkpoint."""
         elapsed = self.now - self.started[i]
         c = self.ckpt[i]
-        saved = math.floor(elapsed / c) * c if c > 0 else 0.0
+        saved = math.floor(elapsed / c) * c if 0 < c < math.inf else 0.0  # inf: never saved
         saved = min(saved, self.remaining[i])
         lost = elapsed - saved
         self.remaining[i] -= saved

@@ -88,7 +88,8 @@ def test_any_node_csv_loads_or_is_an_input_error(tmp_path, text):
 
 POOL_WORDS = ["T4x2", "V100M32x8", "G2x8", "FOOx4", "tpu-v4-8", "tpu-v5e-8", "cpu", "cpu-32",
               "cpu-0", "dgx-a100", "hgx-h100-4node-ndr", "gpu=H100-SXM,gpus_per_node=8",
-              "gpu=T4,gpus_per_node=2,nodes=3", "x", "", "gpu_node", "synthetic-openb"]
+              "gpu=T4,gpus_per_node=2,nodes=3", "gpu=H100-SXM,gpus_per_node=", "x", "",
+              "gpu_node", "synthetic-openb"]
 
 
 @FUZZ

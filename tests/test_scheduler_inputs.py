@@ -107,6 +107,13 @@ def test_bad_node_pools(cli, pods, nodes, message):
 def test_a_million_nodes_are_refused_before_anything_is_built():
     with pytest.raises(InputError, match="at most 100,000"):
         load_nodes("V100M32x8*60000+T4x2*60000")
+    # a pool's system is checked before it is built, and only its first node is built
+    with pytest.raises(InputError) as e:
+        load_nodes("gpu=H100-SXM,gpus_per_node=899999*2")
+    assert str(e.value) == ("gpu=H100-SXM,gpus_per_node=899999: gpus_per_node: 899999 GPUs "
+                            "per node in a pool; a node has 1..128")
+    with pytest.raises(InputError, match="describes 1000000 nodes"):
+        load_nodes("gpu=H100-SXM,gpus_per_node=8,nodes=1000000*2")
 
 
 def test_a_gang_that_fits_only_across_pools_fits_no_node():

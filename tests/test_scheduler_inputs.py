@@ -128,3 +128,12 @@ def test_a_gang_that_fits_only_across_pools_fits_no_node():
     # two CPU nodes make one pool that holds both members
     r = run_replay(load_nodes("T4x1*1+cpu-16*2"), jobs, "best-fit")
     assert r.jobs[0]["state"] == "completed"
+
+
+def test_a_directory_is_named_as_one(cli, tmp_path):
+    assert error_line(cli, str(tmp_path), "--nodes", "T4x2*2") == (
+        f"{tmp_path}: is a directory; expected a CSV file with the openb pod columns")
+    assert error_line(cli, "synthetic-openb", "--nodes", str(tmp_path)) == (
+        f"{tmp_path}: is a directory; expected a CSV file with the openb node columns")
+    assert error_line(cli, "synthetic-openb", "--data-dir", str(tmp_path / "none")) == (
+        f"{tmp_path / 'none'}: --data-dir: not a directory")

@@ -132,7 +132,7 @@ def schedule(
 
 def _load(nodes: str, trace: str, data_dir: str | None):
     """The cluster and the jobs; an openb name whose file is nowhere falls back to its
-    synthetic twin, with a note on stderr (explicit paths never fall back)."""
+    synthetic twin, with a note on stderr (explicit paths and --data-dir never fall back)."""
     from gpufabric.scheduler import load_jobs, load_nodes
     from gpufabric.scheduler.cluster import NODE_LISTS
     from gpufabric.scheduler.datasets import DataMissing
@@ -145,14 +145,14 @@ def _load(nodes: str, trace: str, data_dir: str | None):
     try:
         cluster = load_nodes(nodes, data_dir)
     except DataMissing:
-        if nodes not in NODE_LISTS:
+        if nodes not in NODE_LISTS or data_dir is not None:
             raise
         missing.append(f"node list '{nodes}'")
         cluster = load_nodes(f"{NAME}:{nodes}")
     try:
         jobs = load_jobs(trace, data_dir)
     except DataMissing:
-        if trace not in TRACES:
+        if trace not in TRACES or data_dir is not None:
             raise
         missing.append(f"trace '{trace}'")
         jobs = load_jobs(NAME)

@@ -172,6 +172,9 @@ class Cluster:
 
 def _read_node_csv(path: Path) -> Cluster:
     header, rows = read_csv(path, NODE_COLUMNS, NODE_COLUMNS + ("pool",))
+    if len(rows) > MAX_NODES:
+        raise InputError(f"{len(rows):,} nodes; at most {MAX_NODES:,} in one cluster",
+                         file=str(path))
     col = {h: i for i, h in enumerate(header)}
     out = []
     for k, r in enumerate(rows):

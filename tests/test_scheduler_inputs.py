@@ -6,6 +6,8 @@ wrong answer. The pods are written inline so these run without the openb trace.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gpufabric.errors import InputError
@@ -137,3 +139,19 @@ def test_a_directory_is_named_as_one(cli, tmp_path):
         f"{tmp_path}: is a directory; expected a CSV file with the openb node columns")
     assert error_line(cli, "synthetic-openb", "--data-dir", str(tmp_path / "none")) == (
         f"{tmp_path / 'none'}: --data-dir: not a directory")
+
+
+def test_the_best_gpu_set_of_a_large_node_is_grown_greedily():
+    # two islands of 20 GPUs: 300 GB/s inside one, 16 GB/s between them; C(40, 8) = 76,904,685
+    # sets would take minutes, the greedy growth a few milliseconds
+    import numpy as np
+
+    from gpufabric.scheduler.nodetopo import EXHAUSTIVE_SETS, best_gpu_set
+    island = np.arange(40) // 20
+    bw = np.where(island[:, None] == island[None, :], 300.0, 16.0)
+    np.fill_diagonal(bw, np.inf)
+    hops = np.where(island[:, None] == island[None, :], 2, 4)
+    free = [g for g in range(40) if g not in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)]
+    gpus, width, worst = best_gpu_set(free, 8, bw, hops)
+    assert math.comb(len(free), 8) > EXHAUSTIVE_SETS
+    assert len(set(gpus)) == 8 and set(gpus) <= set(range(20, 40)) and (width, worst) == (300, 2)

@@ -149,9 +149,12 @@ def test_without_the_trace_schedule_runs_on_the_synthetic_stand_in(cli, no_openb
                    "(--data-dir, $GPUFABRIC_DATA_DIR, or `gpufabric data fetch openb`); the "
                    "results above are on the synthetic openb-like cluster and workload "
                    "(synthetic-openb, see docs/scheduler.md)\n")
-    # an explicit path never falls back
+    # an explicit path never falls back, nor an explicit data directory
     code, _, err = cli("schedule", str(no_openb / "pods.csv"))
     assert code == 2 and err == f"gpufabric: error: {no_openb / 'pods.csv'}: no such file\n"
+    code, _, err = cli("schedule", "default", "--data-dir", str(no_openb))
+    assert code == 2 and err.startswith("gpufabric: error: openb_node_list_gpu_node.csv: "
+                                        f"openb node list 'gpu_node' is not in {no_openb}, ")
 
 
 def test_synthetic_workload_has_the_trace_proportions():

@@ -6,6 +6,8 @@ wrong answer. The pods are written inline so these run without the openb trace.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gpufabric.errors import InputError
@@ -107,6 +109,13 @@ def test_bad_node_pools(cli, pods, nodes, message):
 def test_a_million_nodes_are_refused_before_anything_is_built():
     with pytest.raises(InputError, match="at most 100,000"):
         load_nodes("V100M32x8*60000+T4x2*60000")
+    # a pool's system is checked before it is built, and only its first node is built
+    with pytest.raises(InputError) as e:
+        load_nodes("gpu=H100-SXM,gpus_per_node=899999*2")
+    assert str(e.value) == ("gpu=H100-SXM,gpus_per_node=899999: gpus_per_node: expected an "
+                            "integer >= 1 and <= 576, got 899999")   # the spec schema's limit
+    with pytest.raises(InputError, match="describes 1000000 nodes"):
+        load_nodes("gpu=H100-SXM,gpus_per_node=8,nodes=1000000*2")
 
 
 def test_a_gang_that_fits_only_across_pools_fits_no_node():
@@ -121,3 +130,28 @@ def test_a_gang_that_fits_only_across_pools_fits_no_node():
     # two CPU nodes make one pool that holds both members
     r = run_replay(load_nodes("T4x1*1+cpu-16*2"), jobs, "best-fit")
     assert r.jobs[0]["state"] == "completed"
+
+
+def test_a_directory_is_named_as_one(cli, tmp_path):
+    assert error_line(cli, str(tmp_path), "--nodes", "T4x2*2") == (
+        f"{tmp_path}: is a directory; expected a CSV file with the openb pod columns")
+    assert error_line(cli, "synthetic-openb", "--nodes", str(tmp_path)) == (
+        f"{tmp_path}: is a directory; expected a CSV file with the openb node columns")
+    assert error_line(cli, "synthetic-openb", "--data-dir", str(tmp_path / "none")) == (
+        f"{tmp_path / 'none'}: --data-dir: not a directory")
+
+
+def test_the_best_gpu_set_of_a_large_node_is_grown_greedily():
+    # two islands of 20 GPUs: 300 GB/s inside one, 16 GB/s between them; C(40, 8) = 76,904,685
+    # sets would take minutes, the greedy growth a few milliseconds
+    import numpy as np
+
+    from gpufabric.scheduler.nodetopo import EXHAUSTIVE_SETS, best_gpu_set
+    island = np.arange(40) // 20
+    bw = np.where(island[:, None] == island[None, :], 300.0, 16.0)
+    np.fill_diagonal(bw, np.inf)
+    hops = np.where(island[:, None] == island[None, :], 2, 4)
+    free = [g for g in range(40) if g not in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)]
+    gpus, width, worst = best_gpu_set(free, 8, bw, hops)
+    assert math.comb(len(free), 8) > EXHAUSTIVE_SETS
+    assert len(set(gpus)) == 8 and set(gpus) <= set(range(20, 40)) and (width, worst) == (300, 2)

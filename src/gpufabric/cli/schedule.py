@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -65,6 +64,7 @@ def schedule(
 ) -> None:
     """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
     from gpufabric.scheduler import REGISTRY
+    from gpufabric.scheduler.engine import check_load, check_ratio, check_seed
     from gpufabric.scheduler.arrival import run_arrivals
     from gpufabric.scheduler.failures import parse_duration, parse_failures
     from gpufabric.scheduler.replay import run_replay
@@ -81,15 +81,11 @@ def schedule(
         runs = 10 if mode == "arrival" else 1
     if not 1 <= runs <= 1000:
         raise InputError(f"{runs} runs; allowed 1..1000", field="--runs")
-    if seed < 0:
-        raise InputError(f"{seed} is negative; seeds are 0 or more", field="--seed")
-    if not 0 < load < math.inf:
-        raise InputError(f"{load:g}; must be a positive number (arrival times are divided "
-                         "by it)", field="--load")
+    check_seed(seed)
+    check_load(load)
+    check_ratio(ratio)
     if mode == "arrival" and failures:
         raise InputError("failures apply to replay only", field="--failures")
-    if not 0 < ratio <= 10:
-        raise InputError("must be in (0, 10]", field="--ratio")
     cluster, jobs, note = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
     show = not json and sys.stderr.isatty()
@@ -136,7 +132,7 @@ def schedule(
 
 def _load(nodes: str, trace: str, data_dir: str | None):
     """The cluster and the jobs; an openb name whose file is nowhere falls back to its
-    synthetic twin, with a note on stderr (explicit paths never fall back)."""
+    synthetic twin, with a note on stderr (explicit paths and --data-dir never fall back)."""
     from gpufabric.scheduler import load_jobs, load_nodes
     from gpufabric.scheduler.cluster import NODE_LISTS
     from gpufabric.scheduler.datasets import DataMissing
@@ -149,14 +145,14 @@ def _load(nodes: str, trace: str, data_dir: str | None):
     try:
         cluster = load_nodes(nodes, data_dir)
     except DataMissing:
-        if nodes not in NODE_LISTS:
+        if nodes not in NODE_LISTS or data_dir is not None:
             raise
         missing.append(f"node list '{nodes}'")
         cluster = load_nodes(f"{NAME}:{nodes}")
     try:
         jobs = load_jobs(trace, data_dir)
     except DataMissing:
-        if trace not in TRACES:
+        if trace not in TRACES or data_dir is not None:
             raise
         missing.append(f"trace '{trace}'")
         jobs = load_jobs(NAME)

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import Cluster
-from gpufabric.scheduler.engine import BaseMasks, place_gang
+from gpufabric.scheduler.engine import BaseMasks, check_ratio, check_seed, place_gang
 from gpufabric.scheduler.jobs import JobSet
 from gpufabric.scheduler.policies import make_placement
 from gpufabric.scheduler.state import Request, State
@@ -118,6 +118,8 @@ def run_arrival(cluster: Cluster, jobs: JobSet, policy: str, seed: int = 42,
                 ratio: float = 1.3, routing: str = "kind",
                 tick: Callable[[int], None] | None = None) -> ArrivalRun:
     """One arrival run (see the module doc). ``tick(k)`` is called at each 1% recorded."""
+    check_seed(seed)
+    check_ratio(ratio)
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     cap = cluster.gpu_capacity_milli

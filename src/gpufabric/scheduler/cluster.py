@@ -172,6 +172,9 @@ class Cluster:
 
 def _read_node_csv(path: Path) -> Cluster:
     header, rows = read_csv(path, NODE_COLUMNS, NODE_COLUMNS + ("pool",))
+    if len(rows) > MAX_NODES:
+        raise InputError(f"{len(rows):,} nodes; at most {MAX_NODES:,} in one cluster",
+                         file=str(path))
     col = {h: i for i, h in enumerate(header)}
     out = []
     for k, r in enumerate(rows):
@@ -248,6 +251,9 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
                              file=spec, field="NODES")
         g = topo.gpus()
         per = len([d for d in g if d.node == g[0].node]) if g else 0
+        if per > MAX_GPUS:
+            raise InputError(f"pool '{name}': {per} GPUs per node; a node has 1..{MAX_GPUS}",
+                             file=spec, field="NODES")
         model = g[0].model if g else ""
         return [(f"{name if name in known else 'node'}-{start + k:04d}", 16000 * max(per, 4),
                  131072 * max(per, 1), per, model, "gpu" if per else "cpu")
@@ -278,9 +284,19 @@ def _pool_count(part: str, spec: str) -> tuple[str, int]:
 
 
 def _system(name: str):
-    """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer."""
-    from gpufabric.topology.build import load
-    return load(name)
+    """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer.
+
+    Only its first node is built (a pool is one node type); an inline spec's size is checked
+    before anything is built.
+    """
+    from gpufabric.topology import presets
+    from gpufabric.topology.build import load, normalize_spec, parse_inline
+    if "=" in name and name not in presets.names():
+        s = normalize_spec(parse_inline(name), file=name)
+        if s["gpus_per_node"] > MAX_GPUS:
+            raise InputError(f"{s['gpus_per_node']} GPUs per node in a pool; a node has "
+                             f"1..{MAX_GPUS}", file=name, field="gpus_per_node")
+    return load(name, materialize_nodes=1)
 
 
 def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster:

@@ -4,10 +4,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import POOLS, ROUTES, Cluster
 from gpufabric.scheduler.jobs import KINDS, JobSet
 from gpufabric.scheduler.registry import REGISTRY
 from gpufabric.scheduler.state import Request, State
+
+
+def check_seed(seed: int) -> None:
+    """Seeds are whole numbers, 0 or more (numpy's generators refuse negative ones)."""
+    if not 0 <= seed < 2**63:
+        raise InputError(f"{seed} is not a seed; seeds are whole numbers 0..2^63-1",
+                         field="--seed")
+
+
+def check_ratio(ratio: float) -> None:
+    """Arrival mode packs ``ratio`` x the GPU capacity: a number in (0, 10]."""
+    if not 0 < ratio <= 10:
+        raise InputError(f"{ratio:g}; must be in (0, 10] (times the GPU capacity)",
+                         field="--ratio")
+
+
+def check_load(load: float) -> None:
+    """Replay divides arrival times by ``load``: a positive, finite number."""
+    if not 0 < load < float("inf"):
+        raise InputError(f"{load:g}; must be a positive number (arrival times are divided "
+                         "by it)", field="--load")
 
 
 class BaseMasks:

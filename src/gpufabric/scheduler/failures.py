@@ -31,6 +31,8 @@ import numpy as np
 from gpufabric.errors import InputError
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Most node failures one replay draws (the openb replay at mtbf=1000h draws about 4,300).
+MAX_FAILURES = 1_000_000
 
 
 def parse_duration(text: str, field: str = "--failures", file: str | None = None) -> float:
@@ -76,6 +78,13 @@ class FailureSpec:
         rng = np.random.default_rng(self.seed if self.seed is not None else seed)
         out = []
         span = max(t1 - t0, 0.0)
+        expected = nodes * span / (self.mtbf_s + (0.0 if math.isinf(self.repair_s)
+                                                  else self.repair_s))
+        if expected > MAX_FAILURES:
+            raise InputError(f"mtbf={self.mtbf_s:g}s on {nodes:,} nodes over {span:,.0f} s "
+                             f"means about {expected:,.0f} failures; at most "
+                             f"{MAX_FAILURES:,} (a longer mtbf, or fewer nodes)",
+                             field="--failures")
         for n in range(nodes):
             t = t0
             while True:
@@ -96,7 +105,11 @@ def parse_failures(text: str, node_names: list[str]) -> FailureSpec:
     p = Path(text)
     if "@" not in text and "=" not in text and p.is_file():
         file = text
-        lines = [ln.split("#")[0].strip() for ln in p.read_text().splitlines()]
+        try:
+            text_of_file = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read: {exc}", file=text, field="--failures") from None
+        lines = [ln.split("#")[0].strip() for ln in text_of_file.splitlines()]
         items = [x for ln in lines for x in ln.split(",") if x.strip()]
     elif text.startswith("mtbf="):
         spec = FailureSpec(text=text)
@@ -138,6 +151,10 @@ def parse_failures(text: str, node_names: list[str]) -> FailureSpec:
                              f"an index 0..{len(node_names) - 1})", file=file,
                              field="--failures")
         t, plus, rep = when.partition("+")
-        out.append(Failure(n, parse_duration(t, "--failures", file),
+        at_s = parse_duration(t, "--failures", file)
+        if math.isinf(at_s):
+            raise InputError(f"'{item}': the failure time must be finite", file=file,
+                             field="--failures")
+        out.append(Failure(n, at_s,
                            parse_duration(rep, "--failures", file) if plus else math.inf))
     return FailureSpec(listed=out, text=text)

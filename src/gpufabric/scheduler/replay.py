@@ -43,7 +43,7 @@ import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import Cluster
-from gpufabric.scheduler.engine import BaseMasks, place_gang
+from gpufabric.scheduler.engine import BaseMasks, check_load, check_seed, place_gang
 from gpufabric.scheduler.failures import FailureSpec
 from gpufabric.scheduler.jobs import JobSet
 from gpufabric.scheduler.policies import FragModel, make_placement
@@ -101,9 +101,8 @@ class Replay:
             raise InputError("replay needs the creation_time and deletion_time columns; this "
                              "trace has none (use --mode arrival)", file=jobs.source or None,
                              field="header")
-        if not 0 < load < math.inf:
-            raise InputError(f"{load:g}; must be a positive number (arrival times are divided "
-                             "by it)", field="--load")
+        check_load(load)
+        check_seed(seed)
         self.t_start = time.perf_counter()
         self.cluster, self.jobs, self.policy, self.queue, self.seed = (cluster, jobs, policy,
                                                                        queue, seed)
@@ -291,7 +290,7 @@ class Replay:
         """Stop a running job; it keeps the work up to its last checkpoint."""
         elapsed = self.now - self.started[i]
         c = self.ckpt[i]
-        saved = math.floor(elapsed / c) * c if c > 0 else 0.0
+        saved = math.floor(elapsed / c) * c if 0 < c < math.inf else 0.0  # inf: never saved
         saved = min(saved, self.remaining[i])
         lost = elapsed - saved
         self.remaining[i] -= saved

@@ -82,8 +82,10 @@ def test_validation_on_the_published_runs():
     r = validate(str(DATA))
     s = r.summary
     assert s["points"] == 115 and s["fitted_points"] == 23
-    # the entries the parameters were fitted on, and (separately) all the others
-    assert s["fitted_median_abs_pct"] < 5
+    # the entries the parameters were fitted on, and (separately) all the others; the
+    # goal (median <= 10%) is met on the fitted entries only -- docs/training.md names the misses
+    assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
+        (2.09, 16.86, 14.23)
     assert s["holdout_points"] == 92
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",

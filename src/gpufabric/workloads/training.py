@@ -49,7 +49,7 @@ BWD_GEMM = 2.0
 #: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
 BWD_ATTN = 2.5
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
-LAYER_OVERHEAD_US = Fitted(80.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
+LAYER_OVERHEAD_US = Fitted(120.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
                            " and megatron-core-h100-gpt-* (the small models weigh it)")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "
@@ -128,12 +128,13 @@ class _Pass:
 
 def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPUSpec,
                 flash: bool, topo: Topology, groups: dict[str, Group], tp_overlap: bool,
-                comm: dict[str, float]) -> _Pass:
+                comm: dict[str, float], fused: bool = True, attn_kernel: str = "native"
+                ) -> _Pass:
     ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
-                    precision=prec, flash=flash)
+                    precision=prec, flash=flash, fused=fused)
     fwd = bwd = attn_f = 0.0
     for o in ops:
-        t = op_time_s(o, g, prec)
+        t = op_time_s(o, g, prec, attn_kernel)
         fwd += t
         if o.kind == "attn":
             attn_f += t
@@ -179,13 +180,16 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
 
 def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                  seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
-                 tp_overlap: bool = False, dp_overlap: bool = True,
-                 check_memory: bool = False) -> StepResult:
+                 tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
+                 attn_kernel: str = "native", check_memory: bool = False) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
 
     ``system`` is a Topology or anything :func:`gpufabric.topology.build.load` takes. With
     ``check_memory`` a layout that does not fit raises :class:`InputError`; otherwise the
-    result says ``fits: False``.
+    result says ``fits: False``. ``fused=False``: PyTorch eager as torchtitan runs it without
+    torch.compile, no element-wise fusion (:data:`gpufabric.workloads.compute.PASSES`);
+    ``attn_kernel="fa2"``: PyTorch SDPA's FlashAttention-2 (slower on Hopper than the native
+    cuDNN / FA3 kernels).
     """
     m = load_model(model)
     topo = _topology(system)
@@ -209,7 +213,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     notes: list[str] = []
     if m.is_transformer:
         fwd, bwd, tp_e, cp_e, ep_e = _stage_times(m, par, seq, prec, g, flash, topo, groups,
-                                                  tp_overlap, comm)
+                                                  tp_overlap, comm, fused, attn_kernel)
     else:
         fwd, bwd, tp_e, cp_e, ep_e = _cnn_times(m, par, g, prec)
     mbs = par.micro_batches
@@ -307,7 +311,8 @@ def _check_divisible(m: ModelSpec, par: Parallel, seq: int) -> None:
 
 def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, flash: bool,
                  topo: Topology, groups: dict[str, Group], tp_overlap: bool,
-                 comm: dict[str, float]) -> tuple[float, float, float, float, float]:
+                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native"
+                 ) -> tuple[float, float, float, float, float]:
     """Forward, backward and exposed TP/CP/EP time of one micro-batch on the slowest stage."""
     cache: dict[bool, _Pass] = {}
     scratch = {k: 0.0 for k in comm}
@@ -321,7 +326,7 @@ def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, f
             if key not in cache:
                 c0 = dict(scratch)
                 cache[key] = _layer_pass(m, i, par, seq, prec, g, flash, topo, groups,
-                                         tp_overlap, scratch)
+                                         tp_overlap, scratch, fused, attn_kernel)
                 cache[key].__dict__["_comm"] = {k: scratch[k] - c0[k] for k in scratch}
             p = cache[key]
             f, b, tp_e, cp_e, ep_e = f + p.fwd, b + p.bwd, tp_e + p.tp, cp_e + p.cp, ep_e + p.ep

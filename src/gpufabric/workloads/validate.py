@@ -355,7 +355,12 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         from gpufabric.topology.build import from_spec
         topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
     topo = topo_cache[key]
-    r = predict_step(m, topo, p, seq, precision=prec, tp_overlap=tp_overlap)
+    # torchtitan without torch.compile runs the model eagerly (no kernel fusion)
+    src = f"{e.get('source', '')} {fw}".lower()
+    fused = not ("torchtitan" in src and "compile" not in src)
+    kernel = "fa2" if "torchtitan" in src else "native"      # PyTorch SDPA
+    r = predict_step(m, topo, p, seq, precision=prec, tp_overlap=tp_overlap, fused=fused,
+                     attn_kernel=kernel)
     if "mfu" in res:
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)

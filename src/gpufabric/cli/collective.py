@@ -65,7 +65,9 @@ def collective(
                                    help="Groups of this shape running at once on the same "
                                    "nodes' other GPUs (they share NICs, PCIe, fabric)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
-                             "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
+                             "hierarchical (all_reduce); pat (all_gather, reduce_scatter at "
+                             "one rank per node); all_to_all: pairwise; send_recv: p2p; any "
+                             "registered plugin."),
     proto: str | None = typer.Option(None, "--proto",
                                         help="Force a protocol: LL, LL128 or Simple."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),

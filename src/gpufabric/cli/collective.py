@@ -65,7 +65,9 @@ def collective(
                                    help="Groups of this shape running at once on the same "
                                    "nodes' other GPUs (they share NICs, PCIe, fabric)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
-                             "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
+                             "hierarchical (all_reduce); pat (all_gather, reduce_scatter at "
+                             "one rank per node); all_to_all: pairwise; send_recv: p2p; any "
+                             "registered plugin."),
     proto: str | None = typer.Option(None, "--proto",
                                         help="Force a protocol: LL, LL128 or Simple."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -153,7 +155,36 @@ def validate(
 
     def f(x):
         return "n/a" if x is None else f"{x:.1f}%"
-    typer.echo(f"# summary: {s['points']} points; large (>= 64 MiB, busbw): median "
-               f"{f(s['large_median_abs_pct'])}, max {f(s['large_max_abs_pct'])} over "
-               f"{s['large_points']}; small (< 64 KiB, time): median "
-               f"{f(s['small_median_abs_pct'])} over {s['small_points']}")
+    if s["fitted_entries"]:
+        typer.echo(f"# entries some parameter was fitted on: {', '.join(s['fitted_entries'])}")
+    # the headline summary stays the last line
+    for label, x in (("entries nothing was fitted on", s["unfitted"]), ("summary", s)):
+        typer.echo(f"# {label}: {x['points']} points; large (>= 64 MiB, busbw): median "
+                   f"{f(x['large_median_abs_pct'])}, max {f(x['large_max_abs_pct'])} over "
+                   f"{x['large_points']}; small (< 64 KiB, time): median "
+                   f"{f(x['small_median_abs_pct'])} over {x['small_points']}")
+
+
+@app.command()
+def params(
+    json: bool = typer.Option(False, "--json", help="Print JSON: a list of records."),
+) -> None:
+    """Every fitted or estimated constant of the network and collective models, with its
+    source (NCCL version) or the calibration ids it was fitted on."""
+    from gpufabric.collectives import params as P
+    rows = P.table()
+    if json:
+        emit_json({"nccl_version": P.NCCL_VERSION, "params": rows})
+        return
+    typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
+               f"{P.NCCL_VERSION})")
+    for r in rows:
+        where = ("fitted on " + ", ".join(r["fitted_on"])) if r["fitted_on"] else r["source"]
+        typer.echo(f"{r['name']:<26} {r['kind']:<8} {r['unit']:<20} {r['applies_to']}")
+        typer.echo(f"{'':<26} value: {_short(r['value'])}")
+        typer.echo(f"{'':<26} from: {where}")
+
+
+def _short(v) -> str:
+    text = str(v)
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -34,10 +34,13 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from itertools import pairwise
 
 from gpufabric.collectives import params as P
+from gpufabric.collectives.algorithms import REGISTRY as ALGORITHMS
+from gpufabric.collectives.algorithms import Algorithm, Plan, register
+from gpufabric.collectives.algorithms.base import UNIT as _UNIT
 from gpufabric.collectives.patterns import Layout, Planner, layout
 from gpufabric.errors import InputError
 from gpufabric.network import Network
@@ -45,11 +48,9 @@ from gpufabric.topology.model import Topology
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
        "send_recv")
-ALGOS = ("auto", "ring", "tree", "nvls", "nvls_tree", "hierarchical", "pairwise", "p2p")
+#: "auto" and every registered algorithm (collectives/algorithms/, one file each).
+ALGOS = ("auto",) + tuple(sorted(ALGORITHMS, key=lambda a: (ALGORITHMS[a].order, a)))
 DTYPE_BYTES = 4
-
-#: Unit buffer used to measure an algorithm's network time per byte (all costs are linear).
-_UNIT = 1e9
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -83,8 +84,9 @@ def check_algo(algo: str | None) -> str:
     a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "pat": "ring",
          "collnetdirect": "auto", "collnetchain": "auto", "collnet": "auto"}.get(
         a.replace("_", ""), a)
-    if a not in ALGOS:
-        raise InputError(f"unknown algorithm '{algo}'; allowed: {', '.join(ALGOS)}",
+    names = ("auto",) + tuple(sorted(ALGORITHMS, key=lambda x: (ALGORITHMS[x].order, x)))
+    if a not in names:
+        raise InputError(f"unknown algorithm '{algo}'; allowed: {', '.join(names)}",
                          field="algorithm")
     return a
 
@@ -117,18 +119,6 @@ class Prediction:
         return asdict(self)
 
 
-@dataclass
-class _Plan:
-    algo: str
-    protos: tuple[str, ...]
-    bw_s_per_byte: float
-    lat_us: dict[str, float]
-    eff: float = 1.0
-    sim_edges: list = field(default_factory=list)
-    bw_s_parts: list = field(default_factory=list)
-    note: str = ""
-
-
 class Model:
     """The collective model of one topology: plans are built once and reused for every size.
 
@@ -147,7 +137,7 @@ class Model:
         self.sample_nodes = self.SAMPLE_NODES if sample_nodes is None else sample_nodes
         self.net = Network(topo)
         self.planner = Planner(topo, self.net)
-        self._plans: dict[tuple, _Plan | None] = {}
+        self._plans: dict[tuple, Plan] = {}
 
     # -- layout ----------------------------------------------------------------------------
     def layout(self, ranks: int | None, per_node: int | None = None, group: int = 0) -> Layout:
@@ -175,55 +165,48 @@ class Model:
 
     # -- which algorithms ------------------------------------------------------------------
     def algorithms(self, op: str, lay: Layout) -> list[str]:
-        if op == "all_to_all":
-            return ["pairwise"]
-        if op == "send_recv":
-            return ["p2p"]
-        if op != "all_reduce":
-            return ["ring"]
-        out = ["ring", "tree"]
-        if self.planner.nvls_ok(lay):
-            out.append("nvls_tree" if lay.nodes > 1 else "nvls")
-        return out
+        """The algorithms NCCL's tuner chooses among for ``op`` on these ranks."""
+        return [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
+                if a.auto and a.applies(self, op, lay)]
 
     def _resolve(self, op: str, algo: str, lay: Layout) -> str:
         if algo == "nvls" and lay.nodes > 1:
             algo = "nvls_tree"
         if algo == "nvls_tree" and lay.nodes == 1:
             algo = "nvls"
-        allowed = self.algorithms(op, lay) + (["hierarchical"] if op == "all_reduce" else [])
+        allowed = [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
+                   if a.applies(self, op, lay)]
         if algo not in allowed:
             raise InputError(f"algorithm '{algo}' cannot run {op} on this system; "
                              f"allowed: {', '.join(['auto'] + allowed)}", field="algorithm")
         return algo
 
     # -- plans -----------------------------------------------------------------------------
-    def plan(self, op: str, algo: str, lay: Layout | list[Layout]) -> _Plan:
+    def plan(self, op: str, algo: str, lay: Layout | list[Layout]) -> Plan:
         """The plan of ``algo`` for one group (``lay``) or for several groups of one shape
         running at once (a list of layouts, the group whose operation is timed first)."""
         lays = lay if isinstance(lay, list) else [lay]
         key = (op, algo, lays[0].nodes, lays[0].per_node, len(lays))
-        if key not in self._plans:
-            self._plans[key] = self._make_plan(op, algo, lays)
-        return self._plans[key]
+        hit = self._plans.get(key)
+        if hit is None:
+            hit = ALGORITHMS[algo].plan(self, op, lays)
+            self._plans[key] = hit
+        return hit
 
-    def _intra_ok_ll128(self, kinds: list[str]) -> bool:
-        """LL128 runs where NCCL enables it: every intra-node hop on NVLink."""
-        intra = [k for k in kinds if k != "net"]
-        return (bool(intra) and all(k == "nvlink" for k in intra)) or (not intra and bool(kinds))
-
-    def _hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool,
-                 exposed: bool = False) -> float:
+    def hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool,
+                exposed: bool = False, floor: float = 0.0) -> float:
         """Summed latency of hops. ``exposed``: one rank per node, nothing inside the node to
         overlap a network hop with, which then costs what a tree's network hop costs (NCCL
-        does the same)."""
+        does the same). ``floor``: least an intra-node hop costs (NCCL's network overhead)."""
         tot = 0.0
         for k in kinds:
             lat = (P.TREE_HOP_LAT_US if exposed and k == "net" else table)[k][proto]
             if k == "net":
                 lat += self._net_wire_extra
-            elif multinode and proto == "LL":
-                lat *= P.LL_MULTINODE_INTRA
+            else:
+                if multinode and proto == "LL":
+                    lat *= P.LL_MULTINODE_INTRA
+                lat = max(lat, floor)
             tot += lat
         return tot
 
@@ -241,99 +224,17 @@ class Model:
                           and n.index == nics[0].index]
                 if others:
                     walk = self.net.router.fabric_walks(nics[0].id, others[0].id)[0]
-                wire = sum(self.topo.link(u, v).lat_us for u, v in pairwise(walk))
+                wire = 0.0
+                for u, v in pairwise(walk):
+                    ln = self.topo.link(u, v)
+                    wire += ln.lat_us if ln is not None else 0.0
                 self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
         return self.__dict__["_wire"]
 
-    def _make_plan(self, op: str, algo: str, lays: list[Layout]) -> _Plan:
-        lay = lays[0]
-        n = lay.ranks
-        pl = self.planner
-        multinode = lay.nodes > 1
-        if algo == "hierarchical":
-            phases = pl.hierarchical(lay, _UNIT)
-            concurrent_phases = [pl.hierarchical(x, _UNIT) for x in lays[1:]]
-            parts = [self.net.simulate(ph.transfers + [t for o in concurrent_phases
-                                                        for t in o[i].transfers])
-                     for i, ph in enumerate(phases)]
-            bw = sum(s.drain_s for s in parts) / _UNIT
-            lat = {}
-            for p in P.PROTOCOLS:
-                lat[p] = P.BASE_LAT_US["ring"][p] * len(phases)
-                g = lay.per_node
-                for ph in phases:
-                    steps = (g - 1) if ph.hops and ph.hops[0] != "net" else 2 * (lay.nodes - 1)
-                    hops = ph.hops or ["nvlink"]
-                    lat[p] += steps / max(len(hops), 1) * self._hop_lat(
-                        hops, P.HOP_LAT_US, p, multinode)
-            kinds = [k for ph in phases for k in ph.hops]
-            protos = P.PROTOCOLS if self._intra_ok_ll128(kinds) else ("LL", "Simple")
-            edges = max((s.edges for s in parts), key=lambda e: max((x.busy for x in e), default=0))
-            return _Plan(algo, protos, bw, lat, 1.0, edges, note=" then ".join(
-                ph.note for ph in phases))
-        if algo == "ring":
-            steps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1,
-                     "broadcast": n - 1, "reduce": n - 1}[op]
-            per_rank = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
-                        "reduce_scatter": (n - 1) / n}.get(op, 1.0) * _UNIT
-            pat = pl.ring(lay, per_rank)
-            others = [pl.ring(x, per_rank) for x in lays[1:]]
-            # each step crosses one hop of the ring: steps x the mean latency of its hops
-            lat = {p: P.BASE_LAT_US["ring"][p]
-                   + steps * self._hop_lat(pat.hops, P.HOP_LAT_US, p, multinode,
-                                           exposed=lay.per_node == 1)
-                   / max(len(pat.hops), 1)
-                   for p in P.PROTOCOLS}
-            kinds = pat.hops
-        elif algo == "tree":
-            pat = pl.chain_tree(lay, _UNIT)
-            others = [pl.chain_tree(x, _UNIT) for x in lays[1:]]
-            lat = {p: P.BASE_LAT_US["tree"][p]
-                   + 2 * self._hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, p, multinode)
-                   for p in P.PROTOCOLS}
-            kinds = pat.tree_hops
-        elif algo in ("nvls", "nvls_tree"):
-            pat = pl.nvls(lay, _UNIT, P.NVLS_EFFICIENCY[pl.nvls_link(lay)])
-            others = [pl.nvls(x, _UNIT, P.NVLS_EFFICIENCY[pl.nvls_link(x)]) for x in lays[1:]]
-            lat_s = P.BASE_LAT_US["nvls"]["Simple"] + P.NVLS_LAT_US + 2 * \
-                self._hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", multinode)
-            lat = {"Simple": lat_s}
-            kinds = ["nvlink"]
-        elif algo == "pairwise":
-            pat = pl.pairwise(lay, _UNIT)
-            others = [pl.pairwise(x, _UNIT) for x in lays[1:]]
-            kinds = pat.hops
-            lat = {p: P.BASE_LAT_US["p2p"][p] + max(P.HOP_LAT_US[k][p] for k in kinds)
-                   + P.P2P_PER_PEER_US * (n - 1) for p in P.PROTOCOLS}
-        elif algo == "p2p":
-            pat = pl.send_recv(lay, _UNIT)
-            others = [pl.send_recv(x, _UNIT) for x in lays[1:]]
-            kinds = pat.hops
-            lat = {p: P.BASE_LAT_US["p2p"][p] + sum(P.HOP_LAT_US[k][p] for k in kinds)
-                   for p in P.PROTOCOLS}
-        else:  # pragma: no cover - guarded by _resolve
-            raise InputError(f"unknown algorithm '{algo}'", field="algorithm")
-        # concurrent groups of the same shape load the network together
-        sim = self.net.simulate(pat.transfers + [t for o in others for t in o.transfers])
-        bw = sim.drain_s / _UNIT
-        if algo in ("nvls", "nvls_tree"):
-            protos = ("Simple",)
-        elif self._intra_ok_ll128(kinds):
-            protos = P.PROTOCOLS
-        else:
-            protos = ("LL", "Simple")
-        eff = P.TREE_EFFICIENCY if algo in ("tree", "nvls_tree") else 1.0
-        return _Plan(algo, protos, bw, lat, eff, sim.edges, note=pat.note)
-
     # -- predictions -----------------------------------------------------------------------
-    def _proto_eff(self, op: str, proto: str, lay: Layout) -> float:
-        if proto == "LL" and not (lay.nodes > 1 or op in ("all_reduce", "reduce")):
-            return P.LL_EFFICIENCY_COPY
+    def proto_eff(self, op: str, proto: str, lay: Layout) -> float:
+        """Share of the link rate a protocol delivers (LL, LL128, Simple)."""
         return P.PROTO_EFFICIENCY[proto]
-
-    def _time_us(self, op: str, plan: _Plan, proto: str, size: float, lay: Layout) -> float:
-        eff = plan.eff * self._proto_eff(op, proto, lay)
-        return plan.lat_us[proto] + size * plan.bw_s_per_byte / eff * 1e6
 
     def predict(self, op: str, size: int, ranks: int | None = None, algo: str | None = None,
                 proto: str | None = None, *, per_node: int | None = None,
@@ -382,10 +283,11 @@ class Model:
         best = None
         for a in algos:
             plan = self.plan(op, a, lays)
+            impl = ALGORITHMS[a]
             for p in plan.protos:
                 if proto is not None and p != proto:
                     continue
-                t = self._time_us(op, plan, p, size, lay)
+                t = impl.time_us(self, op, plan, p, lay, size)
                 if best is None or t < best[0]:
                     best = (t, plan, p)
         if best is None:
@@ -428,13 +330,24 @@ def _fingerprint(topo: Topology) -> int:
 
 
 def model(topo: Topology) -> Model:
-    """The :class:`Model` of a topology, cached on it until its devices or links change."""
-    fp = _fingerprint(topo)
+    """The :class:`Model` of a topology, cached on it until its devices or links change.
+
+    A cheap key (device and link counts, the identity of the first and last link, node count,
+    P2P) is checked on every call; the full fingerprint of every link only when it changed, so
+    a training step's handful of calls on a 16,384-GPU cluster does not rehash its links."""
+    links = topo.links
+    quick = (len(topo.devices), len(links), id(links[0]) if links else 0,
+             id(links[-1]) if links else 0, topo.meta.get("nodes"), topo.meta.get("p2p"))
     hit = topo.__dict__.get("_collectives_model")
-    if hit is None or hit[0] != fp:
-        hit = (fp, Model(topo))
-        topo.__dict__["_collectives_model"] = hit
-    return hit[1]
+    if hit is not None and hit[0] == quick:
+        return hit[2]
+    fp = _fingerprint(topo)
+    if hit is None or hit[1] != fp:
+        hit = (quick, fp, Model(topo))
+    else:
+        hit = (quick, fp, hit[2])
+    topo.__dict__["_collectives_model"] = hit
+    return hit[2]
 
 
 def predict(topo: Topology, op: str, size: int, ranks: int | None = None,
@@ -501,4 +414,5 @@ def summary(topo: Topology) -> dict:
 
 
 __all__ = ["OPS", "ALGOS", "Prediction", "Model", "model", "predict", "sweep", "summary",
-           "busbw_factor", "check_op", "check_algo", "Layout", "layout"]
+           "busbw_factor", "check_op", "check_algo", "Layout", "layout", "ALGORITHMS",
+           "Algorithm", "Plan", "register"]

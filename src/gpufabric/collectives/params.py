@@ -1,80 +1,259 @@
-"""Physical parameters of the collective model, each for a whole protocol, algorithm or link
-type, never for one machine.
+"""Every fitted or estimated constant of the network and collective models, as records.
 
-Bandwidths come from the topology through :mod:`gpufabric.network` (the catalog's
-NCCL-usable rate of each link type, shared max-min fairly). What is here is time that no link
-rate explains: a kernel's fixed cost per algorithm and protocol, the latency of one hop per
-transport and protocol, and how much of a link's rate each protocol delivers.
+Each :class:`Param` holds a value, its unit, what it applies to (a whole protocol, algorithm,
+transport, link type or GPU generation; never one machine), and where it comes from: a
+``source`` (NCCL's own tuning code with its version, a datasheet) or, for fitted values, the
+calibration ids it was ``fitted_on``. ``gpufabric validate`` uses those ids to report its error
+also over the entries no parameter was fitted on; ``gpufabric params`` lists the table.
 
-The figures follow NCCL's own cost model (src/graph/tuning.cc: base latencies per algorithm
-and protocol, hardware latencies per NVLink / PCI / NET hop, the LL and LL128 bandwidth
-factors), with three additions fitted on ../shared/calibration/collectives.yaml and recorded in
-docs/collectives.md: the hop latency of a bounce through host memory (``shm``), the NVLS
-in-switch reduction efficiency and its per-pass latency.
+Link rates are not here: the catalog gives each link type's NCCL-usable rate with its source,
+and :mod:`gpufabric.network.capacity` applies them. The network's own fitted constants (host
+memory bounce, DRAM and inter-socket efficiencies) are defined beside the code that uses them
+and recorded here with their sources; a test keeps both equal.
+
+NCCL figures are from ``src/graph/tuning.cc`` of NCCL 2.28.3 (``ncclTunerConstantsDefaults``,
+``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) unless a record says otherwise.
+
+Examples
+--------
+>>> REGISTRY["NVLS_EFFICIENCY"].value["nvlink4"], REGISTRY["NVLS_EFFICIENCY"].nccl_version
+(0.85, '2.28.3')
+>>> "rtx4090-8gpu-small-latency" in fitted_ids()
+True
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from typing import Any
+
+NCCL_VERSION = "2.28.3"
+_TUNING = "NCCL src/graph/tuning.cc"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One constant of the model, with what it applies to and where it comes from."""
+
+    name: str
+    value: Any
+    unit: str
+    applies_to: str
+    source: str
+    fitted_on: tuple[str, ...] = ()
+    nccl_version: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``nccl`` (taken from NCCL's code), ``fitted`` (on calibration ids) or
+        ``estimate`` (reasoned, neither measured nor taken)."""
+        if self.fitted_on:
+            return "fitted"
+        return "nccl" if self.nccl_version else "estimate" if self.source.startswith(
+            "estimate") else "source"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["fitted_on"] = list(self.fitted_on)
+        d["kind"] = self.kind
+        return d
+
+
+REGISTRY: dict[str, Param] = {}
+
+
+def record(name: str, value: Any, unit: str, applies_to: str, source: str, *,
+           fitted_on: tuple[str, ...] = (), nccl: bool = False) -> Any:
+    """Register one constant and return its value (so modules keep plain names)."""
+    if name in REGISTRY:
+        raise ValueError(f"parameter {name} recorded twice")
+    REGISTRY[name] = Param(name, value, unit, applies_to, source, tuple(fitted_on),
+                           NCCL_VERSION if nccl else "")
+    return value
+
+
+def fitted_ids() -> set[str]:
+    """Calibration ids some parameter was fitted on."""
+    return {i for p in REGISTRY.values() for i in p.fitted_on}
+
+
+def table() -> list[dict]:
+    """All records as dicts (for ``gpufabric params --json`` and the docs)."""
+    return [p.to_dict() for p in REGISTRY.values()]
+
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 
-#: Fixed cost of launching one collective (us), per algorithm family and protocol.
-#: NCCL tuning.cc baseLat (Tree: 6.8 / 14.0; Ring: 6.6 / 14.0 / 8.4).
-BASE_LAT_US = {
-    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
-    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
-    "nvls": {"Simple": 0.0},
-    "p2p": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
-}
+# -- latencies -------------------------------------------------------------------------------
+BASE_LAT_US = record(
+    "BASE_LAT_US", {
+        "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+        "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+        "nvls": {"Simple": 0.0},
+        "p2p": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+        "pat": {"Simple": 8.0},
+    }, "us", "algorithm x protocol: fixed cost of one collective",
+    f"{_TUNING} baseLatencies (Tree 6.8/14/8.4 as the ring for Simple; NVLS 0; PAT 8)",
+    nccl=True)
 
-#: Latency of one hop (us) by transport and protocol, for ring-like (pipelined) steps.
-#: nvlink / pcie / net: NCCL tuning.cc hwLat (Ring row). shm (host-memory bounce, no GPU P2P):
-#: the writer's PCIe posted write, the reader's flag poll and read across PCIe, about 2.5 PCIe
-#: hops; fitted on the 8x RTX 4090 small-message latency.
-HOP_LAT_US = {
-    "nvlink": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
-    "pcie": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
-    "shm": {"LL": 2.5, "LL128": 4.5, "Simple": 8.0},
-    "net": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
-}
+HOP_LAT_US = record(
+    "HOP_LAT_US", {
+        "nvlink": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+        "pcie": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
+        "net": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
+    }, "us", "transport x protocol: one pipelined (ring) step",
+    f"{_TUNING} hwLatencies, Ring row", nccl=True)
 
-#: The NET figures above include the wire: NIC to NIC through one InfiniBand NDR leaf switch
-#: (catalog ib-ndr lat_us). A network hop adds its own fabric latency beyond this reference
-#: (RoCE NICs and switches, a hop through the core).
-NET_REF_WIRE_US = 1.5
+SHM_HOP_LAT_US = record(
+    "SHM_HOP_LAT_US", {"LL": 2.5, "LL128": 4.5, "Simple": 8.0}, "us",
+    "transport shm (GPU to GPU through host memory, no P2P): one hop",
+    "fitted: the writer's posted write, the reader's flag poll and read across PCIe, about "
+    "2.5 PCIe hops", fitted_on=("rtx4090-8gpu-small-latency",))
+HOP_LAT_US["shm"] = SHM_HOP_LAT_US
 
-#: Latency of one tree hop (us): NCCL tuning.cc hwLat (Tree row).
-TREE_HOP_LAT_US = {
-    "nvlink": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
-    "pcie": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0},
-    "shm": {"LL": 2.5, "LL128": 4.5, "Simple": 8.0},
-    "net": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
-}
+TREE_HOP_LAT_US = record(
+    "TREE_HOP_LAT_US", {
+        "nvlink": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+        "pcie": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0},
+        "shm": SHM_HOP_LAT_US,
+        "net": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
+    }, "us", "transport x protocol: one tree hop (and a ring's network hop at 1 rank/node)",
+    f"{_TUNING} hwLatencies, Tree row (shm as SHM_HOP_LAT_US)", nccl=True)
 
-#: Intra-node LL hops get slower when the same kernel also drives the network (NCCL: x1.8).
-LL_MULTINODE_INTRA = 1.8
+NET_REF_WIRE_US = record(
+    "NET_REF_WIRE_US", 1.5, "us", "network hop: the wire latency NCCL's NET figures include",
+    "estimate: NIC to NIC through one InfiniBand NDR leaf (catalog ib-ndr lat_us); a fabric's "
+    "own latency beyond it is added per network hop")
 
-#: Share of the usable link rate each protocol delivers.
-#: LL: 8-byte stores carrying 4 bytes of data with a flag, one thread per line (NCCL: 1/4 for
-#: reductions and across nodes, 1/3 otherwise); LL128: 120 of every 128 bytes (NCCL: 0.92).
-PROTO_EFFICIENCY = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
-LL_EFFICIENCY_COPY = 1.0 / 3.0
+LL_MULTINODE_INTRA = record(
+    "LL_MULTINODE_INTRA", 1.8, "x", "LL intra-node hops when the kernel also drives the network",
+    f"{_TUNING} (intraLat *= 1.8 for LL across nodes)", nccl=True)
 
-#: Tree algorithms (chains and double binary trees, NVLS trees too) reach this share of the
-#: link rate: a tree node forwards while it reduces, with less pipelining than a ring
-#: (NCCL: busBw x 0.9 for trees).
-TREE_EFFICIENCY = 0.9
+RING_PLATEAU_LAT = record(
+    "RING_PLATEAU_LAT", 1.4, "x",
+    "ring Simple all_reduce across nodes, sizes >= 64 B per channel and rank: latency factor",
+    f"{_TUNING} ncclTopoGetAlgoTime ('plateau effect of ring', 1.4 from Ampere on)", nccl=True)
 
-#: NVLS (NVLink SHARP): share of the NVLink rate that multimem reduce / multicast traffic gets
-#: through the NVSwitch, per NVLink generation of the switch (NCCL src/graph/tuning.cc
-#: nvlsEfficiency: Hopper 0.85, Blackwell 0.74), and the latency of one NVLS operation inside
-#: the node (NCCL tuning.cc: NVLS latency = intraLat once, hwLat NVLINK NVLS Simple = 25 us).
-NVLS_EFFICIENCY = {"nvlink4": 0.85, "nvlink5": 0.74}
-NVLS_LAT_US = 25.0
+MAX_CHANNELS = record(
+    "MAX_CHANNELS", 32, "channels",
+    "channels of a full-node ring or tree (the ring plateau's per-channel size test)",
+    "NCCL MAXCHANNELS/2 ring search limit; DGX H100 logs show 32 coll channels (estimate for "
+    "other machines)")
 
-#: Point-to-point operations (all_to_all): extra cost per peer (us) of posting and matching one
-#: send / receive pair in a grouped call.
-P2P_PER_PEER_US = 0.15
+NET_OVERHEAD_US = record(
+    "NET_OVERHEAD_US", {"intel": 1.0, "amd": 2.0, "other": 1.0}, "us",
+    "ring across nodes: floor of each intra-node step (x3 for Simple), by host CPU vendor",
+    f"{_TUNING} getNetOverhead", nccl=True)
 
-#: Sizes nccl-tests calls large and small in validation summaries.
+# -- protocol and algorithm efficiencies ------------------------------------------------------
+PROTO_EFFICIENCY = record(
+    "PROTO_EFFICIENCY", {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}, "share of link rate",
+    "protocol on rings: LL carries 4 data bytes per 8-byte store with a flag; LL128 120 of "
+    "128 bytes", f"{_TUNING} (ring LL busBw x 0.5 capped by llMaxBws; LL128 x 0.92)",
+    nccl=True)
+
+TREE_LL_EFFICIENCY = record(
+    "TREE_LL_EFFICIENCY", 1.0 / 3.8, "share of link rate", "protocol LL on trees",
+    f"{_TUNING} (tree LL busBw / 3.8, capped by llMaxBws)", nccl=True)
+
+LL_MAX_BW_GBPS = record(
+    "LL_MAX_BW_GBPS", {
+        "volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0,
+        "intel": (39.0, 20.4), "amd": (22.5, 19.0)},
+    "GB/s bus bandwidth", "LL: ceiling inside one node by GPU generation; across nodes by "
+    "host CPU vendor, for 2 nodes and more",
+    f"{_TUNING} llMaxBws", nccl=True)
+
+TREE_EFFICIENCY = record(
+    "TREE_EFFICIENCY", 0.92, "share of link rate",
+    "tree algorithms (chains and double binary trees; NVLS trees)",
+    f"{_TUNING} (tree all_reduce busBw x 0.92)", nccl=True)
+
+PER_CH_MAX_NVLS_TREE_GBPS = record(
+    "PER_CH_MAX_NVLS_TREE_GBPS", {
+        "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 43.1)},
+    "GB/s per channel", "NVLS tree by GPU generation and node count (1, 2, more)",
+    f"{_TUNING} perChMaxNVLSTreeBws", nccl=True)
+
+TREE_CORRECTION = record(
+    "TREE_CORRECTION", {
+        "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+               1.0, 1.0, 1.0, 1.0),
+        "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9,
+                  .9, .9, .9, 1.0, 1.0),
+        "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7,
+                   .7, .8, .9, .9)},
+    "x bandwidth", "tree all_reduce at 64 B x 2^i (i = 0..22): NCCL's mid-size correction",
+    f"{_TUNING} treeCorrectionFactor", nccl=True)
+
+NVLS_EFFICIENCY = record(
+    "NVLS_EFFICIENCY", {"nvlink4": 0.85, "nvlink5": 0.74}, "share of NVLink rate",
+    "NVLS multimem traffic through the NVSwitch, by NVLink generation (Hopper, Blackwell)",
+    f"{_TUNING} nvlsEfficiency", nccl=True)
+
+NVLS_KERNEL_SHARE = record(
+    "NVLS_KERNEL_SHARE", 0.76, "x NVLS efficiency",
+    "NVLS all_reduce: share of NCCL's NVLS rate (2 x NVLink rate x nvlsEfficiency) its kernels "
+    "sustain, any NVLink generation",
+    "fitted on the Hopper NVLS plateaus (8 GiB: 476 and 480 GB/s busbw, NVLink 4 x18 at "
+    "20.6 GB/s x 0.85); Blackwell follows from NCCL's own per-generation efficiency",
+    fitted_on=("hgx-h100-allreduce-290", "azure-nd-h200-v5"))
+
+NVLS_CHANNELS = record(
+    "NVLS_CHANNELS", 16, "channels", "NVLS and NVLS tree: channels NCCL runs",
+    "NCCL src/transport/nvls.cc NCCL_NVLS_NCHANNELS default 16 (NCCL 2.18-2.22; 2.28 picks "
+    "the count itself)")
+
+NVLS_LAT_US = record(
+    "NVLS_LAT_US", 25.0, "us", "one NVLS operation inside the NVLink domain",
+    f"{_TUNING} hwLatencies NVLINK NVLS Simple (latency = intraLat once)", nccl=True)
+
+PAT = record(
+    "PAT", {"efficiency": 0.75, "per_rank_us": 2.8, "log_latency_divisor": 3.5}, "x / us",
+    "PAT all_gather / reduce_scatter (one GPU per node): share of the ring's rate, linear "
+    "latency per rank, the network latency per log2(nodes) divided by this",
+    f"{_TUNING} (PAT busBw x 0.75; latency log2(nNodes) x interLat/3.5 + nRanks x 2.8)",
+    nccl=True)
+
+P2P_PER_PEER_US = record(
+    "P2P_PER_PEER_US", 0.15, "us", "all_to_all: posting and matching one send/receive pair",
+    "estimate")
+
+# -- the network's constants (defined in gpufabric.network, recorded here) --------------------
+SHM_EFFICIENCY = record(
+    "SHM_EFFICIENCY", 0.73, "share of link rate",
+    "GPU-to-GPU copy bounced through host memory (receiver reads host memory over PCIe)",
+    "fitted (network.SHM_EFFICIENCY)", fitted_on=("rtx5090-pcie5-4gpu",))
+
+DRAM_EFFICIENCY = record(
+    "DRAM_EFFICIENCY", 0.73, "share of peak DRAM bandwidth",
+    "host memory crossed by copies through it (written, then read)",
+    "fitted (network.capacity.DRAM_EFFICIENCY); peak = channels x rate x 8 B from Intel ARK / "
+    "AMD product briefs", fitted_on=("rtx5090-pcie5-dual-xeon",))
+
+INTERSOCKET_EFFICIENCY = record(
+    "INTERSOCKET_EFFICIENCY", 0.45, "share of raw rate",
+    "GPU DMA across the inter-socket link (UPI, xGMI)",
+    "fitted (network.capacity.INTERSOCKET_EFFICIENCY)",
+    fitted_on=("rtx5090-pcie5-dual-xeon",))
+
+OTHER_EFFICIENCY = record(
+    "OTHER_EFFICIENCY", 0.8, "share of raw rate", "links without a catalog NCCL rate (C2C, ...)",
+    "estimate (network.capacity.OTHER_EFFICIENCY)")
+
+NVLINK_FALLBACK = record(
+    "NVLINK_FALLBACK", 0.82, "share of raw rate", "NVLink of unknown generation",
+    "estimate: usable / raw of the catalog's NVLink generations "
+    "(network.capacity.NVLINK_FALLBACK)")
+
+PCIE_FALLBACK = record(
+    "PCIE_FALLBACK", 0.76, "share of raw rate", "PCIe of unknown generation",
+    "estimate: usable / raw of the catalog's PCIe generations (network.capacity.PCIE_FALLBACK)")
+
+NET_FALLBACK = record(
+    "NET_FALLBACK", 0.95, "share of raw rate", "a network port whose speed is not in the catalog",
+    "estimate (network.capacity: net links of unknown speed)")
+
+#: Sizes nccl-tests calls large and small in validation summaries (definitions, not fits).
 LARGE_BYTES = 64 * 2**20
 SMALL_BYTES = 64 * 2**10

@@ -1,14 +1,17 @@
 """Predicted against measured: run every entry of a measurements file.
 
 The file follows the schema of ``../shared/calibration/README.md``: a list of entries, each with
-``id``, ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``algorithm`` and
-``points`` (``size`` with ``busbw`` in GB/s or ``time_us``). Any such file works, not only ours.
+``id``, ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``per_node`` (ranks
+on each node, default: fill nodes) and ``algorithm``, and ``points`` (``size`` with ``busbw``
+in GB/s or ``time_us``). Any such file works, not only ours.
 
 The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
 over points of 64 MiB and more), ``small_median_abs_pct`` (absolute % error of time over
-points below 64 KiB) and ``points``. A point measured as time is compared as busbw when large,
-and a point measured as busbw is compared as time when small (each derived from the other with
-the nccl-tests definitions).
+points below 64 KiB) and ``points``; ``unfitted`` holds the same over the entries no
+parameter of :mod:`gpufabric.collectives.params` was fitted on, and ``fitted_entries`` names
+the others (each point also says ``fitted``). A point measured as time is compared as busbw
+when large, and a point measured as busbw is compared as time when small (each derived from
+the other with the nccl-tests definitions).
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ def load_entries(path: str) -> list[dict]:
                                   or ranks < 1):
             raise InputError(f"got {ranks!r}; expected a positive integer", file=path,
                              field=f"{where}.ranks")
+        per_node = e.get("per_node")
+        if per_node is not None and (not isinstance(per_node, int) or isinstance(per_node, bool)
+                                     or per_node < 1):
+            raise InputError(f"got {per_node!r}; expected a positive integer (ranks on each "
+                             f"node)", file=path, field=f"{where}.per_node")
         try:
             algo = check_algo(e.get("algorithm"))
         except InputError as exc:
@@ -80,14 +88,15 @@ def load_entries(path: str) -> list[dict]:
             if not isinstance(size, (int, float)) or isinstance(size, bool) or size <= 0:
                 raise InputError(f"got {size!r}; expected a size in bytes > 0", file=path,
                                  field=f"{pw}.size")
-            if not any(isinstance(pt.get(k), (int, float)) and pt.get(k) > 0
-                       for k in ("busbw", "time_us")):
+            vals = [pt.get(k) for k in ("busbw", "time_us")]
+            if not any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                       for v in vals):
                 raise InputError("needs busbw (GB/s) or time_us (us), a number > 0",
                                  file=path, field=pw)
             clean.append({"size": int(size), "busbw": pt.get("busbw"),
                           "time_us": pt.get("time_us")})
         out.append({"id": eid, "where": where, "system": e["system"], "collective": op,
-                    "ranks": ranks, "algorithm": algo, "points": clean,
+                    "ranks": ranks, "per_node": per_node, "algorithm": algo, "points": clean,
                     "source": e.get("source", ""), "confidence": e.get("confidence", "")})
     return out
 
@@ -121,17 +130,19 @@ def validate(path: str) -> dict:
             note = ""
             if algo != "auto":
                 try:
-                    m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo)
+                    m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
+                              per_node=e["per_node"])
                 except InputError as exc:
                     if exc.field != "algorithm":
                         raise
                     note = f"algorithm {algo} not modelled here; auto used"
                     algo = "auto"
-            preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo)
+            preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
+                               per_node=e["per_node"])
                      for pt in e["points"]]
         except InputError as exc:
             sub = exc.field or ""
-            if sub in ("ranks", "size", "op", "algorithm", "proto"):
+            if sub in ("ranks", "size", "op", "algorithm", "proto", "per_node"):
                 field = f"{e['where']}.{sub}"
             else:
                 field = f"{e['where']}.system" + (f".{sub}" if sub else "")
@@ -161,7 +172,14 @@ def validate(path: str) -> dict:
             rows.append(row)
     if not rows and first_error is not None:
         raise first_error
-    return {"file": path, "summary": summarize(rows), "points": rows, "skipped": skipped}
+    fitted = params.fitted_ids()
+    for r in rows:
+        r["fitted"] = r["id"] in fitted
+    summary = summarize(rows)
+    # the headline again over the entries no parameter was fitted on
+    summary["unfitted"] = summarize([r for r in rows if not r["fitted"]])
+    summary["fitted_entries"] = sorted({r["id"] for r in rows if r["fitted"]})
+    return {"file": path, "summary": summary, "points": rows, "skipped": skipped}
 
 
 def summarize(rows: list[dict]) -> dict:

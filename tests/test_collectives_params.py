@@ -1,0 +1,126 @@
+"""Honest parameters and algorithm plugins: every constant is a sourced record, validation
+reports the error over entries nothing was fitted on, and a new algorithm is one class."""
+
+from pathlib import Path
+
+import pytest
+
+from gpufabric import collectives as C
+from gpufabric.collectives import params as P
+from gpufabric.collectives.algorithms import REGISTRY, Algorithm, Plan, register
+from gpufabric.collectives.algorithms.base import UNIT
+from gpufabric.collectives.validate import validate
+from gpufabric.errors import InputError
+from gpufabric.network import SHM_EFFICIENCY
+from gpufabric.network import capacity
+from gpufabric.topology.build import from_spec
+
+DATA = Path(__file__).parent / "data" / "calibration"
+
+
+def test_every_record_says_where_it_comes_from():
+    assert len(P.REGISTRY) >= 20
+    for p in P.REGISTRY.values():
+        assert p.unit and p.applies_to, p.name
+        assert p.source or p.fitted_on, p.name
+        assert p.kind in ("nccl", "fitted", "estimate", "source"), p.name
+        if p.kind == "nccl":
+            assert p.nccl_version == "2.28.3" and "NCCL" in p.source
+    assert P.REGISTRY["NVLS_EFFICIENCY"].value == {"nvlink4": 0.85, "nvlink5": 0.74}
+    assert P.REGISTRY["SHM_HOP_LAT_US"].fitted_on == ("rtx4090-8gpu-small-latency",)
+    with pytest.raises(ValueError, match="recorded twice"):
+        P.record("NVLS_LAT_US", 1.0, "us", "x", "y")
+
+
+def test_the_network_uses_the_recorded_values():
+    assert SHM_EFFICIENCY == P.SHM_EFFICIENCY
+    assert capacity.DRAM_EFFICIENCY == P.DRAM_EFFICIENCY
+    assert capacity.INTERSOCKET_EFFICIENCY == P.INTERSOCKET_EFFICIENCY
+    assert capacity.OTHER_EFFICIENCY == P.OTHER_EFFICIENCY
+    assert capacity.NVLINK_FALLBACK == P.NVLINK_FALLBACK
+    assert capacity.PCIE_FALLBACK == P.PCIE_FALLBACK
+
+
+def test_fitted_ids_are_calibration_entries():
+    import yaml
+    ids = {e["id"] for e in yaml.safe_load((DATA / "collectives.yaml").read_text())}
+    assert P.fitted_ids() <= ids
+    assert P.fitted_ids() == {"rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
+                              "rtx5090-pcie5-dual-xeon", "hgx-h100-allreduce-290",
+                              "azure-nd-h200-v5"}
+
+
+def test_validate_reports_the_error_over_unfitted_entries():
+    r = validate(str(DATA / "collectives.yaml"))
+    s = r["summary"]
+    assert s["fitted_entries"] == ["azure-nd-h200-v5", "hgx-h100-allreduce-290",
+                                   "rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
+                                   "rtx5090-pcie5-dual-xeon"]
+    u = s["unfitted"]
+    assert u["points"] == s["points"] - 9
+    assert u["large_points"] == s["large_points"] - 6 and u["small_points"] == 0
+    assert all(isinstance(p["fitted"], bool) for p in r["points"])
+    # the headline keys stay where they were
+    assert {"large_median_abs_pct", "large_max_abs_pct", "small_median_abs_pct",
+            "points"} <= set(s)
+
+
+def test_cli_params_lists_every_record(cli):
+    code, out, _ = cli("params")
+    assert code == 0 and out.startswith("# gpufabric params: ")
+    assert "SHM_HOP_LAT_US" in out and "fitted on rtx4090-8gpu-small-latency" in out
+    code, out, _ = cli("params", "--json")
+    import json
+    data = json.loads(out)
+    assert data["nccl_version"] == "2.28.3"
+    assert {p["name"] for p in data["params"]} == set(P.REGISTRY)
+
+
+def test_algorithms_are_registered_by_name_and_duplicates_refused():
+    assert set(REGISTRY) == {"ring", "tree", "nvls", "nvls_tree", "pat", "hierarchical",
+                             "pairwise", "p2p"}
+    assert C.ALGOS == ("auto", "ring", "tree", "nvls", "nvls_tree", "pat", "hierarchical",
+                       "pairwise", "p2p")
+
+    class AnotherRing(Algorithm):
+        name = "ring"
+        ops = ("all_gather",)
+    with pytest.raises(ValueError, match="algorithm 'ring' is already registered"):
+        register(AnotherRing)
+
+
+def test_a_new_algorithm_is_one_class():
+    """A direct all_gather (every rank sends its shard to every other at once), registered,
+    chosen by name, then removed again."""
+
+    class Direct(Algorithm):
+        name = "direct_test"
+        ops = ("all_gather",)
+        auto = False
+
+        def plan(self, m, op, lays):
+            pat = m.planner.pairwise(lays[0], UNIT)
+            sim = self.simulate(m, [pat])
+            return Plan(self.name, ("Simple",), sim.drain_s / UNIT, {"Simple": 10.0},
+                        note="direct")
+
+    register(Direct)
+    try:
+        t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+        p = C.Model(t).predict("all_gather", 2**30, algo="direct_test")
+        a2a = C.Model(t).predict("all_to_all", 2**30)
+        assert (p.algo, p.proto, p.note) == ("direct_test", "Simple", "direct")
+        # the same traffic as all_to_all's pairwise exchange, at its own latency
+        assert p.time_us - 10.0 == pytest.approx(a2a.time_us - a2a_lat(a2a), rel=1e-9)
+        with pytest.raises(InputError, match="cannot run all_reduce"):
+            C.Model(t).predict("all_reduce", 8, algo="direct_test")
+    finally:
+        del REGISTRY["direct_test"]
+    with pytest.raises(InputError, match="unknown algorithm 'direct_test'"):
+        C.check_algo("direct_test")
+
+
+def a2a_lat(p):
+    """Latency of an 8-rank all_to_all in one NVSwitch node (Simple)."""
+    return P.BASE_LAT_US["p2p"]["Simple"] + P.HOP_LAT_US["nvlink"]["Simple"] + \
+        P.P2P_PER_PEER_US * 7

@@ -248,8 +248,10 @@ def validate(path: str, *, only: tuple[str, ...] = (),
                 meas = meas / max(r.seq_len, 1)
             err = (pred / meas - 1) * 100
             fitted = any(eid.startswith(f) for f in FITTED_ON)
-            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep} vpp{vpp} z{zero} mb{micro_batch} " \
-                  "gb{global_batch}".format(**r.parallel)
+            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep} vpp{vpp} mb{micro_batch} " \
+                  "gb{global_batch}".format(**r.parallel) + (
+                      f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
+                      else f" zero{r.parallel['zero']}")
             points.append(Point(eid, j, metric, round(meas, 2), round(pred, 2), round(err, 2),
                                 fitted, lay + f" {r.precision} {r.parallel['recompute']}",
                                 {k: round(v, 4) for k, v in r.breakdown_s.items()},

@@ -232,12 +232,20 @@ def validate(path: str, *, only: tuple[str, ...] = (),
                             "by that name"})
             continue
         pts = e.get("points") or [{}]
+        if not isinstance(pts, list):
+            raise InputError("expected a list of mappings", file=path, field=f"{eid}.points")
         for j, pt in enumerate(pts):
+            if not isinstance(pt, dict):
+                raise InputError("expected a mapping", file=path, field=f"{eid}.points[{j}]")
             try:
                 got = _one(e, pt, m, topo_cache)
             except InputError as exc:
                 skipped.append({"id": f"{eid}#{j}", "reason": str(exc)})
                 continue
+            except (ValueError, TypeError, ZeroDivisionError) as exc:
+                raise InputError(f"bad value ({exc}); numbers are expected for gpus, nodes, "
+                                 "tp, pp, dp, cp, ep, vpp, micro_batch, global_batch, seq_len",
+                                 file=path, field=f"{eid}.points[{j}]") from None
             if isinstance(got, str):
                 skipped.append({"id": f"{eid}#{j}", "reason": got})
                 continue

@@ -181,7 +181,8 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
 def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                  seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
                  tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
-                 attn_kernel: str = "native", check_memory: bool = False) -> StepResult:
+                 attn_kernel: str = "native", ep_overlap: bool = False,
+                 check_memory: bool = False) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
 
     ``system`` is a Topology or anything :func:`gpufabric.topology.build.load` takes. With
@@ -189,7 +190,9 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     result says ``fits: False``. ``fused=False``: PyTorch eager as torchtitan runs it without
     torch.compile, no element-wise fusion (:data:`gpufabric.workloads.compute.PASSES`);
     ``attn_kernel="fa2"``: PyTorch SDPA's FlashAttention-2 (slower on Hopper than the native
-    cuDNN / FA3 kernels).
+    cuDNN / FA3 kernels). ``ep_overlap``: the expert all-to-all runs under another
+    micro-batch's compute (DeepSeek's DualPipe, Megatron's EP-communication overlap); only
+    what is longer than that compute stays exposed.
     """
     m = load_model(model)
     topo = _topology(system)
@@ -218,6 +221,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
         fwd, bwd, tp_e, cp_e, ep_e = _cnn_times(m, par, g, prec)
     mbs = par.micro_batches
     v = par.vpp
+    if ep_overlap:
+        ep_e = max(0.0, ep_e - (fwd + bwd))
     per_mb = fwd + bwd + tp_e + cp_e + ep_e
     bubble = (par.pp - 1) / v * per_mb if par.pp > 1 else 0.0
     eb = ACT_BYTES[prec]

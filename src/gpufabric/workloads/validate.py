@@ -369,8 +369,9 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
     src = f"{e.get('source', '')} {fw}".lower()
     fused = not ("torchtitan" in src and "compile" not in src)
     kernel = "fa2" if "torchtitan" in src else "native"      # PyTorch SDPA
+    ep_overlap = "dualpipe" in src or "overlap-moe" in src
     r = predict_step(m, topo, p, seq, precision=prec, tp_overlap=tp_overlap, fused=fused,
-                     attn_kernel=kernel)
+                     attn_kernel=kernel, ep_overlap=ep_overlap)
     if "mfu" in res:
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)

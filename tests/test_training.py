@@ -92,3 +92,16 @@ def test_validation_on_the_published_runs():
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
     assert all(abs(p.error_pct) < 12 for p in mega)       # held out: DP growth over RoCE
+
+
+def test_hybrid_fsdp_gathers_inside_the_node_and_reduces_across(h100):
+    full = predict_step("llama2-7b", h100, Parallel(dp=128, fsdp="full", micro_batch=2,
+                                                    global_batch=256), 4096)
+    hyb = predict_step("llama2-7b", h100, Parallel(dp=128, fsdp="hybrid", micro_batch=2,
+                                                   global_batch=256), 4096)
+    assert hyb.groups["dp_shard"] == {"kind": "dp_shard", "ranks": 8, "per_node": 8,
+                                      "concurrent": 1}
+    assert hyb.groups["dp_replica"] == {"kind": "dp_replica", "ranks": 16, "per_node": 1,
+                                        "concurrent": 8}
+    assert hyb.comm_s["zero3"] < full.comm_s["zero3"]        # NVSwitch instead of the NICs
+    assert hyb.memory["optimizer_GiB"] > full.memory["optimizer_GiB"]   # sharded 8-way only

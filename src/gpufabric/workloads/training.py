@@ -239,7 +239,13 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     z = par.zero_stage
     grad_b = 4 if prec in ("fp32", "tf32") else 2
     dp_t = 0.0
-    for n_par, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])):
+    shard_grp = groups["dp_cp"]
+    if par.fsdp == "hybrid":     # HSDP: shard inside a node, replicate across nodes
+        shard_grp, rep_grp = _hybrid_groups(par, gpn)
+        groups["dp_shard"], groups["dp_replica"] = shard_grp, rep_grp
+        dp_t += _coll_time(topo, "all_reduce", (dense + expert) / shard_grp.ranks * grad_b,
+                           rep_grp)
+    for n_par, grp in ((dense, shard_grp), (expert, groups["edp"])):
         if grp.ranks <= 1 or n_par <= 0:
             continue
         if z == 0:
@@ -254,12 +260,11 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     # ZeRO-3 / FSDP: parameters gathered before each use, every micro-batch (fwd and bwd)
     z3_e = 0.0
     if z >= 3:
-        grp = groups["dp_cp"]
-        t_ag = _coll_time(topo, "all_gather", (dense + expert) * eb, grp)
+        t_ag = _coll_time(topo, "all_gather", (dense + expert) * eb, shard_grp)
         comm["zero3"] = 2 * t_ag * mbs
         z3_e = mbs * (max(0.0, t_ag - fwd) + max(0.0, t_ag - bwd))
     # optimizer step on this GPU's shard
-    shard = par.dp * par.cp if z >= 1 else 1
+    shard = (shard_grp.ranks if par.fsdp == "hybrid" else par.dp * par.cp) if z >= 1 else 1
     opt = op_time_s(optimizer_op(dense / shard + expert / max(shard // par.ep, 1)), g, prec)
     breakdown = {
         "compute": mbs * (fwd + bwd),
@@ -289,6 +294,19 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
         notes.append(f"does not fit: needs {mem.total_GiB:.1f} GiB per GPU, {g.name} has "
                      f"{mem.capacity_GiB:g}")
     return res
+
+
+def _hybrid_groups(par: Parallel, gpn: int) -> tuple[Group, Group]:
+    """HSDP's groups: the data-parallel ranks of one node (sharding) and the ranks holding the
+    same shard on the other nodes (replication)."""
+    from gpufabric.workloads.parallel import group_shape
+    n = par.dp * par.cp
+    stride = min(par.stride("dp"), par.stride("cp"))
+    shard = max(1, min(n, gpn // stride))
+    while n % shard:
+        shard -= 1
+    return (group_shape("dp_shard", shard, stride, gpn),
+            group_shape("dp_replica", n // shard, stride * shard, gpn))
 
 
 def _topology(system: Topology | str) -> Topology:

@@ -336,10 +336,6 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         gb = dp * mb
     if pp > 1 and "torchtitan" in fw and gb // dp == mb and mb % pp == 0:
         mb //= pp        # torchtitan splits the local batch into pp micro-batches by default
-    if pp == 1 and "micro_batch" not in par and gb % dp == 0:
-        mb = max(1, min(gb // dp, 4))
-        while (gb // dp) % mb:
-            mb -= 1
     if gb % (dp * mb):
         gb = dp * mb * max(1, round(gb / (dp * mb)))
     fsdp = str(par.get("fsdp") or "")

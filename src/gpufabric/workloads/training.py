@@ -49,7 +49,7 @@ BWD_GEMM = 2.0
 #: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
 BWD_ATTN = 2.5
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
-LAYER_OVERHEAD_US = Fitted(160.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
+LAYER_OVERHEAD_US = Fitted(120.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
                            " and megatron-core-h100-gpt-* (the small models weigh it)")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "
@@ -238,7 +238,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     dense, expert = params_per_gpu(m, par, 0)
     z = par.zero_stage
     grad_b = 4 if prec in ("fp32", "tf32") else 2
-    dp_t = 0.0
+    dp_t = dp_ag = 0.0
     shard_grp = groups["dp_cp"]
     if par.fsdp == "hybrid":     # HSDP: shard inside a node, replicate across nodes
         shard_grp, rep_grp = _hybrid_groups(par, gpn)
@@ -252,11 +252,14 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
             dp_t += _coll_time(topo, "all_reduce", n_par * grad_b, grp)
         else:
             dp_t += _coll_time(topo, "reduce_scatter", n_par * grad_b, grp)
-            if z < 3:
-                dp_t += _coll_time(topo, "all_gather", n_par * eb, grp)
-    comm["dp"] = dp_t
-    window = DP_OVERLAP.value * (bwd + tp_e + ep_e) if dp_overlap else 0.0
-    dp_e = max(0.0, dp_t - window)
+            if z < 3:     # updated parameters gathered back (distributed optimizer)
+                dp_ag += _coll_time(topo, "all_gather", n_par * eb, grp)
+    comm["dp"] = dp_t + dp_ag
+    # gradients reduce under the last micro-batch's backward, parameters gather under the
+    # next step's first forward
+    window_b = DP_OVERLAP.value * (bwd + tp_e + ep_e) if dp_overlap else 0.0
+    window_f = DP_OVERLAP.value * fwd if dp_overlap else 0.0
+    dp_e = max(0.0, dp_t - window_b) + max(0.0, dp_ag - window_f)
     # ZeRO-3 / FSDP: parameters gathered before each use, every micro-batch (fwd and bwd)
     z3_e = 0.0
     if z >= 3:

@@ -56,6 +56,10 @@ ASSUMED: dict[str, tuple[dict[str, Any], str]] = {
         {"global_batch": 15360, "seq_len": 4096},
         "DeepSeek-V3 report Sections 4.2/4.3: batch 15360 after the ramp (97% of the tokens), "
         "sequence 4096 in pre-training"),
+    "megatron-core-h100-gpt-": (
+        {"zero": 1},
+        "Megatron-LM README (the table's note on the first row): --overlap-grad-reduce "
+        "--overlap-param-gather, which run with the distributed optimizer (ZeRO-1)"),
     "llama3-405b-": (
         {"vpp": 2},
         "Llama 3 paper Section 3.3.2: the interleaved pipeline schedule (virtual stages not "
@@ -340,6 +344,9 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         gb = dp * mb * max(1, round(gb / (dp * mb)))
     fsdp = str(par.get("fsdp") or "")
     zero = int(par.get("zero") or 0)
+    text = f"{par.get('framework', '')} {e.get('notes', '')}".lower()
+    if "zero" not in par and ("overlap-param-gather" in text or "distributed optimizer" in text):
+        zero = 1         # Megatron's parameter-gather overlap is the distributed optimizer's
     vpp = int(par.get("vpp") or 1)
     if "interleaved" in str(pt.get("schedule", "")).lower() and vpp == 1:
         vpp = 2

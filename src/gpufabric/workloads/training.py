@@ -97,7 +97,8 @@ class StepResult:
 
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """Training FLOPs per token as MFU counts them: 6 x active parameters (less the input
-    embedding lookup) + causal attention 6 x layers x seq x (q/k + v width) x heads.
+    embedding lookup) + attention, 6 x layers x seq x (q/k + v width) x heads, halved for
+    causal decoders.
 
     >>> round(model_flops_per_token(load_model("llama3-8b"), 8192) / 1e9, 1)
     58.3
@@ -107,6 +108,8 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     emb_in = m.vocab * m.hidden + m.positions * m.hidden
     dense = 6 * (m.active_params() - emb_in)
     attn = 6 * m.layers * seq_len * m.heads * (m.q_head_dim + m.v_dim) / 2
+    if m.arch == "encoder":        # bidirectional: every query sees every key
+        attn *= 2
     return dense + attn
 
 

@@ -80,3 +80,11 @@ def test_bad_training_file_and_oversized_model_exit_2(cli, tmp_path):
                    "heads: 1\nffn: 64\nvocab: 10\n")
     code, _, err = cli("train", str(big), "hgx-h100")
     assert code == 2 and err.strip().endswith("big.yaml: layers: got 1000000000; at most 10,000")
+
+
+def test_a_cnn_trains_data_parallel_only(cli):
+    code, out, _ = cli("train", "resnet-50", "dgx-a100", "--micro-batch", "256",
+                       "--precision", "fp16", "--json")
+    assert code == 0 and json.loads(out)["parallel"]["dp"] == 8
+    code, _, err = cli("train", "resnet-50", "dgx-a100", "--tp", "2")
+    assert code == 2 and "resnet-50 is a cnn: data parallelism only" in err

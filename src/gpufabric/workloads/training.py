@@ -211,6 +211,9 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                          f"{par.pp} x dp {par.dp}), the system has {total}", field="dp")
     if m.is_transformer:
         _check_divisible(m, par, seq)
+    elif max(par.tp, par.pp, par.cp, par.ep) > 1:
+        raise InputError(f"{m.name} is a {m.arch}: data parallelism only (tp, pp, cp and ep "
+                         "must be 1)", field="tp")
     mem = training_memory(m, par, seq, gname, precision=prec, flash=flash, gpus_per_node=gpn)
     if check_memory:
         check_fits(mem)

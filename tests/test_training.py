@@ -85,7 +85,7 @@ def test_validation_on_the_published_runs():
     # the entries the parameters were fitted on, and (separately) all the others; the
     # goal (median <= 10%) is met on the fitted entries only -- docs/training.md names the misses
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (1.63, 16.45, 13.47)
+        (1.6, 15.12, 13.66)
     assert s["holdout_points"] == 92
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",

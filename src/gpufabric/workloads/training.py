@@ -49,7 +49,7 @@ BWD_GEMM = 2.0
 #: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
 BWD_ATTN = 2.5
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
-LAYER_OVERHEAD_US = Fitted(120.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
+LAYER_OVERHEAD_US = Fitted(200.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
                            " and megatron-core-h100-gpt-* (the small models weigh it)")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "

@@ -60,6 +60,10 @@ ASSUMED: dict[str, tuple[dict[str, Any], str]] = {
         {"zero": 1},
         "Megatron-LM README (the table's note on the first row): --overlap-grad-reduce "
         "--overlap-param-gather, which run with the distributed optimizer (ZeRO-1)"),
+    "megascale-": (
+        {"vpp": 6},
+        "MegaScale Table 1 model configuration, stated on the bs768 Megatron-LM entry: "
+        "interleaved 1F1B with 6 interleaving stages, for every row of Table 2"),
     "llama3-405b-": (
         {"vpp": 2},
         "Llama 3 paper Section 3.3.2: the interleaved pipeline schedule (virtual stages not "
@@ -348,9 +352,13 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
     if "zero" not in par and ("overlap-param-gather" in text or "distributed optimizer" in text):
         zero = 1         # Megatron's parameter-gather overlap is the distributed optimizer's
     vpp = int(par.get("vpp") or 1)
+    mv = re.search(r"(\d+) interleaving stages", str(par.get("framework", "")))
+    if mv and "vpp" not in par:      # stated in the framework text (MegaScale's Megatron runs)
+        vpp = int(mv.group(1))
     if "interleaved" in str(pt.get("schedule", "")).lower() and vpp == 1:
         vpp = 2
-    tp_overlap = ("tp comm overlap" in fw or "async" in fw or "tp-comm-overlap" in fw)
+    tp_overlap = ("tp comm overlap" in fw or "async" in fw or "tp-comm-overlap" in fw
+                  or "communication overlap" in fw)
     if "megatron-core" in fw and tp > 1:
         tp_overlap = True
     layers = m.layers if m.is_transformer else 1

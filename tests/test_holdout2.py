@@ -26,6 +26,8 @@ def test_entries_the_catalog_cannot_build_are_skipped_with_the_reason(result):
     skipped = {s["id"]: s["error"] for s in result["skipped"]}
     assert set(skipped) == {"p4dn-multinode-efa", "p6-b200-2node-efa-small"}
     assert "unknown network speed 'efa-100'" in skipped["p4dn-multinode-efa"]
+    needs = {s["id"]: s.get("needs") for s in result["skipped"]}
+    assert needs["p4dn-multinode-efa"].startswith("AWS EFA (100G, SRD) NIC kind")
     assert result["summary"]["points"] == 22
     assert result["summary"]["unfitted"]["points"] == 22     # nothing here was fitted on
 

@@ -150,7 +150,8 @@ def validate(
                    f"{meas:>11.1f} {unit:<4} {pred:>10.1f} {r['err_pct']:>+7.1f}%  "
                    f"{r['algo']}/{r['proto']}")
     for sk in res.get("skipped", []):
-        typer.echo(f"# skipped {sk['id']}: {sk['error']}")
+        needs = f" (needs: {sk['needs']})" if sk.get("needs") else ""
+        typer.echo(f"# skipped {sk['id']}: {sk['error']}{needs}")
     s = res["summary"]
 
     def f(x):

@@ -4,9 +4,14 @@ Operations: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, 
 ``reduce``, ``send_recv``. Algorithms: ``ring`` (rings over NVLink, PCIe and the rail NICs, as
 NCCL builds them), ``tree`` (chains inside nodes, double binary trees across), ``nvls``
 (in-switch reduction on NVSwitch gen 3+, with trees across nodes when there are several),
-``hierarchical`` (intra-node reduce_scatter, inter-node all_reduce, intra-node all_gather, in
-sequence) and ``auto``: the algorithm and protocol (LL / LL128 / Simple) with the least
-predicted time, per message size, as NCCL's tuner picks them.
+``pat`` (all_gather / reduce_scatter at one rank per node), ``hierarchical`` (intra-node
+reduce_scatter, inter-node all_reduce, intra-node all_gather, pipelined), ``pairwise``
+(all_to_all), ``p2p`` (send_recv), each a plugin in :mod:`gpufabric.collectives.algorithms`,
+and ``auto``: the algorithm and protocol (LL / LL128 / Simple) with the least predicted time,
+per message size, as NCCL's tuner picks them (NCCL 2.28.3's cost model).
+
+Groups: ``per_node`` ranks on each node, and ``concurrent`` groups of that shape at once on
+the nodes' other GPUs, sharing the links they share (training and inference steps).
 
 The time of one operation is ``latency + bytes x (network time per byte) / efficiency``:
 

@@ -25,6 +25,9 @@ def setp(name: str, val: float) -> None:
         K.GEMM_EFF[g] = K.Fitted(val, K.GEMM_EFF[g].unit, K.GEMM_EFF[g].fitted_on)
     elif name == "fp8":
         K.FP8_EFF = K.Fitted(val, K.FP8_EFF.unit, K.FP8_EFF.fitted_on)
+    elif name == "khalf":
+        K.K_HALF_PER_BALANCE = K.Fitted(val, "elements per FLOP/B",
+                                        K.K_HALF_PER_BALANCE.fitted_on)
     elif name == "overhead":
         T.LAYER_OVERHEAD_US = T.Fitted(val, "us", T.LAYER_OVERHEAD_US.fitted_on)
 
@@ -37,11 +40,13 @@ def loss(params: dict[str, float]) -> float:
                                                   / len(r.points))
 
 
-params = {"gemm_ampere": 0.80, "gemm_hopper": 0.72, "overhead": 30.0, "fp8": 0.75}
+params = {"gemm_ampere": 0.74, "gemm_hopper": 0.80, "overhead": 200.0, "fp8": 0.75,
+          "khalf": 0.63}
 grid = {"gemm_ampere": [x / 100 for x in range(50, 91, 2)],
         "gemm_hopper": [x / 100 for x in range(50, 91, 2)],
         "overhead": [0, 10, 20, 40, 60, 80, 120, 160, 200, 300],
-        "fp8": [x / 100 for x in range(50, 101, 5)]}
+        "fp8": [x / 100 for x in range(50, 101, 5)],
+        "khalf": [0.3, 0.5, 0.63, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0]}
 best = loss(params)
 for _ in range(3):
     for k, vals in grid.items():

@@ -9,6 +9,7 @@
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -145,3 +146,11 @@ def test_oversubscription_never_helps(o1, o2, op, size):
     b = from_spec({**base, "fabric": {**base["fabric"], "oversubscription": hi}},
                   materialize_nodes=2)
     assert C.predict(b, op, size).time_us >= C.predict(a, op, size).time_us * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_a_bigger_nvlink_domain_never_slows_an_all_to_all_inside_it(ranks):
+    grace = {"cpu": "Grace", "sockets": 1}
+    times = [C.predict(from_spec({"gpu": "GB200", "gpus_per_node": g, "host": grace}),
+                       "all_to_all", 2**28, ranks).time_us for g in (8, 16, 72)]
+    assert all(b <= a * (1 + 1e-9) for a, b in zip(times, times[1:], strict=False))

@@ -245,6 +245,8 @@ def compare(systems_: list[str] | None = typer.Argument(
             heat: str = typer.Option("all_reduce:1G", "--heat", help="OP:SIZE whose per-link "
                                      "utilisation colours the fabric drawings (e.g. "
                                      "all_to_all:256M), or 'none'."),
+            no_training: bool = typer.Option(False, "--no-training",
+                                             help="Leave out the training-scaling section."),
             json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
     heat_op = _parse_heat(heat)
@@ -258,12 +260,18 @@ def compare(systems_: list[str] | None = typer.Argument(
     # the nodes the collective model samples, not every node of a large cluster
     topos = [load(n, materialize_nodes=Model.SAMPLE_NODES) for n in names]
     rows = cmp.rows(topos)
+    from gpufabric.report import training as tr
+    training = None if no_training else tr.scaling()
     if not no_html:
         from gpufabric.report.html import render_report
-        write_text_atomic(output, render_report(topos, rows, heat=heat_op), field="--output")
+        write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training),
+                          field="--output")
     if json:
-        emit_json({"systems": rows, "report": None if no_html else str(output)})
+        emit_json({"systems": rows, "report": None if no_html else str(output),
+                   "training": training})
         return
     _print_wide(cmp.table(rows), 190)
+    if training:
+        _print_wide(tr.table(training), 190)
     if not no_html:
         console.print(f"report: {output}")

@@ -169,13 +169,6 @@ TREE_EFFICIENCY = record(
     "tree algorithms (chains and double binary trees; NVLS trees)",
     f"{_TUNING} (tree all_reduce busBw x 0.92)", nccl=True)
 
-PER_CH_MAX_TREE_GBPS = record(
-    "PER_CH_MAX_TREE_GBPS", {
-        "volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
-        "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)},
-    "GB/s per channel", "tree all_reduce by GPU generation and node count (1, 2, more)",
-    f"{_TUNING} perChMaxTreeBws", nccl=True)
-
 PER_CH_MAX_NVLS_TREE_GBPS = record(
     "PER_CH_MAX_NVLS_TREE_GBPS", {
         "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 43.1)},

@@ -272,7 +272,15 @@ class Planner:
 
     # -- patterns --------------------------------------------------------------------------
     def ring(self, lay: Layout, per_rank_bytes: float) -> Pattern:
-        """Rings over all ranks; each link of each ring carries ``per_rank_bytes`` in total."""
+        """Rings over all ranks; each link of each ring carries ``per_rank_bytes`` in total.
+        Cached per layout and size (all_gather, reduce_scatter and PAT ask the same)."""
+        key = (lay.nodes, tuple(tuple(g) for g in lay.gpus), per_rank_bytes)
+        cache = self.__dict__.setdefault("_ring_cache", {})
+        if key not in cache:
+            cache[key] = self._ring(lay, per_rank_bytes)
+        return cache[key]
+
+    def _ring(self, lay: Layout, per_rank_bytes: float) -> Pattern:
         if lay.nodes == 1:
             rings = self.weighted_rings(lay.gpus[0])
             orders = [o for o, _ in rings]

@@ -92,7 +92,8 @@ def load_entries(path: str) -> list[dict]:
                           "time_us": pt.get("time_us")})
         out.append({"id": eid, "where": where, "system": e["system"], "collective": op,
                     "ranks": ranks, "per_node": per_node, "algorithm": algo, "points": clean,
-                    "source": e.get("source", ""), "confidence": e.get("confidence", "")})
+                    "source": e.get("source", ""), "confidence": e.get("confidence", ""),
+                    "needs": str(e.get("needs", ""))})
     return out
 
 
@@ -143,7 +144,8 @@ def validate(path: str) -> dict:
                 field = f"{e['where']}.system" + (f".{sub}" if sub else "")
             err = InputError(exc.message, file=path, field=field)
             first_error = first_error or err
-            skipped.append({"id": e["id"], "error": str(err)})
+            skipped.append({"id": e["id"], "error": str(err),
+                            **({"needs": e["needs"]} if e["needs"] else {})})
             continue
         for pt, p in zip(e["points"], preds, strict=True):
             n = p.ranks

@@ -53,8 +53,16 @@ class Algorithm:
     # -- shared pieces ---------------------------------------------------------------------
     @staticmethod
     def simulate(m: Model, pats: list[Pattern]):
-        """Time every group's traffic together on the network."""
-        return m.net.simulate([t for p in pats for t in p.transfers])
+        """Time every group's traffic together on the network, once per set of pattern
+        objects (the planner reuses its ring patterns; the cache keeps the patterns alive, so
+        an id is never reused for other traffic)."""
+        cache = m.__dict__.setdefault("_sim_cache", {})
+        key = tuple(id(p) for p in pats)
+        hit = cache.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], pats, strict=True)):
+            hit = (list(pats), m.net.simulate([t for p in pats for t in p.transfers]))
+            cache[key] = hit
+        return hit[1]
 
     @staticmethod
     def protocols(kinds: list[str]) -> tuple[str, ...]:

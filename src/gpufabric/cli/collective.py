@@ -7,6 +7,7 @@ import re
 import typer
 
 from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.serve import validate_inference
 from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -125,6 +126,8 @@ def validate(
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary."""
+    if validate_inference(file, json):   # inference serving files (cli/serve.py)
+        return
     from gpufabric.collectives.validate import validate as run
     res = run(file)
     if json:

@@ -31,7 +31,7 @@ from gpufabric.workloads.inference.simulator import SchedulerConfig, simulate, s
 #: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
 #: large GPUs; SGLang max_running_requests as sized from memory, capped here).
 ENGINE_LIMITS = {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
-                 "default": (256, 8192)}
+                 "fastertransformer": (256, 8192), "default": (256, 8192)}
 
 #: host link used to swap KV blocks out and back (PCIe Gen5 x16, one direction, ~50 GB/s usable)
 SWAP_GBps = 50.0
@@ -130,7 +130,8 @@ def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
     return SchedulerConfig(num_blocks=sm.kv_blocks, block_size=cfg.block_size,
                            max_num_seqs=cfg.max_num_seqs or seqs,
                            max_batched_tokens=cfg.max_batched_tokens or tok,
-                           preemption=cfg.preemption, swap_s_per_token=swap)
+                           preemption=cfg.preemption, swap_s_per_token=swap,
+                           reserve_full=sm.engine in ("tensorrt-llm", "fastertransformer"))
 
 
 def instances(topo: Topology, cfg: ServeConfig) -> int:

@@ -8,7 +8,8 @@ Each iteration the scheduler forms a batch the way vLLM (V1) and SGLang do:
    prefilled again later; ``swap``: their blocks are copied to host memory and back);
 2. the remaining token budget (``max_batched_tokens``) goes to prefill chunks, first of requests
    already running, then of waiting ones in arrival order, while the batch holds fewer than
-   ``max_num_seqs`` requests and the KV cache keeps a small watermark free.
+   ``max_num_seqs`` requests and the KV cache keeps a small watermark free (or, with
+   ``reserve_full``, while the whole of each admitted request's KV cache can be reserved).
 
 The time of an iteration comes from a step-cost function (:class:`StepCost`), given the batch's
 prefill tokens, attention work and KV tokens read. Stretches where nothing but decoding happens
@@ -69,6 +70,10 @@ class SchedulerConfig:
 
     ``num_blocks`` x ``block_size`` tokens of KV cache; ``swap_s_per_token``: seconds to move
     one token's KV cache between GPU and host (used by ``preemption='swap'``).
+    ``reserve_full``: admit a request only when its whole KV cache (prompt and output) can be
+    reserved, so nothing is ever preempted (TensorRT-LLM's GUARANTEED_NO_EVICT, its default
+    capacity policy); otherwise blocks are taken as tokens arrive and a full cache preempts
+    (vLLM, SGLang).
     """
 
     num_blocks: int
@@ -79,6 +84,7 @@ class SchedulerConfig:
     preemption: str = "recompute"
     swap_s_per_token: float = 0.0
     watermark: float = 0.01
+    reserve_full: bool = False
 
     def check(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_batched_tokens"):
@@ -158,6 +164,7 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     swapped = np.zeros(n, bool)
     free = int(cfg.num_blocks)
     wm = int(cfg.watermark * cfg.num_blocks)
+    reserved = 0          # blocks promised to running requests (reserve_full)
     swap_s = float(cfg.swap_s_per_token)
     # the running batch, in admission order, as parallel arrays
     r_id = np.zeros(0, np.int64)
@@ -267,6 +274,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                 adm_bl.append(nb)
                 continue
             rem = int(g_pt[i]) - kv_i
+            if cfg.reserve_full and reserved + int(need_max[i]) > cfg.num_blocks:
+                break               # the request's whole KV (prompt + output) must fit
             if cfg.chunked_prefill:
                 c = min(rem, budget, (free - floor) * B)
             else:
@@ -274,6 +283,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             if c <= 0:
                 break
             waiting.popleft()
+            if cfg.reserve_full:
+                reserved += int(need_max[i])
             nb = _ceil_div(kv_i + c, B)
             free -= nb
             budget -= c
@@ -373,6 +384,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             finish[fin] = t
             g_gen[fin] = r_gen[fmask]
             free += int(r_bl[fmask].sum())
+            if cfg.reserve_full:
+                reserved -= int(need_max[fin].sum())
             keep = ~fmask
             r_id, r_kv, r_pt, r_gen = r_id[keep], r_kv[keep], r_pt[keep], r_gen[keep]
             r_osl, r_bl = r_osl[keep], r_bl[keep]

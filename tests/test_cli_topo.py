@@ -97,7 +97,8 @@ def test_compare_puts_systems_side_by_side_and_writes_the_report(cli, tmp_path):
     from gpufabric import collectives
     from gpufabric.topology import presets
     report = tmp_path / "report.html"
-    code, out, _ = cli("compare", "pcie-direct-8gpu", "hgx-h100", "-o", str(report), "--json")
+    code, out, _ = cli("compare", "pcie-direct-8gpu", "hgx-h100", "-o", str(report), "--json",
+                       "--no-training")
     data = json.loads(out)
     assert code == 0 and data["report"] == str(report)
     pcie, hgx = data["systems"]
@@ -112,7 +113,7 @@ def test_compare_puts_systems_side_by_side_and_writes_the_report(cli, tmp_path):
 
 def test_compare_default_runs_every_archetype(cli):
     from gpufabric.topology import presets
-    code, out, _ = cli("compare", "--no-html", "--json")
+    code, out, _ = cli("compare", "--no-html", "--json", "--no-training")
     names = [r["name"] for r in json.loads(out)["systems"]]
     assert code == 0 and names == presets.compared()
     assert {"pcie-direct-8gpu", "hgx-h100-4node-roce400", "gb200-nvl72"} <= set(names)

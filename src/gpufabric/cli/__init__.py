@@ -13,6 +13,7 @@ from gpufabric.cli import collective as _collective  # noqa: F401,E402
 from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
 from gpufabric.cli import serve as _serve  # noqa: F401,E402
 from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)
+from gpufabric.cli import train as _train  # noqa: F401,E402
 from gpufabric.cli.common import app
 from gpufabric.errors import InputError
 

@@ -125,8 +125,15 @@ def validate(
         ..., help="Measurements file (schema: shared/calibration/README.md)."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
 ) -> None:
-    """Predicted against measured for every point of a measurements file, with a summary."""
+    """Predicted against measured for every point of a measurements file, with a summary.
+
+    Collective files (nccl-tests points), training files (schema of training.yaml) and
+    inference files (schema of inference.yaml) alike."""
+    from gpufabric.cli.train import is_training_file, validate_training
     if validate_inference(file, json):   # inference serving files (cli/serve.py)
+        return
+    if is_training_file(file):
+        validate_training(file, json)
         return
     from gpufabric.collectives.validate import validate as run
     res = run(file)

@@ -191,6 +191,8 @@ def compare(systems_: list[str] | None = typer.Argument(
             output: Path = typer.Option(Path("gpufabric-report.html"), "-o", "--output",
                                         help="HTML report to write."),
             no_html: bool = typer.Option(False, "--no-html", help="Do not write the report."),
+            no_training: bool = typer.Option(False, "--no-training",
+                                             help="Leave out the training-scaling section."),
             json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
     from gpufabric.report import compare as cmp
@@ -198,12 +200,17 @@ def compare(systems_: list[str] | None = typer.Argument(
     names = systems_ or presets.compared()
     topos = [_load(n) for n in names]
     rows = cmp.rows(topos)
+    from gpufabric.report import training as tr
+    training = None if no_training else tr.scaling()
     if not no_html:
         from gpufabric.report.html import render_report
-        _write_atomic(output, render_report(topos, rows))
+        _write_atomic(output, render_report(topos, rows, training=training))
     if json:
-        emit_json({"systems": rows, "report": None if no_html else str(output)})
+        emit_json({"systems": rows, "report": None if no_html else str(output),
+                   "training": training})
         return
     _print_wide(cmp.table(rows), 190)
+    if training:
+        _print_wide(tr.table(training), 190)
     if not no_html:
         console.print(f"report: {output}")

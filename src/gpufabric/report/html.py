@@ -185,7 +185,8 @@ th{background:#f4f4f4}section{margin:28px 0}h2{margin-bottom:4px}.d{color:#555;m
 
 
 def render_report(topos: list[Topology], rows: list[dict[str, Any]],
-                  curves: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+                  curves: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
+                  training: dict[str, Any] | None = None) -> str:
     """The whole report as one HTML string.
 
     ``curves`` maps an op name to {system: [{size, busbw}, ...]}; by default all_reduce and
@@ -203,6 +204,9 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
     for op, series in curves.items():
         body.append(f"<section><h2>{_e(op)}: busbw against message size</h2>"
                     f"{busbw_chart(series, op)}</section>")
+    if training:
+        from gpufabric.report.training import section_html
+        body.append(section_html(training))
     for t, r in zip(topos, rows, strict=True):
         fab = t.meta.get("fabric")
         extra = (f". {t.meta['nodes']} nodes over {t.meta['nics_per_node']}x {t.meta['nic']} per "

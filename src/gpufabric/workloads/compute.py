@@ -7,8 +7,9 @@ Its time on a GPU is the roofline
 
 where the GEMM efficiency follows the operation's shape: output tiles fill the SMs in waves (a
 last, partial wave wastes the idle SMs) and a short reduction dimension cannot hide the tile's
-load and store (``k / (k + K_HALF)``). The ceiling (``GEMM_EFF``) is a physical parameter per
-GPU generation; every such parameter is a :class:`Fitted` record naming what it was fitted on.
+load and store (``k / (k + K_HALF_PER_BALANCE x machine balance)``). The ceiling
+(``GEMM_EFF``) is a physical parameter per GPU generation; every such parameter is a
+:class:`Fitted` record naming what it was fitted on.
 
 Examples
 --------
@@ -52,10 +53,10 @@ class Fitted:
 GEMM_EFF: dict[str, Fitted] = {
     "volta": Fitted(0.70, "fraction of peak", "prior: cuBLAS HGEMM on V100 reaches ~0.70-0.80 "
                     "of 125 TFLOPS at large sizes (NVIDIA CUTLASS / cuBLAS profiler figures)"),
-    "ampere": Fitted(0.80, "fraction of peak", "fitted on megatron-2021-a100-gpt-* (Table 1 "
+    "ampere": Fitted(0.74, "fraction of peak", "fitted on megatron-2021-a100-gpt-* (Table 1 "
                      "rows 1.7B-1T) and megascale-megatron-baseline-175b-bs768"),
-    "hopper": Fitted(0.72, "fraction of peak", "fitted on megatron-core-h100-gpt-* and "
-                     "torchtitan-h100-llama31-8b-fsdp-8gpu"),
+    "hopper": Fitted(0.80, "fraction of peak", "fitted on megatron-core-h100-gpt-* (9 rows) "
+                     "and mlperf-train-v4.0-gpt3-175b-eos-512gpu"),
     "ada": Fitted(0.70, "fraction of peak", "prior: as hopper less its TMA/wgmma (not fitted)"),
     "blackwell": Fitted(0.70, "fraction of peak", "prior: as hopper (not fitted; the GB200 "
                         "entries are MoE runs with large software effects)"),
@@ -67,17 +68,25 @@ GEMM_EFF_DEFAULT = Fitted(0.60, "fraction of peak", "prior for parts with no gen
 #: FP8 GEMMs reach a lower fraction of their (2x) peak: per-tensor scaling and casts, and
 #: shapes sized for 16-bit tiles. Fitted on the FP8 points of torchtitan-h100-* and
 #: mlperf-train-v4.0-gpt3-175b-eos-512gpu.
-FP8_EFF = Fitted(0.75, "fraction of the 16-bit efficiency", "fitted on torchtitan-h100-llama31-"
-                 "8b-fsdp-8gpu (Float8 point) and mlperf-train-v4.0-gpt3-175b-eos-512gpu")
-#: reduction depth at which a GEMM reaches half its ceiling (tile load/store vs. MMA work)
-K_HALF = Fitted(96.0, "elements", "physical: a 128x256 tile loads (128+256) x k and does "
-                "128 x 256 x k MMAs; prologue/epilogue cost ~ one 64-96 deep k-slice")
+FP8_EFF = Fitted(0.75, "fraction of the 16-bit efficiency", "fitted on "
+                 "mlperf-train-v4.0-gpt3-175b-eos-512gpu (the fitted set's one FP8 entry)")
+#: reduction depth at which a GEMM reaches half its ceiling, per FLOP/byte of the GPU's machine
+#: balance (peak / HBM bandwidth): a tile's prologue and epilogue move a fixed number of bytes
+#: while its k-loop does MMAs, so the faster the tensor cores relative to memory, the deeper
+#: the GEMM must be to hide them (A100 BF16: 153 FLOP/B, H100: 295, H100 FP8: 591)
+K_HALF_PER_BALANCE = Fitted(0.63, "elements per FLOP/B", "fitted on the megatron-core-h100-"
+                            "gpt-* and megatron-2021-a100-gpt-* rows (small hidden sizes)")
 #: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
 TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),
         "blackwell": (256, 256), "cdna3": (256, 256)}
 #: flash-attention cores relative to the GEMM ceiling (softmax, masking, online rescaling)
 ATTN_EFF = Fitted(0.75, "fraction of the GEMM ceiling", "prior: FlashAttention-2 reaches "
                   "~0.7 of A100 GEMM throughput forward (Dao 2023, Fig. 4), FA3 similar on H100")
+#: FlashAttention-2 on Hopper and later: it does not use the asynchronous tensor-core path
+#: (wgmma/TMA), reaching ~350 of 989 TFLOP/s forward on H100 (Shah et al., FlashAttention-3,
+#: arXiv 2407.08608, Fig. 1) -> 0.35 / (0.78 x 0.75) of the ceiling used for native kernels
+FA2_ON_HOPPER = Fitted(0.6, "fraction of the native attention rate", "prior from the "
+                       "FlashAttention-3 paper's FA2 figures on H100 (not fitted)")
 #: achieved fraction of HBM bandwidth for streaming element-wise kernels
 HBM_EFF = Fitted(0.80, "fraction of HBM bandwidth", "prior: STREAM-like copy kernels reach "
                  "~0.8-0.9 of the datasheet HBM rate on A100/H100")
@@ -208,12 +217,17 @@ def gemm_efficiency(op: Op, gpu: GPUSpec, precision: str = "bf16") -> float:
     waves = math.ceil(tiles / sms)
     # useful work over the tiles' padded work, and over the SM-slots of the last wave
     fill = (op.m * op.n * op.count) / (tiles * tm * tn) * tiles / (waves * sms)
-    depth = op.k / (op.k + K_HALF.value)
+    balance = gpu.peak_tflops(precision) * 1e12 / (gpu.hbm_GBps * 1e9)
+    depth = op.k / (op.k + K_HALF_PER_BALANCE.value * balance)
     return ceiling * fill * depth
 
 
-def op_time_s(op: Op, gpu: GPUSpec, precision: str) -> float:
-    """Roofline time of one operation (all ``count`` kernels) on ``gpu``."""
+def op_time_s(op: Op, gpu: GPUSpec, precision: str, attn_kernel: str = "native") -> float:
+    """Roofline time of one operation (all ``count`` kernels) on ``gpu``.
+
+    ``attn_kernel``: ``native`` (the generation's best fused attention: FA2 on Ampere,
+    cuDNN / FA3 on Hopper and later) or ``fa2`` (FlashAttention-2 everywhere, as PyTorch's
+    SDPA runs it)."""
     launch = KERNEL_US.value * 1e-6 * (1 if op.kind == "gemm" and op.count > 1 else op.count)
     mem = op.bytes / (gpu.hbm_GBps * 1e9 * HBM_EFF.value)
     if op.kind == "elem" or op.flops == 0:
@@ -222,6 +236,8 @@ def op_time_s(op: Op, gpu: GPUSpec, precision: str) -> float:
     peak = gpu.peak_tflops(prec) * 1e12
     if op.kind == "attn":
         eff = GEMM_EFF.get(gpu.arch, GEMM_EFF_DEFAULT).value * ATTN_EFF.value
+        if attn_kernel == "fa2" and gpu.arch in ("hopper", "blackwell"):
+            eff *= FA2_ON_HOPPER.value
     else:
         eff = gemm_efficiency(op, gpu, prec)
     return max(op.flops / (peak * max(eff, 1e-6)), mem) + launch
@@ -239,9 +255,19 @@ def achieved_tflops(op: Op, gpu: GPUSpec, precision: str) -> float:
 
 # -- a transformer block as operations ----------------------------------------------------------
 
+#: 2-byte passes over the tensor per element-wise step: fused kernels (Megatron-Core /
+#: Transformer Engine, torch.compile) against PyTorch eager as the reference Llama block runs
+#: it (RMSNorm upcast to FP32 with pow, mean, rsqrt and two multiplies as separate kernels;
+#: RoPE through FP32 complex views; SiLU then multiply; each kernel reads and writes HBM)
+PASSES = {True: {"norm": 2, "residual_norm": 5, "act_gated": 3, "act": 2, "residual": 3,
+                 "rope": 0},
+          False: {"norm": 20, "residual_norm": 23, "act_gated": 5, "act": 4, "residual": 3,
+                  "rope": 10}}
+
+
 def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int | None = None,
               *, tp: int = 1, ep: int = 1, cp: int = 1, precision: str = "bf16",
-              flash: bool = True) -> list[Op]:
+              flash: bool = True, fused: bool = True) -> list[Op]:
     """Forward operations of block ``layer`` on one GPU.
 
     ``batch`` sequences of ``q_len`` new tokens attend to ``kv_len`` keys (default ``q_len``;
@@ -267,7 +293,8 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     h = model.hidden
     a = max(model.heads // tp, 1)
     kvh = max(model.kv_heads // tp, 1) if model.attention != "mla" else a
-    ops: list[Op] = [elementwise("norm1", T * h, 2, eb)]
+    ps = PASSES[fused]
+    ops: list[Op] = [elementwise("norm1", T * h, ps["norm"], eb)]
     if model.attention == "mla":
         qd, vd = model.q_head_dim, model.v_head_dim
         if model.q_lora_rank:
@@ -280,10 +307,12 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     else:
         qd = vd = model.head_dim
         ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
+    if ps["rope"]:
+        ops.append(elementwise("rope", T * (a + kvh) * qd, ps["rope"], eb))
     ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb, causal=True,
                          flash=flash))
     ops.append(gemm("attn_out", T, h, a * vd, eb))
-    ops.append(elementwise("residual_norm2", T * h, 5, eb))
+    ops.append(elementwise("residual_norm2", T * h, ps["residual_norm"], eb))
     if model.moe_layer(layer):
         E, k = model.experts, model.top_k
         fe = model.expert_ffn
@@ -293,7 +322,8 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         tok = T * k * ep / E          # tokens per local expert, balanced routing
         ops.append(gemm("expert_up", math.ceil(tok), up, h, eb, count=local))
         ops.append(gemm("expert_down", math.ceil(tok), h, fe, eb, count=local))
-        ops.append(elementwise("expert_act", T * k * fe, 3 if model.gated else 2, eb))
+        ops.append(elementwise("expert_act", T * k * fe,
+                               ps["act_gated"] if model.gated else ps["act"], eb))
         ops.append(elementwise("permute", T * k * h, 4, eb))
         if model.shared_experts:
             fs = fe * model.shared_experts // tp
@@ -302,9 +332,10 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     else:
         f = max(model.ffn // tp, 1)
         ops.append(gemm("mlp_up", T, f * (2 if model.gated else 1), h, eb))
-        ops.append(elementwise("mlp_act", T * f, 3 if model.gated else 2, eb))
+        ops.append(elementwise("mlp_act", T * f, ps["act_gated"] if model.gated else ps["act"],
+                               eb))
         ops.append(gemm("mlp_down", T, h, f, eb))
-    ops.append(elementwise("residual", T * h, 3, eb))
+    ops.append(elementwise("residual", T * h, ps["residual"], eb))
     return ops
 
 
@@ -329,7 +360,8 @@ def optimizer_op(params: float, *, master_bytes: int = 4, grad_bytes: int = 4) -
 
 from gpufabric.workloads.models import load_model  # noqa: E402  (doctest convenience)
 
-__all__ = ["PRECISIONS", "ACT_BYTES", "Fitted", "GEMM_EFF", "FP8_EFF", "K_HALF", "ATTN_EFF",
-           "HBM_EFF", "KERNEL_US", "GPUSpec", "gpu_spec", "check_precision", "Op", "gemm",
-           "attention", "elementwise", "gemm_efficiency", "op_time_s", "achieved_tflops",
-           "layer_ops", "head_ops", "optimizer_op", "load_model"]
+__all__ = ["PRECISIONS", "ACT_BYTES", "Fitted", "GEMM_EFF", "FP8_EFF", "K_HALF_PER_BALANCE",
+           "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER", "GPUSpec", "gpu_spec",
+           "check_precision", "Op", "gemm", "attention", "elementwise", "gemm_efficiency",
+           "PASSES", "op_time_s", "achieved_tflops", "layer_ops", "head_ops", "optimizer_op",
+           "load_model"]

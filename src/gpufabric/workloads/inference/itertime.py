@@ -292,12 +292,12 @@ class StepModel:
 
     def _skinny_eff(self, T: int, k: float) -> float:
         """Efficiency of a split-K / stream-K kernel, the kind engines run for a few rows:
-        every SM busy, rows padded to the MMA instruction's M (:data:`MMA_M`)."""
-        ceiling = C.GEMM_EFF.get(self.gpu.arch, C.GEMM_EFF_DEFAULT).value
-        if self.compute_prec in ("fp8", "mxfp8", "fp4"):
-            ceiling *= C.FP8_EFF.value
+        every SM busy (the shared model's GEMM of one full wave, same depth ``k``), rows padded
+        to the MMA instruction's M (:data:`MMA_M`)."""
+        tm, tn = C.TILE.get(self.gpu.arch, (128, 128))
+        full = C.Op("wave", "gemm", 0.0, 0.0, tm, tn * max(self.gpu.sms, 1), int(max(k, 1)))
         mm = MMA_M.get(self.gpu.arch, 16)
-        return ceiling * T / (-(-T // mm) * mm) * k / (k + C.K_HALF.value)
+        return C.gemm_efficiency(full, self.gpu, self.compute_prec) * T / (-(-T // mm) * mm)
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""

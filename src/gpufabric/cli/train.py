@@ -1,0 +1,170 @@
+"""CLI: train (step time of a parallel layout, or --search) and models."""
+
+from __future__ import annotations
+
+import typer
+
+from gpufabric.cli.common import app, emit_json
+from gpufabric.errors import InputError
+
+SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
+               "or key=value,...")
+
+
+@app.command()
+def models(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the built-in models (name, kind, parameters, shape, source)."""
+    from gpufabric.workloads.models import list_models
+    ms = list_models()
+    if json:
+        emit_json([m.to_dict() for m in ms])
+        return
+    typer.echo(f"{'model':20s} {'arch':8s} {'params':>9s} {'active':>9s}  shape")
+    for m in ms:
+        shape = (f"{m.layers}L h{m.hidden} {m.heads}/{m.kv_heads} heads"
+                 + (f" {m.experts}e top{m.top_k}" if m.is_moe else "")
+                 + (" MLA" if m.attention == "mla" else "")) if m.is_transformer else \
+            f"{m.flops_per_sample / 1e9:g} GFLOP/sample"
+        typer.echo(f"{m.name:20s} {m.arch:8s} {m.params() / 1e9:8.2f}B "
+                   f"{m.active_params() / 1e9:8.2f}B  {shape}")
+
+
+def _fmt_s(t: float) -> str:
+    return f"{t * 1e3:.1f} ms" if t < 1 else f"{t:.3f} s"
+
+
+def _print_result(r, rank: int | None = None) -> None:
+    p = r.parallel
+    head = f"#{rank} " if rank is not None else ""
+    typer.echo(f"{head}{r.model} on {r.gpus} x {r.gpu}: tp {p['tp']} pp {p['pp']} dp {p['dp']}"
+               f" cp {p['cp']} ep {p['ep']} vpp {p['vpp']} zero {p['zero']}"
+               f"{' fsdp ' + p['fsdp'] if p['fsdp'] else ''} micro-batch {p['micro_batch']} "
+               f"global batch {p['global_batch']} (x{p['grad_accum']} accumulation) "
+               f"seq {r.seq_len} {r.precision} recompute {p['recompute']}")
+    typer.echo(f"  step time        {_fmt_s(r.step_time_s)}")
+    for k, v in r.breakdown_s.items():
+        if v > 0:
+            typer.echo(f"    {k:15s} {_fmt_s(v):>12s}  {v / r.step_time_s:6.1%}")
+    typer.echo(f"  tokens/s         {r.tokens_per_s:,.0f} ({r.tokens_per_s_per_gpu:,.1f} per GPU)")
+    typer.echo(f"  TFLOP/s per GPU  {r.tflops_per_gpu:.1f}   MFU {r.mfu:.1%}")
+    typer.echo(f"  memory per GPU   {r.memory_GiB_per_gpu:.1f} GiB of "
+               f"{r.memory['capacity_GiB']:g}")
+    typer.echo(f"  bottleneck       {r.bottleneck}")
+
+
+@app.command()
+def train(
+    model: str = typer.Argument(..., help="A model name (see `gpufabric models`) or a YAML "
+                                "file of the same shape."),
+    system: str = typer.Argument(..., help=SYSTEM_HELP),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (inside a node)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
+    dp: int | None = typer.Option(None, "--dp", help="Data-parallel size (default: the rest "
+                                  "of the GPUs)."),
+    cp: int = typer.Option(1, "--cp", help="Context-parallel size."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
+    vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages per rank (interleaved)."),
+    zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (1: distributed optimizer)."),
+    fsdp: str = typer.Option("", "--fsdp", help="FSDP: full or hybrid (overrides --zero)."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch."),
+    global_batch: int | None = typer.Option(None, "--global-batch",
+                                            help="Sequences per optimizer step."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence "
+                                       "(default: the model's)."),
+    precision: str = typer.Option("bf16", "--precision",
+                                  help="fp32, tf32, fp16, bf16, fp8, mxfp8 or fp4."),
+    recompute: str = typer.Option("none", "--recompute", help="none, selective or full."),
+    no_sp: bool = typer.Option(False, "--no-sp", help="Tensor parallel without sequence "
+                               "parallelism (all-reduce instead of reduce-scatter/all-gather)."),
+    tp_overlap: bool = typer.Option(False, "--tp-overlap", help="TP communication overlapped "
+                                    "with GEMMs (TE userbuffers / async TP)."),
+    order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Rank order, innermost "
+                              "first."),
+    search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
+                                 "throughput instead of timing one."),
+    top: int = typer.Option(5, "--top", help="Layouts to print with --search."),
+    ray: bool = typer.Option(False, "--ray", help="Run the search on a local Ray instance."),
+    ray_address: str | None = typer.Option(None, "--ray-address",
+                                           help="Run the search on this Ray cluster."),
+    json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Step time of a training job with its breakdown, tokens/s, MFU, memory, bottleneck."""
+    from gpufabric.workloads.models import load_model
+    from gpufabric.workloads.parallel import Parallel
+    from gpufabric.workloads.search import _topology, search
+    from gpufabric.workloads.training import predict_step
+    m = load_model(model)
+    seq = seq_len or m.seq_len
+    if search_:
+        topo = _topology(system)
+        gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
+        gpus = gpn * int(topo.meta.get("nodes") or 1)
+        gb = global_batch or gpus
+        rs = search(m, system, global_batch=gb, seq_len=seq, precision=precision, top=top,
+                    tp_overlap=tp_overlap, ray=ray, ray_address=ray_address)
+        if json:
+            best = rs[0]
+            emit_json({"step_time_s": best.step_time_s,
+                       "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
+                       "memory_GiB_per_gpu": best.memory_GiB_per_gpu,
+                       "layouts": [r.to_dict() for r in rs]})
+            return
+        typer.echo(f"# best {len(rs)} layouts of {m.name} on {system} (global batch {gb}, "
+                   f"seq {seq}, {precision})")
+        for i, r in enumerate(rs, 1):
+            _print_result(r, i)
+        return
+    topo = _topology(system)
+    gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
+    gpus = gpn * int(topo.meta.get("nodes") or 1)
+    if dp is None:
+        if gpus % (tp * pp * cp):
+            raise InputError(f"tp x pp x cp = {tp * pp * cp} does not divide the {gpus} GPUs",
+                             field="--tp")
+        dp = gpus // (tp * pp * cp)
+    par = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero, fsdp=fsdp,
+                   sp=not no_sp, micro_batch=micro_batch,
+                   global_batch=global_batch or dp * micro_batch, recompute=recompute,
+                   order=order)
+    r = predict_step(m, topo, par, seq, precision=precision, tp_overlap=tp_overlap,
+                     check_memory=True)
+    if json:
+        emit_json(r.to_dict())
+        return
+    _print_result(r)
+
+
+def is_training_file(path: str) -> bool:
+    """Whether ``path`` holds training measurements (dispatch for ``gpufabric validate``)."""
+    from pathlib import Path
+
+    import yaml
+
+    from gpufabric.workloads.validate import is_training_file as sniff
+    try:
+        return sniff(yaml.safe_load(Path(path).read_text()))
+    except (OSError, yaml.YAMLError):
+        return False
+
+
+def validate_training(path: str, json: bool) -> None:
+    from gpufabric.workloads.validate import validate
+    rep = validate(path)
+    if json:
+        emit_json(rep.to_dict())
+        return
+    typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs)")
+    typer.echo(f"# {'id':<52} {'#':>2} {'measured':>10} {'predicted':>10} {'error':>8}  "
+               "fit  layout; bottleneck")
+    for p in rep.points:
+        typer.echo(f"  {p.id:<52} {p.index:>2} {p.measured:>10.1f} {p.predicted:>10.1f} "
+                   f"{p.error_pct:>+7.1f}%  {'yes' if p.fitted else 'no ':3s}  {p.layout}; "
+                   f"{p.bottleneck}")
+    for sk in rep.skipped:
+        typer.echo(f"# skipped {sk['id']}: {sk['reason']}")
+    s = rep.summary
+    typer.echo(f"# {s['points']} points: median |error| {s['median_abs_pct']}%, max "
+               f"{s['max_abs_pct']}%")
+    typer.echo(f"# fitted on ({s['fitted_points']} points): median {s['fitted_median_abs_pct']}%"
+               f"; held out ({s['holdout_points']} points): median "
+               f"{s['holdout_median_abs_pct']}%, max {s['holdout_max_abs_pct']}%")

@@ -1,0 +1,412 @@
+"""Step time of a parallel training layout on a real topology.
+
+Per micro-batch and pipeline stage: forward and backward compute from the compute model
+(:mod:`gpufabric.workloads.compute`), plus the communication on the critical path -- tensor
+parallel all-reduce (or reduce-scatter + all-gather with sequence parallelism), context-parallel
+K/V exchange (hidden under the attention core where it can be), expert-parallel all-to-all
+(dispatch and combine). Per step: the pipeline schedule (1F1B, or interleaved with ``vpp``
+virtual stages: the bubble is ``(pp-1)/vpp`` micro-batch times), pipeline send/recv, the
+data-parallel gradient reduction (all-reduce, or reduce-scatter + parameter all-gather with a
+distributed optimizer / ZeRO), ZeRO-3/FSDP parameter all-gathers, and the optimizer step.
+
+Every collective is timed by :func:`gpufabric.collectives.predict` on the real groups: each
+group's ranks, how many sit on one node and how many such groups run at once on the same nodes
+(``per_node`` / ``concurrent``), from Megatron's rank order. Overlap is what frameworks do:
+gradient reduction under the backward pass of the last micro-batch, parameter gathers ahead of
+use (layer by layer for ZeRO-3/FSDP); what does not fit under compute stays exposed.
+
+Examples
+--------
+>>> from gpufabric.workloads.parallel import Parallel
+>>> r = predict_step("llama3-8b", "gpu=H100-SXM,gpus_per_node=8,nodes=2,nic=ib-ndr",
+...                  Parallel(tp=1, dp=16, micro_batch=1, global_batch=64, zero=1), 8192)
+>>> r.fits, r.bottleneck.split(":")[0]
+(True, 'compute')
+>>> 0.3 < r.mfu < 0.6
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpufabric import collectives as C
+from gpufabric.errors import InputError
+from gpufabric.topology.model import Topology
+from gpufabric.workloads.compute import (
+    ACT_BYTES, Fitted, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
+    optimizer_op,
+)
+from gpufabric.workloads.memory import (
+    MemoryBreakdown, check_fits, params_per_gpu, stage_layers, training_memory,
+)
+from gpufabric.workloads.models import ModelSpec, load_model
+from gpufabric.workloads.parallel import Group, Parallel
+
+#: backward / forward time of a GEMM (data and weight gradients: two GEMMs of the same size)
+BWD_GEMM = 2.0
+#: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
+BWD_ATTN = 2.5
+#: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
+LAYER_OVERHEAD_US = Fitted(120.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
+                           " and megatron-core-h100-gpt-* (the small models weigh it)")
+#: fraction of a backward pass under which the data-parallel gradient reduction hides
+DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "
+                    "start reducing once filled; the last bucket cannot overlap")
+#: fraction of the TP collective time that stays exposed with TP comm overlap (userbuffers /
+#: async TP); without it all of it is exposed
+TP_OVERLAP_EXPOSED = Fitted(0.4, "fraction", "prior: Megatron-Core/TE tp-comm-overlap and "
+                            "torch AsyncTP hide ~half to two thirds of TP communication")
+
+
+#: HBM passes over a CNN's activations per step: written in forward, read in backward, the
+#: gradient written and read, batch-norm statistics read once more
+CNN_ACT_PASSES = 5
+
+
+@dataclass
+class StepResult:
+    """One predicted training step (all times in seconds, per step)."""
+
+    model: str
+    system: str
+    gpu: str
+    gpus: int
+    parallel: dict[str, Any]
+    seq_len: int
+    precision: str
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    memory_GiB_per_gpu: float
+    fits: bool
+    breakdown_s: dict[str, float]
+    comm_s: dict[str, float]            # each kind's total collective time (exposed or not)
+    groups: dict[str, dict[str, int]]
+    memory: dict[str, Any]
+    bottleneck: str
+    model_flops_per_step: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token as MFU counts them: 6 x active parameters (less the input
+    embedding lookup) + causal attention 6 x layers x seq x (q/k + v width) x heads.
+
+    >>> round(model_flops_per_token(load_model("llama3-8b"), 8192) / 1e9, 1)
+    58.3
+    """
+    if not m.is_transformer:
+        return 3 * m.flops_per_sample / max(seq_len, 1)
+    emb_in = m.vocab * m.hidden + m.positions * m.hidden
+    dense = 6 * (m.active_params() - emb_in)
+    attn = 6 * m.layers * seq_len * m.heads * (m.q_head_dim + m.v_dim) / 2
+    return dense + attn
+
+
+def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
+    if g.ranks <= 1 or size <= 0:
+        return 0.0
+    p = C.predict(topo, op, int(size), g.ranks, per_node=g.per_node, concurrent=g.concurrent)
+    return p.time_us * 1e-6
+
+
+@dataclass
+class _Pass:
+    fwd: float = 0.0
+    bwd: float = 0.0
+    tp: float = 0.0
+    cp: float = 0.0
+    ep: float = 0.0
+
+
+def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPUSpec,
+                flash: bool, topo: Topology, groups: dict[str, Group], tp_overlap: bool,
+                comm: dict[str, float], fused: bool = True, attn_kernel: str = "native"
+                ) -> _Pass:
+    ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
+                    precision=prec, flash=flash, fused=fused)
+    fwd = bwd = attn_f = 0.0
+    for o in ops:
+        t = op_time_s(o, g, prec, attn_kernel)
+        fwd += t
+        if o.kind == "attn":
+            attn_f += t
+            bwd += BWD_ATTN * t
+        else:
+            bwd += (BWD_GEMM if o.kind == "gemm" else 2.0) * t
+    over = LAYER_OVERHEAD_US.value * 1e-6
+    fwd += over
+    bwd += over
+    if par.recompute == "full":
+        bwd += fwd
+    elif par.recompute == "selective":
+        bwd += attn_f
+    res = _Pass(fwd, bwd)
+    eb = ACT_BYTES[prec]
+    tokens = par.micro_batch * seq / par.cp
+    act = tokens * m.hidden * eb
+    if par.tp > 1:
+        if par.sp:
+            t1 = _coll_time(topo, "all_gather", act, groups["tp"]) + _coll_time(
+                topo, "reduce_scatter", act, groups["tp"])
+        else:
+            t1 = _coll_time(topo, "all_reduce", act, groups["tp"])
+        tp_all = 2 * t1 * (2 if par.recompute != "full" else 3)   # fwd 2, bwd 2 (+ recompute)
+        comm["tp"] += tp_all
+        res.tp = tp_all * (TP_OVERLAP_EXPOSED.value if tp_overlap else 1.0)
+    if par.cp > 1:
+        kvw = (m.kv_lora_rank + m.qk_rope_head_dim if m.attention == "mla"
+               else 2 * max(m.kv_heads // par.tp, 1) * m.head_dim)
+        kv = tokens * kvw * eb * par.cp
+        t_kv = _coll_time(topo, "all_gather", kv, groups["cp"])
+        t_all = t_kv * 3                               # gather forward, gather + reduce back
+        comm["cp"] += t_all
+        res.cp = max(0.0, t_all - (1 + BWD_ATTN) * attn_f)
+    if m.moe_layer(i) and par.ep > 1:
+        a2a = tokens * m.top_k * m.hidden * eb
+        t_a = _coll_time(topo, "all_to_all", a2a, groups["ep"])
+        n = 4 + (2 if par.recompute == "full" else 0)    # dispatch + combine, fwd and bwd
+        comm["ep"] += t_a * n
+        res.ep = t_a * n
+    return res
+
+
+def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                 seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
+                 tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
+                 attn_kernel: str = "native", check_memory: bool = False) -> StepResult:
+    """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
+
+    ``system`` is a Topology or anything :func:`gpufabric.topology.build.load` takes. With
+    ``check_memory`` a layout that does not fit raises :class:`InputError`; otherwise the
+    result says ``fits: False``. ``fused=False``: PyTorch eager as torchtitan runs it without
+    torch.compile, no element-wise fusion (:data:`gpufabric.workloads.compute.PASSES`);
+    ``attn_kernel="fa2"``: PyTorch SDPA's FlashAttention-2 (slower on Hopper than the native
+    cuDNN / FA3 kernels).
+    """
+    m = load_model(model)
+    topo = _topology(system)
+    prec = check_precision(precision)
+    gname = topo.gpus()[0].model
+    g = gpu_spec(gname)
+    g.peak_tflops(prec)            # refuses a precision the part lacks
+    gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
+    total = gpn * int(topo.meta.get("nodes") or 1)
+    seq = seq_len or m.seq_len
+    if par.world > total:
+        raise InputError(f"layout needs {par.world} GPUs (tp {par.tp} x cp {par.cp} x pp "
+                         f"{par.pp} x dp {par.dp}), the system has {total}", field="dp")
+    if m.is_transformer:
+        _check_divisible(m, par, seq)
+    mem = training_memory(m, par, seq, gname, precision=prec, flash=flash, gpus_per_node=gpn)
+    if check_memory:
+        check_fits(mem)
+    groups = {k: par.group(k, gpn) for k in ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp")}
+    comm = {k: 0.0 for k in ("tp", "cp", "ep", "pp", "dp", "zero3")}
+    notes: list[str] = []
+    if m.is_transformer:
+        fwd, bwd, tp_e, cp_e, ep_e = _stage_times(m, par, seq, prec, g, flash, topo, groups,
+                                                  tp_overlap, comm, fused, attn_kernel)
+    else:
+        fwd, bwd, tp_e, cp_e, ep_e = _cnn_times(m, par, g, prec)
+    mbs = par.micro_batches
+    v = par.vpp
+    per_mb = fwd + bwd + tp_e + cp_e + ep_e
+    bubble = (par.pp - 1) / v * per_mb if par.pp > 1 else 0.0
+    eb = ACT_BYTES[prec]
+    # pipeline send/recv of the boundary activations, forward and backward
+    pp_e = 0.0
+    if par.pp > 1:
+        act = par.micro_batch * seq / par.cp * m.hidden * eb / (par.tp if par.sp else 1)
+        t_p2p = _coll_time(topo, "send_recv", act, groups["pp"])
+        comm["pp"] = 2 * t_p2p * mbs * v
+        # interleaving overlaps the p2p with compute except on the fill/drain chain
+        pp_e = 2 * t_p2p * ((par.pp - 1) * v if v > 1 else mbs + par.pp - 1)
+    # data parallel: gradients (and parameters with a distributed optimizer / ZeRO)
+    dense, expert = params_per_gpu(m, par, 0)
+    z = par.zero_stage
+    grad_b = 4 if prec in ("fp32", "tf32") else 2
+    dp_t = 0.0
+    for n_par, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])):
+        if grp.ranks <= 1 or n_par <= 0:
+            continue
+        if z == 0:
+            dp_t += _coll_time(topo, "all_reduce", n_par * grad_b, grp)
+        else:
+            dp_t += _coll_time(topo, "reduce_scatter", n_par * grad_b, grp)
+            if z < 3:
+                dp_t += _coll_time(topo, "all_gather", n_par * eb, grp)
+    comm["dp"] = dp_t
+    window = DP_OVERLAP.value * (bwd + tp_e + ep_e) if dp_overlap else 0.0
+    dp_e = max(0.0, dp_t - window)
+    # ZeRO-3 / FSDP: parameters gathered before each use, every micro-batch (fwd and bwd)
+    z3_e = 0.0
+    if z >= 3:
+        grp = groups["dp_cp"]
+        t_ag = _coll_time(topo, "all_gather", (dense + expert) * eb, grp)
+        comm["zero3"] = 2 * t_ag * mbs
+        z3_e = mbs * (max(0.0, t_ag - fwd) + max(0.0, t_ag - bwd))
+    # optimizer step on this GPU's shard
+    shard = par.dp * par.cp if z >= 1 else 1
+    opt = op_time_s(optimizer_op(dense / shard + expert / max(shard // par.ep, 1)), g, prec)
+    breakdown = {
+        "compute": mbs * (fwd + bwd),
+        "tp_comm": mbs * tp_e,
+        "cp_comm": mbs * cp_e,
+        "ep_comm": mbs * ep_e,
+        "pp_comm": pp_e,
+        "dp_comm": dp_e,
+        "zero3_gather": z3_e,
+        "pipeline_bubble": bubble,
+        "optimizer": opt,
+    }
+    step = sum(breakdown.values())
+    tokens = par.batch * seq
+    flops = model_flops_per_token(m, seq) * tokens
+    world = par.world
+    peak = g.peak_tflops(prec) * 1e12
+    mfu = flops / (step * world * peak)
+    res = StepResult(
+        m.name, str(topo.meta.get("source") or topo.name), g.name, world, par.to_dict(), seq,
+        prec, step, tokens / step, tokens / step / world, flops / step / world / 1e12, mfu,
+        round(mem.total_GiB, 2), mem.fits, breakdown, comm,
+        {k: asdict(v) for k, v in groups.items() if v.ranks > 1}, mem.to_dict(), "", flops,
+        notes)
+    res.bottleneck = bottleneck(res, topo, groups)
+    if not mem.fits:
+        notes.append(f"does not fit: needs {mem.total_GiB:.1f} GiB per GPU, {g.name} has "
+                     f"{mem.capacity_GiB:g}")
+    return res
+
+
+def _topology(system: Topology | str) -> Topology:
+    if isinstance(system, Topology):
+        return system
+    from gpufabric.topology.build import load
+    return load(system, materialize_nodes=C.Model.SAMPLE_NODES)
+
+
+def _check_divisible(m: ModelSpec, par: Parallel, seq: int) -> None:
+    if m.heads % par.tp:
+        raise InputError(f"tp {par.tp} must divide the {m.heads} attention heads", field="tp")
+    if m.attention != "mla" and par.tp > m.kv_heads and par.tp % m.kv_heads:
+        raise InputError(f"tp {par.tp} and the {m.kv_heads} KV heads: one must divide the "
+                         "other", field="tp")
+    if m.is_moe and m.experts % par.ep:
+        raise InputError(f"ep {par.ep} must divide the {m.experts} experts", field="ep")
+    if seq % (2 * par.cp) and par.cp > 1:
+        raise InputError(f"seq_len {seq} must be a multiple of 2 x cp = {2 * par.cp} "
+                         "(load-balanced causal chunks)", field="cp")
+    if par.sp and par.tp > 1 and (par.micro_batch * seq // par.cp) % par.tp:
+        raise InputError(f"tokens per micro-batch must be a multiple of tp {par.tp}",
+                         field="seq_len")
+
+
+def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, flash: bool,
+                 topo: Topology, groups: dict[str, Group], tp_overlap: bool,
+                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native"
+                 ) -> tuple[float, float, float, float, float]:
+    """Forward, backward and exposed TP/CP/EP time of one micro-batch on the slowest stage."""
+    cache: dict[bool, _Pass] = {}
+    scratch = {k: 0.0 for k in comm}
+    best: tuple[float, float, float, float, float] | None = None
+    best_comm: dict[str, float] = {}
+    for st in sorted({0, par.pp - 1}):
+        f = b = tp_e = cp_e = ep_e = 0.0
+        local = {k: 0.0 for k in comm}
+        for i in stage_layers(m, par, st):
+            key = m.moe_layer(i)
+            if key not in cache:
+                c0 = dict(scratch)
+                cache[key] = _layer_pass(m, i, par, seq, prec, g, flash, topo, groups,
+                                         tp_overlap, scratch, fused, attn_kernel)
+                cache[key].__dict__["_comm"] = {k: scratch[k] - c0[k] for k in scratch}
+            p = cache[key]
+            f, b, tp_e, cp_e, ep_e = f + p.fwd, b + p.bwd, tp_e + p.tp, cp_e + p.cp, ep_e + p.ep
+            for k, val in p.__dict__["_comm"].items():
+                local[k] += val
+        heads = head_ops(m, par.micro_batch, seq, tp=par.tp, cp=par.cp, precision=prec)
+        if st == 0:
+            t = op_time_s(heads[0], g, prec)
+            f, b = f + t, b + 2 * t
+        if st == par.pp - 1:
+            t = sum(op_time_s(o, g, prec) for o in heads[1:])
+            f, b = f + t, b + BWD_GEMM * t
+        cur = (f, b, tp_e, cp_e, ep_e)
+        if best is None or sum(cur) > sum(best):
+            best, best_comm = cur, local
+    assert best is not None
+    mbs = par.micro_batches
+    for k, val in best_comm.items():
+        comm[k] += val * mbs
+    return best
+
+
+def _cnn_times(m: ModelSpec, par: Parallel, g: GPUSpec, prec: str
+               ) -> tuple[float, float, float, float, float]:
+    """A CNN as one convolution-shaped GEMM stream at the GEMM ceiling, plus its activations
+    moved ``CNN_ACT_PASSES`` times (memory-bound batch norm and activations)."""
+    from gpufabric.workloads.compute import GEMM_EFF, GEMM_EFF_DEFAULT, Op
+    flops = m.flops_per_sample * par.micro_batch
+    peak = g.peak_tflops(prec) * 1e12 * GEMM_EFF.get(g.arch, GEMM_EFF_DEFAULT).value
+    scale = ACT_BYTES[prec] / 2          # the file gives 16-bit activation bytes
+    elem = Op("bn_act", "elem", 0.0, m.activation_bytes_per_sample * par.micro_batch * scale)
+    t_mem = op_time_s(elem, g, prec) * CNN_ACT_PASSES
+    t_flop = flops / peak
+    return t_flop + t_mem / 3, 2 * t_flop + 2 * t_mem / 3, 0.0, 0.0, 0.0
+
+
+_LABEL = {"compute": "compute", "tp_comm": "tensor-parallel", "cp_comm": "context-parallel",
+          "ep_comm": "expert-parallel all-to-all", "pp_comm": "pipeline send/recv",
+          "dp_comm": "data-parallel gradient reduction", "zero3_gather":
+          "ZeRO-3/FSDP parameter all-gather", "pipeline_bubble": "pipeline bubble",
+          "optimizer": "optimizer step"}
+
+
+def bottleneck(r: StepResult, topo: Topology, groups: dict[str, Group]) -> str:
+    """The largest part of the step in words, with what would hide a communication part."""
+    parts = {k: v for k, v in r.breakdown_s.items() if k != "compute"}
+    top = max(parts, key=lambda k: parts[k]) if parts else "compute"
+    share = parts.get(top, 0.0) / r.step_time_s if r.step_time_s else 0.0
+    comp = r.breakdown_s["compute"] / r.step_time_s if r.step_time_s else 0.0
+    if share < 0.05:
+        return (f"compute: {comp:.0%} of the step is GEMMs, attention and element-wise work "
+                f"on {r.gpu}; communication is hidden")
+    words = f"{_LABEL[top]} is {share:.0%} of the step"
+    kind = {"tp_comm": "tp", "cp_comm": "cp", "ep_comm": "ep", "pp_comm": "pp",
+            "dp_comm": "dp_cp", "zero3_gather": "dp_cp"}.get(top)
+    if kind and kind in groups:
+        grp = groups[kind]
+        over = _link_words(topo, grp)
+        total = r.comm_s.get({"dp_cp": "dp", "zero3_gather": "zero3"}.get(
+            kind, kind), 0.0) if top != "zero3_gather" else r.comm_s.get("zero3", 0.0)
+        hidden = total - parts[top]
+        if total > 0 and parts[top] > 0 and top in ("dp_comm", "zero3_gather"):
+            need = total / max(hidden, 1e-12) if hidden > 0 else float("inf")
+            more = (f": {need:.1f}x more bandwidth would hide it" if need != float("inf")
+                    else ": nothing overlaps it")
+            return f"{words} over {over}{more}"
+        return f"{words} over {over}"
+    if top == "pipeline_bubble":
+        return f"{words}: more micro-batches per step or interleaving (--vpp) shrink it"
+    return words
+
+
+def _link_words(topo: Topology, grp: Group) -> str:
+    spec = topo.meta.get("spec") or {}
+    if grp.per_node == grp.ranks:
+        return f"{spec.get('scale_up', 'the scale-up links')} inside a node"
+    nics = topo.meta.get("nics_per_node") or spec.get("nics_per_node")
+    nic = topo.meta.get("nic") or spec.get("nic")
+    return f"{nics}x {nic} per node" if nics and nic else "the scale-out network"
+
+
+__all__ = ["StepResult", "predict_step", "model_flops_per_token", "bottleneck",
+           "LAYER_OVERHEAD_US", "DP_OVERLAP", "TP_OVERLAP_EXPOSED", "MemoryBreakdown"]

@@ -1,0 +1,373 @@
+"""Predicted against measured training throughput (files in the schema of training.yaml).
+
+Every entry and point is predicted with :func:`gpufabric.workloads.training.predict_step` on
+the system it names and compared as **tokens per second per GPU** (images/s for CNNs): a
+measured step time, tokens/s, samples/s, MLPerf time-to-train or GPU-hours per trillion tokens
+converts to it exactly; TFLOP/s per GPU and MFU convert with the FLOP-counting rule of their
+source (Megatron's ``72 l h^2 s (1 + s/6h + V/12lh)`` per sequence, times 4/3 where the source
+counts the recomputation forward pass, as Narayanan et al. do). The error of a point is
+``predicted / measured - 1``.
+
+Entries the model cannot place (no model shape, no parallel layout, or a peak figure instead of
+a run) are listed as skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufabric.errors import InputError
+from gpufabric.workloads.models import ModelSpec, list_models, load_model
+from gpufabric.workloads.parallel import Parallel
+from gpufabric.workloads.training import StepResult, predict_step
+
+#: entries some parameter of the compute or step model was fitted on (see their Fitted
+#: records); the summary reports the error on all other entries separately
+FITTED_ON = ("megatron-2021-a100-gpt-1.7b", "megatron-2021-a100-gpt-7.5b",
+             "megatron-2021-a100-gpt-18b", "megatron-2021-a100-gpt-39b",
+             "megatron-2021-a100-gpt-145b", "megatron-2021-a100-gpt-310b",
+             "megatron-2021-a100-gpt-1t", "megatron-core-h100-gpt-",
+             "megascale-megatron-baseline-175b-bs768",
+             "mlperf-train-v4.0-gpt3-175b-eos-512gpu")
+
+#: entry model names (lower case, first match wins) -> built-in model
+NAME_MAP = (
+    ("deepseek-v3", "deepseek-v3"), ("deepseek-r1", "deepseek-v3"),
+    ("llama 3.1 405b", "llama3-405b"), ("llama 3 405b", "llama3-405b"),
+    ("llama 3.1 70b", "llama3-70b"), ("llama 3 70b", "llama3-70b"),
+    ("llama 3.1 8b", "llama3-8b"), ("llama 3 8b", "llama3-8b"),
+    ("llama 2 7b", "llama2-7b"), ("llama 2 13b", "llama2-13b"), ("llama 2 34b", "llama2-34b"),
+    ("llama 2 70b", "llama2-70b"), ("megascale", "megascale-gpt-175b"),
+    ("mlperf gpt3", "gpt3-175b"), ("opt-175b", "opt-175b"), ("bert-large", "bert-large"),
+    ("resnet-50", "resnet-50"), ("mixtral", "mixtral-8x7b"),
+)
+METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s",
+           "time_to_train_s", "tflops_per_gpu", "mfu", "gpu_hours_per_trillion_tokens")
+#: configuration the entry leaves out but its source or platform fixes (not fitted values)
+ASSUMED: dict[str, tuple[dict[str, Any], str]] = {
+    "deepseek-v3-pretrain-2048-h800": (
+        {"global_batch": 15360, "seq_len": 4096},
+        "DeepSeek-V3 report Sections 4.2/4.3: batch 15360 after the ramp (97% of the tokens), "
+        "sequence 4096 in pre-training"),
+    "llama3-405b-": (
+        {"vpp": 2},
+        "Llama 3 paper Section 3.3.2: the interleaved pipeline schedule (virtual stages not "
+        "printed; 2, the least that interleaving means)"),
+}
+
+
+@dataclass
+class Point:
+    id: str
+    index: int
+    metric: str
+    measured: float            # tokens/s per GPU (CNN: samples/s per GPU)
+    predicted: float
+    error_pct: float
+    fitted: bool
+    layout: str
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+    bottleneck: str = ""
+
+
+@dataclass
+class Report:
+    points: list[Point]
+    skipped: list[dict[str, str]]
+    summary: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "points": [asdict(p) for p in self.points],
+                "skipped": self.skipped}
+
+
+def is_training_file(data: Any) -> bool:
+    """Whether parsed YAML looks like a training measurements file (entries with a model and a
+    parallelism or result), as opposed to a collectives file."""
+    items = data.get("entries") if isinstance(data, dict) else data
+    return (isinstance(items, list) and bool(items) and isinstance(items[0], dict)
+            and "model" in items[0] and "collective" not in items[0])
+
+
+def load(path: str) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", file=path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path) from None
+    if isinstance(data, dict):
+        data = data.get("entries")
+    if not isinstance(data, list) or not data:
+        raise InputError("expected a list of entries (id, system, model, parallelism, result "
+                         "or points)", file=path)
+    for i, e in enumerate(data):
+        if not isinstance(e, dict):
+            raise InputError("expected a mapping", file=path, field=f"[{i}]")
+        for key in ("id", "system", "model"):
+            if key not in e:
+                raise InputError("missing; every entry needs id, system, model", file=path,
+                                 field=f"[{i}].{key}")
+        if not isinstance(e["system"], dict) or not isinstance(e["model"], dict):
+            raise InputError("expected a mapping", file=path, field=f"[{i}]({e['id']}).system")
+    return data
+
+
+def resolve_model(m: dict[str, Any]) -> ModelSpec | None:
+    """The built-in model an entry names: by shape where it gives one, else by name."""
+    if m.get("layers") and m.get("hidden"):
+        for cand in list_models():
+            if (cand.layers, cand.hidden) == (m["layers"], m["hidden"]) and \
+                    m.get("heads", cand.heads) == cand.heads and \
+                    m.get("vocab", cand.vocab) == cand.vocab:
+                return cand
+    name = str(m.get("name", "")).lower()
+    for key, target in NAME_MAP:
+        if key in name:
+            return load_model(target)
+    return None
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        mm = re.match(r"\s*([0-9.]+(?:e[+-]?\d+)?)", v)
+        if mm:
+            return float(mm.group(1))
+    return None
+
+
+def _precision(text: Any) -> str:
+    t = str(text or "bf16").lower()
+    for p in ("mxfp8", "fp8", "bf16", "fp16", "tf32", "fp32", "fp4"):
+        if p in t:
+            return p
+    return "bf16"
+
+
+def _recompute(text: Any) -> str:
+    t = str(text or "none").lower()
+    return "full" if t.startswith("full") else "selective" if t.startswith("selective") else \
+        "none"
+
+
+def _spec(system: dict[str, Any], gpus: int) -> dict[str, Any]:
+    s: dict[str, Any] = {k: system[k] for k in ("gpu", "gpus_per_node", "scale_up", "nic",
+                                              "nics_per_node")
+         if k in system}
+    gpn = int(s.get("gpus_per_node", 8))
+    s["nodes"] = int(system.get("nodes") or math.ceil(gpus / gpn))
+    if "nic" in s and "nics_per_node" not in s:
+        s["nics_per_node"] = gpn
+    if gpn > 16:   # a rack-scale NVLink domain: Grace hosts on NVLink-C2C (as gb200-nvl72)
+        s["host"] = {"cpu": "Grace"}
+    if s["nodes"] > 1 and "nic" not in s:
+        s["nic"], s["nics_per_node"] = "ib-hdr" if "A100" in str(s["gpu"]) else "ib-ndr", gpn
+    return s
+
+
+def _measured(res: dict[str, Any], gpus: int, tokens_per_seq: int, batch: int,
+              m: ModelSpec, eid: str, recompute: str) -> tuple[str, float] | None:
+    """(metric, tokens/s per GPU) from the first metric the point gives."""
+    for key in METRICS:
+        if key not in res:
+            continue
+        v = _num(res[key])
+        if v is None or v <= 0:
+            continue
+        if key == "step_time_s":
+            return key, batch * tokens_per_seq / v / gpus
+        if key == "tokens_per_s_per_gpu":
+            return key, v
+        if key == "tokens_per_s":
+            return key, v / gpus
+        if key == "samples_per_s":
+            return key, v * tokens_per_seq / gpus
+        if key == "time_to_train_s" and _num(res.get("tokens_trained")):
+            return key, float(_num(res["tokens_trained"]) or 0) / v / gpus
+        if key == "gpu_hours_per_trillion_tokens":
+            return key, 1e12 / (v * 3600)
+        if key in ("tflops_per_gpu", "mfu"):
+            tf = v if key == "tflops_per_gpu" else v * float(res.get("_peak", 0))
+            if not tf or not m.is_transformer:
+                return None
+            s = tokens_per_seq
+            h, L, V = m.hidden, m.layers, m.vocab
+            per_seq = 72 * L * h * h * s * (1 + s / (6 * h) + V / (12 * L * h))
+            if m.is_moe or m.gated or m.kv_heads != m.heads:   # Megatron's newer rule: 6N + attn
+                from gpufabric.workloads.training import model_flops_per_token
+                per_seq = model_flops_per_token(m, s) * s
+            if eid.startswith("megatron-2021-") and recompute == "full":
+                per_seq *= 4 / 3
+            return key, tf * 1e12 / (per_seq / s)
+    return None
+
+
+def validate(path: str, *, only: tuple[str, ...] = (),
+             topo_cache: dict[str, Any] | None = None) -> Report:
+    """Run every entry and point of a training measurements file (``only``: ids starting with
+    one of these prefixes)."""
+    entries = load(path)
+    if only:
+        entries = [e for e in entries if str(e["id"]).startswith(only)]
+    points: list[Point] = []
+    skipped: list[dict[str, str]] = []
+    topo_cache = {} if topo_cache is None else topo_cache
+    for e in entries:
+        eid = str(e["id"])
+        m = resolve_model(e["model"])
+        if m is None:
+            skipped.append({"id": eid, "reason": "model shape not given and no built-in model "
+                            "by that name"})
+            continue
+        pts = e.get("points") or [{}]
+        for j, pt in enumerate(pts):
+            try:
+                got = _one(e, pt, m, topo_cache)
+            except InputError as exc:
+                skipped.append({"id": f"{eid}#{j}", "reason": str(exc)})
+                continue
+            if isinstance(got, str):
+                skipped.append({"id": f"{eid}#{j}", "reason": got})
+                continue
+            metric, meas, r = got
+            pred = r.tokens_per_s_per_gpu if m.is_transformer else \
+                r.tokens_per_s_per_gpu / max(r.seq_len, 1)
+            if not m.is_transformer:
+                meas = meas / max(r.seq_len, 1)
+            err = (pred / meas - 1) * 100
+            fitted = any(eid.startswith(f) for f in FITTED_ON)
+            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep} vpp{vpp} z{zero} mb{micro_batch} " \
+                  "gb{global_batch}".format(**r.parallel)
+            points.append(Point(eid, j, metric, round(meas, 2), round(pred, 2), round(err, 2),
+                                fitted, lay + f" {r.precision} {r.parallel['recompute']}",
+                                {k: round(v, 4) for k, v in r.breakdown_s.items()},
+                                r.bottleneck))
+    return Report(points, skipped, summarize(points))
+
+
+def summarize(points: list[Point]) -> dict[str, Any]:
+    def stats(ps: list[Point]) -> dict[str, Any]:
+        errs = [abs(p.error_pct) for p in ps]
+        return {"median_abs_pct": round(statistics.median(errs), 2) if errs else None,
+                "max_abs_pct": round(max(errs), 2) if errs else None, "points": len(errs)}
+    out = stats(points)
+    fit = stats([p for p in points if p.fitted])
+    held = stats([p for p in points if not p.fitted])
+    out.update({"fitted_median_abs_pct": fit["median_abs_pct"], "fitted_points": fit["points"],
+                "holdout_median_abs_pct": held["median_abs_pct"],
+                "holdout_max_abs_pct": held["max_abs_pct"], "holdout_points": held["points"]})
+    return out
+
+
+def derived_has_layout(e: dict[str, Any]) -> bool:
+    return any(k in (e.get("derived") or {}) for k in ("tp", "pp", "dp"))
+
+
+def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any]
+         ) -> tuple[str, float, StepResult] | str:
+    sysd = dict(e["system"])
+    par = dict(e.get("parallelism") or {})
+    for prefix, (vals, _why) in ASSUMED.items():
+        if str(e["id"]).startswith(prefix):
+            par.update({k: v for k, v in vals.items() if k not in par})
+    if not any(k in par for k in ("tp", "pp", "dp", "model_parallel", "fsdp", "zero")) and \
+            not any(k in pt for k in ("tp", "pp", "dp")) and not derived_has_layout(e) and \
+            m.params() > 20e9:      # small models without a stated layout run data parallel
+        return "parallel layout not stated"
+    for k, v in pt.items():
+        if k in ("gpus", "nodes", "gpus_per_node", "nic", "nics_per_node"):
+            sysd[k] = v
+        elif k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch",
+                   "grad_accum", "recompute", "precision", "zero", "fsdp"):
+            par[k] = v
+    res = dict(e.get("result") or {})
+    res.update({k: v for k, v in pt.items() if k in METRICS or k == "tokens_trained"})
+    derived = e.get("derived") or {}
+    seq = int(pt.get("seq_len") or e["model"].get("seq_len") or par.get("seq_len")
+              or m.seq_len)
+    if not m.is_transformer:
+        seq = 1
+    derived = e.get("derived") or {}
+    tp = int(par.get("tp") or _num(derived.get("tp")) or 1)
+    pp = int(par.get("pp") or _num(derived.get("pp")) or 1)
+    if "model_parallel" in par and "tp" not in par:
+        mp = int(par["model_parallel"])
+        tp = min(8, mp)
+        pp = mp // tp
+    cp = int(par.get("cp") or 1)
+    gpus = int(sysd.get("gpus") or 0) or (int(sysd.get("nodes", 1)) *
+                                         int(sysd.get("gpus_per_node", 8)))
+    dp = int(par.get("dp") or _num(derived.get("dp")) or 0) or gpus // (tp * pp * cp)
+    if dp * tp * pp * cp != gpus:
+        dp = gpus // (tp * pp * cp)
+    if dp < 1:
+        return "layout does not fit the GPU count"
+    if "tflops_per_gpu" in res and "up to" in str(e.get("notes", "")):
+        return "a peak figure ('up to'), not a run average"
+    fw = f"{par.get('framework', '')} {pt.get('technique', '')} {pt.get('tp_mode', '')}".lower()
+    mb = int(par.get("micro_batch") or 1)
+    if "global_batch" in par:
+        gb = int(par["global_batch"])
+    elif "grad_accum" in par:
+        gb = dp * mb * int(par["grad_accum"])
+    else:
+        gb = dp * mb
+    if pp > 1 and "torchtitan" in fw and gb // dp == mb and mb % pp == 0:
+        mb //= pp        # torchtitan splits the local batch into pp micro-batches by default
+    if pp == 1 and "micro_batch" not in par and gb % dp == 0:
+        mb = max(1, min(gb // dp, 4))
+        while (gb // dp) % mb:
+            mb -= 1
+    if gb % (dp * mb):
+        gb = dp * mb * max(1, round(gb / (dp * mb)))
+    fsdp = str(par.get("fsdp") or "")
+    zero = int(par.get("zero") or 0)
+    vpp = int(par.get("vpp") or 1)
+    if "interleaved" in str(pt.get("schedule", "")).lower() and vpp == 1:
+        vpp = 2
+    tp_overlap = ("tp comm overlap" in fw or "async" in fw or "tp-comm-overlap" in fw)
+    if "megatron-core" in fw and tp > 1:
+        tp_overlap = True
+    layers = m.layers if m.is_transformer else 1
+    if pp * vpp > layers:
+        vpp = 1
+    prec = _precision(par.get("precision"))
+    ep = int(par.get("ep") or 1)
+    p = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
+                 fsdp=fsdp if fsdp in ("full", "hybrid") else "", micro_batch=mb,
+                 global_batch=gb, recompute=_recompute(par.get("recompute")))
+    spec = _spec(sysd, gpus)
+    key = repr(sorted(spec.items()))
+    if key not in topo_cache:
+        from gpufabric.collectives import Model
+        from gpufabric.topology.build import from_spec
+        topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
+    topo = topo_cache[key]
+    # torchtitan without torch.compile runs the model eagerly (no kernel fusion)
+    src = f"{e.get('source', '')} {fw}".lower()
+    fused = not ("torchtitan" in src and "compile" not in src)
+    kernel = "fa2" if "torchtitan" in src else "native"      # PyTorch SDPA
+    r = predict_step(m, topo, p, seq, precision=prec, tp_overlap=tp_overlap, fused=fused,
+                     attn_kernel=kernel)
+    if "mfu" in res:
+        from gpufabric.workloads.compute import gpu_spec
+        res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)
+    got = _measured(res, p.world, seq, gb, m, str(e["id"]), p.recompute)
+    if got is None:
+        return "no measured throughput the model can compare with"
+    return got[0], got[1], r
+
+
+__all__ = ["validate", "is_training_file", "Report", "Point", "FITTED_ON", "resolve_model"]

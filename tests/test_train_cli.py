@@ -1,0 +1,69 @@
+"""gpufabric train / models / validate (training files) from the command line."""
+
+import json
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "calibration"
+SYS = "gpu=H100-SXM,gpus_per_node=8,nodes=16,nic=ib-ndr,nics_per_node=8"
+
+
+def test_train_json_has_the_top_level_keys(cli):
+    code, out, err = cli("train", "llama3-70b", SYS, "--tp", "8", "--pp", "2", "--vpp", "5",
+                         "--global-batch", "64", "--seq-len", "4096", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_GiB_per_gpu"):
+        assert isinstance(r[k], float)
+    assert r["parallel"]["dp"] == 8 and r["parallel"]["grad_accum"] == 8
+    assert r["step_time_s"] * r["tokens_per_s_per_gpu"] * 128 == \
+        __import__("pytest").approx(64 * 4096)
+    assert set(r["breakdown_s"]) >= {"compute", "tp_comm", "dp_comm", "pipeline_bubble"}
+
+
+def test_train_prints_the_breakdown_and_the_bottleneck(cli):
+    code, out, _ = cli("train", "llama3-8b", SYS, "--global-batch", "256", "--seq-len", "4096")
+    assert code == 0
+    assert "step time" in out and "MFU" in out and "bottleneck" in out
+    assert "memory per GPU" in out and "of 80" in out
+
+
+def test_a_layout_that_does_not_fit_exits_2_with_one_line(cli):
+    code, out, err = cli("train", "llama3-70b", "hgx-h100")
+    assert code == 2 and out == ""
+    assert err.startswith("gpufabric: error: memory: needs ") and \
+        err.strip().endswith("GiB per GPU, H100-SXM has 80")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_unknown_model_and_bad_layout_exit_2(cli):
+    code, _, err = cli("train", "llama9-1b", "hgx-h100")
+    assert code == 2 and "unknown model 'llama9-1b'" in err
+    code, _, err = cli("train", "llama3-8b", "hgx-h100", "--tp", "3")
+    assert code == 2 and "tp x pp x cp = 3 does not divide the 8 GPUs" in err
+
+
+def test_search_ranks_layouts_by_throughput(cli):
+    code, out, err = cli("train", "llama3-8b", "gpu=H100-SXM,gpus_per_node=8,nodes=2,nic=ib-ndr",
+                         "--global-batch", "32", "--seq-len", "4096", "--search", "--top", "3",
+                         "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    tps = [x["tokens_per_s"] for x in r["layouts"]]
+    assert len(tps) == 3 and tps == sorted(tps, reverse=True)
+    assert r["step_time_s"] == r["layouts"][0]["step_time_s"]
+    assert all(x["fits"] for x in r["layouts"])
+
+
+def test_models_lists_the_issue_models(cli):
+    code, out, _ = cli("models", "--json")
+    names = {m["name"] for m in json.loads(out)}
+    assert {"gpt3-175b", "llama3-405b", "deepseek-v3", "bert-large", "resnet-50"} <= names
+
+
+def test_validate_dispatches_training_files_and_keeps_collectives(cli):
+    code, out, _ = cli("validate", str(DATA / "training.yaml"), "--json")
+    s = json.loads(out)["summary"]
+    assert code == 0 and s["points"] == 115
+    assert {"median_abs_pct", "max_abs_pct", "points"} <= set(s)
+    code, out, _ = cli("validate", str(DATA / "collectives.yaml"), "--json")
+    assert code == 0 and "large_median_abs_pct" in json.loads(out)["summary"]

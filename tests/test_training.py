@@ -1,0 +1,94 @@
+"""The training-step model and its validation against published runs."""
+
+from pathlib import Path
+
+import pytest
+
+from gpufabric.errors import InputError
+from gpufabric.topology.build import load
+from gpufabric.workloads.parallel import Parallel
+from gpufabric.workloads.training import model_flops_per_token, predict_step
+from gpufabric.workloads.validate import validate
+
+DATA = Path(__file__).parent / "data" / "calibration" / "training.yaml"
+H100_IB = "gpu=H100-SXM,gpus_per_node=8,nodes=16,nic=ib-ndr,nics_per_node=8"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load(H100_IB, materialize_nodes=4)
+
+
+def test_breakdown_adds_up_to_the_step(h100):
+    r = predict_step("llama3-70b", h100, Parallel(tp=8, pp=4, dp=4, vpp=5, micro_batch=1,
+                                                  global_batch=64, zero=1), 4096)
+    assert r.step_time_s == pytest.approx(sum(r.breakdown_s.values()))
+    assert r.tokens_per_s == pytest.approx(64 * 4096 / r.step_time_s)
+    assert r.tokens_per_s_per_gpu == pytest.approx(r.tokens_per_s / 128)
+    assert r.groups["tp"] == {"kind": "tp", "ranks": 8, "per_node": 8, "concurrent": 1}
+    assert r.groups["pp"] == {"kind": "pp", "ranks": 4, "per_node": 1, "concurrent": 8}
+    # 16 micro-batches per rank, 4 stages, 5 virtual stages: bubble = 3/5 of a micro-batch
+    per_mb = (r.breakdown_s["compute"] + r.breakdown_s["tp_comm"]) / 16
+    assert r.breakdown_s["pipeline_bubble"] == pytest.approx(3 / 5 * per_mb)
+    assert 0 < r.mfu < 1 and r.fits
+
+
+def test_interleaving_shrinks_the_bubble(h100):
+    base = Parallel(tp=8, pp=8, dp=2, micro_batch=1, global_batch=32)
+    one = predict_step("llama3-70b", h100, base, 4096)
+    two = predict_step("llama3-70b", h100, base.with_(vpp=2), 4096)   # 5-layer chunks
+    assert two.breakdown_s["pipeline_bubble"] == pytest.approx(
+        one.breakdown_s["pipeline_bubble"] / 2, rel=0.01)
+    assert two.step_time_s < one.step_time_s
+
+
+def test_tp_across_nodes_costs_more_than_inside_one(h100):
+    inside = predict_step("llama3-8b", h100, Parallel(tp=8, dp=16, global_batch=64), 8192)
+    across = predict_step("llama3-8b", h100, Parallel(tp=8, dp=16, global_batch=64,
+                                                      order="dp-cp-ep-tp-pp"), 8192)
+    assert across.groups["tp"]["per_node"] == 1
+    assert across.breakdown_s["tp_comm"] > 3 * inside.breakdown_s["tp_comm"]
+
+
+def test_moe_expert_parallel_all_to_all(h100):
+    r = predict_step("mixtral-8x7b", h100, Parallel(tp=2, ep=8, dp=64, micro_batch=1,
+                                                    global_batch=256, zero=1), 4096)
+    assert r.breakdown_s["ep_comm"] > 0 and r.comm_s["ep"] == r.breakdown_s["ep_comm"]
+    assert r.groups["ep"]["ranks"] == 8
+
+
+def test_mfu_counts_six_flops_per_active_parameter_plus_attention():
+    from gpufabric.workloads.models import load_model
+    m = load_model("llama3-8b")
+    emb = m.vocab * m.hidden
+    assert model_flops_per_token(m, 8192) == 6 * (m.params() - emb) + 6 * 32 * 8192 * 4096
+
+
+@pytest.mark.parametrize("par, msg", [
+    (Parallel(tp=3, dp=1), "tp 3 must divide the 64 attention heads"),
+    (Parallel(dp=256), "layout needs 256 GPUs (tp 1 x cp 1 x pp 1 x dp 256), the system has 128"),
+])
+def test_layouts_that_cannot_run_are_refused(h100, par, msg):
+    with pytest.raises(InputError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        predict_step("llama3-70b", h100, par, 4096)
+
+
+def test_refuses_what_does_not_fit_when_asked(h100):
+    with pytest.raises(InputError, match=r"memory: needs \d+\.\d GiB per GPU, H100-SXM has 80"):
+        predict_step("llama3-70b", h100, Parallel(dp=8), 4096, check_memory=True)
+
+
+def test_validation_on_the_published_runs():
+    r = validate(str(DATA))
+    s = r.summary
+    assert s["points"] == 115 and s["fitted_points"] == 23
+    # the entries the parameters were fitted on, and (separately) all the others; the
+    # goal (median <= 10%) is met on the fitted entries only -- docs/training.md names the misses
+    assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
+        (2.09, 16.86, 14.23)
+    assert s["holdout_points"] == 92
+    skipped = {x["id"].split("#")[0] for x in r.skipped}
+    assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
+                       "zero-100b-400-v100"}
+    mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
+    assert all(abs(p.error_pct) < 12 for p in mega)       # held out: DP growth over RoCE

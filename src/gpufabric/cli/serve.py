@@ -89,6 +89,13 @@ def serve(
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the arrivals."),
+    pd: str | None = typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
+                                  "instances of the layout (e.g. 2P1D)."),
+    decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
+                                             "pool on this system (another GPU kind)."),
+    search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
+                                "of the system's GPUs by goodput per GPU under the SLO."),
+    ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
@@ -101,12 +108,44 @@ def serve(
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed)
+    if search:
+        from gpufabric.workloads.inference.search import search as run_search
+        res = run_search(model, system, cfg, decode_system=decode_system, ray=ray)
+        if json:
+            emit_json(res)
+            return
+        print_search(res)
+        return
     topo = load(system)
-    r = run(model, topo, cfg)
+    if pd or decode_system:
+        from gpufabric.workloads.inference.pd import serve_pd
+        r = serve_pd(model, topo, cfg, pd or "1P1D",
+                     load(decode_system) if decode_system else None)
+    else:
+        r = run(model, topo, cfg)
     if json:
         emit_json(r)
         return
     print_summary(r)
+
+
+def print_search(res: dict) -> None:
+    typer.echo(f"# gpufabric serve --search: {res['model']} on {res['system']}, "
+               f"{res['candidates']} layouts ({len(res['refused'])} do not fit), ranked by "
+               "goodput per GPU")
+    typer.echo(f"# {'layout':<14} {'GPUs':>5} {'goodput/GPU':>12} {'SLO met':>8} "
+               f"{'TTFT p90':>9} {'TPOT p90':>9} {'tok/s/GPU':>10}")
+    for r in res["ranked"][:15]:
+        typer.echo(f"  {r['name']:<14} {r['gpus']:>5} {r['goodput_per_gpu']:>12.3f} "
+                   f"{r['slo_attainment']:>8.0%} {r['ttft_ms_p90']:>9.0f} "
+                   f"{r['tpot_ms_p90']:>9.1f} {r['throughput_tokens_per_s_per_gpu']:>10.0f}")
+    b, co, dis = res["best"], res["best_colocated"], res["best_disaggregated"]
+    typer.echo(f"best: {b['name']} on {b['gpus']} GPUs, {b['goodput_per_gpu']:.3f} requests/s "
+               f"per GPU within the SLO; {b['bottleneck']}")
+    if co and dis:
+        ratio = dis["goodput_per_gpu"] / co["goodput_per_gpu"] if co["goodput_per_gpu"] else 0
+        typer.echo(f"disaggregated ({dis['name']}) vs co-located ({co['name']}): "
+                   f"{ratio:.2f}x goodput per GPU")
 
 
 def validate_inference(file: str, json: bool) -> bool:

@@ -126,8 +126,11 @@ def _ceil_div(a, b: int):
 
 
 def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
-             max_iterations: int = 50_000_000) -> SimResult:
+             max_iterations: int = 50_000_000, prefilled: bool = False) -> SimResult:
     """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
+
+    ``prefilled``: the requests arrive with their prompt's KV cache and first token made
+    elsewhere (the decode pool of a disaggregated deployment); they only decode.
 
     Raises :class:`InputError` when a single request cannot fit in the KV cache.
     """
@@ -162,6 +165,15 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     finish = np.full(n, np.nan)
     npre = np.zeros(n, np.int64)
     swapped = np.zeros(n, bool)
+    arrives_in = np.zeros(n, bool)        # prefilled: KV handed over, nothing to swap in
+    if prefilled:
+        if int(osl.min()) < 2:
+            raise InputError("a prefilled request must have at least 2 output tokens",
+                             field="osl")
+        g_kv[:] = isl
+        g_gen[:] = 1
+        swapped[:] = True
+        arrives_in[:] = True
     free = int(cfg.num_blocks)
     wm = int(cfg.watermark * cfg.num_blocks)
     reserved = 0          # blocks promised to running requests (reserve_full)
@@ -269,7 +281,11 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                 waiting.popleft()
                 swapped[i] = False
                 free -= nb
-                swap_t += kv_i * swap_s
+                if arrives_in[i]:
+                    arrives_in[i] = False
+                    first[i] = arrival[i]
+                else:
+                    swap_t += kv_i * swap_s
                 adm.append(i)
                 adm_bl.append(nb)
                 continue

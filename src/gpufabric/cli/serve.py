@@ -96,6 +96,10 @@ def serve(
     search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
                                 "of the system's GPUs by goodput per GPU under the SLO."),
     ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
+    versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM (a supernode) "
+                                      "with this one (8-GPU servers) at equal GPU count: "
+                                      "tokens/s per GPU within the SLO, each at its best "
+                                      "layout."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
@@ -108,6 +112,23 @@ def serve(
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed)
+    if versus:
+        from gpufabric.workloads.inference.supernode import supernode_vs_servers
+        a, b = load(system), load(versus)
+        gpus = min(len(a.gpus()) if "nodes" not in a.meta else _total(a), _total(b))
+        gpus = gpus // 8 * 8 or gpus
+        res = supernode_vs_servers(model, a, b, cfg, gpus)
+        if json:
+            emit_json(res)
+            return
+        typer.echo(f"# {model} on {gpus} GPUs, isl {cfg.isl}, osl {cfg.osl}, SLO TTFT "
+                   f"{cfg.slo_ttft_ms} ms, TPOT {cfg.slo_tpot_ms} ms; best layout of each")
+        for key in ("supernode", "servers"):
+            r = res[key]
+            typer.echo(f"{r['system']:<40} {r['layout']:<16} {r['tokens_per_s_per_gpu']:>8.0f} "
+                       f"tokens/s per GPU at {r['rate']:.1f} requests/s")
+        typer.echo(f"ratio {res['ratio']:.2f}: {res['reason']}")
+        return
     if search:
         from gpufabric.workloads.inference.search import search as run_search
         res = run_search(model, system, cfg, decode_system=decode_system, ray=ray)
@@ -127,6 +148,12 @@ def serve(
         emit_json(r)
         return
     print_summary(r)
+
+
+def _total(topo) -> int:
+    gs = topo.gpus()
+    per = len([g for g in gs if g.node == gs[0].node])
+    return int(topo.meta.get("nodes", 1) or 1) * per
 
 
 def print_search(res: dict) -> None:

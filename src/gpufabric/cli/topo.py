@@ -193,6 +193,8 @@ def compare(systems_: list[str] | None = typer.Argument(
             no_html: bool = typer.Option(False, "--no-html", help="Do not write the report."),
             no_training: bool = typer.Option(False, "--no-training",
                                              help="Leave out the training-scaling section."),
+            inference: bool = typer.Option(False, "--inference", help="Add the inference "
+                                           "serving section (~30 s)."),
             json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
     from gpufabric.report import compare as cmp
@@ -202,12 +204,15 @@ def compare(systems_: list[str] | None = typer.Argument(
     rows = cmp.rows(topos)
     from gpufabric.report import training as tr
     training = None if no_training else tr.scaling()
+    from gpufabric.report import inference as inf
+    serving = inf.section() if inference else None
     if not no_html:
         from gpufabric.report.html import render_report
-        _write_atomic(output, render_report(topos, rows, training=training))
+        _write_atomic(output, render_report(topos, rows, training=training,
+                                                    inference=serving))
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output),
-                   "training": training})
+                   "training": training, "inference": serving})
         return
     _print_wide(cmp.table(rows), 190)
     if training:

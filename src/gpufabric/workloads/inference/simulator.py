@@ -191,8 +191,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     t = 0.0
     done = 0
     it_dt: list[np.ndarray] = []
-    it_dec: list[np.ndarray] = []
-    it_pre: list[np.ndarray] = []
+    it_dec: list[tuple[int, int]] = []     # (value, iterations it holds for)
+    it_pre: list[tuple[int, int]] = []
     kv_t: list[float] = [0.0]
     kv_u: list[int] = [0]
     iters = 0
@@ -351,14 +351,14 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                     dts, cum = dts[:k], cum[:k]
                 t += float(cum[-1])
                 it_dt.append(dts)
-                it_dec.append(np.full(k, d_n, np.int64))
-                it_pre.append(np.zeros(k, np.int64))
+                it_dec.append((d_n, k))
+                it_pre.append((0, k))
             else:
                 dt = float(cost(0, 0, 0, d_n, d_ctx0))
                 t += dt
                 it_dt.append(np.array([dt]))
-                it_dec.append(np.array([d_n], np.int64))
-                it_pre.append(np.zeros(1, np.int64))
+                it_dec.append((d_n, 1))
+                it_pre.append((0, 1))
             r_kv = r_kv + k
             r_gen = r_gen + k
             newb = _ceil_div(r_kv, B)
@@ -390,8 +390,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                 newf = ids[np.isnan(first[ids])]
                 first[newf] = t
             it_dt.append(np.array([dt]))
-            it_dec.append(np.array([d_n], np.int64))
-            it_pre.append(np.array([p_tok], np.int64))
+            it_dec.append((d_n, 1))
+            it_pre.append((p_tok, 1))
             steps += 1
         # 4. finished requests leave and free their blocks
         fmask = r_gen >= r_osl
@@ -416,9 +416,14 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             raise AssertionError("KV cache over-committed")
 
     dt_all = np.concatenate(it_dt) if it_dt else np.zeros(0)
+    def expand(runs: list[tuple[int, int]]) -> np.ndarray:
+        if not runs:
+            return np.zeros(0, np.int64)
+        a = np.array(runs, np.int64)
+        return np.repeat(a[:, 0], a[:, 1])
     preempted = npre
-    dec_all = np.concatenate(it_dec) if it_dec else np.zeros(0, np.int64)
-    pre_all = np.concatenate(it_pre) if it_pre else np.zeros(0, np.int64)
+    dec_all = expand(it_dec)
+    pre_all = expand(it_pre)
     return SimResult(arrival=arrival, first_token=first, finish=finish, isl=isl, osl=osl,
                      preemptions=preempted, generated=g_gen, iter_time_s=dt_all,
                      iter_decode=dec_all, iter_prefill=pre_all, kv_t=np.array(kv_t),

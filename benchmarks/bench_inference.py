@@ -44,8 +44,9 @@ def search_speed() -> None:
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     b, co, dis = res["best"], res["best_colocated"], res["best_disaggregated"]
     print(f"search llama3-70b fp8 on 64 H100 (8 nodes), 40 requests/s, 2000/300 tokens, SLO "
-          f"TTFT 1 s / TPOT 50 ms: {res['candidates']} layouts in {dt:.1f} s wall, {cpu:.1f} s CPU; best {b['name']} "
-          f"on {b['gpus']} GPUs ({b['goodput_per_gpu']:.3f} req/s per GPU); best co-located "
+          f"TTFT 1 s / TPOT 50 ms: {res['candidates']} layouts in {dt:.1f} s wall, "
+          f"{cpu:.1f} s CPU; best {b['name']} on {b['gpus']} GPUs "
+          f"({b['goodput_per_gpu']:.3f} req/s per GPU); best co-located "
           f"{co['name']} ({co['goodput_per_gpu']:.3f}); best disaggregated {dis['name']} "
           f"({dis['goodput_per_gpu']:.3f})")
 

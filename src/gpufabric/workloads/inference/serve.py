@@ -127,7 +127,9 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = N
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
     seqs, tok = ENGINE_LIMITS[sm.engine]
     swap = sm.kv_bytes_per_token / (SWAP_GBps * 1e9)
-    return SchedulerConfig(num_blocks=sm.kv_blocks, block_size=cfg.block_size,
+    # a pipeline of pp stages runs pp batches at once (vLLM's virtual engines), each with a
+    # pp-th of the KV cache
+    return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=cfg.block_size,
                            max_num_seqs=cfg.max_num_seqs or seqs,
                            max_batched_tokens=cfg.max_batched_tokens or tok,
                            preemption=cfg.preemption, swap_s_per_token=swap,
@@ -151,12 +153,12 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     _check_slo(cfg)
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
-    share = reps * cfg.dp_attention
+    share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     reqs = build_requests(cfg, share)
     sched = scheduler_config(sm, cfg)
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
     res = simulate(reqs, sm, sched)
-    gpus_inst = cfg.layout().gpus / cfg.dp_attention
+    gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
               "goodput_requests_per_s"):

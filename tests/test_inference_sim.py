@@ -114,13 +114,17 @@ def test_bad_trace_is_one_line(tmp_path, text, msg):
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 60), rate=st.floats(0.5, 200), isl=st.integers(1, 600),
        osl=st.integers(1, 80), blocks=st.integers(45, 400), seqs=st.integers(1, 32),
-       budget=st.integers(16, 2048), swap=st.booleans(), seed=st.integers(0, 9))
+       budget=st.integers(16, 2048), swap=st.booleans(), reserve=st.booleans(),
+       seed=st.integers(0, 9))
 def test_no_request_lost_and_kv_never_overcommitted(n, rate, isl, osl, blocks, seqs, budget,
-                                                     swap, seed):
+                                                     swap, reserve, seed):
     reqs = poisson(rate, n, isl=isl, osl=osl, seed=seed)
     cfg = SchedulerConfig(num_blocks=blocks, max_num_seqs=seqs, max_batched_tokens=budget,
-                          preemption="swap" if swap else "recompute", swap_s_per_token=1e-6)
+                          preemption="swap" if swap else "recompute", swap_s_per_token=1e-6,
+                          reserve_full=reserve)
     res = simulate(reqs, COST, cfg)
+    if reserve:     # whole requests reserved up front: nothing is ever preempted
+        assert res.preemptions.sum() == 0
     # every request finished once, after its first token, which came after its arrival
     assert np.isfinite(res.finish).all() and np.isfinite(res.first_token).all()
     assert np.all(res.first_token >= res.arrival) and np.all(res.finish >= res.first_token)

@@ -8,6 +8,7 @@ import re
 import typer
 
 from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.serve import validate_inference
 from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -145,8 +146,11 @@ def validate(
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary.
 
-    Collective files (nccl-tests points) and training files (schema of training.yaml) alike."""
+    Collective files (nccl-tests points), training files (schema of training.yaml) and
+    inference files (schema of inference.yaml) alike."""
     from gpufabric.cli.train import is_training_file, validate_training
+    if validate_inference(file, json):   # inference serving files (cli/serve.py)
+        return
     if is_training_file(file):
         validate_training(file, json)
         return

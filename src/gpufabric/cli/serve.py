@@ -89,6 +89,17 @@ def serve(
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the arrivals."),
+    pd: str | None = typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
+                                  "instances of the layout (e.g. 2P1D)."),
+    decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
+                                             "pool on this system (another GPU kind)."),
+    search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
+                                "of the system's GPUs by goodput per GPU under the SLO."),
+    ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
+    versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM (a supernode) "
+                                      "with this one (8-GPU servers) at equal GPU count: "
+                                      "tokens/s per GPU within the SLO, each at its best "
+                                      "layout."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
@@ -101,9 +112,98 @@ def serve(
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed)
+    if versus:
+        from gpufabric.workloads.inference.supernode import supernode_vs_servers
+        a, b = load(system), load(versus)
+        gpus = min(len(a.gpus()) if "nodes" not in a.meta else _total(a), _total(b))
+        gpus = gpus // 8 * 8 or gpus
+        res = supernode_vs_servers(model, a, b, cfg, gpus)
+        if json:
+            emit_json(res)
+            return
+        typer.echo(f"# {model} on {gpus} GPUs, isl {cfg.isl}, osl {cfg.osl}, SLO TTFT "
+                   f"{cfg.slo_ttft_ms} ms, TPOT {cfg.slo_tpot_ms} ms; best layout of each")
+        for key in ("supernode", "servers"):
+            r = res[key]
+            typer.echo(f"{r['system']:<40} {r['layout']:<16} {r['tokens_per_s_per_gpu']:>8.0f} "
+                       f"tokens/s per GPU at {r['rate']:.1f} requests/s")
+        typer.echo(f"ratio {res['ratio']:.2f}: {res['reason']}")
+        return
+    if search:
+        from gpufabric.workloads.inference.search import search as run_search
+        res = run_search(model, system, cfg, decode_system=decode_system, ray=ray)
+        if json:
+            emit_json(res)
+            return
+        print_search(res)
+        return
     topo = load(system)
-    r = run(model, topo, cfg)
+    if pd or decode_system:
+        from gpufabric.workloads.inference.pd import serve_pd
+        r = serve_pd(model, topo, cfg, pd or "1P1D",
+                     load(decode_system) if decode_system else None)
+    else:
+        r = run(model, topo, cfg)
     if json:
         emit_json(r)
         return
     print_summary(r)
+
+
+def _total(topo) -> int:
+    gs = topo.gpus()
+    per = len([g for g in gs if g.node == gs[0].node])
+    return int(topo.meta.get("nodes", 1) or 1) * per
+
+
+def print_search(res: dict) -> None:
+    typer.echo(f"# gpufabric serve --search: {res['model']} on {res['system']}, "
+               f"{res['candidates']} layouts ({len(res['refused'])} do not fit), ranked by "
+               "goodput per GPU")
+    typer.echo(f"# {'layout':<14} {'GPUs':>5} {'goodput/GPU':>12} {'SLO met':>8} "
+               f"{'TTFT p90':>9} {'TPOT p90':>9} {'tok/s/GPU':>10}")
+    for r in res["ranked"][:15]:
+        typer.echo(f"  {r['name']:<14} {r['gpus']:>5} {r['goodput_per_gpu']:>12.3f} "
+                   f"{r['slo_attainment']:>8.0%} {r['ttft_ms_p90']:>9.0f} "
+                   f"{r['tpot_ms_p90']:>9.1f} {r['throughput_tokens_per_s_per_gpu']:>10.0f}")
+    b, co, dis = res["best"], res["best_colocated"], res["best_disaggregated"]
+    typer.echo(f"best: {b['name']} on {b['gpus']} GPUs, {b['goodput_per_gpu']:.3f} requests/s "
+               f"per GPU within the SLO; {b['bottleneck']}")
+    if co and dis:
+        ratio = dis["goodput_per_gpu"] / co["goodput_per_gpu"] if co["goodput_per_gpu"] else 0
+        typer.echo(f"disaggregated ({dis['name']}) vs co-located ({co['name']}): "
+                   f"{ratio:.2f}x goodput per GPU")
+
+
+def validate_inference(file: str, json: bool) -> bool:
+    """`gpufabric validate FILE` for inference measurement files; False for other files."""
+    from gpufabric.workloads.inference import validate as V
+    if not V.is_inference_file(file):
+        return False
+    res = V.validate(file)
+    if json:
+        emit_json(res)
+        return True
+    typer.echo(f"# gpufabric validate {file} (inference serving)")
+    typer.echo(f"# {'id':<52} {'pt':>2} {'metric':<28} {'measured':>10} {'predicted':>10} "
+               f"{'error':>8}")
+    for r in res["points"]:
+        mark = "*" if r["fitted"] else " "
+        typer.echo(f"  {r['id']:<52} {r['point']:>2} {r['metric']:<28} {r['measured']:>10.1f} "
+                   f"{r['predicted']:>10.1f} {r['err_pct']:>+7.1f}%{mark}")
+    reasons: dict[str, int] = {}
+    for sk in res["skipped"]:
+        reasons[f"{sk['id']}: {sk['reason']}"] = reasons.get(f"{sk['id']}: {sk['reason']}", 0) + 1
+    for k, n in reasons.items():
+        typer.echo(f"# skipped {k}" + (f" ({n} points)" if n > 1 else ""))
+    s = res["summary"]
+
+    def f(x):
+        return "n/a" if x is None else f"{x:.1f}%"
+    typer.echo(f"# summary: {s['points']} points, median |error| {f(s['median_abs_pct'])}, max "
+               f"{f(s['max_abs_pct'])}; on entries nothing was fitted on: "
+               f"{s['holdout_points']} points, median {f(s['holdout_median_abs_pct'])} "
+               "(* = entry used for fitting)")
+    for k, v in s["by_metric"].items():
+        typer.echo(f"#   {k:<18} {v['points']:>4} points, median {f(v['median_abs_pct'])}")
+    return True

@@ -247,6 +247,8 @@ def compare(systems_: list[str] | None = typer.Argument(
                                      "all_to_all:256M), or 'none'."),
             no_training: bool = typer.Option(False, "--no-training",
                                              help="Leave out the training-scaling section."),
+            inference: bool = typer.Option(False, "--inference", help="Add the inference "
+                                           "serving section (~30 s)."),
             json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
     heat_op = _parse_heat(heat)
@@ -262,13 +264,15 @@ def compare(systems_: list[str] | None = typer.Argument(
     rows = cmp.rows(topos)
     from gpufabric.report import training as tr
     training = None if no_training else tr.scaling()
+    from gpufabric.report import inference as inf
+    serving = inf.section() if inference else None
     if not no_html:
         from gpufabric.report.html import render_report
-        write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training),
-                          field="--output")
+        write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training,
+                                                inference=serving), field="--output")
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output),
-                   "training": training})
+                   "training": training, "inference": serving})
         return
     _print_wide(cmp.table(rows), 190)
     if training:

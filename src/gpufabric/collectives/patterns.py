@@ -79,9 +79,7 @@ def layout(topo: Topology, ranks: int | None = None, per_node: int | None = None
     if not by_node:
         raise InputError("the system has no GPU", file=topo.name)
     node_ids = sorted(by_node)
-    gpn = int(topo.meta.get("nvlink_domain") or topo.meta.get("gpus_per_node")
-              or len(by_node[node_ids[0]]))
-    n_nodes = int(topo.meta.get("domains") or topo.meta.get("nodes") or len(node_ids))
+    gpn, n_nodes = topo.scale_up()
     total = gpn * n_nodes
     if ranks is None:
         ranks = total if per_node is None else per_node * n_nodes

@@ -188,7 +188,8 @@ th{background:#f4f4f4}section{margin:28px 0}h2{margin-bottom:4px}.d{color:#555;m
 def render_report(topos: list[Topology], rows: list[dict[str, Any]],
                   curves: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
                   heat: tuple[str, int] | None = ("all_reduce", 2**30),
-                  training: dict[str, Any] | None = None) -> str:
+                  training: dict[str, Any] | None = None,
+                  inference: dict[str, Any] | None = None) -> str:
     """The whole report as one HTML string.
 
     ``curves`` maps an op name to {system: [{size, busbw}, ...]}; by default all_reduce and
@@ -209,6 +210,9 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
     if training:
         from gpufabric.report.training import section_html
         body.append(section_html(training))
+    if inference:   # gpufabric compare --inference (report/inference.py)
+        from gpufabric.report.inference import section_html as inference_html
+        body.append(inference_html(inference))
     for t, r in zip(topos, rows, strict=True):
         fab = t.meta.get("fabric")
         extra = (f". {t.meta['nodes']} nodes over {t.meta['nics_per_node']}x {t.meta['nic']} per "

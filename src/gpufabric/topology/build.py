@@ -126,6 +126,40 @@ def _supernode(s: dict[str, Any], sup: dict[str, Any], g0: catalog.GPU,
             "ports_used": dom * links, "racks": racks}
 
 
+def _rack_shorthand(spec: Any, file: str | None) -> Any:
+    """The natural shorthand for a rack-scale part (``gpu: GB200, gpus_per_node: 72``) as the
+    machine is built: one NVLink domain of that many GPUs made of compute trays. NICs and CPU
+    sockets given for the whole domain are the trays' together."""
+    if not isinstance(spec, dict) or "nvlink_domain" in spec or spec.get("supernode"):
+        return spec
+    per, gpu = spec.get("gpus_per_node"), spec.get("gpu")
+    if not isinstance(per, int) or isinstance(per, bool) or not isinstance(gpu, str):
+        return spec
+    try:
+        g0 = catalog.gpu(gpu)
+    except InputError:
+        return spec                  # the schema and the catalog say what is wrong
+    if not g0.gpus_per_tray or per <= g0.gpus_per_tray:
+        return spec
+    if per % g0.gpus_per_tray:
+        raise InputError(f"a {g0.name} NVLink domain is made of {g0.gpus_per_tray}-GPU "
+                         f"compute trays; allowed: a multiple of {g0.gpus_per_tray}, got "
+                         f"{per}", file=file, field="gpus_per_node")
+    trays = per // g0.gpus_per_tray
+    out = {**spec, "nvlink_domain": per, "gpus_per_node": g0.gpus_per_tray}
+    nodes = spec.get("nodes", 1)
+    if isinstance(nodes, int) and not isinstance(nodes, bool):
+        out["nodes"] = nodes * trays
+    nics = spec.get("nics_per_node")
+    if isinstance(nics, int) and not isinstance(nics, bool) and nics % trays == 0:
+        out["nics_per_node"] = nics // trays
+    host = spec.get("host")
+    if isinstance(host, dict) and isinstance(host.get("sockets"), int) \
+            and host["sockets"] % trays == 0:
+        out["host"] = {**host, "sockets": host["sockets"] // trays}
+    return out
+
+
 def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, Any]:
     """Check a shorthand spec and fill in every default; returns a new dict.
 
@@ -135,6 +169,7 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
         On an unknown key, a value of the wrong type or outside what is allowed, or an
         unknown catalog name.
     """
+    spec = _rack_shorthand(spec, file)
     schema.check(spec, file)       # keys, types, ranges and choices: one line for the first
     # a key given as null means "the default", as if it were absent
     spec = {k: v for k, v in spec.items() if v is not None}
@@ -155,25 +190,6 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                              f"supernode.gpus_per_tray ({tray}) name the same thing; give one",
                              file=file, field="supernode.gpus_per_tray")
         s["gpus_per_node"] = tray
-    elif (g0.gpus_per_tray and s["gpus_per_node"] > g0.gpus_per_tray
-          and "nvlink_domain" not in spec):
-        # the natural shorthand for a rack-scale part (``gpu: GB200, gpus_per_node: 72``): one
-        # NVLink domain of that many GPUs, built as the machine is, from compute trays
-        if s["gpus_per_node"] % g0.gpus_per_tray:
-            raise InputError(f"a {g0.name} NVLink domain is made of {g0.gpus_per_tray}-GPU "
-                             f"compute trays; allowed: a multiple of {g0.gpus_per_tray}, got "
-                             f"{s['gpus_per_node']}", file=file, field="gpus_per_node")
-        trays = s["gpus_per_node"] // g0.gpus_per_tray
-        spec = {**spec, "nvlink_domain": s["gpus_per_node"]}
-        # NICs and CPU sockets given for the whole domain are the trays' together
-        if isinstance(spec.get("nics_per_node"), int) and spec["nics_per_node"] % trays == 0:
-            spec["nics_per_node"] //= trays
-        host = spec.get("host")
-        if isinstance(host, dict) and isinstance(host.get("sockets"), int) \
-                and host["sockets"] % trays == 0:
-            spec["host"] = {**host, "sockets": host["sockets"] // trays}
-        s["nodes"] *= trays
-        s["gpus_per_node"] = g0.gpus_per_tray
     dom = spec.get("nvlink_domain", s["gpus_per_node"])
     total = s["nodes"] * s["gpus_per_node"]
     if dom % s["gpus_per_node"] or total % dom:
@@ -247,12 +263,9 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     if isinstance(over, list) and not 1 <= len(over) <= 2:
         raise InputError(f"expected a number >= 1 or a list [leaf, spine], got {over!r}",
                          file=file, field="fabric.oversubscription")
-    speed = catalog.net_speed(s["nic"])
     s["fabric"] = {
         "topology": fab.get("topology", "rail-optimized"),
         "oversubscription": [float(o) for o in over] if isinstance(over, list) else float(over),
-        "switch": catalog.net_switch(str(fab.get("switch", speed.switch)), file=file,
-                                     field="fabric.switch").name,
     }
     for key in ("nodes_per_leaf", "rails_per_leaf", "pod_nodes", "tiers"):
         s["fabric"][key] = fab.get(key)
@@ -260,6 +273,11 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
         if key in fab:
             s["fabric"][key] = catalog.net_switch(str(fab[key]), file=file,
                                                   field=f"fabric.{key}").name
+    if "switch" in fab:
+        s["fabric"]["switch"] = catalog.net_switch(str(fab["switch"]), file=file,
+                                                   field="fabric.switch").name
+    else:      # the default, or a larger one of its kind where the cluster needs it
+        s["fabric"]["switch"] = fabric.default_switch(s, file)
     if total > dom and s["nics_per_node"] == 0:
         raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
                          "nics_per_node >= 1", file=file, field="nics_per_node")

@@ -171,6 +171,38 @@ def _split(radix: int, over: float) -> tuple[int, int]:
     return down, max(1, math.ceil(down / over))
 
 
+def default_switch(s: dict[str, Any], file: str | None = None) -> str:
+    """The leaf switch for a spec that names none: the NIC speed's default switch, or, when
+    that cannot reach the cluster in three tiers, the catalog's smallest switch of the same
+    protocol that can (2,048 nodes of 8x 400G RoCE are built on 128-port 51.2T switches, not
+    32-port 12.8T ones).
+
+    Examples
+    --------
+    >>> s = {"nodes": 2048, "nics_per_node": 8, "nic": "roce-400", "fabric": {}}
+    >>> default_switch(s), default_switch({**s, "nodes": 64})
+    ('SN5600', 'SN4700')
+    """
+    speed = catalog.net_speed(s["nic"])
+    first = catalog.net_switch(speed.switch)
+    if not s.get("nics_per_node") or s["nodes"] <= 1:
+        return first.name
+    fab = {k: v for k, v in (s.get("fabric") or {}).items() if k not in ("switch",)}
+    options = [first] + sorted(
+        (sw for sw in (catalog.net_switch(n) for n in catalog.names("net_switch"))
+         if sw.protocol == first.protocol
+         and sw.ports_at(speed.gbps) > first.ports_at(speed.gbps)),
+        key=lambda sw: (sw.ports_at(speed.gbps), sw.name))
+    for sw in options:
+        try:
+            plan({**s, "fabric": {**fab, "switch": sw.name}}, file)
+        except InputError as exc:
+            if exc.field == "nodes":
+                continue
+        return sw.name
+    return first.name
+
+
 def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
     """The fabric of a normalized spec (``nodes``, ``nics_per_node``, ``nic``, ``fabric``).
 

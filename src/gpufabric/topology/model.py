@@ -221,6 +221,29 @@ class Topology:
             return -1
         return d.node // int(self.meta.get("nodes_per_domain") or 1)
 
+    def scale_up(self) -> tuple[int, int]:
+        """(GPUs per NVLink domain, domains): the unit parallel groups are laid out in.
+
+        A domain is a server, or the trays of a rack-scale machine joined by NVLink switches
+        (:meth:`domain_of`); the counts are the whole system's, also when only a few nodes
+        are built.
+
+        Examples
+        --------
+        >>> from gpufabric.topology.build import from_spec
+        >>> from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 36,
+        ...            "nvlink_domain": 72}).scale_up()
+        (72, 2)
+        """
+        gpus = self.gpus()
+        first = [g for g in gpus if self.domain_of(g.id) == self.domain_of(gpus[0].id)] \
+            if gpus else []
+        per = int(self.meta.get("nvlink_domain") or self.meta.get("gpus_per_node")
+                  or len(first))
+        domains = int(self.meta.get("domains") or self.meta.get("nodes")
+                      or len({self.domain_of(g.id) for g in gpus}))
+        return per, domains
+
     @property
     def node_count(self) -> int:
         nodes = {d.node for d in self.devices.values() if d.node >= 0}

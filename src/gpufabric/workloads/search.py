@@ -127,8 +127,8 @@ def search(model: ModelSpec | str, system: str, *, global_batch: int,
     m = load_model(model)
     seq = seq_len or m.seq_len
     topo = _topology(system)
-    gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
-    gpus = gpn * int(topo.meta.get("nodes") or 1)
+    gpn, domains = topo.scale_up()      # GPUs per NVLink domain
+    gpus = gpn * domains
     gpu = topo.gpus()[0].model
     cands = candidates(m, gpus, gpn, gpu, global_batch=global_batch, seq_len=seq,
                        precision=precision, **kw)

@@ -203,8 +203,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     gname = topo.gpus()[0].model
     g = gpu_spec(gname)
     g.peak_tflops(prec)            # refuses a precision the part lacks
-    gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
-    total = gpn * int(topo.meta.get("nodes") or 1)
+    gpn, domains = topo.scale_up()      # groups are laid out per NVLink domain
+    total = gpn * domains
     seq = seq_len or m.seq_len
     if par.world > total:
         raise InputError(f"layout needs {par.world} GPUs (tp {par.tp} x cp {par.cp} x pp "

@@ -31,7 +31,7 @@ from gpufabric.workloads.inference.simulator import SchedulerConfig, simulate, s
 #: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
 #: large GPUs; SGLang max_running_requests as sized from memory, capped here).
 ENGINE_LIMITS = {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
-                 "default": (256, 8192)}
+                 "fastertransformer": (256, 8192), "default": (256, 8192)}
 
 #: host link used to swap KV blocks out and back (PCIe Gen5 x16, one direction, ~50 GB/s usable)
 SWAP_GBps = 50.0
@@ -127,10 +127,13 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = N
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
     seqs, tok = ENGINE_LIMITS[sm.engine]
     swap = sm.kv_bytes_per_token / (SWAP_GBps * 1e9)
-    return SchedulerConfig(num_blocks=sm.kv_blocks, block_size=cfg.block_size,
+    # a pipeline of pp stages runs pp batches at once (vLLM's virtual engines), each with a
+    # pp-th of the KV cache
+    return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=cfg.block_size,
                            max_num_seqs=cfg.max_num_seqs or seqs,
                            max_batched_tokens=cfg.max_batched_tokens or tok,
-                           preemption=cfg.preemption, swap_s_per_token=swap)
+                           preemption=cfg.preemption, swap_s_per_token=swap,
+                           reserve_full=sm.engine in ("tensorrt-llm", "fastertransformer"))
 
 
 def instances(topo: Topology, cfg: ServeConfig) -> int:
@@ -150,12 +153,12 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     _check_slo(cfg)
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
-    share = reps * cfg.dp_attention
+    share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     reqs = build_requests(cfg, share)
     sched = scheduler_config(sm, cfg)
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
     res = simulate(reqs, sm, sched)
-    gpus_inst = cfg.layout().gpus / cfg.dp_attention
+    gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
               "goodput_requests_per_s"):

@@ -8,7 +8,8 @@ Each iteration the scheduler forms a batch the way vLLM (V1) and SGLang do:
    prefilled again later; ``swap``: their blocks are copied to host memory and back);
 2. the remaining token budget (``max_batched_tokens``) goes to prefill chunks, first of requests
    already running, then of waiting ones in arrival order, while the batch holds fewer than
-   ``max_num_seqs`` requests and the KV cache keeps a small watermark free.
+   ``max_num_seqs`` requests and the KV cache keeps a small watermark free (or, with
+   ``reserve_full``, while the whole of each admitted request's KV cache can be reserved).
 
 The time of an iteration comes from a step-cost function (:class:`StepCost`), given the batch's
 prefill tokens, attention work and KV tokens read. Stretches where nothing but decoding happens
@@ -69,6 +70,10 @@ class SchedulerConfig:
 
     ``num_blocks`` x ``block_size`` tokens of KV cache; ``swap_s_per_token``: seconds to move
     one token's KV cache between GPU and host (used by ``preemption='swap'``).
+    ``reserve_full``: admit a request only when its whole KV cache (prompt and output) can be
+    reserved, so nothing is ever preempted (TensorRT-LLM's GUARANTEED_NO_EVICT, its default
+    capacity policy); otherwise blocks are taken as tokens arrive and a full cache preempts
+    (vLLM, SGLang).
     """
 
     num_blocks: int
@@ -79,6 +84,7 @@ class SchedulerConfig:
     preemption: str = "recompute"
     swap_s_per_token: float = 0.0
     watermark: float = 0.01
+    reserve_full: bool = False
 
     def check(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_batched_tokens"):
@@ -120,8 +126,11 @@ def _ceil_div(a, b: int):
 
 
 def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
-             max_iterations: int = 50_000_000) -> SimResult:
+             max_iterations: int = 50_000_000, prefilled: bool = False) -> SimResult:
     """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
+
+    ``prefilled``: the requests arrive with their prompt's KV cache and first token made
+    elsewhere (the decode pool of a disaggregated deployment); they only decode.
 
     Raises :class:`InputError` when a single request cannot fit in the KV cache.
     """
@@ -156,8 +165,18 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     finish = np.full(n, np.nan)
     npre = np.zeros(n, np.int64)
     swapped = np.zeros(n, bool)
+    arrives_in = np.zeros(n, bool)        # prefilled: KV handed over, nothing to swap in
+    if prefilled:
+        if int(osl.min()) < 2:
+            raise InputError("a prefilled request must have at least 2 output tokens",
+                             field="osl")
+        g_kv[:] = isl
+        g_gen[:] = 1
+        swapped[:] = True
+        arrives_in[:] = True
     free = int(cfg.num_blocks)
     wm = int(cfg.watermark * cfg.num_blocks)
+    reserved = 0          # blocks promised to running requests (reserve_full)
     swap_s = float(cfg.swap_s_per_token)
     # the running batch, in admission order, as parallel arrays
     r_id = np.zeros(0, np.int64)
@@ -172,8 +191,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     t = 0.0
     done = 0
     it_dt: list[np.ndarray] = []
-    it_dec: list[np.ndarray] = []
-    it_pre: list[np.ndarray] = []
+    it_dec: list[tuple[int, int]] = []     # (value, iterations it holds for)
+    it_pre: list[tuple[int, int]] = []
     kv_t: list[float] = [0.0]
     kv_u: list[int] = [0]
     iters = 0
@@ -262,11 +281,17 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                 waiting.popleft()
                 swapped[i] = False
                 free -= nb
-                swap_t += kv_i * swap_s
+                if arrives_in[i]:
+                    arrives_in[i] = False
+                    first[i] = arrival[i]
+                else:
+                    swap_t += kv_i * swap_s
                 adm.append(i)
                 adm_bl.append(nb)
                 continue
             rem = int(g_pt[i]) - kv_i
+            if cfg.reserve_full and reserved + int(need_max[i]) > cfg.num_blocks:
+                break               # the request's whole KV (prompt + output) must fit
             if cfg.chunked_prefill:
                 c = min(rem, budget, (free - floor) * B)
             else:
@@ -274,6 +299,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             if c <= 0:
                 break
             waiting.popleft()
+            if cfg.reserve_full:
+                reserved += int(need_max[i])
             nb = _ceil_div(kv_i + c, B)
             free -= nb
             budget -= c
@@ -324,14 +351,14 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                     dts, cum = dts[:k], cum[:k]
                 t += float(cum[-1])
                 it_dt.append(dts)
-                it_dec.append(np.full(k, d_n, np.int64))
-                it_pre.append(np.zeros(k, np.int64))
+                it_dec.append((d_n, k))
+                it_pre.append((0, k))
             else:
                 dt = float(cost(0, 0, 0, d_n, d_ctx0))
                 t += dt
                 it_dt.append(np.array([dt]))
-                it_dec.append(np.array([d_n], np.int64))
-                it_pre.append(np.zeros(1, np.int64))
+                it_dec.append((d_n, 1))
+                it_pre.append((0, 1))
             r_kv = r_kv + k
             r_gen = r_gen + k
             newb = _ceil_div(r_kv, B)
@@ -363,8 +390,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                 newf = ids[np.isnan(first[ids])]
                 first[newf] = t
             it_dt.append(np.array([dt]))
-            it_dec.append(np.array([d_n], np.int64))
-            it_pre.append(np.array([p_tok], np.int64))
+            it_dec.append((d_n, 1))
+            it_pre.append((p_tok, 1))
             steps += 1
         # 4. finished requests leave and free their blocks
         fmask = r_gen >= r_osl
@@ -373,6 +400,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             finish[fin] = t
             g_gen[fin] = r_gen[fmask]
             free += int(r_bl[fmask].sum())
+            if cfg.reserve_full:
+                reserved -= int(need_max[fin].sum())
             keep = ~fmask
             r_id, r_kv, r_pt, r_gen = r_id[keep], r_kv[keep], r_pt[keep], r_gen[keep]
             r_osl, r_bl = r_osl[keep], r_bl[keep]
@@ -387,9 +416,14 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             raise AssertionError("KV cache over-committed")
 
     dt_all = np.concatenate(it_dt) if it_dt else np.zeros(0)
+    def expand(runs: list[tuple[int, int]]) -> np.ndarray:
+        if not runs:
+            return np.zeros(0, np.int64)
+        a = np.array(runs, np.int64)
+        return np.repeat(a[:, 0], a[:, 1])
     preempted = npre
-    dec_all = np.concatenate(it_dec) if it_dec else np.zeros(0, np.int64)
-    pre_all = np.concatenate(it_pre) if it_pre else np.zeros(0, np.int64)
+    dec_all = expand(it_dec)
+    pre_all = expand(it_pre)
     return SimResult(arrival=arrival, first_token=first, finish=finish, isl=isl, osl=osl,
                      preemptions=preempted, generated=g_gen, iter_time_s=dt_all,
                      iter_decode=dec_all, iter_prefill=pre_all, kv_t=np.array(kv_t),

@@ -1,0 +1,192 @@
+"""Prefill-decode disaggregation: a prefill pool and a decode pool, the KV cache moved between.
+
+An ``xPyD`` deployment has ``x`` prefill instances and ``y`` decode instances, each of the same
+parallel layout, possibly on different GPU kinds (``decode_topo``). A request is prefilled on
+a prefill instance (a prefill-only continuous-batching run: chunked prefill, no decode
+interference), its KV cache then moves to a decode instance over the modeled fabric, and the
+decode instance generates the remaining tokens (a decode-only run whose requests arrive with
+their cache). TTFT is the prefill's first token plus the KV transfer (the decode side streams
+from there, as SGLang and Dynamo do).
+
+The transfer is timed by :func:`gpufabric.collectives.predict` as a send/receive between a
+prefill GPU and a decode GPU with all ``tp x pp`` ranks of the instance sending their shard at
+once (``concurrent``), over NVLink when both pools sit in one NVLink domain and over the NICs
+otherwise; transfers from one prefill instance queue behind each other on its links.
+
+Examples
+--------
+>>> from gpufabric.topology.build import from_spec
+>>> topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+>>> r = serve_pd("llama3-8b", topo, ServeConfig(tp=2, rate=8.0, requests=200, isl=2000,
+...              osl=100), "2P2D")
+>>> r["gpus"], r["pd"]["name"], r["pd"]["kv_link"]
+(8, '2P2D', 'NVLink')
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+
+import numpy as np
+
+from gpufabric import collectives
+from gpufabric.errors import InputError
+from gpufabric.topology.build import from_spec
+from gpufabric.topology.model import Topology
+from gpufabric.workloads.inference import requests as R
+from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
+                                                 check_slo_possible, scheduler_config,
+                                                 step_model, typical_breakdown)
+from gpufabric.workloads.inference.serve import _source as source_text
+from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
+
+
+def parse_pd(text: str) -> tuple[int, int]:
+    """``'2P1D'`` -> (2, 1).
+
+    >>> parse_pd("3p2d")
+    (3, 2)
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*[pP]\s*(\d+)\s*[dD]\s*", str(text))
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise InputError(f"got {text!r}; expected xPyD with x, y >= 1, e.g. 2P1D", field="--pd")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _gpus(topo: Topology) -> tuple[int, int]:
+    """(GPUs in all, GPUs per node)."""
+    gs = topo.gpus()
+    nodes = {g.node for g in gs}
+    per = len(gs) // max(1, len(nodes))
+    return int(topo.meta.get("nodes", len(nodes)) or len(nodes)) * per, per
+
+
+def _twin(spec: dict) -> dict:
+    """The system's spec as two nodes (both ends of the transfer with the system's NICs)."""
+    def clean(d: dict) -> dict:
+        return {k: clean(v) if isinstance(v, dict) else v for k, v in d.items()
+                if v is not None}
+    s = clean(spec)
+    s["nodes"] = 2
+    if not s.get("nics_per_node"):
+        s["nics_per_node"] = s["gpus_per_node"]
+    s.setdefault("nic", "ib-ndr")
+    return s
+
+
+def _kv_path(topo: Topology, decode_topo: Topology | None, x: int, y: int, per_inst: int
+             ) -> tuple[Topology, int, str]:
+    """The topology the transfer runs on, ranks per node (2: one node, 1: across) and a name."""
+    total, per_node = _gpus(topo)
+    if decode_topo is None and (x + y) * per_inst <= per_node:
+        return topo, 2, "NVLink" if any(ln.kind == "nvlink" for ln in topo.links) else "PCIe"
+    if decode_topo is None and (x + y) * per_inst > total:
+        raise InputError(f"{x}P{y}D of {per_inst} GPUs each needs {(x + y) * per_inst} GPUs; "
+                         f"the system has {total}", field="--pd")
+    t = topo
+    if _gpus(topo)[0] <= per_node:     # one node: the pools talk over its NICs to a twin
+        spec = topo.meta.get("spec")
+        if not isinstance(spec, dict):
+            raise InputError("the KV transfer to another system needs the system as a spec "
+                             "(gpu, gpus_per_node, nic) so its NICs are known", field="SYSTEM")
+        t = from_spec(_twin(spec))
+    nics = {n.model for n in t.nics()} if hasattr(t, "nics") else set()
+    return t, 1, "RDMA NICs (" + ", ".join(sorted(str(n) for n in nics if n)) + ")"
+
+
+def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
+             decode_topo: Topology | None = None) -> dict:
+    """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
+    x, y = parse_pd(pd) if isinstance(pd, str) else pd
+    if cfg.dp_attention != 1:
+        raise InputError("--pd with --dp-attention is not modeled; use one or the other",
+                         field="--pd")
+    sm_p = step_model(model, topo, cfg)
+    sm_d = step_model(model, decode_topo, cfg) if decode_topo is not None else sm_p
+    per = cfg.layout().gpus
+    if decode_topo is not None:
+        for name, t, k in (("prefill", topo, x), ("decode", decode_topo, y)):
+            if k * per > _gpus(t)[0]:
+                raise InputError(f"{k} {name} instances of {per} GPUs need {k * per}; "
+                                 f"{t.name} has {_gpus(t)[0]}", field="--pd")
+    link_topo, per_node, link = _kv_path(topo, decode_topo, x, y, per)
+    full = build_requests(cfg, 1)
+    if full.concurrency:
+        raise InputError("--pd runs take --rate or a trace (open loop), not --concurrency",
+                         field="--concurrency")
+    check_slo_possible(sm_p, cfg, int(full.isl.max()))
+    n = len(full)
+    # prefill pool: instance 0 takes requests 0, x, 2x, ...; each produces the first token
+    idx_p = np.arange(0, n, x)
+    pre_req = R.Requests(full.arrival[idx_p], full.isl[idx_p], np.ones(idx_p.size, np.int64))
+    res_p = simulate(pre_req, sm_p, scheduler_config(sm_p, cfg))
+    delay = res_p.first_token - res_p.arrival
+    # KV transfer per request: each GPU of the instance sends its shard, all at once
+    shard = full.isl[idx_p] * sm_p.kv_bytes_per_token
+    sizes = np.unique(shard)
+    t_of = {int(s): collectives.predict(link_topo, "send_recv", int(s), 2, per_node=per_node,
+                                        concurrent=per).time_us * 1e-6 for s in sizes}
+    xfer = np.array([t_of[int(s)] for s in shard])
+    done = res_p.first_token.copy()
+    link_free = 0.0
+    for k in np.argsort(done, kind="stable"):        # transfers queue on the instance's links
+        start = max(done[k], link_free)
+        link_free = start + xfer[k]
+        done[k] = link_free
+    ready_rep = done                                   # first token at the decode side
+    # every request of the stream gets the delays of its prefill-instance counterpart
+    pos = np.minimum(np.arange(n) // x, idx_p.size - 1)
+    ready = full.arrival + (ready_rep - res_p.arrival)[pos]
+    idx_d = np.arange(0, n, y)
+    dec = idx_d[full.osl[idx_d] >= 2]
+    order = dec[np.argsort(ready[dec], kind="stable")]
+    dec_req = R.Requests(ready[order], full.isl[order], full.osl[order])
+    res_d = simulate(dec_req, sm_d, scheduler_config(sm_d, cfg), prefilled=True)
+    combined = SimResult(arrival=full.arrival[order], first_token=ready[order],
+                         finish=res_d.finish, isl=full.isl[order], osl=full.osl[order],
+                         preemptions=res_d.preemptions, generated=res_d.generated,
+                         iter_time_s=res_d.iter_time_s, iter_decode=res_d.iter_decode,
+                         iter_prefill=res_d.iter_prefill, kv_t=res_d.kv_t,
+                         kv_used_blocks=res_d.kv_used_blocks, num_blocks=res_d.num_blocks,
+                         iterations=res_d.iterations, stats=res_d.stats)
+    s = summarize(combined, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
+    gpus = (x + y) * per
+    for key in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
+                "goodput_requests_per_s"):
+        s[key] = s[key] * y
+    s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / gpus
+    s["requests"] = n
+    xfer_ms = {k: v for k, v in zip(("p50", "p90", "p99"),
+                                    np.percentile(xfer * 1e3, [50, 90, 99]).tolist(),
+                                    strict=True)}
+    prefill_ms = {k: float(v) for k, v in zip(("p50", "p90", "p99"),
+                                              np.percentile(delay * 1e3, [50, 90, 99]),
+                                              strict=True)}
+    out = {"model": sm_p.model.name, "system": topo.name, "gpu": sm_p.gpu.name, "gpus": gpus,
+           "replicas": x + y, "layout": asdict(cfg.layout()), "precision": sm_p.precision,
+           "kv_dtype": sm_p.kv_dtype, "compute_precision": sm_p.compute_prec,
+           "engine": sm_p.engine,
+           "workload": {"source": source_text(cfg, full.source), "rate": cfg.rate,
+                        "concurrency": None, "isl": float(full.isl.mean()),
+                        "osl": float(full.osl.mean()), "simulated_requests": int(n)},
+           "slo": {"ttft_ms": cfg.slo_ttft_ms, "tpot_ms": cfg.slo_tpot_ms},
+           "memory": sm_d.memory(),
+           "max_concurrency": sm_d.max_concurrency(int(full.isl.mean()),
+                                                   int(full.osl.mean())),
+           "pd": {"name": f"{x}P{y}D",
+                  "prefill": {"instances": x, "gpus_per_instance": per, "gpu": sm_p.gpu.name,
+                              "system": topo.name},
+                  "decode": {"instances": y, "gpus_per_instance": per, "gpu": sm_d.gpu.name,
+                             "system": (decode_topo or topo).name},
+                  "kv_link": link, "kv_bytes_per_request_mean": float(
+                      (full.isl * sm_p.kv_bytes_per_token * per).mean()),
+                  "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms}}
+    out.update(s)
+    bd = typical_breakdown(sm_d, res_d)
+    out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
+    words = bottleneck(sm_d, s, bd, res_d)
+    share = float(np.median(xfer / np.maximum(done - res_p.arrival, 1e-12)))
+    out["bottleneck"] = (f"decode pool: {words}; the KV transfer over {link} is {share:.0%} of "
+                         "the median TTFT")
+    return out

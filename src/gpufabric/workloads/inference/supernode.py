@@ -1,0 +1,166 @@
+"""The seeds' comparison: inference throughput per GPU of a supernode against 8-GPU servers.
+
+At an equal GPU count and the same SLO, each system gets its best layout: for every candidate
+layout the highest request rate whose requests meet the TTFT and TPOT targets (at least
+``attainment`` of them) is found by doubling then bisection, and the layout with the most
+output tokens per second per GPU at that rate wins. The ratio of the two winners, with the
+step-time breakdown of each, says how much the NVLink domain buys and why.
+
+Examples
+--------
+>>> from gpufabric.topology.build import from_spec
+>>> one = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+>>> r = best_under_slo("llama3-8b", one, ServeConfig(requests=120, isl=1000, osl=100,
+...                    slo_ttft_ms=500, slo_tpot_ms=30), [{"tp": 1}], gpus=1)
+>>> r["layout"], r["rate"] > 1
+('tp1', True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gpufabric.errors import InputError
+from gpufabric.topology.model import Topology
+from gpufabric.workloads.inference.serve import ServeConfig, serve
+from gpufabric.workloads.models import load_model
+
+
+def _name(lay: dict) -> str:
+    parts = [f"tp{lay['tp']}"]
+    if lay.get("ep", 1) > 1:
+        parts.append(f"ep{lay['ep']}")
+    if lay.get("dp_attention", 1) > 1:
+        parts.append(f"dpa{lay['dp_attention']}")
+    return " ".join(parts)
+
+
+def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float = 0.9,
+             steps: int = 5, duration_s: float = 30.0) -> tuple[float, dict | None]:
+    """The highest deployment rate (requests/s) at which ``attainment`` of the requests meet
+    the SLO, and the run at that rate. Each run offers at least ``duration_s`` seconds of
+    arrivals (and ``cfg.requests`` requests), so queues have time to build."""
+    def ok(rate: float) -> tuple[bool, dict]:
+        n = max(cfg.requests, int(rate * duration_s))
+        r = serve(model, topo, replace(cfg, rate=rate, requests=n))
+        return r["slo_attainment"] >= attainment, r
+    lo, best = 0.0, None
+    hi = max(0.05, 0.02 * len(topo.gpus()))
+    while True:
+        good, r = ok(hi)
+        if not good:
+            break
+        lo, best, hi = hi, r, hi * 2
+        if hi > 1e5:        # pragma: no cover - an SLO met at any rate
+            break
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        good, r = ok(mid)
+        if good:
+            lo, best = mid, r
+        else:
+            hi = mid
+    return lo, best
+
+
+def best_under_slo(model: str, topo: Topology, cfg: ServeConfig, layouts: list[dict],
+                   gpus: int, duration_s: float = 30.0) -> dict[str, Any]:
+    """The layout of ``gpus`` GPUs with the most output tokens/s per GPU within the SLO."""
+    rows: list[dict[str, Any]] = []
+    for lay in layouts:
+        full = {"tp": 1, "ep": 1, "dp_attention": 1, **lay}
+        if gpus % full["tp"]:
+            continue
+        c = replace(cfg, tp=full["tp"], ep=full["ep"], dp_attention=full["dp_attention"],
+                    replicas=gpus // full["tp"])
+        try:
+            rate, r = max_rate(model, topo, c, duration_s=duration_s)
+        except InputError as exc:
+            rows.append({"layout": _name(full), "error": str(exc)})
+            continue
+        if r is None:
+            rows.append({"layout": _name(full), "error": "the SLO is not met at any rate"})
+            continue
+        rows.append({"layout": _name(full), "rate": rate,
+                     "tokens_per_s_per_gpu": r["throughput_tokens_per_s_per_gpu"],
+                     "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
+                     "breakdown_ms": r["breakdown_ms"], "bottleneck": r["bottleneck"]})
+    ok = [x for x in rows if "error" not in x]
+    if not ok:
+        raise InputError(f"no layout of {model} on {gpus} GPUs of {topo.name} meets the SLO: "
+                         + "; ".join(f"{x['layout']}: {x['error']}" for x in rows),
+                         field="--slo-ttft/--slo-tpot")
+    best = max(ok, key=lambda x: x["tokens_per_s_per_gpu"])
+    return {**best, "system": topo.name, "gpus": gpus, "tried": rows}
+
+
+def default_layouts(model: str, per_node_servers: int, gpus: int) -> tuple[list, list]:
+    """Candidate layouts: TP for dense models (inside a server; across the supernode too), and
+    attention-DP with expert parallelism for MoE models (inside a server, or wider)."""
+    m = load_model(model)
+    widths = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w <= gpus and gpus % w == 0]
+    if m.is_moe:
+        eps = [w for w in widths if w >= 8 and m.experts % w == 0]
+        lay = [{"tp": w, "ep": w, "dp_attention": w} for w in eps]
+        return lay, lay
+    tps = [w for w in widths if m.heads % w == 0]
+    return [{"tp": w} for w in tps], [{"tp": w} for w in tps if w <= per_node_servers]
+
+
+def supernode_vs_servers(model: str, supernode: Topology, servers: Topology, cfg: ServeConfig,
+                         gpus: int, duration_s: float = 30.0) -> dict[str, Any]:
+    """Throughput per GPU within the SLO, supernode against servers, with the reason."""
+    per_node = len([g for g in servers.gpus() if g.node == servers.gpus()[0].node])
+    lay_sup, lay_srv = default_layouts(model, per_node, gpus)
+    a = best_under_slo(model, supernode, cfg, lay_sup, gpus, duration_s)
+    b = best_under_slo(model, servers, cfg, lay_srv, gpus, duration_s)
+    ratio = a["tokens_per_s_per_gpu"] / b["tokens_per_s_per_gpu"]
+    return {"model": model, "gpus": gpus, "slo": {"ttft_ms": cfg.slo_ttft_ms,
+                                                  "tpot_ms": cfg.slo_tpot_ms},
+            "isl": cfg.isl, "osl": cfg.osl, "supernode": a, "servers": b, "ratio": ratio,
+            "reason": reason(a, b, ratio) + _gpu_note(supernode, servers, cfg.precision)}
+
+
+def _gpu_note(a: Topology, b: Topology, precision: str) -> str:
+    ga, gb = a.gpus()[0].model, b.gpus()[0].model
+    if ga == gb:
+        return ""
+    from gpufabric.workloads.compute import gpu_spec
+    sa, sb = gpu_spec(ga), gpu_spec(gb)
+    p = "fp8" if sa.tflops.get("fp8") and sb.tflops.get("fp8") else "bf16"
+    return (f" (the GPUs differ: {ga} has {sa.tflops[p] / sb.tflops[p]:.2f}x the {p} FLOPs and "
+            f"{sa.hbm_GBps / sb.hbm_GBps:.2f}x the HBM bandwidth of {gb})")
+
+
+def reason(a: dict, b: dict, ratio: float) -> str:
+    """Why the two differ, from their step-time breakdowns.
+
+    When the supernode's best layout is wider than the servers' best, the servers' own run of
+    that wide layout shows what the network costs it."""
+    ba, bb = a["breakdown_ms"], b["breakdown_ms"]
+    if abs(ratio - 1) < 0.08:
+        return (f"about equal ({ratio:.2f}x): the best layout on the servers ({b['layout']}) "
+                "keeps its communication inside one 8-GPU NVLink server, so the larger NVLink "
+                "domain has nothing to speed up; both are bound by "
+                f"{b['bottleneck'].split(':')[0]}")
+    if ratio < 1:
+        return (f"the servers serve {1 / ratio:.2f}x the tokens per GPU: the supernode's best "
+                f"layout ({a['layout']}) gains nothing from its larger NVLink domain here")
+    def parts(bd: dict) -> str:
+        return (f"{bd['gemm_compute']:.1f} ms GEMM compute, {bd['weight_read']:.1f} ms weight "
+                f"reads, {bd['attention']:.1f} ms attention, "
+                f"{bd['tp_comm'] + bd['ep_comm']:.1f} ms communication")
+    text = (f"the supernode serves {ratio:.2f}x the tokens per GPU within the SLO. Per step, "
+            f"its best layout ({a['layout']}) spends {parts(ba)} (over NVLink); the servers' "
+            f"best ({b['layout']}) spends {parts(bb)}")
+    wide = next((x for x in b["tried"] if x.get("layout") == a["layout"] and "error" not in x),
+                None)
+    if wide is not None and a["layout"] != b["layout"]:
+        bw = wide["breakdown_ms"]
+        text += (f". The servers cannot go as wide: {a['layout']} on them spends "
+                 f"{bw['tp_comm'] + bw['ep_comm']:.1f} ms per step communicating over the "
+                 f"network and reaches {wide['tokens_per_s_per_gpu']:.0f} tokens/s per GPU. A "
+                 "wider NVLink domain spreads the experts over more GPUs, so each reads and "
+                 "computes less per token and batches more requests within the TPOT target")
+    return text

@@ -1,0 +1,269 @@
+"""Predicted against measured for published LLM serving results.
+
+The file follows the schema of ``../shared/calibration/inference.yaml`` (its header): a list of
+entries with ``id``, ``system`` (gpu, gpus, gpus_per_node, nodes, scale_up), ``engine``,
+``model`` (name, precision, kv_cache_dtype), ``parallelism`` (tp, pp, ep, attention_dp,
+replicas), ``workload`` (mode, isl, osl, request_rate, concurrency, batch_size, num_requests)
+and either ``result`` or ``points`` (each point overriding workload and parallelism keys and
+carrying result keys). Each measured figure the model predicts (output tokens/s, per GPU,
+TTFT, ITL/TPOT, end-to-end latency) is one compared point.
+
+Entries the model cannot run are listed as skipped with the reason (lengths not stated,
+multi-token prediction, ratios only, a bulk-transfer benchmark, ...).
+
+Summary keys: ``median_abs_pct``, ``max_abs_pct``, ``points``; the same over the points of
+entries no parameter was fitted on (``holdout_*``); see :data:`FITTED_ON`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufabric.errors import InputError
+from gpufabric.topology.build import from_spec
+from gpufabric.workloads.inference.itertime import ENGINE_LAYER_S, ENGINE_OVERHEAD_S, engine_key
+from gpufabric.workloads.inference.serve import ServeConfig, serve
+from gpufabric.workloads.models import load_model
+
+#: Most requests simulated for one point (offline runs reach their steady state long before).
+MAX_SIM_REQUESTS = 1000
+#: Measured keys compared, and the key of the prediction each is compared with.
+METRICS = {
+    "output_tokens_per_s": ("throughput_tokens_per_s", None),
+    "output_tokens_per_s_per_gpu": ("throughput_tokens_per_s_per_gpu", None),
+    "ttft_ms": ("ttft_ms", "mean"), "ttft_ms_p50": ("ttft_ms", "p50"),
+    "ttft_ms_p99": ("ttft_ms", "p99"),
+    "itl_ms": ("itl_ms", "mean"), "itl_ms_p50": ("itl_ms", "p50"),
+    "tpot_ms": ("tpot_ms", "mean"), "tpot_ms_p50": ("tpot_ms", "p50"),
+    "tpot_ms_p99": ("tpot_ms", "p99"),
+    "latency_ms": ("e2e_ms", "mean"), "latency_ms_p50": ("e2e_ms", "p50"),
+}
+
+
+def _fitted_ids() -> set[str]:
+    ids: set[str] = set()
+    for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values()]:
+        if f.fitted_on.startswith("fitted on"):
+            ids.update(re.findall(r"[a-z0-9][a-z0-9.]*-[a-z0-9.\-*]+", f.fitted_on))
+    return ids
+
+
+def fitted_on(eid: str) -> bool:
+    """Whether entry ``eid`` was used to fit a parameter (ids and ``prefix-*`` patterns named
+    in the parameters' records)."""
+    for pat in _fitted_ids():
+        if pat.endswith("*") and eid.startswith(pat[:-1]):
+            return True
+        if pat == eid:
+            return True
+    return False
+
+
+def model_name(text: str) -> str:
+    """A catalog model from a free-text name: 'Llama 3.1 70B Instruct' -> 'llama3-70b'.
+
+    >>> model_name("Llama 3.3 70B (nvidia/Llama-3.3-70B-Instruct-FP8)"), model_name("GPT-J 6B")
+    ('llama3-70b', 'gpt-j-6b')
+    >>> model_name("llama_13b"), model_name("DeepSeek-R1 (FP8)")
+    ('llama2-13b', 'deepseek-v3')
+    """
+    t = str(text).split("(")[0].split("/")[0].strip().lower()
+    t = re.sub(r"\b(instruct|chat|base)\b", "", t).strip()
+    t = re.sub(r"[\s_]+", "-", t)
+    if re.fullmatch(r"llama-\d+b", t):            # TensorRT-LLM's llama_13b = Llama 2
+        t = "llama-2-" + t.split("-")[1]
+    if t == "gpt-175b":
+        t = "gpt3-175b"
+    return load_model(t).name
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return None
+
+
+def load_entries(path: str) -> list[dict]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", file=path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path,
+                         field=f"line {mark.line + 1}" if mark else None) from None
+    if not isinstance(data, list) or not data:
+        raise InputError("expected a list of entries (id, system, engine, model, workload, "
+                         "result or points)", file=path)
+    for i, e in enumerate(data):
+        if not isinstance(e, dict) or "id" not in e:
+            raise InputError("expected a mapping with id, system, engine, model, workload",
+                             file=path, field=f"[{i}]")
+        for key in ("system", "model"):
+            if not isinstance(e.get(key), dict):
+                raise InputError("missing or not a mapping", file=path,
+                                 field=f"[{i}]({e['id']}).{key}")
+        pts = e.get("points")
+        if pts is not None and not (isinstance(pts, list)
+                                    and all(isinstance(x, dict) for x in pts)):
+            raise InputError("expected a list of mappings", file=path,
+                             field=f"[{i}]({e['id']}).points")
+    return data
+
+
+def is_inference_file(path: str) -> bool:
+    """Whether ``path`` holds inference measurements (entries with an engine and a workload)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return (isinstance(data, list) and bool(data) and isinstance(data[0], dict)
+            and "engine" in data[0] and "workload" in data[0])
+
+
+class Skip(Exception):
+    pass
+
+
+def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
+    sysd, mod = e["system"], e["model"]
+    par = {**(e.get("parallelism") or {}), **{k: v for k, v in pt.items()
+                                             if k in ("tp", "pp", "ep", "attention_dp")}}
+    wl = {**(e.get("workload") or {}), **pt}
+    if par.get("mtp"):
+        raise Skip("multi-token prediction (speculative decoding) is not modeled")
+    if par.get("pd") == "disaggregated":
+        raise Skip("disaggregated entry: compared by the PD model")
+    mode = wl.get("mode")
+    if mode in (None, "bulk-transfer"):
+        raise Skip(f"no serving workload (mode {mode})")
+    isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
+    if not isl or not osl:
+        raise Skip("input / output lengths not stated")
+    gpu = pt.get("gpu") or sysd.get("gpu")
+    if not gpu:
+        raise Skip("GPU not stated")
+    try:
+        model = model_name(pt.get("model") or mod.get("name", ""))
+    except InputError:
+        raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
+    prec = str(pt.get("precision") or mod.get("precision") or "bf16").lower()
+    prec = {"nvfp4": "fp4", "fp4 (nvfp4)": "fp4"}.get(prec, prec)
+    kv = mod.get("kv_cache_dtype")
+    tp = int(par.get("tp", 1) or 1)
+    pp = int(par.get("pp", 1) or 1)
+    ep = par.get("ep", 1)
+    ep = int(ep) if isinstance(ep, int) else 1
+    reps = int(par.get("replicas", 1) or 1)
+    adp = tp if par.get("attention_dp") else 1
+    if par.get("attention_dp") and ep == 1:
+        ep = tp
+    gpus = int(pt.get("gpus") or sysd.get("gpus") or tp * pp * reps)
+    per_node = int(sysd.get("gpus_per_node") or gpus)
+    spec: dict[str, Any] = {"gpu": gpu, "gpus_per_node": max(per_node, tp * pp)}
+    if sysd.get("scale_up") in ("nvswitch", "pcie"):
+        spec["scale_up"] = sysd["scale_up"]
+    topo = from_spec(spec)
+    n_req = int(_num(wl.get("num_requests")) or 1000)
+    rate = _num(wl.get("request_rate"))
+    conc = _num(wl.get("concurrency"))
+    batch = _num(wl.get("batch_size"))
+    cfg = ServeConfig(tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps, precision=prec,
+                      kv_dtype=kv, engine=(e.get("engine") or {}).get("name", "default"),
+                      isl=int(isl), osl=int(osl))
+    if wl.get("max_num_tokens"):
+        cfg.max_batched_tokens = int(wl["max_num_tokens"])
+    if wl.get("max_batch_per_rank"):
+        cfg.max_num_seqs = int(wl["max_batch_per_rank"])
+    if mode == "static-batch":
+        b = int(batch or 1)
+        cfg.requests, cfg.max_num_seqs = b * reps, b
+        cfg.max_batched_tokens = max(b * int(isl), 1)
+    elif mode in ("closed-loop", "single-stream"):
+        c = int(conc or batch or 1)
+        cfg.concurrency = c
+        cfg.requests = min(n_req, max(MAX_SIM_REQUESTS, 3 * c))
+    elif mode == "online" and rate is not None and math.isfinite(rate):
+        cfg.rate = rate
+        cfg.requests = min(n_req, MAX_SIM_REQUESTS)
+    else:                                   # offline, or online at an infinite rate
+        cfg.requests = min(n_req, MAX_SIM_REQUESTS)
+        if batch:
+            cfg.max_num_seqs = int(batch)
+    r = serve(model, topo, cfg)
+    return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
+               "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
+               "batch": batch, "precision": prec}
+
+
+def _predicted(r: dict, key: str, gpus: int) -> float | None:
+    pk, q = METRICS[key]
+    v = r.get(pk)
+    if q is not None:
+        v = v.get(q) if isinstance(v, dict) else None
+    if v is None:
+        return None
+    if pk == "throughput_tokens_per_s":
+        v = r["throughput_tokens_per_s_per_gpu"] * gpus
+    return float(v)
+
+
+def validate(path: str) -> dict:
+    """Every comparable figure of every entry: measured, predicted, error; and a summary."""
+    entries = load_entries(path)
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    for e in entries:
+        eid = str(e["id"])
+        pts = e.get("points") or [{}]
+        for j, pt in enumerate(pts):
+            meas_src = {**(e.get("result") or {}), **pt}
+            keys = [k for k in METRICS if _num(meas_src.get(k))]
+            if not keys:
+                skipped.append({"id": eid, "point": j, "reason": "no figure the model predicts"})
+                continue
+            try:
+                r, info = _run_point(e, pt)
+            except Skip as s:
+                skipped.append({"id": eid, "point": j, "reason": str(s)})
+                continue
+            except InputError as exc:
+                skipped.append({"id": eid, "point": j, "reason": f"refused: {exc}"})
+                continue
+            for k in keys:
+                pred = _predicted(r, k, info["gpus"])
+                meas = float(meas_src[k])
+                if pred is None or meas <= 0:
+                    continue
+                rows.append({"id": eid, "point": j, "metric": k, "measured": meas,
+                             "predicted": pred, "err_pct": (pred - meas) / meas * 100,
+                             "fitted": fitted_on(eid), "engine": engine_key(
+                                 (e.get("engine") or {}).get("name")), **info,
+                             "bottleneck": r["bottleneck"]})
+    return {"summary": summary(rows), "points": rows, "skipped": skipped}
+
+
+def summary(rows: list[dict]) -> dict:
+    def stats(rs: list[dict], prefix: str = "") -> dict:
+        errs = [abs(r["err_pct"]) for r in rs]
+        return {f"{prefix}median_abs_pct": statistics.median(errs) if errs else None,
+                f"{prefix}max_abs_pct": max(errs) if errs else None,
+                f"{prefix}points": len(errs)}
+    out = stats(rows)
+    out.update(stats([r for r in rows if not r["fitted"]], "holdout_"))
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["metric"].split("_p")[0].replace("_per_gpu", ""), []).append(r)
+    out["by_metric"] = {k: stats(v) for k, v in sorted(by.items())}
+    return out

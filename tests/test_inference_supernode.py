@@ -1,0 +1,27 @@
+"""Supernode against 8-GPU servers at equal GPU count, under one SLO."""
+
+import pytest
+
+from gpufabric.topology.build import from_spec, load
+from gpufabric.workloads.inference.serve import ServeConfig
+from gpufabric.workloads.inference.supernode import default_layouts, supernode_vs_servers
+
+
+def test_candidate_layouts():
+    sup, srv = default_layouts("llama3-70b", 8, 64)
+    assert [x["tp"] for x in sup] == [1, 2, 4, 8, 16, 32, 64]
+    assert [x["tp"] for x in srv] == [1, 2, 4, 8]
+    moe, _ = default_layouts("deepseek-v3", 8, 64)
+    assert moe[-1] == {"tp": 64, "ep": 64, "dp_attention": 64}
+
+
+def test_moe_gains_from_the_nvlink_domain():
+    sup = load("gb200-nvl72")
+    srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    cfg = ServeConfig(precision="fp8", requests=200, isl=1000, osl=200, slo_ttft_ms=2000,
+                      slo_tpot_ms=60)
+    r = supernode_vs_servers("deepseek-v3", sup, srv, cfg, 16, duration_s=4.0)
+    assert r["supernode"]["layout"] == "tp16 ep16 dpa16"
+    assert r["servers"]["layout"] == "tp8 ep8 dpa8"
+    assert r["ratio"] == pytest.approx(1.12, abs=0.03)     # 1.11 of it is the GB200 peak
+    assert "wider NVLink domain" in r["reason"] and "GB200 has 1.11x" in r["reason"]

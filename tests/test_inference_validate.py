@@ -1,0 +1,65 @@
+"""`gpufabric validate` on inference measurement files (schema of calibration/inference.yaml)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufabric.workloads.inference.validate import fitted_on, model_name, validate
+
+DATA = Path(__file__).parent / "data" / "calibration" / "inference.yaml"
+
+
+def subset(tmp_path, *ids):
+    entries = [e for e in yaml.safe_load(DATA.read_text()) if e["id"] in ids]
+    f = tmp_path / "subset.yaml"
+    f.write_text(yaml.safe_dump(entries))
+    return str(f)
+
+
+def test_model_names_from_free_text():
+    assert model_name("Llama 3.1 70B Instruct") == "llama3-70b"
+    assert model_name("Mixtral 8x7B") == "mixtral-8x7b"
+    assert model_name("GPT-175B") == "gpt3-175b"
+
+
+def test_offline_points_and_skips(tmp_path):
+    f = subset(tmp_path, "trtllm-0.17-llama31-70b-h200-fp8-tp-sweep",
+               "trtllm-deepseek-r1-h200-min-latency-tp8-ep4-mtp3")
+    res = validate(f)
+    s = res["summary"]
+    assert s["points"] == 18 and s["median_abs_pct"] < 10
+    assert res["skipped"] == [{"id": "trtllm-deepseek-r1-h200-min-latency-tp8-ep4-mtp3",
+                               "point": 0, "reason": "multi-token prediction (speculative "
+                               "decoding) is not modeled"}]
+    assert not fitted_on("trtllm-0.17-llama31-70b-h200-fp8-tp-sweep")
+    assert s["holdout_points"] == 18
+
+
+def test_online_latencies_against_trtllm(tmp_path):
+    res = validate(subset(tmp_path, "trtllm-0.14-online-llama31-8b-h100-tp1-isl467-osl256"))
+    rows = {(r["point"], r["metric"]): r for r in res["points"]}
+    # 2 requests/s: TTFT is one 467-token prefill, ITL one decode step of the 8B model
+    assert rows[(0, "itl_ms")]["predicted"] == pytest.approx(9.8, abs=0.1)   # measured 8
+    assert rows[(0, "output_tokens_per_s")]["predicted"] == pytest.approx(465, rel=0.02)
+    assert all(r["fitted"] for r in res["points"])
+    assert res["summary"]["holdout_points"] == 0
+
+
+def test_validate_cli_dispatches_by_content(cli, tmp_path):
+    f = subset(tmp_path, "fastertransformer-gpt-6.7b-a100-tp1")
+    code, out, err = cli("validate", f, "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert {"median_abs_pct", "max_abs_pct", "points"} <= set(r["summary"])
+    assert r["summary"]["points"] == 6
+    code, out, err = cli("validate", f)
+    assert code == 0 and "# summary: 6 points" in out
+
+
+def test_validate_bad_file(cli, tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("- id: x\n  engine: {name: vLLM}\n  workload: {mode: offline}\n  model: 3\n")
+    code, out, err = cli("validate", str(f))
+    assert code == 2 and "bad.yaml: [0](x).system: missing or not a mapping" in err

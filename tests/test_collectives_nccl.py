@@ -33,14 +33,15 @@ def test_nvls_needs_more_than_two_gpus():
 
 
 def test_nvls_tree_is_capped_per_channel_across_many_nodes():
-    # NVL72 racks with a NIC per GPU: NVLS inside (810 GB/s) would outrun NCCL's limit of
-    # 16 NVLS channels x 43.1 GB/s (Blackwell, more than 2 nodes) = 689.6
-    t = from_spec({"gpu": "GB200", "gpus_per_node": 72, "nodes": 4, "nics_per_node": 72,
-                   "nic": "ib-ndr", "host": {"cpu": "Grace", "sockets": 36}},
-                  materialize_nodes=2)
+    # 4 NVL72 racks of 18 trays, 4 NDR NICs per tray: NVLS inside (810 GB/s) would outrun
+    # NCCL's NVLS-tree estimate beyond 2 domains, one head per NIC of the tray at half its
+    # rate: 4 x 49.5 x 0.5 = 99 GB/s (and never more than 16 channels x 43.1 GB/s)
+    t = from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 72, "nvlink_domain": 72,
+                   "nics_per_node": 4, "nic": "ib-ndr"})
     p = C.predict(t, "all_reduce", 8 * GB, algo="nvls_tree")
     assert p.busbw <= 16 * 43.1
-    assert p.busbw == pytest.approx(16 * 43.1, rel=0.01)
+    assert p.busbw == pytest.approx(4 * 49.5 * 0.5, rel=0.01)
+    assert C.predict(t, "all_reduce", 8 * GB).algo == "ring"
     # on 8-GPU H100 nodes the NICs bind first (each node carries its shards twice)
     h = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 8, "nics_per_node": 8,
                    "nic": "ib-ndr"})

@@ -211,6 +211,12 @@ NVLS_CHANNELS = record(
     "NCCL src/transport/nvls.cc NCCL_NVLS_NCHANNELS default 16 (NCCL 2.18-2.22; 2.28 picks "
     "the count itself)")
 
+NVLS_CHUNK_BYTES = record(
+    "NVLS_CHUNK_BYTES", 128 * 1024, "bytes",
+    "NVLS: bytes each channel handles per rank and pipeline step; one loop (channels x ranks "
+    "of the domain x chunk, at most the buffer) fills the pipeline before results flow",
+    "NCCL src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE default 128 KiB")
+
 NVLS_TREE_INTER_SHARE = record(
     "NVLS_TREE_INTER_SHARE", 0.5, "x NIC rate",
     "NVLS tree beyond 2 nodes: each head's (NIC's) tree channel bandwidth",

@@ -5,9 +5,11 @@ tests/data/calibration/holdout.yaml lists nccl-tests results from machines absen
 4090 / PRO 6000, RoCE and 12-node clusters). No parameter was fitted on it, but it has been
 looked at: its GB200 NVL72 miss is what sent the NVLS model to NCCL's own form (bus bandwidth
 independent of the number of GPUs), so it is no longer a blind hold-out (docs/collectives.md);
-tests/data/calibration/holdout2.yaml is the blind one.
+tests/data/calibration/holdout2.yaml was the blind one (see its test for what changed that).
+The NVLS pipeline fill (one loop of 16 channels x ranks x 128 KiB, NCCL's defaults) was added
+with this file's NVL72 rack in view (+36 % -> +6.5 % at 512 MiB) and the calibration file's H200.
 
-Both goals hold: large-message median 7.6 % over 21 points, small-message median 18.8 % over
+Both goals hold: large-message median 6.9 % over 21 points, small-message median 18.8 % over
 10. The maximum (113.5 %, the H100 PCIe pair on NVLink bridges) does not. The tests pin the
 medians as ceilings, so a change that makes the hold-out worse fails.
 """
@@ -21,7 +23,7 @@ from gpufabric.collectives.validate import validate
 HOLDOUT = Path(__file__).parent / "data" / "calibration" / "holdout.yaml"
 
 #: Measured on the hold-out (gpufabric validate ... --json), in %.
-CURRENT_LARGE_MEDIAN = 7.57
+CURRENT_LARGE_MEDIAN = 6.92
 CURRENT_SMALL_MEDIAN = 18.84
 GOAL_LARGE_MEDIAN = 10.0
 GOAL_SMALL_MEDIAN = 25.0

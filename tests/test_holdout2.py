@@ -16,20 +16,35 @@ def result():
     return validate(str(HOLDOUT2))
 
 
-def test_every_entry_names_its_source_and_what_the_catalog_lacks():
+def test_every_entry_names_its_source_and_is_built_as_its_machine():
     entries = load_entries(str(HOLDOUT2))
     assert len(entries) == 11
     assert all(e["source"] for e in entries)
+    assert not any(e.get("needs") for e in entries)
+    racks = next(e for e in entries if e["id"] == "coreweave-gb200-20racks")["system"]
+    assert (racks["gpus_per_node"], racks["nodes"], racks["nvlink_domain"]) == (4, 360, 72)
 
 
-def test_entries_the_catalog_cannot_build_are_skipped_with_the_reason(result):
-    skipped = {s["id"]: s["error"] for s in result["skipped"]}
-    assert set(skipped) == {"p4dn-multinode-efa", "p6-b200-2node-efa-small"}
-    assert "unknown network speed 'efa-100'" in skipped["p4dn-multinode-efa"]
-    needs = {s["id"]: s.get("needs") for s in result["skipped"]}
-    assert needs["p4dn-multinode-efa"].startswith("AWS EFA (100G, SRD) NIC kind")
-    assert result["summary"]["points"] == 22
-    assert result["summary"]["unfitted"]["points"] == 22     # nothing here was fitted on
+def test_every_entry_runs_now_that_efa_and_nvlink_domains_exist(result):
+    assert result["skipped"] == []
+    assert result["summary"]["points"] == 29
+    assert result["summary"]["unfitted"]["points"] == 29     # nothing here was fitted on
+
+
+def test_summary_against_the_goals(result):
+    """Large-message goals (median <= 10 %, max <= 25 %) are NOT met here; see docs."""
+    s = result["summary"]
+    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (13.4, 47.11)
+    assert s["small_median_abs_pct"] == 19.34
+
+
+def test_20_nvl72_racks_are_timed_as_rings_and_trees_across_the_racks(result):
+    """NCCL's NVLS-tree and tree estimates beyond two domains count one channel per NIC of a
+    compute tray (4), so at 1-4 GiB the ring over 1440 ranks is chosen, as the measured
+    curve's ~4.6 ms fixed cost says."""
+    rows = [r for r in result["points"] if r["id"] == "coreweave-gb200-20racks"]
+    assert [r["algo"] for r in rows] == ["tree", "ring", "ring", "ring"]
+    assert [round(r["err_pct"], 1) for r in rows] == [15.3, 11.5, 24.5, 34.0]
 
 
 def test_a_group_on_one_gpu_per_node_is_validated_as_such(result):
@@ -48,12 +63,3 @@ def test_per_node_must_be_a_positive_integer(tmp_path):
 #: Measured on hold-out 2 (gpufabric validate tests/data/calibration/holdout2.yaml --json), in %.
 #: Goals not met here: large median 17.8 (4 of its 10 large points are the 20-rack GB200 entry
 #: the spec approximates), large max 313; small median 24.5 (goal 25). Pinned as ceilings.
-CURRENT = {"large_median_abs_pct": 17.77, "large_max_abs_pct": 313.0,
-           "small_median_abs_pct": 24.53}
-
-
-def test_holdout2_no_worse_than_recorded(result):
-    s = result["summary"]
-    for key, value in CURRENT.items():
-        assert s[key] <= value + 0.5, (key, s[key])
-    assert (s["large_points"], s["small_points"]) == (10, 6)

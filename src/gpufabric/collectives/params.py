@@ -204,6 +204,19 @@ NVLS_CHANNELS = record(
     "NCCL src/transport/nvls.cc NCCL_NVLS_NCHANNELS default 16 (NCCL 2.18-2.22; 2.28 picks "
     "the count itself)")
 
+NVLS_CHUNK_BYTES = record(
+    "NVLS_CHUNK_BYTES", 128 * 1024, "bytes",
+    "NVLS: bytes each channel handles per rank and pipeline step; one loop (channels x ranks "
+    "of the domain x chunk, at most the buffer) fills the pipeline before results flow",
+    "NCCL src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE default 128 KiB")
+
+NVLS_TREE_INTER_SHARE = record(
+    "NVLS_TREE_INTER_SHARE", 0.5, "x NIC rate",
+    "NVLS tree beyond 2 nodes: each head's (NIC's) tree channel bandwidth",
+    f"{_TUNING} ncclTopoTuneModel (NVLS_TREE bw = min(bwIntra, nNodes <= 2 ? bwInter : "
+    "bwInter/2)); one channel head per NIC of the host, as search.cc's NVLS graph",
+    nccl=True)
+
 NVLS_LAT_US = record(
     "NVLS_LAT_US", 25.0, "us", "one NVLS operation inside the NVLink domain",
     f"{_TUNING} hwLatencies NVLINK NVLS Simple (latency = intraLat once)", nccl=True)

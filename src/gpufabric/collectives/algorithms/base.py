@@ -125,6 +125,27 @@ def gpu_generation(topo) -> str:
     return cache["gen"]
 
 
+def host_nic_heads(m, lay) -> tuple[int, float]:
+    """NCCL's NVLS-tree heads and the inter-node rate of each: the scale-out NICs of the host
+    (server or compute tray) of the group's first GPU, and one NIC's usable rate (GB/s).
+    NCCL searches the NVLS graph on each host's own topology, one channel head per NIC."""
+    from gpufabric.network.capacity import usable_GBps
+    topo = m.topo
+    cache = topo.__dict__.setdefault("_nvls_heads", {})
+    gpu = lay.gpus[0][0]
+    if gpu not in cache:
+        node = topo.devices[gpu].node
+        rates = []
+        for nic in topo.nics():
+            if nic.node != node:
+                continue
+            net = [ln for _, ln in topo.neighbors(nic.id) if ln.kind == "net"]
+            if net:
+                rates.append(usable_GBps(net[0], topo) * net[0].count)
+        cache[gpu] = (len(rates), min(rates) if rates else 0.0)
+    return cache[gpu]
+
+
 def cpu_vendor(topo) -> str:
     """Vendor of the host CPUs (intel, amd, nvidia, ...); intel when unknown."""
     from gpufabric import catalog

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.algorithms.base import register
+from gpufabric.collectives.algorithms.base import host_nic_heads, register
 from gpufabric.collectives.algorithms.nvls import Nvls
 
 _GENERATION = {"nvlink4": "hopper", "nvlink5": "blackwell"}
@@ -13,7 +13,10 @@ _GENERATION = {"nvlink4": "hopper", "nvlink5": "blackwell"}
 class NvlsTree(Nvls):
     """NVLS inside each node; each GPU's reduced shard crosses a tree on its rail at once. NCCL
     limits each NVLS channel's tree bandwidth (perChMaxNVLSTreeBws, by GPU generation and node
-    count): the bus bandwidth is capped at NVLS channels x that limit."""
+    count): the bus bandwidth is capped at NVLS channels x that limit. Beyond two nodes NCCL
+    also rates each tree channel at half its head NIC (a tree node sends to its parent and to
+    two children), with one head per NIC of the host: the bus bandwidth is capped at
+    heads x NIC rate / 2 (NCCL's own estimate, so its tuner passes NVLS tree over there)."""
 
     name = "nvls_tree"
     order = 3
@@ -27,4 +30,9 @@ class NvlsTree(Nvls):
         if gen is None:
             return 0.0
         per_ch = P.PER_CH_MAX_NVLS_TREE_GBPS[gen][min(lay.nodes, 3) - 1]
-        return P.NVLS_CHANNELS * per_ch
+        cap = P.NVLS_CHANNELS * per_ch
+        if lay.nodes > 2:
+            heads, nic_GBps = host_nic_heads(m, lay)
+            if heads:
+                cap = min(cap, heads * nic_GBps * P.NVLS_TREE_INTER_SHARE)
+        return cap

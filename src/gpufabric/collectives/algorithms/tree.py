@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, register
+from gpufabric.collectives.algorithms.base import (UNIT, Algorithm, Plan, host_nic_heads,
+                                                   register)
 
 
 @register
@@ -29,6 +30,18 @@ class Tree(Algorithm):
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.tree_hops), sim.drain_s / UNIT, lat,
                     P.TREE_EFFICIENCY, sim.edges, note=pat.note)
+
+    def busbw_cap_GBps(self, m, op, lay, proto):
+        """LL's ceiling (llMaxBws), and beyond two nodes NCCL's tree estimate: one channel per
+        NIC of the host at that NIC's rate, x the tree efficiency (busBw = nChannels x bwInter
+        x 0.92 when nNodes > 2)."""
+        cap = super().busbw_cap_GBps(m, op, lay, proto)
+        if lay.nodes > 2:
+            heads, nic_GBps = host_nic_heads(m, lay)
+            if heads:
+                net = heads * nic_GBps * P.TREE_EFFICIENCY
+                cap = min(cap, net) if cap > 0 else net
+        return cap
 
     def efficiency(self, m, op, plan, proto, lay, size):
         eff = plan.eff * (P.TREE_LL_EFFICIENCY if proto == "LL"

@@ -253,7 +253,10 @@ class StepModel:
 
     def _memory(self) -> None:
         m, lay = self.model, self.layout
-        self.weights_bytes = M.weight_bytes(m, tp=lay.tp, pp=lay.pp, ep=lay.ep,
+        # experts are split over the whole TP group (EP x expert-TP), the memory model counts
+        # them split by its ep alone
+        self.weights_bytes = M.weight_bytes(m, tp=lay.tp, pp=lay.pp,
+                                            ep=lay.tp if m.is_moe else lay.ep,
                                             elem_bytes=self.wb)
         # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
         self.kv_bytes_per_token = M.kv_cache_bytes_per_token(
@@ -265,7 +268,13 @@ class StepModel:
         act += min(self.max_tokens, 256) * (m.vocab // lay.tp) * 4
         self.activation_bytes = float(act)
         self.reserve_bytes = M.RESERVE_GiB.value * 2**30
-        usable = cap * self.mem_util - self.weights_bytes - act - self.reserve_bytes
+        if self.engine in ("tensorrt-llm", "fastertransformer"):
+            # a fraction of what the weights and activations leave (kv_cache_free_gpu_mem_fraction)
+            usable = (cap - self.weights_bytes - act - self.reserve_bytes) * self.mem_util
+            room = cap
+        else:   # a fraction of the whole GPU (vLLM gpu_memory_utilization; SGLang mem_fraction)
+            usable = cap * self.mem_util - self.weights_bytes - act - self.reserve_bytes
+            room = cap * self.mem_util
         self.kv_bytes_free = usable
         self.kv_blocks = int(usable // (self.kv_bytes_per_token * self.block_size)) \
             if usable > 0 else 0
@@ -274,7 +283,7 @@ class StepModel:
             raise InputError(
                 f"{m.name} in {self.precision} does not fit: each of the {lay.gpus} GPUs needs "
                 f"{need:.1f} GB for weights, activations and reserve, and has "
-                f"{cap * self.mem_util / 1e9:.1f} GB usable ({self.gpu.name}); use more GPUs "
+                f"{room / 1e9:.1f} GB usable ({self.gpu.name}); use more GPUs "
                 "(--tp/--pp/--ep) or a smaller --precision", field="MODEL")
 
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,

@@ -34,12 +34,24 @@ from gpufabric import collectives
 from gpufabric.errors import InputError
 from gpufabric.topology.build import from_spec
 from gpufabric.topology.model import Topology
+from gpufabric.workloads.compute import Fitted
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
                                                  check_slo_possible, scheduler_config,
                                                  step_model, typical_breakdown)
 from gpufabric.workloads.inference.serve import _source as source_text
 from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
+
+
+#: The KV-transfer engine (Mooncake Transfer Engine, NIXL): a fixed cost per request's transfer
+#: (registration, handshake, completion) and the fraction of the links' NCCL-usable rate its
+#: RDMA writes reach. Fitted on the transfer_ms points of
+#: mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer (128 to 32,768 tokens; two-point fit of
+#: the smallest and largest, the rest within 6 %); mooncake-sglang-* is held out.
+KV_SETUP_S = Fitted(0.00039, "s per transfer", "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-"
+                    "8b-kv-transfer")
+KV_EFF = Fitted(0.81, "fraction of the send/recv rate", "fitted on mooncake-vllm-pd-1p1d-"
+                "h800-qwen3-8b-kv-transfer")
 
 
 def parse_pd(text: str) -> tuple[int, int]:
@@ -125,8 +137,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     # KV transfer per request: each GPU of the instance sends its shard, all at once
     shard = full.isl[idx_p] * sm_p.kv_bytes_per_token
     sizes = np.unique(shard)
-    t_of = {int(s): collectives.predict(link_topo, "send_recv", int(s), 2, per_node=per_node,
-                                        concurrent=per).time_us * 1e-6 for s in sizes}
+    t_of = {int(s): KV_SETUP_S.value + collectives.predict(
+        link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=per).time_us * 1e-6
+        / KV_EFF.value for s in sizes}
     xfer = np.array([t_of[int(s)] for s in shard])
     done = res_p.first_token.copy()
     link_free = 0.0

@@ -39,6 +39,7 @@ from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
                                                  check_slo_possible, scheduler_config,
                                                  step_model, typical_breakdown)
+from gpufabric.workloads.inference.serve import _check_slo
 from gpufabric.workloads.inference.serve import _source as source_text
 from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
 
@@ -111,6 +112,7 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
              decode_topo: Topology | None = None) -> dict:
     """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
+    _check_slo(cfg)
     if cfg.dp_attention != 1:
         raise InputError("--pd with --dp-attention is not modeled; use one or the other",
                          field="--pd")

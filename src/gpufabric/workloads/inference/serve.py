@@ -70,6 +70,18 @@ class ServeConfig:
 
 
 def _check_slo(cfg: ServeConfig) -> None:
+    """Check the run's numbers (one-line errors naming the option)."""
+    if not isinstance(cfg.requests, int) or cfg.requests < 1:
+        raise InputError(f"must be a positive integer, got {cfg.requests!r}", field="--requests")
+    if cfg.rate is not None and not (math.isfinite(cfg.rate) and cfg.rate > 0):
+        raise InputError(f"must be a positive number of requests per second, got {cfg.rate!r}",
+                         field="--rate")
+    if cfg.concurrency is not None and cfg.concurrency < 1:
+        raise InputError(f"must be a positive integer, got {cfg.concurrency!r}",
+                         field="--concurrency")
+    if cfg.preemption not in ("recompute", "swap"):
+        raise InputError(f"unknown preemption mode '{cfg.preemption}'; allowed: recompute, "
+                         "swap", field="--preemption")
     for name in ("slo_ttft_ms", "slo_tpot_ms"):
         v = getattr(cfg, name)
         if v is not None and not (math.isfinite(v) and v > 0):

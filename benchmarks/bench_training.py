@@ -23,13 +23,9 @@ BIG = "gpu=H100-SXM,gpus_per_node=8,nodes=2048,scale_up=nvswitch,nics_per_node=8
 
 
 def main() -> None:
-    t0 = time.perf_counter()
-    rs = search("gpt3-175b", GPT3, global_batch=1536, top=5)
-    t1 = time.perf_counter()
-    best = rs[0].parallel
-    print(f"1,024-GPU GPT-3 175B search: {t1 - t0:.2f} s (goal < 10 s); best tp {best['tp']} "
-          f"pp {best['pp']} dp {best['dp']} vpp {best['vpp']} mb {best['micro_batch']}: "
-          f"{rs[0].step_time_s:.2f} s/step, MFU {rs[0].mfu:.1%}")
+    # the 16,384-GPU prediction first, in a fresh process: nothing cached yet
+    predict_step("llama3-8b", load("gpu=H100-SXM,gpus_per_node=8,nodes=1", materialize_nodes=1),
+                 Parallel(dp=8), 2048)                      # imports and model files, once
     t0 = time.perf_counter()
     topo = load(BIG, materialize_nodes=4)
     t1 = time.perf_counter()
@@ -43,6 +39,13 @@ def main() -> None:
           f"{(t2 - t1) * 1e3:.1f} ms, next layout on the same topology: "
           f"{(t3 - t2) * 1e3:.1f} ms (goal < 50 ms)")
     print(f"  step {r.step_time_s:.2f} s, MFU {r.mfu:.1%}; vpp 1: {r2.step_time_s:.2f} s")
+    t0 = time.perf_counter()
+    rs = search("gpt3-175b", GPT3, global_batch=1536, top=5)
+    t1 = time.perf_counter()
+    best = rs[0].parallel
+    print(f"1,024-GPU GPT-3 175B search: {t1 - t0:.2f} s (goal < 10 s); best tp {best['tp']} "
+          f"pp {best['pp']} dp {best['dp']} vpp {best['vpp']} mb {best['micro_batch']}: "
+          f"{rs[0].step_time_s:.2f} s/step, MFU {rs[0].mfu:.1%}")
 
 
 if __name__ == "__main__":

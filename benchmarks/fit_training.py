@@ -40,7 +40,7 @@ def loss(params: dict[str, float]) -> float:
                                                   / len(r.points))
 
 
-params = {"gemm_ampere": 0.74, "gemm_hopper": 0.78, "overhead": 80.0, "fp8": 0.75,
+params = {"gemm_ampere": 0.74, "gemm_hopper": 0.80, "overhead": 200.0, "fp8": 0.75,
           "khalf": 0.63}
 grid = {"gemm_ampere": [x / 100 for x in range(50, 91, 2)],
         "gemm_hopper": [x / 100 for x in range(50, 91, 2)],

@@ -63,9 +63,10 @@ def test_nvls_reduces_in_the_switch_on_hopper_not_on_ampere():
     h = C.predict(from_spec(H100), "all_reduce", 8 * GB)
     a = C.predict(from_spec(A100), "all_reduce", 8 * GB)
     assert h.algo == "nvls" and a.algo == "ring"
-    # S (1 + 1/8) through each GPU's NVLink at 370.8 x 0.85 (NCCL's Hopper NVLS efficiency):
-    # busbw = 1.75 x 370.8 x 0.85 / 1.125
-    assert h.busbw == pytest.approx(1.75 * 370.8 * 0.85 / 1.125, rel=0.002)
+    # NCCL's NVLS model: S (G-1)/G each way through each GPU's NVLink at 370.8 x 0.85 (Hopper
+    # NVLS efficiency) x 0.76 (the share NCCL's kernels sustain, fitted on Hopper NVLS):
+    # busbw = 2 x 370.8 x 0.85 x 0.76, whatever the number of GPUs
+    assert h.busbw == pytest.approx(2 * 370.8 * 0.85 * 0.76, rel=0.002)
     assert a.busbw == pytest.approx(240.0, rel=0.002)
     with pytest.raises(InputError):
         C.predict(from_spec(A100), "all_reduce", GB, algo="nvls")
@@ -105,11 +106,15 @@ def test_nvls_tree_across_two_nodes_beats_the_nic_limit():
     assert p.algo == "nvls_tree" and p.busbw > 8 * 48 > ring.busbw * 0.99
 
 
-def test_hierarchical_is_the_sum_of_its_phases():
+def test_hierarchical_phases_overlap_across_chunks():
     t = spec(gpu="H100-SXM", gpus_per_node=8, nodes=2, nics_per_node=8, nic="ib-ndr")
     h = C.predict(t, "all_reduce", 8 * GB, algo="hierarchical")
     r = C.predict(t, "all_reduce", 8 * GB, algo="ring")
-    assert h.busbw < r.busbw   # three phases in sequence, no overlap
+    # pipelined, the phases share the NVLink ports: reduce_scatter and all_gather move
+    # 2 x 7/8 S each way through them while the NICs carry the shards, so busbw =
+    # 2 (16-1)/16 x 370.8 / 1.75 = 397.3 at most, above the flat ring's 370.8
+    assert r.busbw < h.busbw <= 397.3
+    assert round(h.busbw, 1) == 396.3
 
 
 # -- symmetry: a sampled cluster gives what the whole cluster gives -----------------------------

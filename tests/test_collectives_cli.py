@@ -15,7 +15,7 @@ def test_collective_prints_the_nccl_tests_table(cli):
     assert code == 0
     lines = out.splitlines()
     assert "size" in lines[1] and "busbw" in lines[1] and "redop" in lines[1]
-    rows = [l.split() for l in lines if not l.startswith("#")]
+    rows = [ln.split() for ln in lines if not ln.startswith("#")]
     assert [r[0] for r in rows] == ["8", "8192", "8388608", "8589934592"]
     assert rows[0][1:5] == ["2", "float", "sum", "-1"]
     assert rows[0][5] == "15.00"                            # ring/LL on 8 ranks
@@ -43,7 +43,7 @@ def test_explain_names_the_bottleneck_and_how_busy(cli):
     code, out, _ = cli("collective", "gpu=RTX-5090,gpus_per_node=4,scale_up=pcie,"
                        "p2p=false,pcie_gen=5", "--min", "1G", "--max", "1G", "--explain")
     assert code == 0
-    line = next(l for l in out.splitlines() if "bottleneck" in l)
+    line = next(ln for ln in out.splitlines() if "bottleneck" in ln)
     assert "PCIe root port of socket" in line
     busy = int(line.rsplit(",", 1)[1].strip().removesuffix("% busy"))
     assert 95 <= busy <= 100          # a 1 GB ring keeps the bottleneck busy all along

@@ -46,17 +46,19 @@ def test_fitted_ids_are_calibration_entries():
     ids = {e["id"] for e in yaml.safe_load((DATA / "collectives.yaml").read_text())}
     assert P.fitted_ids() <= ids
     assert P.fitted_ids() == {"rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
-                              "rtx5090-pcie5-dual-xeon"}
+                              "rtx5090-pcie5-dual-xeon", "hgx-h100-allreduce-290",
+                              "azure-nd-h200-v5"}
 
 
 def test_validate_reports_the_error_over_unfitted_entries():
     r = validate(str(DATA / "collectives.yaml"))
     s = r["summary"]
-    assert s["fitted_entries"] == ["rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
+    assert s["fitted_entries"] == ["azure-nd-h200-v5", "hgx-h100-allreduce-290",
+                                   "rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
                                    "rtx5090-pcie5-dual-xeon"]
     u = s["unfitted"]
-    assert u["points"] == s["points"] - 3
-    assert u["large_points"] == s["large_points"] - 2 and u["small_points"] == 0
+    assert u["points"] == s["points"] - 9
+    assert u["large_points"] == s["large_points"] - 6 and u["small_points"] == 0
     assert all(isinstance(p["fitted"], bool) for p in r["points"])
     # the headline keys stay where they were
     assert {"large_median_abs_pct", "large_max_abs_pct", "small_median_abs_pct",
@@ -75,9 +77,9 @@ def test_cli_params_lists_every_record(cli):
 
 
 def test_algorithms_are_registered_by_name_and_duplicates_refused():
-    assert set(REGISTRY) == {"ring", "tree", "nvls", "nvls_tree", "hierarchical", "pairwise",
-                             "p2p"}
-    assert C.ALGOS == ("auto", "ring", "tree", "nvls", "nvls_tree", "hierarchical",
+    assert set(REGISTRY) == {"ring", "tree", "nvls", "nvls_tree", "pat", "hierarchical",
+                             "pairwise", "p2p"}
+    assert C.ALGOS == ("auto", "ring", "tree", "nvls", "nvls_tree", "pat", "hierarchical",
                        "pairwise", "p2p")
 
     class AnotherRing(Algorithm):

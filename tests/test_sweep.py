@@ -26,3 +26,11 @@ def test_ray_gives_the_same_ranking_as_in_process():
         assert [r.step_time_s for r in remote] == [r.step_time_s for r in local]
     finally:
         ray.shutdown()
+
+
+def test_an_unreachable_ray_address_fails_fast_with_one_line(cli):
+    code, out, err = cli("train", "llama3-8b", SYS, "--global-batch", "32", "--search",
+                         "--ray-address", "127.0.0.1:1")
+    assert code == 2 and out == ""
+    assert err.strip() == ("gpufabric: error: --ray-address: cannot reach the Ray cluster at "
+                           "127.0.0.1:1 (Connection refused)")

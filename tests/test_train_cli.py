@@ -67,3 +67,24 @@ def test_validate_dispatches_training_files_and_keeps_collectives(cli):
     assert {"median_abs_pct", "max_abs_pct", "points"} <= set(s)
     code, out, _ = cli("validate", str(DATA / "collectives.yaml"), "--json")
     assert code == 0 and "large_median_abs_pct" in json.loads(out)["summary"]
+
+
+def test_bad_training_file_and_oversized_model_exit_2(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- id: x\n  system: {gpu: H100-SXM, gpus: 16}\n  model: {name: Llama 3 8B}\n"
+                   "  parallelism: {tp: abc}\n  result: {tokens_per_s_per_gpu: 100}\n")
+    code, _, err = cli("validate", str(bad))
+    assert code == 2 and "bad.yaml: x.points[0]: bad value" in err
+    big = tmp_path / "big.yaml"
+    big.write_text("name: big\narch: dense\nsource: s\nlayers: 1000000000\nhidden: 64\n"
+                   "heads: 1\nffn: 64\nvocab: 10\n")
+    code, _, err = cli("train", str(big), "hgx-h100")
+    assert code == 2 and err.strip().endswith("big.yaml: layers: got 1000000000; at most 10,000")
+
+
+def test_a_cnn_trains_data_parallel_only(cli):
+    code, out, _ = cli("train", "resnet-50", "dgx-a100", "--micro-batch", "256",
+                       "--precision", "fp16", "--json")
+    assert code == 0 and json.loads(out)["parallel"]["dp"] == 8
+    code, _, err = cli("train", "resnet-50", "dgx-a100", "--tp", "2")
+    assert code == 2 and "resnet-50 is a cnn: data parallelism only" in err

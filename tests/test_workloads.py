@@ -195,9 +195,11 @@ def test_megatron_rank_order_puts_tp_inside_nodes_and_dp_across():
         Parallel(dp=8, global_batch=100)
 
 
-@pytest.mark.parametrize("mod", ["models", "compute", "memory", "parallel"])
+@pytest.mark.parametrize("mod", ["workloads.models", "workloads.compute", "workloads.memory",
+                                 "workloads.parallel", "workloads.training", "workloads.search",
+                                 "report.training", "sweep"])
 def test_docstring_examples_run(mod):
     import doctest
     import importlib
-    m = importlib.import_module(f"gpufabric.workloads.{mod}")
+    m = importlib.import_module(f"gpufabric.{mod}")
     assert doctest.testmod(m).failed == 0

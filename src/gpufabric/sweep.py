@@ -46,6 +46,8 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
     except ImportError:
         raise InputError("Ray is not installed; install the 'ray' extra "
                          "(pip install 'gpufabric[ray]') or drop --ray", field="--ray") from None
+    if address and address != "auto":
+        _probe(address)
     if not _ray.is_initialized():
         try:
             _ray.init(address=address, include_dashboard=False, log_to_driver=False,
@@ -61,6 +63,27 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
     for part in _ray.get(refs):
         out.extend(part)
     return out
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (one line, no hang) when nothing listens at a Ray address ``[ray://]host:port``.
+
+    >>> _probe("127.0.0.1:1", 0.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: --ray-address: cannot reach the Ray cluster at 127.0.0.1:1 (...)
+    """
+    import socket
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"got {address!r}; expected [ray://]host:port or auto",
+                         field="--ray-address")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputError(f"cannot reach the Ray cluster at {address} "
+                         f"({exc.strerror or exc})", field="--ray-address") from None
 
 
 __all__ = ["run"]

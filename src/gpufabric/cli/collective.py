@@ -66,7 +66,9 @@ def collective(
                                    help="Groups of this shape running at once on the same "
                                    "nodes' other GPUs (they share NICs, PCIe, fabric)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
-                             "hierarchical (all_reduce); all_to_all: pairwise; send_recv: p2p."),
+                             "hierarchical (all_reduce); pat (all_gather, reduce_scatter at "
+                             "one rank per node); all_to_all: pairwise; send_recv: p2p; any "
+                             "registered plugin."),
     proto: str | None = typer.Option(None, "--proto",
                                         help="Force a protocol: LL, LL128 or Simple."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -152,7 +154,8 @@ def validate(
                    f"{meas:>11.1f} {unit:<4} {pred:>10.1f} {r['err_pct']:>+7.1f}%  "
                    f"{r['algo']}/{r['proto']}")
     for sk in res.get("skipped", []):
-        typer.echo(f"# skipped {sk['id']}: {sk['error']}")
+        needs = f" (needs: {sk['needs']})" if sk.get("needs") else ""
+        typer.echo(f"# skipped {sk['id']}: {sk['error']}{needs}")
     s = res["summary"]
 
     def f(x):

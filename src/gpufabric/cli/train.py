@@ -78,6 +78,8 @@ def train(
                                "parallelism (all-reduce instead of reduce-scatter/all-gather)."),
     tp_overlap: bool = typer.Option(False, "--tp-overlap", help="TP communication overlapped "
                                     "with GEMMs (TE userbuffers / async TP)."),
+    ep_overlap: bool = typer.Option(False, "--ep-overlap", help="Expert all-to-all overlapped "
+                                    "with another micro-batch's compute (DualPipe)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Rank order, innermost "
                               "first."),
     search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
@@ -127,7 +129,7 @@ def train(
                    global_batch=global_batch or dp * micro_batch, recompute=recompute,
                    order=order)
     r = predict_step(m, topo, par, seq, precision=precision, tp_overlap=tp_overlap,
-                     check_memory=True)
+                     ep_overlap=ep_overlap, check_memory=True)
     if json:
         emit_json(r.to_dict())
         return

@@ -4,9 +4,14 @@ Operations: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, 
 ``reduce``, ``send_recv``. Algorithms: ``ring`` (rings over NVLink, PCIe and the rail NICs, as
 NCCL builds them), ``tree`` (chains inside nodes, double binary trees across), ``nvls``
 (in-switch reduction on NVSwitch gen 3+, with trees across nodes when there are several),
-``hierarchical`` (intra-node reduce_scatter, inter-node all_reduce, intra-node all_gather, in
-sequence) and ``auto``: the algorithm and protocol (LL / LL128 / Simple) with the least
-predicted time, per message size, as NCCL's tuner picks them.
+``pat`` (all_gather / reduce_scatter at one rank per node), ``hierarchical`` (intra-node
+reduce_scatter, inter-node all_reduce, intra-node all_gather, pipelined), ``pairwise``
+(all_to_all), ``p2p`` (send_recv), each a plugin in :mod:`gpufabric.collectives.algorithms`,
+and ``auto``: the algorithm and protocol (LL / LL128 / Simple) with the least predicted time,
+per message size, as NCCL's tuner picks them (NCCL 2.28.3's cost model).
+
+Groups: ``per_node`` ranks on each node, and ``concurrent`` groups of that shape at once on
+the nodes' other GPUs, sharing the links they share (training and inference steps).
 
 The time of one operation is ``latency + bytes x (network time per byte) / efficiency``:
 
@@ -190,23 +195,23 @@ class Model:
         hit = self._plans.get(key)
         if hit is None:
             hit = ALGORITHMS[algo].plan(self, op, lays)
-            if hit.sim_edges and not hit.link_GBps:
-                hit.link_GBps = max(hit.sim_edges, key=lambda e: e.busy).usable_GBps
             self._plans[key] = hit
         return hit
 
     def hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool,
-                exposed: bool = False) -> float:
+                exposed: bool = False, floor: float = 0.0) -> float:
         """Summed latency of hops. ``exposed``: one rank per node, nothing inside the node to
         overlap a network hop with, which then costs what a tree's network hop costs (NCCL
-        does the same)."""
+        does the same). ``floor``: least an intra-node hop costs (NCCL's network overhead)."""
         tot = 0.0
         for k in kinds:
             lat = (P.TREE_HOP_LAT_US if exposed and k == "net" else table)[k][proto]
             if k == "net":
                 lat += self._net_wire_extra
-            elif multinode and proto == "LL":
-                lat *= P.LL_MULTINODE_INTRA
+            else:
+                if multinode and proto == "LL":
+                    lat *= P.LL_MULTINODE_INTRA
+                lat = max(lat, floor)
             tot += lat
         return tot
 
@@ -234,8 +239,6 @@ class Model:
     # -- predictions -----------------------------------------------------------------------
     def proto_eff(self, op: str, proto: str, lay: Layout) -> float:
         """Share of the link rate a protocol delivers (LL, LL128, Simple)."""
-        if proto == "LL" and not (lay.nodes > 1 or op in ("all_reduce", "reduce")):
-            return P.LL_EFFICIENCY_COPY
         return P.PROTO_EFFICIENCY[proto]
 
     def predict(self, op: str, size: int, ranks: int | None = None, algo: str | None = None,
@@ -332,13 +335,24 @@ def _fingerprint(topo: Topology) -> int:
 
 
 def model(topo: Topology) -> Model:
-    """The :class:`Model` of a topology, cached on it until its devices or links change."""
-    fp = _fingerprint(topo)
+    """The :class:`Model` of a topology, cached on it until its devices or links change.
+
+    A cheap key (device and link counts, the identity of the first and last link, node count,
+    P2P) is checked on every call; the full fingerprint of every link only when it changed, so
+    a training step's handful of calls on a 16,384-GPU cluster does not rehash its links."""
+    links = topo.links
+    quick = (len(topo.devices), len(links), id(links[0]) if links else 0,
+             id(links[-1]) if links else 0, topo.meta.get("nodes"), topo.meta.get("p2p"))
     hit = topo.__dict__.get("_collectives_model")
-    if hit is None or hit[0] != fp:
-        hit = (fp, Model(topo))
-        topo.__dict__["_collectives_model"] = hit
-    return hit[1]
+    if hit is not None and hit[0] == quick:
+        return hit[2]
+    fp = _fingerprint(topo)
+    if hit is None or hit[1] != fp:
+        hit = (quick, fp, Model(topo))
+    else:
+        hit = (quick, fp, hit[2])
+    topo.__dict__["_collectives_model"] = hit
+    return hit[2]
 
 
 def predict(topo: Topology, op: str, size: int, ranks: int | None = None,

@@ -91,8 +91,10 @@ BASE_LAT_US = record(
         "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
         "nvls": {"Simple": 0.0},
         "p2p": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+        "pat": {"Simple": 8.0},
     }, "us", "algorithm x protocol: fixed cost of one collective",
-    f"{_TUNING} baseLatencies (Tree 6.8/14/8.4 as the ring for Simple; NVLS 0)", nccl=True)
+    f"{_TUNING} baseLatencies (Tree 6.8/14/8.4 as the ring for Simple; NVLS 0; PAT 8)",
+    nccl=True)
 
 HOP_LAT_US = record(
     "HOP_LAT_US", {
@@ -132,6 +134,12 @@ RING_PLATEAU_LAT = record(
     "ring Simple all_reduce across nodes, sizes >= 64 B per channel and rank: latency factor",
     f"{_TUNING} ncclTopoGetAlgoTime ('plateau effect of ring', 1.4 from Ampere on)", nccl=True)
 
+MAX_CHANNELS = record(
+    "MAX_CHANNELS", 32, "channels",
+    "channels of a full-node ring or tree (the ring plateau's per-channel size test)",
+    "NCCL MAXCHANNELS/2 ring search limit; DGX H100 logs show 32 coll channels (estimate for "
+    "other machines)")
+
 NET_OVERHEAD_US = record(
     "NET_OVERHEAD_US", {"intel": 1.0, "amd": 2.0, "other": 1.0}, "us",
     "ring across nodes: floor of each intra-node step (x3 for Simple), by host CPU vendor",
@@ -139,27 +147,27 @@ NET_OVERHEAD_US = record(
 
 # -- protocol and algorithm efficiencies ------------------------------------------------------
 PROTO_EFFICIENCY = record(
-    "PROTO_EFFICIENCY", {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}, "share of link rate",
-    "protocol: LL carries 4 data bytes per 8-byte store with a flag; LL128 120 of 128 bytes",
-    "NCCL tuning.cc: LL 1/4 for reductions and across nodes (2.8-2.17), LL128 0.92 "
-    "(2.28.3 keeps 0.92 for LL128; LL is capped by llMaxBws there)", nccl=True)
+    "PROTO_EFFICIENCY", {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}, "share of link rate",
+    "protocol on rings: LL carries 4 data bytes per 8-byte store with a flag; LL128 120 of "
+    "128 bytes", f"{_TUNING} (ring LL busBw x 0.5 capped by llMaxBws; LL128 x 0.92)",
+    nccl=True)
 
-LL_EFFICIENCY_COPY = record(
-    "LL_EFFICIENCY_COPY", 1.0 / 3.0, "share of link rate",
-    "LL inside one node for copies (all_gather, broadcast, ...)",
-    "NCCL tuning.cc (NCCL 2.8-2.17: 1/3 when not reducing and on one node)", nccl=True)
+TREE_LL_EFFICIENCY = record(
+    "TREE_LL_EFFICIENCY", 1.0 / 3.8, "share of link rate", "protocol LL on trees",
+    f"{_TUNING} (tree LL busBw / 3.8, capped by llMaxBws)", nccl=True)
+
+LL_MAX_BW_GBPS = record(
+    "LL_MAX_BW_GBPS", {
+        "volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0,
+        "intel": (39.0, 20.4), "amd": (22.5, 19.0)},
+    "GB/s bus bandwidth", "LL: ceiling inside one node by GPU generation; across nodes by "
+    "host CPU vendor, for 2 nodes and more",
+    f"{_TUNING} llMaxBws", nccl=True)
 
 TREE_EFFICIENCY = record(
     "TREE_EFFICIENCY", 0.92, "share of link rate",
     "tree algorithms (chains and double binary trees; NVLS trees)",
     f"{_TUNING} (tree all_reduce busBw x 0.92)", nccl=True)
-
-PER_CH_MAX_TREE_GBPS = record(
-    "PER_CH_MAX_TREE_GBPS", {
-        "volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
-        "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)},
-    "GB/s per channel", "tree all_reduce by GPU generation and node count (1, 2, more)",
-    f"{_TUNING} perChMaxTreeBws", nccl=True)
 
 PER_CH_MAX_NVLS_TREE_GBPS = record(
     "PER_CH_MAX_NVLS_TREE_GBPS", {
@@ -183,9 +191,29 @@ NVLS_EFFICIENCY = record(
     "NVLS multimem traffic through the NVSwitch, by NVLink generation (Hopper, Blackwell)",
     f"{_TUNING} nvlsEfficiency", nccl=True)
 
+NVLS_KERNEL_SHARE = record(
+    "NVLS_KERNEL_SHARE", 0.76, "x NVLS efficiency",
+    "NVLS all_reduce: share of NCCL's NVLS rate (2 x NVLink rate x nvlsEfficiency) its kernels "
+    "sustain, any NVLink generation",
+    "fitted on the Hopper NVLS plateaus (8 GiB: 476 and 480 GB/s busbw, NVLink 4 x18 at "
+    "20.6 GB/s x 0.85); Blackwell follows from NCCL's own per-generation efficiency",
+    fitted_on=("hgx-h100-allreduce-290", "azure-nd-h200-v5"))
+
+NVLS_CHANNELS = record(
+    "NVLS_CHANNELS", 16, "channels", "NVLS and NVLS tree: channels NCCL runs",
+    "NCCL src/transport/nvls.cc NCCL_NVLS_NCHANNELS default 16 (NCCL 2.18-2.22; 2.28 picks "
+    "the count itself)")
+
 NVLS_LAT_US = record(
     "NVLS_LAT_US", 25.0, "us", "one NVLS operation inside the NVLink domain",
     f"{_TUNING} hwLatencies NVLINK NVLS Simple (latency = intraLat once)", nccl=True)
+
+PAT = record(
+    "PAT", {"efficiency": 0.75, "per_rank_us": 2.8, "log_latency_divisor": 3.5}, "x / us",
+    "PAT all_gather / reduce_scatter (one GPU per node): share of the ring's rate, linear "
+    "latency per rank, the network latency per log2(nodes) divided by this",
+    f"{_TUNING} (PAT busBw x 0.75; latency log2(nNodes) x interLat/3.5 + nRanks x 2.8)",
+    nccl=True)
 
 P2P_PER_PEER_US = record(
     "P2P_PER_PEER_US", 0.15, "us", "all_to_all: posting and matching one send/receive pair",

@@ -159,7 +159,7 @@ class Planner:
         out: list[tuple[list[str], float]] = [(list(gpus), 1.0)]
         if n > 2:
             peer = {(a, b): self._peer(a, b) for a in gpus for b in gpus if a != b}
-            switched = all(len(self.router.peer_walk(a, b)) > 2
+            switched = all(len(self.router.peer_walk(a, b) or ()) > 2
                            for (a, b), ok in peer.items() if ok)
             if any(peer.values()) and not (all(peer.values()) and switched):
                 packed = self._pack_rings(gpus, peer)
@@ -175,7 +175,7 @@ class Planner:
         cap: dict[tuple[str, str], float] = {}
         for (a, b), ok in peer.items():
             if ok:
-                w = self.router.peer_walk(a, b)
+                w = self.router.peer_walk(a, b) or ()
                 cap[(a, b)] = min(self.net.caps_Bps[self.net.edge(u, v)]
                                   for u, v in pairwise(w))
         picked: list[tuple[list[str], float]] = []
@@ -272,12 +272,21 @@ class Planner:
 
     # -- patterns --------------------------------------------------------------------------
     def ring(self, lay: Layout, per_rank_bytes: float) -> Pattern:
-        """Rings over all ranks; each link of each ring carries ``per_rank_bytes`` in total."""
+        """Rings over all ranks; each link of each ring carries ``per_rank_bytes`` in total.
+        Cached per layout and size (all_gather, reduce_scatter and PAT ask the same)."""
+        key = (lay.nodes, tuple(tuple(g) for g in lay.gpus), per_rank_bytes)
+        cache = self.__dict__.setdefault("_ring_cache", {})
+        if key not in cache:
+            cache[key] = self._ring(lay, per_rank_bytes)
+        return cache[key]
+
+    def _ring(self, lay: Layout, per_rank_bytes: float) -> Pattern:
         if lay.nodes == 1:
             rings = self.weighted_rings(lay.gpus[0])
             orders = [o for o, _ in rings]
             ch = len(orders)
-            tr, hops = [], []
+            tr: list[Transfer] = []
+            hops: list[str] = []
             for c, (order, share) in enumerate(rings):
                 for a, b in zip(order, order[1:] + order[:1], strict=True):
                     if a == b:
@@ -290,7 +299,7 @@ class Planner:
         rails = self.rails(lay)
         ch = len(rails)
         tr = []
-        hops: list[str] = []
+        hops = []
         rings = self.weighted_rings(lay.gpus[0])
         idx = {g: i for i, g in enumerate(lay.gpus[0])}
         for c, rail in enumerate(rails):
@@ -379,12 +388,16 @@ class Planner:
                     return False
             except InputError:
                 return False
-        return lay.per_node > 1
+        # NCCL enables NVLS on more than two GPUs (src/transport/nvls.cc: gpuCount <= 2: off)
+        return lay.per_node > 2
 
     def nvls_link(self, lay: Layout) -> str:
         """NVLink generation of the NVSwitch fabric NVLS runs on (``nvlink4``, ``nvlink5``)."""
         from gpufabric import catalog
         hub = self._switch_of(lay.gpus[0][0])
+        if hub is None:
+            raise InputError("NVLS needs the GPUs on an NVSwitch", file=self.topo.name,
+                             field="algorithm")
         return catalog.nvswitch(self.topo.devices[hub].model).peer_link
 
     def _switch_of(self, gpu: str) -> str | None:
@@ -394,15 +407,20 @@ class Planner:
         return None
 
     def nvls(self, lay: Layout, size: float, switch_efficiency: float = 1.0) -> Pattern:
-        """NVLS all_reduce: each GPU pushes its buffer into the switch to be reduced
-        (multimem ld_reduce) and takes the result back by multicast: S (1 + 1/G) each way;
-        across nodes (NVLS tree), each GPU's reduced shard also crosses a tree on its rail."""
+        """NVLS all_reduce: each GPU reduces its shard in the switch (multimem ld_reduce of the
+        other GPUs' parts) and multicasts the result: S (G-1)/G each way per GPU, so the bus
+        bandwidth does not depend on G (NCCL's NVLS cost model: busBw = 2 x NVLink rate x
+        efficiency); across nodes (NVLS tree), each GPU's reduced shard also crosses a tree on
+        its rail."""
         g = lay.per_node
         tr: list[Transfer] = []
         # multimem traffic gets ``switch_efficiency`` of the NVLink rate: count it as more bytes
-        per_dir = size * (1 + 1 / g) / switch_efficiency
+        per_dir = size * (g - 1) / g / switch_efficiency
         for node_gpus in lay.gpus:
             hub = self._switch_of(node_gpus[0])
+            if hub is None:
+                raise InputError("NVLS needs the GPUs on an NVSwitch", file=self.topo.name,
+                                 field="algorithm")
             for x in node_gpus:
                 tr.append(Transfer(x, hub, per_dir, tag="nvls-reduce"))
                 tr.append(Transfer(hub, x, per_dir, tag="nvls-multicast"))

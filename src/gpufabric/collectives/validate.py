@@ -1,8 +1,9 @@
 """Predicted against measured: run every entry of a measurements file.
 
 The file follows the schema of ``../shared/calibration/README.md``: a list of entries, each with
-``id``, ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``algorithm`` and
-``points`` (``size`` with ``busbw`` in GB/s or ``time_us``). Any such file works, not only ours.
+``id``, ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``per_node`` (ranks
+on each node, default: fill nodes) and ``algorithm``, and ``points`` (``size`` with ``busbw``
+in GB/s or ``time_us``). Any such file works, not only ours.
 
 The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
 over points of 64 MiB and more), ``small_median_abs_pct`` (absolute % error of time over
@@ -68,6 +69,11 @@ def load_entries(path: str) -> list[dict]:
                                   or ranks < 1):
             raise InputError(f"got {ranks!r}; expected a positive integer", file=path,
                              field=f"{where}.ranks")
+        per_node = e.get("per_node")
+        if per_node is not None and (not isinstance(per_node, int) or isinstance(per_node, bool)
+                                     or per_node < 1):
+            raise InputError(f"got {per_node!r}; expected a positive integer (ranks on each "
+                             f"node)", file=path, field=f"{where}.per_node")
         try:
             algo = check_algo(e.get("algorithm"))
         except InputError as exc:
@@ -90,8 +96,9 @@ def load_entries(path: str) -> list[dict]:
             clean.append({"size": int(size), "busbw": pt.get("busbw"),
                           "time_us": pt.get("time_us")})
         out.append({"id": eid, "where": where, "system": e["system"], "collective": op,
-                    "ranks": ranks, "algorithm": algo, "points": clean,
-                    "source": e.get("source", ""), "confidence": e.get("confidence", "")})
+                    "ranks": ranks, "per_node": per_node, "algorithm": algo, "points": clean,
+                    "source": e.get("source", ""), "confidence": e.get("confidence", ""),
+                    "needs": str(e.get("needs", ""))})
     return out
 
 
@@ -124,23 +131,26 @@ def validate(path: str) -> dict:
             note = ""
             if algo != "auto":
                 try:
-                    m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo)
+                    m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
+                              per_node=e["per_node"])
                 except InputError as exc:
                     if exc.field != "algorithm":
                         raise
                     note = f"algorithm {algo} not modelled here; auto used"
                     algo = "auto"
-            preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo)
+            preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
+                               per_node=e["per_node"])
                      for pt in e["points"]]
         except InputError as exc:
             sub = exc.field or ""
-            if sub in ("ranks", "size", "op", "algorithm", "proto"):
+            if sub in ("ranks", "size", "op", "algorithm", "proto", "per_node"):
                 field = f"{e['where']}.{sub}"
             else:
                 field = f"{e['where']}.system" + (f".{sub}" if sub else "")
             err = InputError(exc.message, file=path, field=field)
             first_error = first_error or err
-            skipped.append({"id": e["id"], "error": str(err)})
+            skipped.append({"id": e["id"], "error": str(err),
+                            **({"needs": e["needs"]} if e["needs"] else {})})
             continue
         for pt, p in zip(e["points"], preds, strict=True):
             n = p.ranks

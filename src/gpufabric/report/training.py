@@ -69,12 +69,16 @@ def scaling(archetypes: dict[str, str] | None = None,
     from gpufabric.workloads.training import predict_step
     arch = ARCHETYPES if archetypes is None else archetypes
     rows: list[dict[str, Any]] = []
+    topos: dict[tuple[str, int], Any] = {}
     for name, spec in arch.items():
         for model in models:
             mb, seq, prec, rc, zero = MODELS[model]
             base = None
             for n in gpus:
-                topo = _load(spec, max(1, n // 8))
+                key = (spec, max(1, n // 8))
+                if key not in topos:
+                    topos[key] = _load(*key)
+                topo = topos[key]
                 par = Parallel(dp=n, micro_batch=mb, global_batch=n * mb, recompute=rc,
                                zero=zero)
                 try:

@@ -309,7 +309,8 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
     if ps["rope"]:
         ops.append(elementwise("rope", T * (a + kvh) * qd, ps["rope"], eb))
-    ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb, causal=True,
+    ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb,
+                         causal=model.arch != "encoder",
                          flash=flash))
     ops.append(gemm("attn_out", T, h, a * vd, eb))
     ops.append(elementwise("residual_norm2", T * h, ps["residual_norm"], eb))

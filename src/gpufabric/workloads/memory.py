@@ -136,12 +136,12 @@ def block_activation_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: 
     if model.moe_layer(layer):
         f = model.expert_ffn
         k = model.top_k
-        inside += k * (h * eb / 1 + f * eb * (3 if model.gated else 2)) / max(par.tp, 1) \
-            * (1 if par.tp == 1 else 1)
+        # each token's k expert inputs and intermediates (balanced routing; expert TP = tp)
+        inside += k * (h + f * (3 if model.gated else 2)) * eb / t
         if model.shared_experts:
             fs = f * model.shared_experts
             inside += fs * eb * (3 if model.gated else 2) / t
-        inside += model.experts * 4 / 1     # router logits, FP32
+        inside += model.experts * 4         # router logits, FP32
     else:
         f = model.ffn
         inside += f * eb * (3 if model.gated else 2) / t

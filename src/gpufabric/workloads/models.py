@@ -175,6 +175,8 @@ class ModelSpec:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
 _INT = {n for n, f in _FIELDS.items() if f.type == "int"}
+#: upper bounds that keep a typo from exhausting memory (no real model is near them)
+_LIMITS = {"layers": 10_000, "experts": 100_000, "top_k": 100_000}
 _NUM = {"params", "flops_per_sample", "activation_bytes_per_sample"}
 _KEYS = (set(_FIELDS) - {"params_total"}) | {"params"}
 
@@ -213,6 +215,9 @@ def _check(raw: Any, where: str) -> ModelSpec:
             v = vals[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
                 raise InputError(f"got {v!r}; expected a non-negative whole number", file=where,
+                                 field=key)
+            if v > _LIMITS.get(key, 10**7):
+                raise InputError(f"got {v!r}; at most {_LIMITS.get(key, 10**7):,}", file=where,
                                  field=key)
             vals[key] = int(v)
     for key in ("flops_per_sample", "activation_bytes_per_sample", "params_total"):

@@ -5,7 +5,9 @@ split the layers, experts split over expert parallelism, micro-batches divide th
 batch, and the layout fits in memory -- with the least activation recomputation that makes it
 fit (none, then selective, then full). Every candidate is predicted by
 :func:`gpufabric.workloads.training.predict_step` through :func:`gpufabric.sweep.run`
-(in-process, or on Ray), and the ranking is by tokens per second.
+(in-process, or on Ray), and the ranking is by tokens per second. ZeRO-3 / FSDP without
+pipelining is tried only when nothing else fits: the validation shows the model least sure of
+it.
 
 Examples
 --------
@@ -86,7 +88,9 @@ def candidates(model: ModelSpec | str, gpus: int, gpus_per_node: int, gpu: str, 
                         if (global_batch // dp) % mb:
                             continue
                         for vpp in vpps:
-                            for zero in zeros:
+                            # ZeRO-3 / FSDP shards parameters instead of pipelining them
+                            for zero in (zeros if pp == 1 else tuple(z for z in zeros
+                                                                     if z < 3) or (1,)):
                                 par = _fitting(m, gpu, gpus_per_node, seq_len, precision,
                                                tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
                                                zero=zero, micro_batch=mb,
@@ -128,6 +132,9 @@ def search(model: ModelSpec | str, system: str, *, global_batch: int,
     gpu = topo.gpus()[0].model
     cands = candidates(m, gpus, gpn, gpu, global_batch=global_batch, seq_len=seq,
                        precision=precision, **kw)
+    if not cands and "zeros" not in kw:   # ZeRO-3 / FSDP only when nothing else fits: the
+        cands = candidates(m, gpus, gpn, gpu, global_batch=global_batch, seq_len=seq,
+                           precision=precision, zeros=(3,), **kw)   # model is least sure of it
     if not cands:
         raise InputError(f"no parallel layout of {m.name} on {gpus} x {gpu} divides evenly "
                          f"and fits in memory at global batch {global_batch}, seq {seq}",

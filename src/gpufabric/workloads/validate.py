@@ -56,6 +56,14 @@ ASSUMED: dict[str, tuple[dict[str, Any], str]] = {
         {"global_batch": 15360, "seq_len": 4096},
         "DeepSeek-V3 report Sections 4.2/4.3: batch 15360 after the ramp (97% of the tokens), "
         "sequence 4096 in pre-training"),
+    "megatron-core-h100-gpt-": (
+        {"zero": 1},
+        "Megatron-LM README (the table's note on the first row): --overlap-grad-reduce "
+        "--overlap-param-gather, which run with the distributed optimizer (ZeRO-1)"),
+    "megascale-": (
+        {"vpp": 6},
+        "MegaScale Table 1 model configuration, stated on the bs768 Megatron-LM entry: "
+        "interleaved 1F1B with 6 interleaving stages, for every row of Table 2"),
     "llama3-405b-": (
         {"vpp": 2},
         "Llama 3 paper Section 3.3.2: the interleaved pipeline schedule (virtual stages not "
@@ -232,12 +240,20 @@ def validate(path: str, *, only: tuple[str, ...] = (),
                             "by that name"})
             continue
         pts = e.get("points") or [{}]
+        if not isinstance(pts, list):
+            raise InputError("expected a list of mappings", file=path, field=f"{eid}.points")
         for j, pt in enumerate(pts):
+            if not isinstance(pt, dict):
+                raise InputError("expected a mapping", file=path, field=f"{eid}.points[{j}]")
             try:
                 got = _one(e, pt, m, topo_cache)
             except InputError as exc:
                 skipped.append({"id": f"{eid}#{j}", "reason": str(exc)})
                 continue
+            except (ValueError, TypeError, ZeroDivisionError) as exc:
+                raise InputError(f"bad value ({exc}); numbers are expected for gpus, nodes, "
+                                 "tp, pp, dp, cp, ep, vpp, micro_batch, global_batch, seq_len",
+                                 file=path, field=f"{eid}.points[{j}]") from None
             if isinstance(got, str):
                 skipped.append({"id": f"{eid}#{j}", "reason": got})
                 continue
@@ -248,8 +264,10 @@ def validate(path: str, *, only: tuple[str, ...] = (),
                 meas = meas / max(r.seq_len, 1)
             err = (pred / meas - 1) * 100
             fitted = any(eid.startswith(f) for f in FITTED_ON)
-            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep} vpp{vpp} z{zero} mb{micro_batch} " \
-                  "gb{global_batch}".format(**r.parallel)
+            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep} vpp{vpp} mb{micro_batch} " \
+                  "gb{global_batch}".format(**r.parallel) + (
+                      f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
+                      else f" zero{r.parallel['zero']}")
             points.append(Point(eid, j, metric, round(meas, 2), round(pred, 2), round(err, 2),
                                 fitted, lay + f" {r.precision} {r.parallel['recompute']}",
                                 {k: round(v, 4) for k, v in r.breakdown_s.items()},
@@ -326,18 +344,21 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         gb = dp * mb
     if pp > 1 and "torchtitan" in fw and gb // dp == mb and mb % pp == 0:
         mb //= pp        # torchtitan splits the local batch into pp micro-batches by default
-    if pp == 1 and "micro_batch" not in par and gb % dp == 0:
-        mb = max(1, min(gb // dp, 4))
-        while (gb // dp) % mb:
-            mb -= 1
     if gb % (dp * mb):
         gb = dp * mb * max(1, round(gb / (dp * mb)))
     fsdp = str(par.get("fsdp") or "")
     zero = int(par.get("zero") or 0)
+    text = f"{par.get('framework', '')} {e.get('notes', '')}".lower()
+    if "zero" not in par and ("overlap-param-gather" in text or "distributed optimizer" in text):
+        zero = 1         # Megatron's parameter-gather overlap is the distributed optimizer's
     vpp = int(par.get("vpp") or 1)
+    mv = re.search(r"(\d+) interleaving stages", str(par.get("framework", "")))
+    if mv and "vpp" not in par:      # stated in the framework text (MegaScale's Megatron runs)
+        vpp = int(mv.group(1))
     if "interleaved" in str(pt.get("schedule", "")).lower() and vpp == 1:
         vpp = 2
-    tp_overlap = ("tp comm overlap" in fw or "async" in fw or "tp-comm-overlap" in fw)
+    tp_overlap = ("tp comm overlap" in fw or "async" in fw or "tp-comm-overlap" in fw
+                  or "communication overlap" in fw)
     if "megatron-core" in fw and tp > 1:
         tp_overlap = True
     layers = m.layers if m.is_transformer else 1
@@ -359,8 +380,9 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
     src = f"{e.get('source', '')} {fw}".lower()
     fused = not ("torchtitan" in src and "compile" not in src)
     kernel = "fa2" if "torchtitan" in src else "native"      # PyTorch SDPA
+    ep_overlap = "dualpipe" in src or "overlap-moe" in src
     r = predict_step(m, topo, p, seq, precision=prec, tp_overlap=tp_overlap, fused=fused,
-                     attn_kernel=kernel)
+                     attn_kernel=kernel, ep_overlap=ep_overlap)
     if "mfu" in res:
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)

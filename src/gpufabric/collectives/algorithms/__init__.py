@@ -20,7 +20,7 @@ taken is refused. A new algorithm is one new file:
 Examples
 --------
 >>> sorted(REGISTRY)
-['hierarchical', 'nvls', 'nvls_tree', 'p2p', 'pairwise', 'ring', 'tree']
+['hierarchical', 'nvls', 'nvls_tree', 'p2p', 'pairwise', 'pat', 'ring', 'tree']
 >>> get("tree").ops
 ('all_reduce',)
 """

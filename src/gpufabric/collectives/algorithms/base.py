@@ -30,11 +30,6 @@ class Plan:
     sim_edges: list = field(default_factory=list)
     bw_s_parts: list = field(default_factory=list)
     note: str = ""
-    #: extra bandwidth cap per protocol, GB/s of busbw-equivalent link rate (NCCL per-channel
-    #: limits); 0 = none
-    cap_GBps: dict[str, float] = field(default_factory=dict)
-    #: usable rate of the busiest link direction (what the caps compare with)
-    link_GBps: float = 0.0
 
 
 class Algorithm:
@@ -58,8 +53,16 @@ class Algorithm:
     # -- shared pieces ---------------------------------------------------------------------
     @staticmethod
     def simulate(m: Model, pats: list[Pattern]):
-        """Time every group's traffic together on the network."""
-        return m.net.simulate([t for p in pats for t in p.transfers])
+        """Time every group's traffic together on the network, once per set of pattern
+        objects (the planner reuses its ring patterns; the cache keeps the patterns alive, so
+        an id is never reused for other traffic)."""
+        cache = m.__dict__.setdefault("_sim_cache", {})
+        key = tuple(id(p) for p in pats)
+        hit = cache.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], pats, strict=True)):
+            hit = (list(pats), m.net.simulate([t for p in pats for t in p.transfers]))
+            cache[key] = hit
+        return hit[1]
 
     @staticmethod
     def protocols(kinds: list[str]) -> tuple[str, ...]:
@@ -77,16 +80,61 @@ class Algorithm:
                    size: float) -> float:
         return plan.lat_us[proto]
 
+    def busbw_cap_GBps(self, m: Model, op: str, lay: Layout, proto: str) -> float:
+        """A ceiling on the bus bandwidth (NCCL's per-channel limits x channels); 0: none.
+        LL is capped at NCCL's llMaxBws (by GPU generation in one node, by host CPU vendor
+        across nodes)."""
+        if proto != "LL":
+            return 0.0
+        table = P.LL_MAX_BW_GBPS
+        if lay.nodes == 1:
+            return table[gpu_generation(m.topo)]
+        pair = table["amd" if cpu_vendor(m.topo) == "amd" else "intel"]
+        return pair[0] if lay.nodes <= 2 else pair[1]
+
     def time_us(self, m: Model, op: str, plan: Plan, proto: str, lay: Layout,
                 size: float) -> float:
-        """Latency plus bytes x network time per byte / efficiency; a per-protocol cap on the
-        busiest link's rate (NCCL's per-channel limits) lowers the efficiency below it."""
-        eff = self.efficiency(m, op, plan, proto, lay, size)
-        cap = plan.cap_GBps.get(proto, 0.0)
-        if cap > 0 and plan.link_GBps > 0:
-            eff = min(eff, cap / plan.link_GBps)
-        return (self.latency_us(m, op, plan, proto, lay, size)
-                + size * plan.bw_s_per_byte / eff * 1e6)
+        """Latency plus bytes x network time per byte / efficiency, never faster than the
+        algorithm's bus-bandwidth ceiling allows."""
+        from gpufabric.collectives import busbw_factor
+        t = size * plan.bw_s_per_byte / self.efficiency(m, op, plan, proto, lay, size)
+        cap = self.busbw_cap_GBps(m, op, lay, proto)
+        if cap > 0:
+            t = max(t, size * busbw_factor(op, lay.ranks) / (cap * 1e9))
+        return self.latency_us(m, op, plan, proto, lay, size) + t * 1e6
+
+
+def gpu_generation(topo) -> str:
+    """NCCL's GPU generation index of a system (volta, ampere, hopper, blackwell): from the
+    NVLink generation, else from the PCIe generation of cards without NVLink."""
+    from gpufabric import catalog
+    cache = topo.__dict__.setdefault("_nccl_gen", {})
+    if "gen" not in cache:
+        gen = "ampere"
+        gpus = topo.gpus()
+        try:
+            g = catalog.gpu(gpus[0].model) if gpus else None
+        except InputError:
+            g = None
+        if g is not None:
+            by_link = {"nvlink2": "volta", "nvlink3": "ampere", "nvlink4": "hopper",
+                       "nvlink5": "blackwell"}
+            by_pcie = {3: "volta", 4: "ampere", 5: "blackwell", 6: "blackwell"}
+            gen = by_link.get(g.peer_link or "", by_pcie.get(g.pcie_gen, "ampere"))
+        cache["gen"] = gen
+    return cache["gen"]
+
+
+def cpu_vendor(topo) -> str:
+    """Vendor of the host CPUs (intel, amd, nvidia, ...); intel when unknown."""
+    from gpufabric import catalog
+    for d in topo.devices.values():
+        if d.kind == "cpu" and d.model:
+            try:
+                return catalog.cpu(d.model).vendor
+            except InputError:
+                break
+    return "intel"
 
 
 REGISTRY: dict[str, Algorithm] = {}

@@ -8,8 +8,13 @@ from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, registe
 
 @register
 class Hierarchical(Algorithm):
-    """Three phases in sequence (selectable, never chosen automatically: NCCL does not run
-    it)."""
+    """Three phases, pipelined over chunks as NCCL pipelines its own multi-level schedules:
+    while one chunk crosses the network another is reduced inside the node, so in steady
+    state all three phases load the links at once. The bandwidth term is the busiest link
+    with every phase's traffic on the network together (phases on different links overlap,
+    phases on the same links share them); the latency is the sum of the phases' (the first
+    chunk crosses them in sequence). Selectable by name, never chosen automatically (NCCL
+    does not run it)."""
 
     name = "hierarchical"
     ops = ("all_reduce",)
@@ -21,9 +26,8 @@ class Hierarchical(Algorithm):
         pl = m.planner
         phases = pl.hierarchical(lay, UNIT)
         others = [pl.hierarchical(x, UNIT) for x in lays[1:]]
-        parts = [m.net.simulate(ph.transfers + [t for o in others for t in o[i].transfers])
-                 for i, ph in enumerate(phases)]
-        bw = sum(s.drain_s for s in parts) / UNIT
+        sim = m.net.simulate([t for ph in phases for t in ph.transfers]
+                             + [t for o in others for ph in o for t in ph.transfers])
         multinode = lay.nodes > 1
         lat = {}
         for p in P.PROTOCOLS:
@@ -35,6 +39,5 @@ class Hierarchical(Algorithm):
                 lat[p] += steps / max(len(hops), 1) * m.hop_lat(hops, P.HOP_LAT_US, p,
                                                                  multinode)
         kinds = [k for ph in phases for k in ph.hops]
-        edges = max((s.edges for s in parts), key=lambda e: max((x.busy for x in e), default=0))
-        return Plan(self.name, self.protocols(kinds), bw, lat, 1.0, edges,
-                    note=" then ".join(ph.note for ph in phases))
+        return Plan(self.name, self.protocols(kinds), sim.drain_s / UNIT, lat, 1.0, sim.edges,
+                    note=" then ".join(ph.note for ph in phases) + ", pipelined over chunks")

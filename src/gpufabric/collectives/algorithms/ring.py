@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, register
+from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, cpu_vendor, register
 
 #: Ring steps and bytes each rank sends per byte of buffer, per operation.
 _STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
@@ -30,11 +30,26 @@ class Ring(Algorithm):
         pats = [m.planner.ring(x, per_rank) for x in lays]
         pat = pats[0]
         multinode = lay.nodes > 1
+        # across nodes every step launches network work: NCCL floors an intra-node step at the
+        # host's network overhead (x3 for Simple)
+        over = P.NET_OVERHEAD_US.get(cpu_vendor(m.topo), P.NET_OVERHEAD_US["other"]) \
+            if multinode else 0.0
         # each step crosses one hop of the ring: steps x the mean latency of its hops
         lat = {p: P.BASE_LAT_US["ring"][p]
                + steps * m.hop_lat(pat.hops, P.HOP_LAT_US, p, multinode,
-                                   exposed=lay.per_node == 1) / max(len(pat.hops), 1)
+                                   exposed=lay.per_node == 1,
+                                   floor=over * (3 if p == "Simple" else 1))
+               / max(len(pat.hops), 1)
                for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.hops), sim.drain_s / UNIT, lat, 1.0,
                     sim.edges, note=pat.note)
+
+    def latency_us(self, m, op, plan, proto, lay, size):
+        """NCCL's ring all_reduce across nodes with Simple pays 1.4x its latency once each
+        channel and rank gets 64 bytes or more (the 'plateau effect of ring')."""
+        lat = plan.lat_us[proto]
+        if (op == "all_reduce" and proto == "Simple" and lay.nodes > 1
+                and size / (P.MAX_CHANNELS * lay.ranks) >= 64):
+            lat *= P.RING_PLATEAU_LAT
+        return lat

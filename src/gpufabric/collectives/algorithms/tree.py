@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 from gpufabric.collectives import params as P
 from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, register
 
 
 @register
 class Tree(Algorithm):
-    """NCCL's tree all_reduce: reduce up the chains and trees while the result comes down."""
+    """NCCL's tree all_reduce: reduce up the chains and trees while the result comes down.
+    Trees keep less in flight than rings at mid sizes: NCCL scales their bandwidth by its own
+    correction per protocol and power-of-two size (treeCorrectionFactor, 64 B to 256 MiB)."""
 
     name = "tree"
     ops = ("all_reduce",)
@@ -25,3 +29,10 @@ class Tree(Algorithm):
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.tree_hops), sim.drain_s / UNIT, lat,
                     P.TREE_EFFICIENCY, sim.edges, note=pat.note)
+
+    def efficiency(self, m, op, plan, proto, lay, size):
+        eff = plan.eff * (P.TREE_LL_EFFICIENCY if proto == "LL"
+                          else m.proto_eff(op, proto, lay))
+        i = int(math.log2(size / 64)) if size >= 64 else -1
+        table = P.TREE_CORRECTION[proto]
+        return eff * (table[i] if 0 <= i < len(table) else 1.0)

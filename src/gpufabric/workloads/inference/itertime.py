@@ -62,10 +62,10 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
 #: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
 ENGINE_OVERHEAD_S: dict[str, Fitted] = {
-    "tensorrt-llm": Fitted(0.004, "s per iteration", "fitted on trtllm-0.14-online-* and "
-                           "trtllm-0.17-llama31-8b-h100-tp1-fp8 (grid 1.2-8 ms: median error "
-                           "23% at 1.2 ms, 18.9% at 4 ms; larger values fit TTFT only by "
-                           "overshooting the unloaded ITL of the 8B model)"),
+    "tensorrt-llm": Fitted(0.003, "s per iteration", "fitted on trtllm-0.14-online-* and "
+                           "trtllm-0.17-llama31-8b-h100-tp1-fp8 together with the per-request "
+                           "front end (ENGINE_REQUEST_S; grid 3-5 ms x 5-15 ms: median error "
+                           "16.6% at 3 ms and 10 ms, 20.2% at 4 ms without a front end)"),
     "vllm": Fitted(0.0030, "s per iteration", "prior: vLLM 0.6 reports 2-4 ms of CPU time per "
                    "step before multi-step scheduling (vLLM v0.6.0 release notes); the "
                    "vllm-0.6.0-* entries lack request lengths, so nothing was fitted"),
@@ -74,6 +74,14 @@ ENGINE_OVERHEAD_S: dict[str, Fitted] = {
     "fastertransformer": Fitted(0.0012, "s per iteration", "prior: as TensorRT-LLM"),
     "default": Fitted(0.0020, "s per iteration", "prior: between TensorRT-LLM and vLLM"),
 }
+#: Request handling before the engine schedules a request (HTTP or gRPC front end, tokenizer,
+#: queue hand-off); it adds to TTFT and end-to-end latency, not to the iterations.
+ENGINE_REQUEST_S: dict[str, Fitted] = {
+    "tensorrt-llm": Fitted(0.010, "s per request", "fitted on trtllm-0.14-online-* (Triton "
+                           "front end; grid 5-15 ms with the iteration overhead, 3-4 ms: "
+                           "median error 16.6% at 10 ms and 3 ms)"),
+}
+
 #: Launch cost per transformer layer and iteration for engines that launch kernels one by one
 #: (no CUDA graphs): FasterTransformer's eager C++ loop.
 ENGINE_LAYER_S: dict[str, Fitted] = {

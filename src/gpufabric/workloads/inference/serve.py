@@ -24,8 +24,10 @@ import numpy as np
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
-from gpufabric.workloads.inference.itertime import ServeLayout, StepModel, engine_key
-from gpufabric.workloads.inference.simulator import SchedulerConfig, simulate, summarize
+from gpufabric.workloads.inference.itertime import (ENGINE_REQUEST_S, ServeLayout, StepModel,
+                                                    engine_key)
+from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, simulate,
+                                                     summarize)
 
 #: Engine defaults for the batch limits (vLLM max_num_seqs 256, max_num_batched_tokens 8192 with
 #: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
@@ -169,7 +171,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     reqs = build_requests(cfg, share)
     sched = scheduler_config(sm, cfg)
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
-    res = simulate(reqs, sm, sched)
+    res = simulate_with_front_end(reqs, sm, sched)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
@@ -194,6 +196,25 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
     out["bottleneck"] = bottleneck(sm, s, bd, res)
     return out
+
+
+def front_end_s(sm: StepModel) -> float:
+    """The engine's request handling before scheduling (:data:`ENGINE_REQUEST_S`)."""
+    f = ENGINE_REQUEST_S.get(sm.engine)
+    return f.value if f is not None else 0.0
+
+
+def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerConfig,
+                            **kw) -> SimResult:
+    """:func:`simulate`, the requests reaching the engine after its front end; latencies
+    are counted from the original arrivals."""
+    fe = front_end_s(sm)
+    if fe <= 0 or reqs.concurrency:
+        return simulate(reqs, sm, sched, **kw)
+    res = simulate(R.Requests(reqs.arrival + fe, reqs.isl, reqs.osl, source=reqs.source),
+                   sm, sched, **kw)
+    res.arrival = res.arrival - fe
+    return res
 
 
 def _source(cfg: ServeConfig, src: str) -> str:

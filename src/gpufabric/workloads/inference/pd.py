@@ -37,10 +37,9 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import Fitted
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
-                                                 check_slo_possible, scheduler_config,
-                                                 step_model, typical_breakdown)
-from gpufabric.workloads.inference.serve import _check_slo
-from gpufabric.workloads.inference.serve import _source as source_text
+                                                 check_config, check_slo_possible,
+                                                 scheduler_config, source_text, step_model,
+                                                 typical_breakdown)
 from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
 
 
@@ -67,7 +66,7 @@ def parse_pd(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _gpus(topo: Topology) -> tuple[int, int]:
+def gpu_count(topo: Topology) -> tuple[int, int]:
     """(GPUs in all, GPUs per node)."""
     gs = topo.gpus()
     nodes = {g.node for g in gs}
@@ -91,14 +90,14 @@ def _twin(spec: dict) -> dict:
 def _kv_path(topo: Topology, decode_topo: Topology | None, x: int, y: int, per_inst: int
              ) -> tuple[Topology, int, str]:
     """The topology the transfer runs on, ranks per node (2: one node, 1: across) and a name."""
-    total, per_node = _gpus(topo)
+    total, per_node = gpu_count(topo)
     if decode_topo is None and (x + y) * per_inst <= per_node:
         return topo, 2, "NVLink" if any(ln.kind == "nvlink" for ln in topo.links) else "PCIe"
     if decode_topo is None and (x + y) * per_inst > total:
         raise InputError(f"{x}P{y}D of {per_inst} GPUs each needs {(x + y) * per_inst} GPUs; "
                          f"the system has {total}", field="--pd")
     t = topo
-    if _gpus(topo)[0] <= per_node:     # one node: the pools talk over its NICs to a twin
+    if gpu_count(topo)[0] <= per_node:     # one node: the pools talk over its NICs to a twin
         spec = topo.meta.get("spec")
         if not isinstance(spec, dict):
             raise InputError("the KV transfer to another system needs the system as a spec "
@@ -112,7 +111,7 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
              decode_topo: Topology | None = None) -> dict:
     """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
-    _check_slo(cfg)
+    check_config(cfg)
     if cfg.dp_attention != 1:
         raise InputError("--pd with --dp-attention is not modeled; use one or the other",
                          field="--pd")
@@ -121,9 +120,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     per = cfg.layout().gpus
     if decode_topo is not None:
         for name, t, k in (("prefill", topo, x), ("decode", decode_topo, y)):
-            if k * per > _gpus(t)[0]:
+            if k * per > gpu_count(t)[0]:
                 raise InputError(f"{k} {name} instances of {per} GPUs need {k * per}; "
-                                 f"{t.name} has {_gpus(t)[0]}", field="--pd")
+                                 f"{t.name} has {gpu_count(t)[0]}", field="--pd")
     link_topo, per_node, link = _kv_path(topo, decode_topo, x, y, per)
     full = build_requests(cfg, 1)
     if full.concurrency:

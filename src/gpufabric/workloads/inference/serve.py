@@ -17,7 +17,7 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -65,13 +65,12 @@ class ServeConfig:
     block_size: int = 16
     preemption: str = "recompute"
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
 
 
-def _check_slo(cfg: ServeConfig) -> None:
+def check_config(cfg: ServeConfig) -> None:
     """Check the run's numbers (one-line errors naming the option)."""
     if not isinstance(cfg.requests, int) or cfg.requests < 1:
         raise InputError(f"must be a positive integer, got {cfg.requests!r}", field="--requests")
@@ -164,7 +163,7 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
 
 def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary."""
-    _check_slo(cfg)
+    check_config(cfg)
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
@@ -183,7 +182,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
            "gpus": int(round(share * gpus_inst)), "replicas": reps,
            "layout": asdict(cfg.layout()), "precision": sm.precision, "kv_dtype": sm.kv_dtype,
            "compute_precision": sm.compute_prec, "engine": sm.engine, "workload": {
-               "source": _source(cfg, reqs.source), "rate": cfg.rate,
+               "source": source_text(cfg, reqs.source), "rate": cfg.rate,
                "concurrency": cfg.concurrency,
                "isl": float(res.isl.mean()), "osl": float(res.osl.mean()),
                "simulated_requests": int(res.osl.size)},
@@ -217,7 +216,7 @@ def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerCon
     return res
 
 
-def _source(cfg: ServeConfig, src: str) -> str:
+def source_text(cfg: ServeConfig, src: str) -> str:
     if cfg.trace:
         return src
     if cfg.concurrency:

@@ -59,6 +59,13 @@ COMPUTE_CHAIN = {"fp16": ("fp16",), "bf16": ("bf16", "fp16"), "fp8": ("fp8", "bf
 #: rows, mma.sync (Volta to Ada) on 16 (PTX ISA, warpgroup-level and warp-level MMA shapes).
 MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "turing": 16}
 
+#: NVFP4 GEMMs against the shared model's FP8 efficiency: a scale factor per 16 values to
+#: load and apply, so a lower fraction of the (2x) FP4 peak. A kernel efficiency of the
+#: Blackwell generation, fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4 (grid 0.65-1.0: median
+#: error 22.8% at 1.0, 4.7% at 0.75; the GB200 and 405B FP4 entries, held out: 21.0% -> 3.4%).
+FP4_EFF = Fitted(0.75, "fraction of the FP8 efficiency", "fitted on trtllm-1.0-llama33-70b-"
+                 "b200-tp1-fp4")
+
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
 #: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
 ENGINE_OVERHEAD_S: dict[str, Fitted] = {
@@ -304,6 +311,8 @@ class StepModel:
         byts = n * k * self.wb * wc + T * (k * self.ab + n * 2.0) * count
         op = C.Op(name, "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
         eff = max(C.gemm_efficiency(op, self.gpu, self.compute_prec), self._skinny_eff(T, k))
+        if self.compute_prec == "fp4":
+            eff *= FP4_EFF.value
         peak = self.gpu.peak_tflops(self.compute_prec) * 1e12
         return flops / (peak * max(eff, 1e-6)), byts / (self.gpu.hbm_GBps * 1e9 *
                                                         C.HBM_EFF.value)

@@ -125,3 +125,18 @@ def test_slower_network_never_improves_wide_expert_parallelism(nics):
         if prev is not None:
             assert all(c >= p for c, p in zip(cur, prev, strict=True)), (nic, cur, prev)
         prev = cur
+
+
+def test_serve_a_trace(cli, tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,isl,osl\n0,100,20\n0.5,2000,50\n1.0,300,10\n")
+    code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--replicas", "1",
+                         "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["requests"] == 3 and r["gpus"] == 1
+    assert r["workload"]["osl"] == pytest.approx(80 / 3)
+    # a trace is dealt round-robin to the replicas; one is simulated and scaled
+    code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--json")
+    r = json.loads(out)
+    assert r["requests"] == 3 and r["workload"]["simulated_requests"] == 1

@@ -118,7 +118,7 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
         full = R.load_trace(cfg.trace, limit=cfg.requests if cfg.requests else None)
         keep = np.arange(len(full)) % share == 0          # round-robin over the instances
         return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
-                          source=full.source)
+                          source=full.source, total=len(full))
     n = max(1, -(-int(cfg.requests) // share))
     if cfg.concurrency:
         return R.closed_loop(max(1, cfg.concurrency // share), n, cfg.isl, cfg.osl)
@@ -177,7 +177,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
               "goodput_requests_per_s"):
         s[k] = s[k] * share
     s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / (share * gpus_inst)
-    s["requests"] = int(res.osl.size) * share
+    s["requests"] = reqs.total or int(res.osl.size) * share
     out = {"model": sm.model.name, "system": topo.name, "gpu": sm.gpu.name,
            "gpus": int(round(share * gpus_inst)), "replicas": reps,
            "layout": asdict(cfg.layout()), "precision": sm.precision, "kv_dtype": sm.kv_dtype,

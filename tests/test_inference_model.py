@@ -109,3 +109,34 @@ def test_serve_cli_malformed_trace(cli, tmp_path):
     f.write_text("arrival_s,isl,osl\n0,100,10\n1,100,-3\n")
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f))
     assert code == 2 and "bad.csv: row 3.osl: got '-3'" in err
+
+
+@pytest.mark.parametrize("nics", [("ib-ndr", "ib-hdr", "ib-edr")])
+def test_slower_network_never_improves_wide_expert_parallelism(nics):
+    # DeepSeek-V3 with EP16 across two 8-GPU servers: the all-to-all crosses the NICs
+    prev = None
+    for nic in nics:
+        topo = from_spec({"gpu": "H200-SXM", "gpus_per_node": 8, "nodes": 2, "nic": nic})
+        r = serve("deepseek-v3", topo, ServeConfig(tp=16, ep=16, dp_attention=16,
+                                                   precision="fp8", rate=8.0, requests=160,
+                                                   isl=1000, osl=100))
+        cur = [r[m][q] for m in ("ttft_ms", "tpot_ms") for q in ("p50", "p90", "p99")]
+        assert r["breakdown_ms"]["ep_comm"] > 0
+        if prev is not None:
+            assert all(c >= p for c, p in zip(cur, prev, strict=True)), (nic, cur, prev)
+        prev = cur
+
+
+def test_serve_a_trace(cli, tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,isl,osl\n0,100,20\n0.5,2000,50\n1.0,300,10\n")
+    code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--replicas", "1",
+                         "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["requests"] == 3 and r["gpus"] == 1
+    assert r["workload"]["osl"] == pytest.approx(80 / 3)
+    # a trace is dealt round-robin to the replicas; one is simulated and scaled
+    code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--json")
+    r = json.loads(out)
+    assert r["requests"] == 3 and r["workload"]["simulated_requests"] == 1

@@ -103,8 +103,14 @@ def serve(
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
+    from gpufabric.errors import InputError
     from gpufabric.topology.build import load
+    from gpufabric.workloads.inference.itertime import ENGINE_OVERHEAD_S, engine_key
     from gpufabric.workloads.inference.serve import ServeConfig
+    if engine_key(engine) == "default":
+        known = sorted(k for k in ENGINE_OVERHEAD_S if k != "default")
+        raise InputError(f"unknown engine '{engine}'; allowed: {', '.join(known)}",
+                         field="--engine")
     from gpufabric.workloads.inference.serve import serve as run
     cfg = ServeConfig(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention, replicas=replicas,
                       precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,

@@ -25,7 +25,7 @@ Examples
 >>> topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
 >>> m = StepModel("llama3-70b", topo, ServeLayout(tp=4), precision="fp8")
 >>> round(float(m(0, 0, 0, 1, 1000)) * 1e3, 2)     # one decode token at 1000 tokens of context
-11.18
+11.16
 >>> m.kv_blocks
 77163
 """
@@ -59,13 +59,20 @@ COMPUTE_CHAIN = {"fp16": ("fp16",), "bf16": ("bf16", "fp16"), "fp8": ("fp8", "bf
 #: rows, mma.sync (Volta to Ada) on 16 (PTX ISA, warpgroup-level and warp-level MMA shapes).
 MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "turing": 16}
 
+#: NVFP4 GEMMs against the shared model's FP8 efficiency: a scale factor per 16 values to
+#: load and apply, so a lower fraction of the (2x) FP4 peak. A kernel efficiency of the
+#: Blackwell generation, fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4 (grid 0.65-1.0: median
+#: error 22.8% at 1.0, 4.7% at 0.75; the GB200 and 405B FP4 entries, held out: 21.0% -> 3.4%).
+FP4_EFF = Fitted(0.75, "fraction of the FP8 efficiency", "fitted on trtllm-1.0-llama33-70b-"
+                 "b200-tp1-fp4")
+
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
 #: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
 ENGINE_OVERHEAD_S: dict[str, Fitted] = {
-    "tensorrt-llm": Fitted(0.004, "s per iteration", "fitted on trtllm-0.14-online-* and "
-                           "trtllm-0.17-llama31-8b-h100-tp1-fp8 (grid 1.2-8 ms: median error "
-                           "23% at 1.2 ms, 18.9% at 4 ms; larger values fit TTFT only by "
-                           "overshooting the unloaded ITL of the 8B model)"),
+    "tensorrt-llm": Fitted(0.003, "s per iteration", "fitted on trtllm-0.14-online-* and "
+                           "trtllm-0.17-llama31-8b-h100-tp1-fp8 together with the per-request "
+                           "front end (ENGINE_REQUEST_S; grid 3-5 ms x 5-15 ms: median error "
+                           "16.6% at 3 ms and 10 ms, 20.2% at 4 ms without a front end)"),
     "vllm": Fitted(0.0030, "s per iteration", "prior: vLLM 0.6 reports 2-4 ms of CPU time per "
                    "step before multi-step scheduling (vLLM v0.6.0 release notes); the "
                    "vllm-0.6.0-* entries lack request lengths, so nothing was fitted"),
@@ -74,6 +81,14 @@ ENGINE_OVERHEAD_S: dict[str, Fitted] = {
     "fastertransformer": Fitted(0.0012, "s per iteration", "prior: as TensorRT-LLM"),
     "default": Fitted(0.0020, "s per iteration", "prior: between TensorRT-LLM and vLLM"),
 }
+#: Request handling before the engine schedules a request (HTTP or gRPC front end, tokenizer,
+#: queue hand-off); it adds to TTFT and end-to-end latency, not to the iterations.
+ENGINE_REQUEST_S: dict[str, Fitted] = {
+    "tensorrt-llm": Fitted(0.010, "s per request", "fitted on trtllm-0.14-online-* (Triton "
+                           "front end; grid 5-15 ms with the iteration overhead, 3-4 ms: "
+                           "median error 16.6% at 10 ms and 3 ms)"),
+}
+
 #: Launch cost per transformer layer and iteration for engines that launch kernels one by one
 #: (no CUDA graphs): FasterTransformer's eager C++ loop.
 ENGINE_LAYER_S: dict[str, Fitted] = {
@@ -254,7 +269,10 @@ class StepModel:
 
     def _memory(self) -> None:
         m, lay = self.model, self.layout
-        self.weights_bytes = M.weight_bytes(m, tp=lay.tp, pp=lay.pp, ep=lay.ep,
+        # experts are split over the whole TP group (EP x expert-TP), the memory model counts
+        # them split by its ep alone
+        self.weights_bytes = M.weight_bytes(m, tp=lay.tp, pp=lay.pp,
+                                            ep=lay.tp if m.is_moe else lay.ep,
                                             elem_bytes=self.wb)
         # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
         self.kv_bytes_per_token = M.kv_cache_bytes_per_token(
@@ -266,7 +284,13 @@ class StepModel:
         act += min(self.max_tokens, 256) * (m.vocab // lay.tp) * 4
         self.activation_bytes = float(act)
         self.reserve_bytes = M.RESERVE_GiB.value * 2**30
-        usable = cap * self.mem_util - self.weights_bytes - act - self.reserve_bytes
+        if self.engine in ("tensorrt-llm", "fastertransformer"):
+            # a fraction of what the weights and activations leave (kv_cache_free_gpu_mem_fraction)
+            usable = (cap - self.weights_bytes - act - self.reserve_bytes) * self.mem_util
+            room = cap
+        else:   # a fraction of the whole GPU (vLLM gpu_memory_utilization; SGLang mem_fraction)
+            usable = cap * self.mem_util - self.weights_bytes - act - self.reserve_bytes
+            room = cap * self.mem_util
         self.kv_bytes_free = usable
         self.kv_blocks = int(usable // (self.kv_bytes_per_token * self.block_size)) \
             if usable > 0 else 0
@@ -275,7 +299,7 @@ class StepModel:
             raise InputError(
                 f"{m.name} in {self.precision} does not fit: each of the {lay.gpus} GPUs needs "
                 f"{need:.1f} GB for weights, activations and reserve, and has "
-                f"{cap * self.mem_util / 1e9:.1f} GB usable ({self.gpu.name}); use more GPUs "
+                f"{room / 1e9:.1f} GB usable ({self.gpu.name}); use more GPUs "
                 "(--tp/--pp/--ep) or a smaller --precision", field="MODEL")
 
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
@@ -288,6 +312,8 @@ class StepModel:
         byts = n * k * self.wb * wc + T * (k * self.ab + n * 2.0) * count
         op = C.Op(name, "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
         eff = max(C.gemm_efficiency(op, self.gpu, self.compute_prec), self._skinny_eff(T, k))
+        if self.compute_prec == "fp4":
+            eff *= FP4_EFF.value
         peak = self.gpu.peak_tflops(self.compute_prec) * 1e12
         return flops / (peak * max(eff, 1e-6)), byts / (self.gpu.hbm_GBps * 1e9 *
                                                         C.HBM_EFF.value)

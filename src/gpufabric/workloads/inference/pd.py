@@ -34,12 +34,24 @@ from gpufabric import collectives
 from gpufabric.errors import InputError
 from gpufabric.topology.build import from_spec
 from gpufabric.topology.model import Topology
+from gpufabric.workloads.compute import Fitted
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
-                                                 check_slo_possible, scheduler_config,
-                                                 step_model, typical_breakdown)
-from gpufabric.workloads.inference.serve import _source as source_text
+                                                 check_config, check_slo_possible,
+                                                 scheduler_config, source_text, step_model,
+                                                 typical_breakdown)
 from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
+
+
+#: The KV-transfer engine (Mooncake Transfer Engine, NIXL): a fixed cost per request's transfer
+#: (registration, handshake, completion) and the fraction of the links' NCCL-usable rate its
+#: RDMA writes reach. Fitted on the transfer_ms points of
+#: mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer (128 to 32,768 tokens; two-point fit of
+#: the smallest and largest, the rest within 6 %); mooncake-sglang-* is held out.
+KV_SETUP_S = Fitted(0.00039, "s per transfer", "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-"
+                    "8b-kv-transfer")
+KV_EFF = Fitted(0.81, "fraction of the send/recv rate", "fitted on mooncake-vllm-pd-1p1d-"
+                "h800-qwen3-8b-kv-transfer")
 
 
 def parse_pd(text: str) -> tuple[int, int]:
@@ -54,12 +66,10 @@ def parse_pd(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _gpus(topo: Topology) -> tuple[int, int]:
-    """(GPUs in all, GPUs per node)."""
-    gs = topo.gpus()
-    nodes = {g.node for g in gs}
-    per = len(gs) // max(1, len(nodes))
-    return int(topo.meta.get("nodes", len(nodes)) or len(nodes)) * per, per
+def gpu_count(topo: Topology) -> tuple[int, int]:
+    """(GPUs in all, GPUs per NVLink domain: a server, or a rack-scale domain of trays)."""
+    per, domains = topo.scale_up()
+    return per * domains, per
 
 
 def _twin(spec: dict) -> dict:
@@ -78,14 +88,14 @@ def _twin(spec: dict) -> dict:
 def _kv_path(topo: Topology, decode_topo: Topology | None, x: int, y: int, per_inst: int
              ) -> tuple[Topology, int, str]:
     """The topology the transfer runs on, ranks per node (2: one node, 1: across) and a name."""
-    total, per_node = _gpus(topo)
+    total, per_node = gpu_count(topo)
     if decode_topo is None and (x + y) * per_inst <= per_node:
         return topo, 2, "NVLink" if any(ln.kind == "nvlink" for ln in topo.links) else "PCIe"
     if decode_topo is None and (x + y) * per_inst > total:
         raise InputError(f"{x}P{y}D of {per_inst} GPUs each needs {(x + y) * per_inst} GPUs; "
                          f"the system has {total}", field="--pd")
     t = topo
-    if _gpus(topo)[0] <= per_node:     # one node: the pools talk over its NICs to a twin
+    if gpu_count(topo)[0] <= per_node:     # one node: the pools talk over its NICs to a twin
         spec = topo.meta.get("spec")
         if not isinstance(spec, dict):
             raise InputError("the KV transfer to another system needs the system as a spec "
@@ -99,6 +109,7 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
              decode_topo: Topology | None = None) -> dict:
     """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
+    check_config(cfg)
     if cfg.dp_attention != 1:
         raise InputError("--pd with --dp-attention is not modeled; use one or the other",
                          field="--pd")
@@ -107,9 +118,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     per = cfg.layout().gpus
     if decode_topo is not None:
         for name, t, k in (("prefill", topo, x), ("decode", decode_topo, y)):
-            if k * per > _gpus(t)[0]:
+            if k * per > gpu_count(t)[0]:
                 raise InputError(f"{k} {name} instances of {per} GPUs need {k * per}; "
-                                 f"{t.name} has {_gpus(t)[0]}", field="--pd")
+                                 f"{t.name} has {gpu_count(t)[0]}", field="--pd")
     link_topo, per_node, link = _kv_path(topo, decode_topo, x, y, per)
     full = build_requests(cfg, 1)
     if full.concurrency:
@@ -125,8 +136,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     # KV transfer per request: each GPU of the instance sends its shard, all at once
     shard = full.isl[idx_p] * sm_p.kv_bytes_per_token
     sizes = np.unique(shard)
-    t_of = {int(s): collectives.predict(link_topo, "send_recv", int(s), 2, per_node=per_node,
-                                        concurrent=per).time_us * 1e-6 for s in sizes}
+    t_of = {int(s): KV_SETUP_S.value + collectives.predict(
+        link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=per).time_us * 1e-6
+        / KV_EFF.value for s in sizes}
     xfer = np.array([t_of[int(s)] for s in shard])
     done = res_p.first_token.copy()
     link_free = 0.0

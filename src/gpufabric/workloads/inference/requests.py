@@ -50,6 +50,7 @@ class Requests:
     osl: np.ndarray
     concurrency: int = 0
     source: str = ""
+    total: int = 0          # requests of the whole stream this one was dealt from (0: itself)
 
     def __len__(self) -> int:
         return int(self.isl.shape[0])

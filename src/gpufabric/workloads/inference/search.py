@@ -25,7 +25,7 @@ from typing import Any
 from gpufabric import sweep
 from gpufabric.errors import InputError
 from gpufabric.topology.build import load
-from gpufabric.workloads.inference.pd import _gpus, serve_pd
+from gpufabric.workloads.inference.pd import gpu_count, serve_pd
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 
 
@@ -106,9 +106,9 @@ def search(model: str, topo_or_name, cfg: ServeConfig, *, tps=(1, 2, 4, 8), max_
             raise InputError("search needs a system name or spec", field="SYSTEM")
         system = ",".join(f"{k}={v}" for k, v in spec.items()
                           if v is not None and not isinstance(v, dict))
-    total, per_node = _gpus(topo)
+    total, per_node = gpu_count(topo)
     cands = candidates(total, per_node, tps, max_pd)
-    base = asdict(replace(cfg, extra={}))
+    base = asdict(cfg)
     items = [(model, system, base, c, decode_system) for c in cands]
     rows = sweep.run(_evaluate, items, ray=ray)
     ok = [r for r in rows if "error" not in r]

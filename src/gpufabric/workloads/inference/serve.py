@@ -17,15 +17,17 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
-from gpufabric.workloads.inference.itertime import ServeLayout, StepModel, engine_key
-from gpufabric.workloads.inference.simulator import SchedulerConfig, simulate, summarize
+from gpufabric.workloads.inference.itertime import (ENGINE_REQUEST_S, ServeLayout, StepModel,
+                                                    engine_key)
+from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, simulate,
+                                                     summarize)
 
 #: Engine defaults for the batch limits (vLLM max_num_seqs 256, max_num_batched_tokens 8192 with
 #: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
@@ -63,13 +65,24 @@ class ServeConfig:
     block_size: int = 16
     preemption: str = "recompute"
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
 
 
-def _check_slo(cfg: ServeConfig) -> None:
+def check_config(cfg: ServeConfig) -> None:
+    """Check the run's numbers (one-line errors naming the option)."""
+    if not isinstance(cfg.requests, int) or cfg.requests < 1:
+        raise InputError(f"must be a positive integer, got {cfg.requests!r}", field="--requests")
+    if cfg.rate is not None and not (math.isfinite(cfg.rate) and cfg.rate > 0):
+        raise InputError(f"must be a positive number of requests per second, got {cfg.rate!r}",
+                         field="--rate")
+    if cfg.concurrency is not None and cfg.concurrency < 1:
+        raise InputError(f"must be a positive integer, got {cfg.concurrency!r}",
+                         field="--concurrency")
+    if cfg.preemption not in ("recompute", "swap"):
+        raise InputError(f"unknown preemption mode '{cfg.preemption}'; allowed: recompute, "
+                         "swap", field="--preemption")
     for name in ("slo_ttft_ms", "slo_tpot_ms"):
         v = getattr(cfg, name)
         if v is not None and not (math.isfinite(v) and v > 0):
@@ -105,7 +118,7 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
         full = R.load_trace(cfg.trace, limit=cfg.requests if cfg.requests else None)
         keep = np.arange(len(full)) % share == 0          # round-robin over the instances
         return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
-                          source=full.source)
+                          source=full.source, total=len(full))
     n = max(1, -(-int(cfg.requests) // share))
     if cfg.concurrency:
         return R.closed_loop(max(1, cfg.concurrency // share), n, cfg.isl, cfg.osl)
@@ -150,26 +163,26 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
 
 def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary."""
-    _check_slo(cfg)
+    check_config(cfg)
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     reqs = build_requests(cfg, share)
     sched = scheduler_config(sm, cfg)
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
-    res = simulate(reqs, sm, sched)
+    res = simulate_with_front_end(reqs, sm, sched)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
               "goodput_requests_per_s"):
         s[k] = s[k] * share
     s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / (share * gpus_inst)
-    s["requests"] = int(res.osl.size) * share
+    s["requests"] = reqs.total or int(res.osl.size) * share
     out = {"model": sm.model.name, "system": topo.name, "gpu": sm.gpu.name,
            "gpus": int(round(share * gpus_inst)), "replicas": reps,
            "layout": asdict(cfg.layout()), "precision": sm.precision, "kv_dtype": sm.kv_dtype,
            "compute_precision": sm.compute_prec, "engine": sm.engine, "workload": {
-               "source": _source(cfg, reqs.source), "rate": cfg.rate,
+               "source": source_text(cfg, reqs.source), "rate": cfg.rate,
                "concurrency": cfg.concurrency,
                "isl": float(res.isl.mean()), "osl": float(res.osl.mean()),
                "simulated_requests": int(res.osl.size)},
@@ -184,7 +197,26 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     return out
 
 
-def _source(cfg: ServeConfig, src: str) -> str:
+def front_end_s(sm: StepModel) -> float:
+    """The engine's request handling before scheduling (:data:`ENGINE_REQUEST_S`)."""
+    f = ENGINE_REQUEST_S.get(sm.engine)
+    return f.value if f is not None else 0.0
+
+
+def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerConfig,
+                            **kw) -> SimResult:
+    """:func:`simulate`, the requests reaching the engine after its front end; latencies
+    are counted from the original arrivals."""
+    fe = front_end_s(sm)
+    if fe <= 0 or reqs.concurrency:
+        return simulate(reqs, sm, sched, **kw)
+    res = simulate(R.Requests(reqs.arrival + fe, reqs.isl, reqs.osl, source=reqs.source),
+                   sm, sched, **kw)
+    res.arrival = res.arrival - fe
+    return res
+
+
+def source_text(cfg: ServeConfig, src: str) -> str:
     if cfg.trace:
         return src
     if cfg.concurrency:

@@ -27,7 +27,8 @@ import yaml
 
 from gpufabric.errors import InputError
 from gpufabric.topology.build import from_spec
-from gpufabric.workloads.inference.itertime import ENGINE_LAYER_S, ENGINE_OVERHEAD_S, engine_key
+from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
+                                                    ENGINE_REQUEST_S, FP4_EFF, engine_key)
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 from gpufabric.workloads.models import load_model
 
@@ -43,12 +44,15 @@ METRICS = {
     "tpot_ms": ("tpot_ms", "mean"), "tpot_ms_p50": ("tpot_ms", "p50"),
     "tpot_ms_p99": ("tpot_ms", "p99"),
     "latency_ms": ("e2e_ms", "mean"), "latency_ms_p50": ("e2e_ms", "p50"),
+    "transfer_ms": ("kv_transfer_ms", "p50"),
 }
 
 
 def _fitted_ids() -> set[str]:
     ids: set[str] = set()
-    for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values()]:
+    from gpufabric.workloads.inference.pd import KV_EFF, KV_SETUP_S
+    for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values(),
+              *ENGINE_REQUEST_S.values(), KV_EFF, KV_SETUP_S, FP4_EFF]:
         if f.fitted_on.startswith("fitted on"):
             ids.update(re.findall(r"[a-z0-9][a-z0-9.]*-[a-z0-9.\-*]+", f.fitted_on))
     return ids
@@ -74,7 +78,7 @@ def model_name(text: str) -> str:
     ('llama2-13b', 'deepseek-v3')
     """
     t = str(text).split("(")[0].split("/")[0].strip().lower()
-    t = re.sub(r"\b(instruct|chat|base)\b", "", t).strip()
+    t = re.sub(r"\b(instruct|chat|base)\b.*$", "", t).strip(" -")
     t = re.sub(r"[\s_]+", "-", t)
     if re.fullmatch(r"llama-\d+b", t):            # TensorRT-LLM's llama_13b = Llama 2
         t = "llama-2-" + t.split("-")[1]
@@ -143,9 +147,9 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     wl = {**(e.get("workload") or {}), **pt}
     if par.get("mtp"):
         raise Skip("multi-token prediction (speculative decoding) is not modeled")
-    if par.get("pd") == "disaggregated":
-        raise Skip("disaggregated entry: compared by the PD model")
     mode = wl.get("mode")
+    if par.get("pd") == "disaggregated":
+        return _run_pd(e, pt, par, wl)
     if mode in (None, "bulk-transfer"):
         raise Skip(f"no serving workload (mode {mode})")
     isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
@@ -205,6 +209,39 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
                "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
                "batch": batch, "precision": prec}
+
+
+def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
+    """A 1P1D single-request run: TTFT and the KV transfer (Mooncake's tables)."""
+    from gpufabric.workloads.inference.pd import serve_pd
+    sysd, mod = e["system"], e["model"]
+    if wl.get("mode") != "single-stream" or not _num(wl.get("isl")):
+        raise Skip("disaggregated entry without a single-request workload")
+    x, y = int(par.get("prefill_instances", 1)), int(par.get("decode_instances", 1))
+    try:
+        model = model_name(mod.get("name", ""))
+    except InputError:
+        raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
+    tp = int(par.get("tp", 1) or 1)
+    spec: dict[str, Any] = {"gpu": sysd["gpu"], "gpus_per_node": int(sysd.get("gpus_per_node",
+                                                                              8)),
+                            "nodes": int(sysd.get("nodes", 2))}
+    for k in ("scale_up", "nic", "nics_per_node"):
+        if sysd.get(k) is not None:
+            spec[k] = sysd[k]
+    topo = from_spec(spec)
+    isl = int(wl["isl"])
+    prec = str(mod.get("precision") or "bf16").lower()
+    cfg = ServeConfig(tp=tp, precision=prec, engine=(e.get("engine") or {}).get("name",
+                                                                                "default"),
+                      rate=0.05, requests=3, isl=isl, osl=2)
+    if wl.get("chunked_prefill") is False:
+        cfg.max_batched_tokens = max(isl, 8192)
+    r = serve_pd(model, topo, cfg, (x, y))
+    r["kv_transfer_ms"] = r["pd"]["kv_transfer_ms"]
+    return r, {"model": model, "gpu": sysd["gpu"], "tp": tp, "pp": 1, "ep": 1,
+               "gpus": (x + y) * tp, "mode": "pd single-stream", "isl": isl, "osl": 2,
+               "rate": None, "concurrency": 1, "batch": None, "precision": prec}
 
 
 def _predicted(r: dict, key: str, gpus: int) -> float | None:

@@ -21,7 +21,8 @@ from gpufabric.k8s.api import deviceplugin_pb2 as pb
 from gpufabric.k8s.api import deviceplugin_pb2_grpc as pb_grpc
 from gpufabric.k8s.deviceplugin import DevicePlugin, wait_for
 from gpufabric.k8s.devices import DeviceSet
-from gpufabric.topology.build import load
+from gpufabric.topology.build import from_data, load
+from gpufabric.topology.nvsmi import parse, to_system
 
 FIX = Path(__file__).parent / "fixtures" / "k8s"
 
@@ -219,3 +220,64 @@ def test_the_gpus_the_extender_chose_are_honoured_oldest_pod_first(tmp_path):
     # pod a (0-2, over PCIe, as the extender chose), then pod b; then no pod: the plugin's own
     assert answers == [[IDS[0], IDS[2]], [IDS[4], IDS[5]], [IDS[4], IDS[5]]]
     assert api.selectors[0] == "spec.nodeName=gpu-a100-02,status.phase=Pending"
+
+
+def serving(tmp_path, devices: DeviceSet):
+    """A kubelet and a plugin for ``devices``, registered: (stop, the kubelet's stub)."""
+    kubelet = Kubelet(tmp_path)
+    plugin = DevicePlugin(devices, str(tmp_path), log=lambda msg: None)
+    thread = threading.Thread(target=plugin.run, args=(0.05,), daemon=True)
+    thread.start()
+    assert wait_for(lambda: kubelet.updates)
+
+    def stop():
+        plugin.stop()
+        thread.join(5)
+        kubelet.server.stop(0)
+    return stop, kubelet.plugin()
+
+
+def preferred(stub, ids: list[str], size: int, must: tuple[int, ...] = (),
+              free: tuple[int, ...] | None = None) -> list[int]:
+    """GetPreferredAllocation over gRPC with GPU indices: the answer's indices."""
+    avail = ids if free is None else [ids[i] for i in free]
+    req = pb.PreferredAllocationRequest(container_requests=[
+        pb.ContainerPreferredAllocationRequest(
+            available_deviceIDs=avail, must_include_deviceIDs=[ids[m] for m in must],
+            allocation_size=size)])
+    got = stub.GetPreferredAllocation(req).container_responses[0].deviceIDs
+    return sorted(ids.index(d) for d in got)
+
+
+def test_preferred_allocation_takes_the_gpus_with_nics_under_their_switch(tmp_path):
+    # HGX H100 with 4 NDR NICs, one under the PCIe switch of GPUs 0, 2, 4, 6: every GPU pair
+    # has 450 GB/s over NVSwitch, so the NICs decide (GPUDirect RDMA for each GPU)
+    devices = DeviceSet.from_system("hgx-h100-4node-4nic")
+    assert devices.nics is not None and devices.nics.shape == (8, 4)
+    stop, stub = serving(tmp_path, devices)
+    try:
+        ids = devices.ids
+        assert preferred(stub, ids, 2) == [0, 2]
+        assert preferred(stub, ids, 4) == [0, 2, 4, 6]
+        assert preferred(stub, ids, 2, must=(1,)) == [0, 1]          # NIC0 for both
+        # 1, 3, 5, 6, 7 free: of those only GPU 6 has a NIC under its switch (NIC3)
+        assert preferred(stub, ids, 2, free=(1, 3, 5, 6, 7)) == [1, 6]
+    finally:
+        stop()
+
+
+def test_preferred_allocation_on_a_real_nvidia_smi_node_with_nics(tmp_path):
+    # RTX 6000 Ada workstation: 2 GPUs and 2 NICs per socket, the NICs on their own PCIe
+    # switch (NODE to the GPUs: no GPUDirect RDMA anywhere, but NUMA-local)
+    m = parse((Path(__file__).parent / "fixtures" / "nvsmi" / "rtx6000ada_4gpu_4nic.txt")
+              .read_text())
+    devices = DeviceSet.from_topology(from_data(to_system(m, "rtx6000ada"), "rtx6000ada"),
+                                      "nvidia-smi")
+    assert devices.nics.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
+    stop, stub = serving(tmp_path, devices)
+    try:
+        assert preferred(stub, devices.ids, 2) == [0, 1]
+        assert preferred(stub, devices.ids, 2, must=(3,)) == [2, 3]
+        assert preferred(stub, devices.ids, 3) == [0, 1, 2]
+    finally:
+        stop()

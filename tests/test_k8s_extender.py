@@ -336,3 +336,34 @@ def test_a_pod_can_require_nvlink_between_its_gpus(serve):
     args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "fast"
     status, r = c.post("filter", args)
     assert status == 400 and "'fast' is not a bandwidth in GB/s" in r["Error"]
+
+
+# -- NIC locality ---------------------------------------------------------------------------
+
+#: 8 A100 PCIe behind two switches, one per socket, as the pcie-switch-dual-root preset, with
+#: one HDR NIC (under the first switch); 8 H100 on NVSwitch with 4 NDR NICs, one per GPU pair.
+DUAL_ROOT_NIC = ("gpu=A100-PCIe,gpus_per_node=8,scale_up=pcie,host.cpu=EPYC-7763,"
+                 "host.sockets=2,host.pcie_switches=2,host.switch_layout=dual-root,"
+                 "host.switch=PEX88096,nics_per_node=1,nic=ib-hdr")
+HGX_4NIC = "gpu=H100-SXM,gpus_per_node=8,nics_per_node=4,nic=ib-ndr"
+
+
+def test_a_multi_gpu_pod_goes_where_its_gpus_sit_with_nics(serve):
+    nodes = load_node_infos(f"pcie-switch-dual-root*1+{DUAL_ROOT_NIC}*1+"
+                            f"gpu=H100-SXM,gpus_per_node=8*1+{HGX_4NIC}*1")
+    names = [n.name for n in nodes]
+    assert names == ["pcie-switch-dual-root-0000", "node-0001", "node-0002", "node-0003"]
+    ext = Extender(nodes, policy="topology-fgd")
+    c = serve(ext)
+    args = fixture("filter-args.nodecache.json")
+    args["NodeNames"] = names
+    _, r = c.post("filter", args)
+    assert r["NodeNames"] == names
+    _, scores = c.post("prioritize", args)
+    # NVSwitch first (450 GB/s), the one whose 4 GPUs each have an NDR NIC under their PCIe
+    # switch (GPUDirect RDMA) above the one without NICs; likewise for the PCIe boxes
+    assert scores == [{"Host": names[0], "Score": 1}, {"Host": names[1], "Score": 4},
+                      {"Host": names[2], "Score": 6}, {"Host": names[3], "Score": 10}]
+    bind = dict(fixture("bind-args.json"), Node="node-0003")
+    assert c.post("bind", bind) == (200, {"Error": ""})
+    assert ext.bound[bind["PodUID"]].gpus == (0, 2, 4, 6)       # one NIC per GPU pair each

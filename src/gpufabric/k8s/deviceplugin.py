@@ -128,7 +128,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             named = self.hint(list(c.available_deviceIDs), list(c.must_include_deviceIDs),
                               size) if self.hint else None
             if named is None:
-                chosen = preferred_set(free, size, self.devices.bw, self.devices.hops, must)
+                chosen = preferred_set(free, size, self.devices.bw, self.devices.hops, must,
+                                       nics=self.devices.nics)
                 named = [self.devices.ids[k] for k in chosen]
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=named))
         return pb.PreferredAllocationResponse(container_responses=out)

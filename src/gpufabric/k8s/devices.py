@@ -22,7 +22,7 @@ import numpy as np
 from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.scheduler.nodetopo import tables
-from gpufabric.topology.paths import domain_gpus
+from gpufabric.topology.paths import domain_gpus, gpu_nic_levels
 from gpufabric.topology.build import from_data, load
 from gpufabric.topology.model import Topology
 from gpufabric.topology.nvsmi import TopoMatrix, to_system
@@ -56,6 +56,8 @@ class DeviceSet:
     source: str
     health: dict[str, str] = field(default_factory=dict)
     version: int = 0
+    #: GPU-NIC levels (:func:`gpufabric.topology.paths.gpu_nic_levels`); None without NICs
+    nics: np.ndarray | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
@@ -75,7 +77,9 @@ class DeviceSet:
             stem = re.sub(r"[^A-Za-z0-9-]", "-", t.name or "system")[:40].strip("-")
             ids = [f"gpufabric-{stem}-gpu{k}" for k in range(len(gpus))]
         bw, hops = tables(t, 0, domain)
-        return cls(ids, [max(0, d.numa) for d in gpus], bw, hops, source)
+        nics = gpu_nic_levels(t, 0, domain)
+        return cls(ids, [max(0, d.numa) for d in gpus], bw, hops, source,
+                   nics=nics if nics.shape[1] else None)
 
     @classmethod
     def from_system(cls, system: str, domain: bool = False) -> DeviceSet:

@@ -281,7 +281,7 @@ class Extender:
         hit = self._sets.get(key)
         if hit is None:
             bw, hops = cluster.gpu_tables(i)
-            gpus = preferred_set(free, k, bw, hops)
+            gpus = preferred_set(free, k, bw, hops, nics=cluster.gpu_nics(i))
             hit = (gpus, set_key(gpus, bw, hops)[0])
             if len(self._sets) > 100_000:
                 self._sets.clear()

@@ -10,6 +10,7 @@ bridges on pairs 0-1, 2-3, 4-5, 6-7.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 
@@ -281,3 +282,39 @@ def test_preferred_allocation_on_a_real_nvidia_smi_node_with_nics(tmp_path):
         assert preferred(stub, devices.ids, 3) == [0, 1, 2]
     finally:
         stop()
+
+
+def test_two_pods_bound_at_once_never_get_the_same_gpus(tmp_path):
+    # the extender bound two pods to the node at once (GPUs 0-1 and 2-3); the kubelet asks for
+    # both in parallel and the API server is slow to answer: each pod's GPUs go out once
+    from gpufabric.k8s.kube import AssignedGPUs
+
+    class Slow(PendingPods):
+        inside, most = 0, 0
+
+        def list_pod_for_all_namespaces(self, **kw):
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            time.sleep(0.2)                     # long enough for the other call to come in
+            self.inside -= 1
+            return super().list_pod_for_all_namespaces(**kw)
+    api = Slow([pending("a", "2026-03-02T09:21:05Z", "0-1"),
+                pending("b", "2026-03-02T09:21:06Z", "2-3")])
+    devices = DeviceSet.from_topology(load("nvlink-bridge-pairs"), "nvlink-bridge-pairs", IDS)
+    plugin = DevicePlugin(devices, str(tmp_path), log=lambda m: None,
+                          hint=AssignedGPUs(api, "gpu-a100-02", IDS))
+    plugin.serve()
+    req = pb.PreferredAllocationRequest(container_requests=[
+        pb.ContainerPreferredAllocationRequest(available_deviceIDs=IDS, allocation_size=2)])
+    try:
+        with grpc.insecure_channel(f"unix://{plugin.socket}") as ch:
+            stub = pb_grpc.DevicePluginStub(ch)
+            with futures.ThreadPoolExecutor(2) as pool:
+                got = list(pool.map(lambda _: sorted(
+                    stub.GetPreferredAllocation(req, timeout=10).container_responses[0]
+                    .deviceIDs), range(2)))
+    finally:
+        plugin.stop_server()
+    assert sorted(got) == [sorted(IDS[0:2]), sorted(IDS[2:4])]
+    # one at a time: no call reads the pending pods while another is choosing among them
+    assert len(api.selectors) == 2 and api.most == 1

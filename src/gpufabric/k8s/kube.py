@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from typing import Any
 
 from gpufabric.errors import InputError
@@ -127,6 +128,11 @@ class AssignedGPUs:
     devices. Each pod is answered once. Any failure to ask the API server returns None, and the
     plugin chooses by itself.
 
+    One call at a time (a node lock: the plugin is the only one answering for its node): the
+    kubelet may ask for two pods bound at once to the node in parallel, and without it both
+    calls could read the same pending pod before either marks it answered and hand its GPUs
+    out twice.
+
     Parameters
     ----------
     api : object
@@ -143,8 +149,13 @@ class AssignedGPUs:
         self.ids = ids
         self.timeout_s = timeout_s
         self.answered: dict[str, None] = {}
+        self.lock = threading.Lock()
 
     def __call__(self, available: list[str], must: list[str], size: int) -> list[str] | None:
+        with self.lock:
+            return self._answer(available, must, size)
+
+    def _answer(self, available: list[str], must: list[str], size: int) -> list[str] | None:
         try:
             resp = self.api.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={self.node},status.phase=Pending",

@@ -210,3 +210,98 @@ def test_pods_on_a_node_that_is_not_ready_keep_their_gpus():
     r = ext.filter(fixture("filter-args.nodecache.json"))
     assert r["FailedAndUnresolvableNodes"] == {
         "gpu-h100-01": "gpufabric: node gpu-h100-01 is not ready"}
+
+
+def test_the_extender_watches_nodes_and_pods_and_lists_again_on_410_gone():
+    """KubeWatch with the official client against an API server on loopback that lists and
+    streams watch events (one JSON object a line, as the API server does), then expires."""
+    import queue
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    import pytest
+    kubernetes = pytest.importorskip("kubernetes")
+    from gpufabric.k8s.deviceplugin import wait_for
+    from gpufabric.k8s.kube import KubeWatch
+
+    nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
+    pods = [running("a", "uid-a", "gpu-h100-01", 4, "0-1-2-3")]
+    events = {"nodes": queue.Queue(), "pods": queue.Queue()}
+    seen = []
+
+    class API(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            url = urlparse(self.path)
+            q = {k: v[0] for k, v in parse_qs(url.query).items()}
+            kind = "nodes" if url.path == "/api/v1/nodes" else "pods"
+            seen.append((kind, q.get("watch"), q.get("resourceVersion")))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if q.get("watch") != "true":
+                items = nodes if kind == "nodes" else pods
+                data = json.dumps({"kind": "List", "metadata": {"resourceVersion": "100"},
+                                   "items": items}).encode()
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.end_headers()            # a stream: events until the watch times out
+            while True:
+                try:
+                    ev = events[kind].get(timeout=0.5)
+                except queue.Empty:
+                    return
+                self.wfile.write(json.dumps(ev).encode() + b"\n")
+                self.wfile.flush()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), API)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    ext = Extender(policy="topology")
+    lock = threading.Lock()
+
+    def apply(n, p):
+        with lock:
+            ext.sync(n, p)
+    cfg = kubernetes.client.Configuration()
+    cfg.host = f"http://127.0.0.1:{srv.server_address[1]}"
+    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
+    w = KubeWatch(api, apply, watch_s=30, retry_s=0.1, settle_s=0.01, log=lambda m: None)
+    w.start()
+    try:
+        # listed: three nodes, pod a adopted on the GPUs its annotation names
+        assert wait_for(lambda: "uid-a" in ext.bound and len(ext.nodes) == 3, 10)
+        assert ext.bound["uid-a"].gpus == (0, 1, 2, 3)
+
+        def rv(obj, v):
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = v
+            return obj
+        b = running("b", "uid-b", "gpu-a100-02", 2, "4-5")
+        events["pods"].put({"type": "ADDED", "object": rv(b, "101")})
+        assert wait_for(lambda: "uid-b" in ext.bound, 10)
+        done = running("a", "uid-a", "gpu-h100-01", 4, "0-1-2-3", phase="Succeeded")
+        events["pods"].put({"type": "MODIFIED", "object": rv(done, "102")})
+        assert wait_for(lambda: "uid-a" not in ext.bound, 10)      # its GPUs are free again
+        events["nodes"].put({"type": "BOOKMARK", "object": {
+            "kind": "Node", "metadata": {"resourceVersion": "103"}}})
+        events["nodes"].put({"type": "DELETED", "object": rv(nodes[2], "104")})
+        assert wait_for(lambda: len(ext.nodes) == 2, 10)
+        # the API server no longer has the version the pod watch resumes from: list again
+        pods[:] = [running("c", "uid-c", "gpu-h100-01", 8, "0-1-2-3-4-5-6-7")]
+        events["pods"].put({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
+            "reason": "Expired", "message": "too old resource version: 102 (105)"}})
+        assert wait_for(lambda: "uid-c" in ext.bound and "uid-b" not in ext.bound, 10)
+        assert w.listed == {"nodes": 1, "pods": 2}
+    finally:
+        w.stop()
+        srv.shutdown()
+        srv.server_close()
+    pod_calls = [s for s in seen if s[0] == "pods"]
+    assert pod_calls[:2] == [("pods", None, None), ("pods", "true", "100")]
+    assert ("pods", "true", "102") in pod_calls          # resumed from the last event seen
+    assert ("nodes", "true", "100") in seen

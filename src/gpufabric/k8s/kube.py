@@ -187,3 +187,166 @@ class AssignedGPUs:
         while len(self.answered) > 10_000:
             self.answered.pop(next(iter(self.answered)))
         return devs
+
+
+class KubeWatch:
+    """Nodes and the pods bound to them, mirrored from the API server: list, then watch.
+
+    Each kind is listed once (its ``resourceVersion`` kept), then watched from that version
+    with the official client's :class:`kubernetes.watch.Watch` (raw events,
+    ``allowWatchBookmarks``;
+    each watch request ends after ``watch_s`` and the next one resumes from the last version
+    seen). When the API server answers 410 Gone (the version is older than it keeps), the kind
+    is listed again; any other failure waits ``retry_s`` and lists again. After every change
+    ``on_change(nodes, pods)`` gets the whole picture (pods of the active phases only), at
+    most once per ``settle_s``, from one thread.
+
+    Parameters
+    ----------
+    api : kubernetes.client.CoreV1Api
+        The client (``KubeSource.api``).
+    on_change : callable
+        ``on_change(list of NodeInfo, list of PodInfo)``, e.g. ``Extender.sync`` under the
+        server's lock.
+    """
+
+    def __init__(self, api: Any, on_change: Any, watch_s: int = 300, retry_s: float = 5.0,
+                 settle_s: float = 0.05, log: Any = None):
+        self.api = api
+        self.on_change = on_change
+        self.watch_s = watch_s
+        self.retry_s = retry_s
+        self.settle_s = settle_s
+        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.stop_event = threading.Event()
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.listed = {"nodes": 0, "pods": 0}       # lists done (a relist after 410 counts)
+        self._ready = {"nodes": False, "pods": False}
+        self._changed = threading.Condition()
+        self._dirty = False
+        self._watches: list[Any] = []
+
+    def start(self) -> list[threading.Thread]:
+        """Start the two watch threads and the one that calls ``on_change``."""
+        threads = [threading.Thread(target=self._run, args=(k,), daemon=True)
+                   for k in ("nodes", "pods")]
+        threads.append(threading.Thread(target=self._apply, daemon=True))
+        for t in threads:
+            t.start()
+        return threads
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for w in list(self._watches):
+            w.stop()
+        with self._changed:
+            self._changed.notify_all()
+
+    # -- one kind ---------------------------------------------------------------------------
+    def _call(self, kind: str) -> tuple[Any, dict]:
+        if kind == "nodes":
+            return self.api.list_node, {}
+        return self.api.list_pod_for_all_namespaces, {"field_selector": "spec.nodeName!="}
+
+    def _put(self, kind: str, item: Any, gone: bool = False) -> None:
+        """Store (or, ``gone``, drop) one object as the API server sent it."""
+        if not isinstance(item, dict):
+            return
+        meta = item.get("metadata") or {}
+        if kind == "nodes":
+            name = str(meta.get("name") or "")
+            if gone:
+                self.nodes.pop(name, None)
+                return
+            try:
+                self.nodes[name] = parse_node(item, f"node {name}")
+            except InputError as exc:
+                self.log(f"gpufabric: skipping a node: {exc}")
+                self.nodes.pop(name, None)
+            return
+        uid = str(meta.get("uid") or "")
+        phase = (item.get("status") or {}).get("phase")
+        if gone or phase not in ACTIVE_PHASES:
+            self.pods.pop(uid, None)
+            return
+        try:
+            self.pods[uid] = parse_pod(item, f"pod {meta.get('namespace')}/{meta.get('name')}")
+        except InputError as exc:
+            self.log(f"gpufabric: skipping a pod: {exc}")
+            self.pods.pop(uid, None)
+
+    def _list(self, kind: str) -> str:
+        func, kw = self._call(kind)
+        data = KubeSource._json(func(_preload_content=False, **kw))
+        with self._changed:
+            if kind == "nodes":
+                self.nodes = {}
+            else:
+                self.pods = {}
+            for item in data.get("items") or []:
+                self._put(kind, item)
+            self.listed[kind] += 1
+            self._ready[kind] = True
+            self._mark()
+        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _run(self, kind: str) -> None:
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        class RawWatch(watch.Watch):
+            """Events as the API server sent them: no model objects (whose validation would
+            end the watch on one odd object); read by :mod:`gpufabric.k8s.objects`."""
+
+            def unmarshal_event(self, data: Any, return_type: Any) -> Any:
+                return super().unmarshal_event(data, None)
+
+        while not self.stop_event.is_set():
+            try:
+                rv = self._list(kind)
+                while not self.stop_event.is_set():
+                    w = RawWatch()
+                    self._watches.append(w)
+                    func, kw = self._call(kind)
+                    try:
+                        for ev in w.stream(func, resource_version=rv, allow_watch_bookmarks=True,
+                                           timeout_seconds=self.watch_s, **kw):
+                            obj = ev.get("raw_object") or {}
+                            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                            if ev.get("type") == "BOOKMARK":
+                                continue
+                            with self._changed:
+                                self._put(kind, obj, gone=ev.get("type") == "DELETED")
+                                self._mark()
+                    finally:
+                        self._watches.remove(w)
+            except ApiException as exc:
+                if exc.status == 410:             # too old: list again, at once
+                    continue
+                self.log(f"gpufabric: watching {kind} failed: {exc.status} {exc.reason}")
+                self.stop_event.wait(self.retry_s)
+            except Exception as exc:   # keep serving on the last picture
+                self.log(f"gpufabric: watching {kind} failed: {exc}")
+                self.stop_event.wait(self.retry_s)
+
+    # -- the picture -----------------------------------------------------------------------
+    def _mark(self) -> None:
+        self._dirty = True
+        self._changed.notify_all()
+
+    def _apply(self) -> None:
+        while not self.stop_event.is_set():
+            with self._changed:
+                while not (self._dirty and all(self._ready.values())):
+                    if self.stop_event.is_set():
+                        return
+                    self._changed.wait(1.0)
+            self.stop_event.wait(self.settle_s)     # let a burst of events land
+            with self._changed:
+                self._dirty = False
+                nodes, pods = list(self.nodes.values()), list(self.pods.values())
+            try:
+                self.on_change(nodes, pods)
+            except Exception as exc:
+                self.log(f"gpufabric: applying the cluster's state failed: {exc}")

@@ -36,6 +36,12 @@ def test_scheduler_config_calls_the_extender_where_the_deployment_serves(cli):
     assert c["command"] == ["gpufabric", "k8s", "extender"]
     rules = by_kind["ClusterRole"]["rules"]
     assert any("pods/binding" in r["resources"] and "create" in r["verbs"] for r in rules)
+    # list and watch Nodes and Pods; patch a Node for the bind lock
+    assert any("nodes" in r["resources"] and {"list", "watch", "patch"} <= set(r["verbs"])
+               for r in rules)
+    plugin_rules = next(d for d in docs("device-plugin.yaml") if d["kind"] == "ClusterRole")
+    assert any("nodes" in r["resources"] and {"get", "patch"} <= set(r["verbs"])
+               for r in plugin_rules["rules"])                 # release the bind lock
     # the options the manifests pass exist
     code, out, _ = cli("k8s", "extender", "--help")
     assert code == 0 and all(o in out for o in ("--listen", "--prefix", "--kubeconfig",

@@ -151,6 +151,9 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                               "gpufabric: Allocate: unhealthy devices " + ", ".join(sick))
             out.append(pb.ContainerAllocateResponse(
                 envs={"NVIDIA_VISIBLE_DEVICES": ",".join(c.devices_ids)}))
+        allocated = getattr(self.hint, "allocated", None)
+        if allocated is not None:       # the side channel's node lock: the next pod may bind
+            allocated()
         return pb.AllocateResponse(container_responses=out)
 
     def PreStartContainer(self, request: pb.PreStartContainerRequest,  # noqa: N802

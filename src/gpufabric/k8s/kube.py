@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from gpufabric.errors import InputError
@@ -19,6 +20,43 @@ from gpufabric.k8s.objects import GPU_INDEX_ANNOTATION, NodeInfo, PodInfo, parse
 
 #: Pod phases whose pods hold their node's resources.
 ACTIVE_PHASES = ("Pending", "Running", "Unknown")
+#: Node annotation of the bind lock: ``<namespace>/<name>/<uid> <unix seconds>`` of the pod
+#: whose GPUs the node's device plugin is to hand out next (HAMi's node lock, in our names).
+BIND_LOCK_ANNOTATION = "gpufabric.dev/bind-lock"
+#: A lock older than this is stale (its pod never reached the kubelet): taken over.
+LOCK_TTL_S = 300.0
+
+
+def parse_lock(text: Any) -> tuple[str, float] | None:
+    """(pod UID, unix time) of a bind-lock annotation, or None if it is not one.
+
+    Examples
+    --------
+    >>> parse_lock("ml/train-0/uid-1 1767225600")
+    ('uid-1', 1767225600.0)
+    """
+    try:
+        who, at = str(text).rsplit(" ", 1)
+        return who.rsplit("/", 1)[1], float(at)
+    except (ValueError, IndexError):
+        return None
+
+
+def node_lock(api: Any, node: str) -> tuple[tuple[str, float] | None, str | None]:
+    """(the node's bind lock or None, its resourceVersion), read through ``api``."""
+    obj = KubeSource._json(api.read_node(node, _preload_content=False))
+    meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+    held = (meta.get("annotations") or {}).get(BIND_LOCK_ANNOTATION)
+    return (parse_lock(held) if held else None), meta.get("resourceVersion")
+
+
+def set_node_lock(api: Any, node: str, value: str | None, resource_version: str | None) -> None:
+    """Write (or, None, remove) the bind lock; with ``resource_version`` the API server
+    refuses it (409 Conflict) when the node changed since it was read."""
+    meta: dict[str, Any] = {"annotations": {BIND_LOCK_ANNOTATION: value}}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    api.patch_node(node, {"metadata": meta})
 
 
 class KubeSource:
@@ -31,9 +69,18 @@ class KubeSource:
     api, custom : object, optional
         ``CoreV1Api`` / ``CustomObjectsApi``-like objects (tests pass fakes); default: built
         from ``kubeconfig``.
+    lock : bool
+        Take the node's bind lock (:data:`BIND_LOCK_ANNOTATION`) before binding a GPU pod, so
+        that the node's device plugin hands out the GPUs of one pod at a time, the one it
+        knows: a node locked for another pod (less than :data:`LOCK_TTL_S` ago) refuses the
+        bind, and kube-scheduler tries the pod again later. The device plugin releases the
+        lock when the kubelet allocates that pod's devices.
     """
 
-    def __init__(self, kubeconfig: str, api: Any = None, custom: Any = None):
+    def __init__(self, kubeconfig: str, api: Any = None, custom: Any = None, lock: bool = True,
+                 clock: Any = time.time):
+        self.lock = lock
+        self.clock = clock
         self._sizes: dict[tuple[str, str], int | None] = {}
         if api is None:
             try:
@@ -108,14 +155,33 @@ class KubeSource:
         return size
 
     def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
-        """Annotate the pod with its GPUs, then create its Binding to ``node``."""
-        if gpus:
-            self.api.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {
-                "annotations": {GPU_INDEX_ANNOTATION: "-".join(str(g) for g in gpus)}}})
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        self.api.create_namespaced_binding(pod.namespace, body, _preload_content=False)
+        """Take the node's bind lock (GPU pods, with ``lock``), annotate the pod with its GPUs,
+        then create its Binding to ``node``; a failure after the lock gives the lock back."""
+        locked = False
+        if gpus and self.lock:
+            held, version = node_lock(self.api, node)
+            if held is not None and held[0] != pod.uid and self.clock() - held[1] < LOCK_TTL_S:
+                raise RuntimeError(f"node {node} is locked for pod {held[0]} since "
+                                   f"{self.clock() - held[1]:.0f} s ago (its GPUs are being "
+                                   "handed out); the pod will be tried again")
+            set_node_lock(self.api, node, f"{pod.namespace}/{pod.name}/{pod.uid} "
+                          f"{int(self.clock())}", version)
+            locked = True
+        try:
+            if gpus:
+                self.api.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {
+                    "annotations": {GPU_INDEX_ANNOTATION: "-".join(str(g) for g in gpus)}}})
+            body = {"apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+            self.api.create_namespaced_binding(pod.namespace, body, _preload_content=False)
+        except Exception:
+            if locked:
+                try:
+                    set_node_lock(self.api, node, None, None)
+                except Exception:
+                    pass                       # it goes stale after LOCK_TTL_S
+            raise
 
 
 class AssignedGPUs:
@@ -128,10 +194,12 @@ class AssignedGPUs:
     devices. Each pod is answered once. Any failure to ask the API server returns None, and the
     plugin chooses by itself.
 
-    One call at a time (a node lock: the plugin is the only one answering for its node): the
-    kubelet may ask for two pods bound at once to the node in parallel, and without it both
-    calls could read the same pending pod before either marks it answered and hand its GPUs
-    out twice.
+    One call at a time (the plugin is the only one answering for its node): the kubelet may
+    ask for two pods bound at once to the node in parallel, and without it both calls could
+    read the same pending pod before either marks it answered and hand its GPUs out twice.
+    With the extender's bind lock on the node (:data:`BIND_LOCK_ANNOTATION`) the pod that
+    holds it is answered first, whatever its age, and :meth:`allocated` (the kubelet's
+    ``Allocate``) releases the lock, letting the extender bind the next GPU pod there.
 
     Parameters
     ----------
@@ -150,6 +218,7 @@ class AssignedGPUs:
         self.timeout_s = timeout_s
         self.answered: dict[str, None] = {}
         self.lock = threading.Lock()
+        self.holder: str | None = None      # the lock holder answered last, until Allocate
 
     def __call__(self, available: list[str], must: list[str], size: int) -> list[str] | None:
         with self.lock:
@@ -163,6 +232,11 @@ class AssignedGPUs:
             items = KubeSource._json(resp).get("items") or []
         except Exception:
             return None
+        try:
+            held = node_lock(self.api, self.node)[0] if hasattr(self.api, "read_node") \
+                else None
+        except Exception:
+            held = None
         avail, need = set(available), set(must)
         found = []
         for item in items:
@@ -179,14 +253,30 @@ class AssignedGPUs:
                 continue
             devs = [self.ids[i] for i in index]
             if set(devs) <= avail and need <= set(devs):
-                found.append((str(meta.get("creationTimestamp") or ""), uid, devs))
+                found.append((held is None or uid != held[0],
+                              str(meta.get("creationTimestamp") or ""), uid, devs))
         if not found:
             return None
-        _, uid, devs = min(found)
+        first, _, uid, devs = min(found)
+        self.holder = None if first else uid
         self.answered[uid] = None
         while len(self.answered) > 10_000:
             self.answered.pop(next(iter(self.answered)))
         return devs
+
+    def allocated(self) -> None:
+        """The kubelet allocated devices: release the node's bind lock if the pod it names is
+        the one answered last (its GPUs are handed out); never fails."""
+        with self.lock:
+            uid, self.holder = self.holder, None
+            if uid is None:
+                return
+            try:
+                held, version = node_lock(self.api, self.node)
+                if held is not None and held[0] == uid:
+                    set_node_lock(self.api, self.node, None, version)
+            except Exception:
+                pass                           # it goes stale after LOCK_TTL_S
 
 
 class KubeWatch:

@@ -33,6 +33,7 @@ def test_scheduler_config_calls_the_extender_where_the_deployment_serves(cli):
     args = c["args"]
     assert args[args.index("--listen") + 1] == "0.0.0.0:8888"
     assert args[args.index("--prefix") + 1] == "/gpufabric/v1"
+    assert "--bind-lock" in args        # deploy/ runs gpufabric's device plugin on GPU nodes
     assert c["command"] == ["gpufabric", "k8s", "extender"]
     rules = by_kind["ClusterRole"]["rules"]
     assert any("pods/binding" in r["resources"] and "create" in r["verbs"] for r in rules)

@@ -197,7 +197,7 @@ def test_the_real_kubernetes_client_talks_to_an_api_server_on_loopback():
         cfg.host = f"http://127.0.0.1:{srv.server_address[1]}"
         client = kubernetes.client.ApiClient(cfg)
         src = KubeSource("unused", api=kubernetes.client.CoreV1Api(client),
-                         custom=kubernetes.client.CustomObjectsApi(client))
+                         custom=kubernetes.client.CustomObjectsApi(client), lock=True)
         ext = Extender(policy="topology", binder=src.bind, gang_size=src.gang_size)
         ext.sync(src.nodes(), src.pods())
         ext.filter(fixture("filter-args.nodecache.json"))
@@ -358,7 +358,7 @@ def test_the_bind_lock_lets_the_device_plugin_hand_out_one_pods_gpus_at_a_time(t
     nodes = copy.deepcopy(fixture("filter-args.json")["Nodes"]["items"])
     api = API(nodes, [])
     now = [1_767_225_600.0]
-    src = KubeSource("unused", api=api, clock=lambda: now[0])
+    src = KubeSource("unused", api=api, lock=True, clock=lambda: now[0])
     ext = Extender(policy="topology", binder=src.bind)
     ext.sync(src.nodes(), src.pods())
     first = fixture("bind-args.json")                       # 4 GPUs to gpu-h100-01

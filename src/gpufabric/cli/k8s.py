@@ -47,6 +47,10 @@ def extender_cmd(
     sync_s: float = typer.Option(10.0, "--sync", help="With --kubeconfig: seconds to wait "
                                  "before listing Nodes or Pods again after a watch failed "
                                  "(they are watched, and listed again at once on 410 Gone)."),
+    bind_lock: bool = typer.Option(False, "--bind-lock", help="With --kubeconfig: lock the "
+                                   "node at bind (annotation gpufabric.dev/bind-lock) until "
+                                   "gpufabric's device plugin there allocates the pod's GPUs; "
+                                   "only with that plugin on the GPU nodes."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request."),
 ) -> None:
     """Serve the scheduler-extender verbs filter, prioritize, bind, preempt over HTTP."""
@@ -63,7 +67,7 @@ def extender_cmd(
     source = None
     if kubeconfig:
         from gpufabric.k8s.kube import KubeSource
-        source = KubeSource(kubeconfig)
+        source = KubeSource(kubeconfig, lock=bind_lock)
     ext = Extender(infos, policy, jobs, seed, routing, binder=source.bind if source else None,
                    gang_size=source.gang_size if source else None)
     try:

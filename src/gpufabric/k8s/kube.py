@@ -73,11 +73,12 @@ class KubeSource:
         Take the node's bind lock (:data:`BIND_LOCK_ANNOTATION`) before binding a GPU pod, so
         that the node's device plugin hands out the GPUs of one pod at a time, the one it
         knows: a node locked for another pod (less than :data:`LOCK_TTL_S` ago) refuses the
-        bind, and kube-scheduler tries the pod again later. The device plugin releases the
-        lock when the kubelet allocates that pod's devices.
+        bind, and kube-scheduler tries the pod again later. gpufabric's device plugin releases
+        the lock when the kubelet allocates that pod's devices: use it only with that plugin
+        on the GPU nodes (with another, every lock would wait out :data:`LOCK_TTL_S`).
     """
 
-    def __init__(self, kubeconfig: str, api: Any = None, custom: Any = None, lock: bool = True,
+    def __init__(self, kubeconfig: str, api: Any = None, custom: Any = None, lock: bool = False,
                  clock: Any = time.time):
         self.lock = lock
         self.clock = clock

@@ -33,9 +33,16 @@ def test_scheduler_config_calls_the_extender_where_the_deployment_serves(cli):
     args = c["args"]
     assert args[args.index("--listen") + 1] == "0.0.0.0:8888"
     assert args[args.index("--prefix") + 1] == "/gpufabric/v1"
+    assert "--bind-lock" in args        # deploy/ runs gpufabric's device plugin on GPU nodes
     assert c["command"] == ["gpufabric", "k8s", "extender"]
     rules = by_kind["ClusterRole"]["rules"]
     assert any("pods/binding" in r["resources"] and "create" in r["verbs"] for r in rules)
+    # list and watch Nodes and Pods; patch a Node for the bind lock
+    assert any("nodes" in r["resources"] and {"list", "watch", "patch"} <= set(r["verbs"])
+               for r in rules)
+    plugin_rules = next(d for d in docs("device-plugin.yaml") if d["kind"] == "ClusterRole")
+    assert any("nodes" in r["resources"] and {"get", "patch"} <= set(r["verbs"])
+               for r in plugin_rules["rules"])                 # release the bind lock
     # the options the manifests pass exist
     code, out, _ = cli("k8s", "extender", "--help")
     assert code == 0 and all(o in out for o in ("--listen", "--prefix", "--kubeconfig",
@@ -172,3 +179,61 @@ def test_the_extender_command_serves_until_sigterm(tmp_path):
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0
     assert f"serving on http://127.0.0.1:{port}/gpufabric/v1/<verb> (2 nodes" in err
+
+
+def test_a_gpu_is_healthy_again_when_nvml_says_so_after_a_quiet_spell(monkeypatch):
+    import threading
+
+    nv = FakeNVML()
+    stop = threading.Event()
+    now = [0.0]
+    lost = {"GPU-fake-2"}                 # fell off the bus: NVML cannot find it until reset
+    pending = {"GPU-fake-1": 1}           # a page retirement pending until the GPU is reset
+    # (time of the wait, event or None) in order; each wait moves the clock to its time
+    script = [(0, types.SimpleNamespace(eventData=79, device=2)),
+              (1, types.SimpleNamespace(eventData=94, device=1)),    # contained ECC error
+              (350, types.SimpleNamespace(eventData=48, device=3)),  # NVML answers fine
+              (400, None),                 # 1, 2 quiet long enough, but not healthy yet
+              (401, "reset"),              # an operator resets 1, 2: healthy at once; 3 is
+              (649, None),                 # not quiet long enough yet
+              (650, None)]
+    seen = []
+
+    def wait(es, timeout_ms):
+        if not script:
+            stop.set()
+            raise RuntimeError("NVML_ERROR_TIMEOUT")
+        now[0], ev = script.pop(0)
+        seen.append([ds.health[u] for u in ds.ids])
+        if ev == "reset":
+            lost.clear()
+            pending.clear()
+            ev = None
+        if ev is None:
+            raise RuntimeError("NVML_ERROR_TIMEOUT")
+        return ev
+
+    def by_uuid(u):
+        if u in lost:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return int(u.rsplit("-", 1)[1])
+    nv.nvmlEventSetCreate = lambda: "es"
+    nv.nvmlEventTypeXidCriticalError = 8
+    nv.nvmlDeviceRegisterEvents = lambda h, kind, es: None
+    nv.nvmlEventSetWait = wait
+    nv.nvmlEventSetFree = lambda es: None
+    nv.nvmlDeviceGetHandleByUUID = by_uuid
+    nv.nvmlDeviceGetRetiredPagesPendingStatus = lambda h: pending.get(f"GPU-fake-{h}", 0)
+    monkeypatch.setattr(devices, "_nvml", lambda: nv)
+    ds = devices.from_nvml()
+    assert devices.watch_health(ds, stop, quiet_s=300, clock=lambda: now[0]) is True
+    h, u = "Healthy", "Unhealthy"
+    # the health each wait starts from
+    assert seen == [[h, h, h, h], [h, h, u, h], [h, u, u, h], [h, u, u, u], [h, u, u, u],
+                    [h, h, h, u], [h, h, h, u]]
+    assert [ds.health[x] for x in ds.ids] == [h, h, h, h] and ds.version == 6
+    # a GPU that answers NVML but whose rows failed to remap stays unhealthy
+    nv.nvmlDeviceGetRemappedRows = lambda h: (0, 1, 0, 1)
+    assert devices.nvml_reports_healthy(nv, "GPU-fake-3") is False
+    nv.nvmlDeviceGetRemappedRows = lambda h: (0, 1, 0, 0)
+    assert devices.nvml_reports_healthy(nv, "GPU-fake-3") is True

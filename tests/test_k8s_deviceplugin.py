@@ -10,6 +10,7 @@ bridges on pairs 0-1, 2-3, 4-5, 6-7.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from gpufabric.k8s.api import deviceplugin_pb2 as pb
 from gpufabric.k8s.api import deviceplugin_pb2_grpc as pb_grpc
 from gpufabric.k8s.deviceplugin import DevicePlugin, wait_for
 from gpufabric.k8s.devices import DeviceSet
-from gpufabric.topology.build import load
+from gpufabric.topology.build import from_data, load
+from gpufabric.topology.nvsmi import parse, to_system
 
 FIX = Path(__file__).parent / "fixtures" / "k8s"
 
@@ -219,3 +221,100 @@ def test_the_gpus_the_extender_chose_are_honoured_oldest_pod_first(tmp_path):
     # pod a (0-2, over PCIe, as the extender chose), then pod b; then no pod: the plugin's own
     assert answers == [[IDS[0], IDS[2]], [IDS[4], IDS[5]], [IDS[4], IDS[5]]]
     assert api.selectors[0] == "spec.nodeName=gpu-a100-02,status.phase=Pending"
+
+
+def serving(tmp_path, devices: DeviceSet):
+    """A kubelet and a plugin for ``devices``, registered: (stop, the kubelet's stub)."""
+    kubelet = Kubelet(tmp_path)
+    plugin = DevicePlugin(devices, str(tmp_path), log=lambda msg: None)
+    thread = threading.Thread(target=plugin.run, args=(0.05,), daemon=True)
+    thread.start()
+    assert wait_for(lambda: kubelet.updates)
+
+    def stop():
+        plugin.stop()
+        thread.join(5)
+        kubelet.server.stop(0)
+    return stop, kubelet.plugin()
+
+
+def preferred(stub, ids: list[str], size: int, must: tuple[int, ...] = (),
+              free: tuple[int, ...] | None = None) -> list[int]:
+    """GetPreferredAllocation over gRPC with GPU indices: the answer's indices."""
+    avail = ids if free is None else [ids[i] for i in free]
+    req = pb.PreferredAllocationRequest(container_requests=[
+        pb.ContainerPreferredAllocationRequest(
+            available_deviceIDs=avail, must_include_deviceIDs=[ids[m] for m in must],
+            allocation_size=size)])
+    got = stub.GetPreferredAllocation(req).container_responses[0].deviceIDs
+    return sorted(ids.index(d) for d in got)
+
+
+def test_preferred_allocation_takes_the_gpus_with_nics_under_their_switch(tmp_path):
+    # HGX H100 with 4 NDR NICs, one under the PCIe switch of GPUs 0, 2, 4, 6: every GPU pair
+    # has 450 GB/s over NVSwitch, so the NICs decide (GPUDirect RDMA for each GPU)
+    devices = DeviceSet.from_system("hgx-h100-4node-4nic")
+    assert devices.nics is not None and devices.nics.shape == (8, 4)
+    stop, stub = serving(tmp_path, devices)
+    try:
+        ids = devices.ids
+        assert preferred(stub, ids, 2) == [0, 2]
+        assert preferred(stub, ids, 4) == [0, 2, 4, 6]
+        assert preferred(stub, ids, 2, must=(1,)) == [0, 1]          # NIC0 for both
+        # 1, 3, 5, 6, 7 free: of those only GPU 6 has a NIC under its switch (NIC3)
+        assert preferred(stub, ids, 2, free=(1, 3, 5, 6, 7)) == [1, 6]
+    finally:
+        stop()
+
+
+def test_preferred_allocation_on_a_real_nvidia_smi_node_with_nics(tmp_path):
+    # RTX 6000 Ada workstation: 2 GPUs and 2 NICs per socket, the NICs on their own PCIe
+    # switch (NODE to the GPUs: no GPUDirect RDMA anywhere, but NUMA-local)
+    m = parse((Path(__file__).parent / "fixtures" / "nvsmi" / "rtx6000ada_4gpu_4nic.txt")
+              .read_text())
+    devices = DeviceSet.from_topology(from_data(to_system(m, "rtx6000ada"), "rtx6000ada"),
+                                      "nvidia-smi")
+    assert devices.nics.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
+    stop, stub = serving(tmp_path, devices)
+    try:
+        assert preferred(stub, devices.ids, 2) == [0, 1]
+        assert preferred(stub, devices.ids, 2, must=(3,)) == [2, 3]
+        assert preferred(stub, devices.ids, 3) == [0, 1, 2]
+    finally:
+        stop()
+
+
+def test_two_pods_bound_at_once_never_get_the_same_gpus(tmp_path):
+    # the extender bound two pods to the node at once (GPUs 0-1 and 2-3); the kubelet asks for
+    # both in parallel and the API server is slow to answer: each pod's GPUs go out once
+    from gpufabric.k8s.kube import AssignedGPUs
+
+    class Slow(PendingPods):
+        inside, most = 0, 0
+
+        def list_pod_for_all_namespaces(self, **kw):
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            time.sleep(0.2)                     # long enough for the other call to come in
+            self.inside -= 1
+            return super().list_pod_for_all_namespaces(**kw)
+    api = Slow([pending("a", "2026-03-02T09:21:05Z", "0-1"),
+                pending("b", "2026-03-02T09:21:06Z", "2-3")])
+    devices = DeviceSet.from_topology(load("nvlink-bridge-pairs"), "nvlink-bridge-pairs", IDS)
+    plugin = DevicePlugin(devices, str(tmp_path), log=lambda m: None,
+                          hint=AssignedGPUs(api, "gpu-a100-02", IDS))
+    plugin.serve()
+    req = pb.PreferredAllocationRequest(container_requests=[
+        pb.ContainerPreferredAllocationRequest(available_deviceIDs=IDS, allocation_size=2)])
+    try:
+        with grpc.insecure_channel(f"unix://{plugin.socket}") as ch:
+            stub = pb_grpc.DevicePluginStub(ch)
+            with futures.ThreadPoolExecutor(2) as pool:
+                got = list(pool.map(lambda _: sorted(
+                    stub.GetPreferredAllocation(req, timeout=10).container_responses[0]
+                    .deviceIDs), range(2)))
+    finally:
+        plugin.stop_server()
+    assert sorted(got) == [sorted(IDS[0:2]), sorted(IDS[2:4])]
+    # one at a time: no call reads the pending pods while another is choosing among them
+    assert len(api.selectors) == 2 and api.most == 1

@@ -336,3 +336,78 @@ def test_a_pod_can_require_nvlink_between_its_gpus(serve):
     args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "fast"
     status, r = c.post("filter", args)
     assert status == 400 and "'fast' is not a bandwidth in GB/s" in r["Error"]
+
+
+# -- NIC locality ---------------------------------------------------------------------------
+
+#: 8 A100 PCIe behind two switches, one per socket, as the pcie-switch-dual-root preset, with
+#: one HDR NIC (under the first switch); 8 H100 on NVSwitch with 4 NDR NICs, one per GPU pair.
+DUAL_ROOT_NIC = ("gpu=A100-PCIe,gpus_per_node=8,scale_up=pcie,host.cpu=EPYC-7763,"
+                 "host.sockets=2,host.pcie_switches=2,host.switch_layout=dual-root,"
+                 "host.switch=PEX88096,nics_per_node=1,nic=ib-hdr")
+HGX_4NIC = "gpu=H100-SXM,gpus_per_node=8,nics_per_node=4,nic=ib-ndr"
+
+
+def test_a_multi_gpu_pod_goes_where_its_gpus_sit_with_nics(serve):
+    nodes = load_node_infos(f"pcie-switch-dual-root*1+{DUAL_ROOT_NIC}*1+"
+                            f"gpu=H100-SXM,gpus_per_node=8*1+{HGX_4NIC}*1")
+    names = [n.name for n in nodes]
+    assert names == ["pcie-switch-dual-root-0000", "node-0001", "node-0002", "node-0003"]
+    ext = Extender(nodes, policy="topology-fgd")
+    c = serve(ext)
+    args = fixture("filter-args.nodecache.json")
+    args["NodeNames"] = names
+    _, r = c.post("filter", args)
+    assert r["NodeNames"] == names
+    _, scores = c.post("prioritize", args)
+    # NVSwitch first (450 GB/s), the one whose 4 GPUs each have an NDR NIC under their PCIe
+    # switch (GPUDirect RDMA) above the one without NICs; likewise for the PCIe boxes
+    assert scores == [{"Host": names[0], "Score": 1}, {"Host": names[1], "Score": 4},
+                      {"Host": names[2], "Score": 6}, {"Host": names[3], "Score": 10}]
+    bind = dict(fixture("bind-args.json"), Node="node-0003")
+    assert c.post("bind", bind) == (200, {"Error": ""})
+    assert ext.bound[bind["PodUID"]].gpus == (0, 2, 4, 6)       # one NIC per GPU pair each
+
+
+def test_a_gang_requiring_nvlink_gets_a_fast_set_for_every_member(serve):
+    # two 8x A100 PCIe boxes with NVLink bridges on pairs 0-1, 2-3, 4-5, 6-7: the first has
+    # GPUs 1, 3, 5, 7 in use (no pair left), the second 0 and 2 (pairs 4-5 and 6-7 left)
+    names = ["nvlink-bridge-pairs-0000", "nvlink-bridge-pairs-0001"]
+
+    def boxes() -> Extender:
+        nodes = load_node_infos("nvlink-bridge-pairs*2")
+        ext = Extender(nodes, policy="topology-fgd")
+        ext.sync(nodes, [busy("a", names[0], (1, 3, 5, 7)), busy("b", names[1], (0, 2))])
+        return ext
+    ext = boxes()
+    c = serve(ext)
+
+    def gang(group: str, size: int, k: int, min_bw: str | None) -> dict:
+        pod = gang_pod(f"{group}-{k}", group, size, 2)
+        if min_bw:
+            pod["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = min_bw
+        return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+    # 3 members of 2 GPUs: 8 GPUs are free, but only 2 NVLink pairs
+    _, r = c.post("filter", gang("fast3", 3, 0, "100"))
+    assert r["NodeNames"] == [] and r["FailedNodes"] == {n: (
+        "gpufabric: gang ml/fast3 of 3 members does not fit all together on these nodes with "
+        "at least 100 GB/s between each member's GPUs") for n in names}
+    assert not ext.gangs and int(ext._state.full.sum()) == 10       # nothing held
+    # without the requirement they fit, one member across PCIe
+    _, r = c.post("filter", gang("any3", 3, 0, None))
+    assert r["NodeNames"] == [names[1]]
+    assert ext.gangs["ml/any3"].slots == [(names[1], (4, 5)), (names[1], (6, 7)),
+                                          (names[1], (1, 3))]     # 1-3 over PCIe
+    # 2 members: the two pairs, both on the second box
+    ext = boxes()
+    c = serve(ext)
+    _, r = c.post("filter", gang("fast2", 2, 0, "100"))
+    assert r["NodeNames"] == [names[1]]
+    assert ext.gangs["ml/fast2"].slots == [(names[1], (4, 5)), (names[1], (6, 7))]
+    for k in range(2):
+        _, r = c.post("filter", gang("fast2", 2, k, "100"))
+        assert c.post("bind", {"PodName": f"fast2-{k}", "PodNamespace": "ml",
+                               "PodUID": f"uid-fast2-{k}", "Node": names[1]}) == (
+            200, {"Error": ""})
+    assert sorted(b.gpus for b in ext.bound.values() if b.pod.group) == [(4, 5), (6, 7)]

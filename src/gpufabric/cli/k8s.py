@@ -44,8 +44,13 @@ def extender_cmd(
     seed: int = typer.Option(42, "--seed", help="Seed of the policy's random tie-breaks."),
     prefix: str = typer.Option("", "--prefix", help="URL path before /<verb> (the urlPrefix "
                                "path of the scheduler config, e.g. /gpufabric/v1)."),
-    sync_s: float = typer.Option(10.0, "--sync", help="With --kubeconfig: seconds between "
-                                 "reads of Nodes and Pods."),
+    sync_s: float = typer.Option(10.0, "--sync", help="With --kubeconfig: seconds to wait "
+                                 "before listing Nodes or Pods again after a watch failed "
+                                 "(they are watched, and listed again at once on 410 Gone)."),
+    bind_lock: bool = typer.Option(False, "--bind-lock", help="With --kubeconfig: lock the "
+                                   "node at bind (annotation gpufabric.dev/bind-lock) until "
+                                   "gpufabric's device plugin there allocates the pod's GPUs; "
+                                   "only with that plugin on the GPU nodes."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request."),
 ) -> None:
     """Serve the scheduler-extender verbs filter, prioritize, bind, preempt over HTTP."""
@@ -62,7 +67,7 @@ def extender_cmd(
     source = None
     if kubeconfig:
         from gpufabric.k8s.kube import KubeSource
-        source = KubeSource(kubeconfig)
+        source = KubeSource(kubeconfig, lock=bind_lock)
     ext = Extender(infos, policy, jobs, seed, routing, binder=source.bind if source else None,
                    gang_size=source.gang_size if source else None)
     try:
@@ -70,18 +75,15 @@ def extender_cmd(
     except OSError as exc:
         raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}",
                          field="--listen") from None
-    stop = threading.Event()
+    watcher = None
     if source is not None:
-        def sync() -> None:
-            while not stop.is_set():
-                try:
-                    got_nodes, got_pods = source.nodes(), source.pods()
-                    with srv.lock:
-                        ext.sync(got_nodes, got_pods)
-                except Exception as exc:   # keep serving on the last picture
-                    print(f"gpufabric extender: sync failed: {exc}", file=sys.stderr)
-                stop.wait(sync_s)
-        threading.Thread(target=sync, daemon=True).start()
+        from gpufabric.k8s.kube import KubeWatch
+
+        def apply(got_nodes: list, got_pods: list) -> None:
+            with srv.lock:
+                ext.sync(got_nodes, got_pods)
+        watcher = KubeWatch(source.api, apply, retry_s=sync_s)
+        watcher.start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
     print(f"gpufabric extender: serving on http://{host}:{srv.server_address[1]}{prefix}"
           f"/<verb> ({len(infos)} nodes, policy {policy})", file=sys.stderr)
@@ -90,7 +92,8 @@ def extender_cmd(
     except KeyboardInterrupt:
         pass
     finally:
-        stop.set()
+        if watcher is not None:
+            watcher.stop()
         srv.server_close()
 
 

@@ -81,8 +81,8 @@ def compare_allocators(systems: list[str], random_requests: int = 0, seed: int =
             ours = list(preferred_set(free, size, bw, hops))
             theirs = list(besteffort.allocate(scores, free, [], size))
             a, b = set_key(ours, bw, hops), set_key(theirs, bw, hops)
-            rows.append(CompareRow(name, free, size, ours, _num(a[0]), _num(a[2]), theirs,
-                                   _num(b[0]), _num(b[2]), len(theirs) < size))
+            rows.append(CompareRow(name, free, size, ours, _num(a[0]), _num(a[-1]), theirs,
+                                   _num(b[0]), _num(b[-1]), len(theirs) < size))
     return rows
 
 

@@ -128,7 +128,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             named = self.hint(list(c.available_deviceIDs), list(c.must_include_deviceIDs),
                               size) if self.hint else None
             if named is None:
-                chosen = preferred_set(free, size, self.devices.bw, self.devices.hops, must)
+                chosen = preferred_set(free, size, self.devices.bw, self.devices.hops, must,
+                                       nics=self.devices.nics)
                 named = [self.devices.ids[k] for k in chosen]
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=named))
         return pb.PreferredAllocationResponse(container_responses=out)
@@ -150,6 +151,9 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                               "gpufabric: Allocate: unhealthy devices " + ", ".join(sick))
             out.append(pb.ContainerAllocateResponse(
                 envs={"NVIDIA_VISIBLE_DEVICES": ",".join(c.devices_ids)}))
+        allocated = getattr(self.hint, "allocated", None)
+        if allocated is not None:       # the side channel's node lock: the next pod may bind
+            allocated()
         return pb.AllocateResponse(container_responses=out)
 
     def PreStartContainer(self, request: pb.PreStartContainerRequest,  # noqa: N802

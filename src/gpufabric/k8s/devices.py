@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import numpy as np
 from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.scheduler.nodetopo import tables
-from gpufabric.topology.paths import domain_gpus
+from gpufabric.topology.paths import domain_gpus, gpu_nic_levels
 from gpufabric.topology.build import from_data, load
 from gpufabric.topology.model import Topology
 from gpufabric.topology.nvsmi import TopoMatrix, to_system
@@ -56,6 +58,8 @@ class DeviceSet:
     source: str
     health: dict[str, str] = field(default_factory=dict)
     version: int = 0
+    #: GPU-NIC levels (:func:`gpufabric.topology.paths.gpu_nic_levels`); None without NICs
+    nics: np.ndarray | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
@@ -75,7 +79,9 @@ class DeviceSet:
             stem = re.sub(r"[^A-Za-z0-9-]", "-", t.name or "system")[:40].strip("-")
             ids = [f"gpufabric-{stem}-gpu{k}" for k in range(len(gpus))]
         bw, hops = tables(t, 0, domain)
-        return cls(ids, [max(0, d.numa) for d in gpus], bw, hops, source)
+        nics = gpu_nic_levels(t, 0, domain)
+        return cls(ids, [max(0, d.numa) for d in gpus], bw, hops, source,
+                   nics=nics if nics.shape[1] else None)
 
     @classmethod
     def from_system(cls, system: str, domain: bool = False) -> DeviceSet:
@@ -191,43 +197,79 @@ def from_nvml() -> DeviceSet | None:
     return DeviceSet.from_topology(from_data(system, "nvml", "NVML"), "NVML", uuids)
 
 
-def watch_health(devices: DeviceSet, stop: threading.Event, timeout_ms: int = 1000) -> bool:
-    """Mark devices Unhealthy on NVML critical XID events until ``stop``; False if NVML cannot
-    deliver events (no NVML, or a driver without event support): health then stays as it is.
+def watch_health(devices: DeviceSet, stop: threading.Event, timeout_ms: int = 1000,
+                 quiet_s: float = 300.0, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Mark devices Unhealthy on NVML critical XID events, and Healthy again once NVML reports
+    them healthy, until ``stop``; False if NVML cannot deliver events (no NVML, or a driver
+    without event support): health then stays as it is.
 
-    Application XIDs (:data:`IGNORED_XIDS`) are ignored, as NVIDIA's plugin does. A device marked
-    Unhealthy stays so until the plugin restarts (NVML reports no recovery).
+    Application XIDs (:data:`IGNORED_XIDS`) are ignored, as NVIDIA's plugin does. A device
+    this marked Unhealthy is Healthy again after ``quiet_s`` seconds without another critical
+    XID when NVML answers for it (:func:`nvml_reports_healthy`: found by its UUID, its PCI
+    info readable, no page retirement or row remapping pending or failed); otherwise it is
+    checked again after each wait. NVIDIA's plugin keeps such a GPU Unhealthy until it
+    restarts (NVIDIA/k8s-device-plugin #234, #1014).
     """
     nv = _nvml()
     if nv is None:
         return False
     try:
         es = nv.nvmlEventSetCreate()
-        by_uuid = {}
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             u = _text(nv.nvmlDeviceGetUUID(h))
             if u in devices.index:
                 nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, es)
-                by_uuid[u] = h
     except Exception:
         return False
+    last_xid: dict[str, float] = {}        # devices this marked Unhealthy: when, last
     try:
         while not stop.is_set():
             try:
                 ev = nv.nvmlEventSetWait(es, timeout_ms)
             except Exception:        # NVML_ERROR_TIMEOUT: nothing happened
-                continue
-            xid = int(getattr(ev, "eventData", 0))
-            if xid in IGNORED_XIDS:
-                continue
-            uuid = _text(nv.nvmlDeviceGetUUID(ev.device))
-            if uuid in devices.index:
-                devices.set_health(uuid, UNHEALTHY)
+                ev = None
+            if ev is not None and int(getattr(ev, "eventData", 0)) not in IGNORED_XIDS:
+                uuid = _text(nv.nvmlDeviceGetUUID(ev.device))
+                if uuid in devices.index:
+                    devices.set_health(uuid, UNHEALTHY)
+                    last_xid[uuid] = clock()
+            now = clock()
+            for uuid, at in list(last_xid.items()):
+                if now - at >= quiet_s and nvml_reports_healthy(nv, uuid):
+                    devices.set_health(uuid, HEALTHY)
+                    del last_xid[uuid]
     finally:
         try:
             nv.nvmlEventSetFree(es)
             nv.nvmlShutdown()
         except Exception:
             pass
+    return True
+
+
+def nvml_reports_healthy(nv: Any, uuid: str) -> bool:
+    """Whether NVML finds the GPU ``uuid`` and reports nothing that needs a reset.
+
+    Found by UUID with its PCI info readable (a GPU that fell off the bus is not), no retired
+    page pending (``nvmlDeviceGetRetiredPagesPendingStatus``, before Ampere) and no row
+    remapping pending or failed (``nvmlDeviceGetRemappedRows``, Ampere on). A query the GPU
+    does not support says nothing either way.
+    """
+    try:
+        h = nv.nvmlDeviceGetHandleByUUID(uuid)
+        nv.nvmlDeviceGetPciInfo(h)
+    except Exception:
+        return False
+    try:
+        if int(nv.nvmlDeviceGetRetiredPagesPendingStatus(h)):
+            return False
+    except Exception:
+        pass
+    try:
+        _, _, pending, failed = nv.nvmlDeviceGetRemappedRows(h)
+        if pending or failed:
+            return False
+    except Exception:
+        pass
     return True

@@ -281,7 +281,7 @@ class Extender:
         hit = self._sets.get(key)
         if hit is None:
             bw, hops = cluster.gpu_tables(i)
-            gpus = preferred_set(free, k, bw, hops)
+            gpus = preferred_set(free, k, bw, hops, nics=cluster.gpu_nics(i))
             hit = (gpus, set_key(gpus, bw, hops)[0])
             if len(self._sets) > 100_000:
                 self._sets.clear()
@@ -421,8 +421,10 @@ class Extender:
                 elif n in open_nodes:
                     passed.append(n)
                 elif g is None:
+                    fast = (f" with at least {pod.min_bw_GBps:g} GB/s between each "
+                            "member's GPUs" if pod.min_bw_GBps > 0 else "")
                     failed[n] = (f"gpufabric: gang {pod.group} of {pod.gang} members "
-                                 "does not fit all together on these nodes")
+                                 f"does not fit all together on these nodes{fast}")
                 else:
                     failed[n] = f"gpufabric: no open place of gang {pod.group} on {n}"
         else:
@@ -461,13 +463,43 @@ class Extender:
         within = np.zeros(len(cluster), dtype=bool)
         within[[self._index[n] for n in candidates]] = True
         tiers = [t & within for t in self._tiers_of(pod)]
-        got = place_gang(state, self._placement(), pod.request, tiers, pod.gang)
+        if pod.min_bw_GBps > 0 and pod.request.num_gpu >= 2:
+            got = self._place_fast_gang(pod, tiers)
+        else:
+            got = place_gang(state, self._placement(), pod.request, tiers, pod.gang)
         if got is None:
             return None
         g = Gang(pod.request, [(cluster.names[i], tuple(gp)) for i, gp in got],
                  created_s=self.clock())
         self.gangs[pod.group] = g
         return g
+
+    def _place_fast_gang(self, pod: PodInfo, tiers: list[np.ndarray]
+                         ) -> list[tuple[int, tuple[int, ...]]] | None:
+        """:func:`~gpufabric.scheduler.engine.place_gang` for a gang whose members each ask
+        ``gpufabric.dev/min-bw-GBps``: member by member, the policy's node among those whose
+        free GPUs still hold a set that fast, and that set; all members or none (state
+        unchanged)."""
+        _, state = self._model()
+        r, policy = pod.request, self._placement()
+        for tier in (tiers[1:] or tiers[:1]):
+            done: list[tuple[int, tuple[int, ...]]] = []
+            for _ in range(pod.gang):
+                mask = state.feasible(r, tier)
+                for i in np.flatnonzero(mask).tolist():
+                    mask[i] = self._bw_short(pod, i) is None
+                sel = policy.select(state, r, mask)
+                if sel is None:
+                    break
+                free = np.flatnonzero(state.gpu_left[sel[0]] == MILLI).tolist()
+                gpus = self._best_on(sel[0], r.num_gpu, free)[0]
+                state.place(sel[0], r, gpus)
+                done.append((sel[0], gpus))
+            if len(done) == pod.gang:
+                return done
+            for node, gpus in reversed(done):
+                state.release(node, r, gpus)
+        return None
 
     # -- prioritize --------------------------------------------------------------------
     def prioritize(self, args: Any) -> list[dict]:

@@ -41,6 +41,7 @@ import numpy as np
 from gpufabric.errors import InputError, unknown_name
 from gpufabric.scheduler import nodetopo
 from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
+from gpufabric.topology.paths import gpu_nic_levels
 
 POOLS = ("gpu", "tpu", "cpu")
 NODE_LISTS = ("gpu_node", "all_node")
@@ -129,6 +130,19 @@ class Cluster:
             else:
                 cache[key] = nodetopo.node_tables(key[0], key[1])
         return cache[key]
+
+    def gpu_nics(self, i: int) -> np.ndarray | None:
+        """How each GPU of node ``i`` reaches each of its NICs
+        (:func:`gpufabric.topology.paths.gpu_nic_levels`), or None when it has none (the
+        openb node models describe no NICs; a preset or spec may)."""
+        name = self.presets.get(i)
+        if not name:
+            return None
+        cache = self.__dict__.setdefault("_nics", {})
+        if name not in cache:
+            lv = gpu_nic_levels(self.topology(i))
+            cache[name] = lv if lv.shape[1] else None
+        return cache[name]
 
     def model_mask(self, allowed: tuple[str, ...]) -> np.ndarray:
         """Nodes whose accelerator model is in ``allowed`` (all nodes if empty)."""
@@ -317,11 +331,15 @@ def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster
         from gpufabric.scheduler.synthetic import synthetic_nodes
         return synthetic_nodes(nodes.partition(":")[2] or "gpu_node")
     p = Path(nodes)
-    if p.is_dir():
+    try:
+        is_dir, is_file = p.is_dir(), p.is_file()
+    except OSError:              # an inline spec longer than a file name may be
+        is_dir = is_file = False
+    if is_dir:
         raise InputError("is a directory; expected a CSV file with the openb node columns",
                          file=nodes)
-    if p.suffix.lower() == ".csv" or p.is_file():
-        if not p.is_file():
+    if p.suffix.lower() == ".csv" or is_file:
+        if not is_file:
             raise InputError("no such file", file=nodes)
         return _read_node_csv(p)
     rows: list = []

@@ -24,6 +24,8 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from gpufabric.scheduler.cluster import POOLS, ROUTES, Cluster
@@ -31,15 +33,17 @@ from gpufabric.scheduler.registry import REGISTRY
 from gpufabric.scheduler.state import Request, State
 
 
-def pool_tiers(cluster: Cluster, routing: str, kind: str, models: tuple[str, ...],
-               wants_gpu: bool) -> list[np.ndarray]:
+def pool_tiers(cluster: Cluster, routing: str | Callable[[Cluster, str], np.ndarray],
+               kind: str, models: tuple[str, ...], wants_gpu: bool) -> list[np.ndarray]:
     """[every node the job may use, then each pool in the order the routing prefers].
 
-    As :meth:`gpufabric.scheduler.engine.BaseMasks.tiers` builds them for a trace's jobs: the
-    routing's nodes for the kind, narrowed for a GPU job to nodes with accelerators of an
-    accepted model; the per-pool tiers only when the kind may use more than one pool present.
+    The routing's nodes for the kind (``routing``: a registered routing's name or the routing
+    itself), narrowed for a GPU job to nodes with accelerators of an accepted model; the
+    per-pool tiers only when the kind may use more than one pool present. A replay's
+    :meth:`gpufabric.scheduler.engine.BaseMasks.tiers` asks this for each of a trace's jobs.
     """
-    m = REGISTRY.get("routing", routing)(cluster, kind).copy()
+    route = REGISTRY.get("routing", routing) if isinstance(routing, str) else routing
+    m = route(cluster, kind).copy()
     if wants_gpu:
         m &= cluster.model_mask(models)
         m &= cluster.num_gpu > 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpufabric.errors import InputError
-from gpufabric.scheduler.cluster import POOLS, ROUTES, Cluster
+from gpufabric.scheduler.cluster import Cluster
+from gpufabric.scheduler.decide import pool_tiers
 from gpufabric.scheduler.jobs import KINDS, JobSet
 from gpufabric.scheduler.registry import REGISTRY
 from gpufabric.scheduler.state import Request, State
@@ -56,14 +57,7 @@ class BaseMasks:
         key = (self._spec[i] if self._gpu[i] else 0, self._kind[i], self._gpu[i])
         t = self._cache.get(key)
         if t is None:
-            c = self.cluster
-            m = self.route(c, KINDS[key[1]]).copy()
-            if key[2]:
-                m &= c.model_mask(self.jobs.specs[key[0]])
-                m &= c.num_gpu > 0
-            prefs = [m & (c.pool == POOLS.index(p)) for p in ROUTES[KINDS[key[1]]]]
-            prefs = [p for p in prefs if p.any()]
-            t = [m] + (prefs if len(prefs) > 1 else [])
+            t = pool_tiers(self.cluster, self.route, KINDS[key[1]], self.jobs.specs[key[0]], key[2])
             self._cache[key] = t
         return t
 

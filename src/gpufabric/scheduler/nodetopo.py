@@ -38,6 +38,7 @@ from functools import cache
 import networkx as nx
 import numpy as np
 
+from gpufabric.scheduler.gpuset import nic_counts, set_key
 from gpufabric.topology.build import from_spec
 from gpufabric.topology.model import CPU, GPU, Device, Link, Topology
 from gpufabric.topology.paths import gpu_pair_tables
@@ -169,9 +170,12 @@ def node_tables(model: str, gpus: int) -> tuple[np.ndarray, np.ndarray]:
     return tables(build_node(model, gpus))
 
 
-def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
-                 ) -> tuple[tuple[int, ...], float, int]:
-    """The ``k`` GPUs among ``free`` with the widest bottleneck, then the fewest hops.
+def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray,
+                 nics: np.ndarray | None = None) -> tuple[tuple[int, ...], float, int]:
+    """The ``k`` GPUs among ``free`` with the widest bottleneck, then the fewest hops, then the
+    most NICs by GPUDirect RDMA and on their NUMA nodes (``nics``:
+    :func:`gpufabric.topology.paths.gpu_nic_levels`), then the largest sum: the order of
+    :func:`gpufabric.scheduler.gpuset.set_key`.
 
     Returns (GPU indices, bottleneck GB/s, worst hop count); ``inf`` bandwidth for one GPU.
 
@@ -186,10 +190,10 @@ def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
     if len(free) < k:
         raise ValueError(f"{k} GPUs asked, {len(free)} free")
     if math.comb(len(free), k) > EXHAUSTIVE_SETS:
-        return _greedy_gpu_set(free, k, bw, hops)
-    best: tuple[tuple[float, int, float], tuple[int, ...]] | None = None
+        return _greedy_gpu_set(free, k, bw, hops, nics)
+    best: tuple[tuple, tuple[int, ...]] | None = None
     for combo in itertools.combinations(free, k):
-        best = _better(best, combo, bw, hops)
+        best = _better(best, combo, bw, hops, nics)
     assert best is not None
     return best[1], best[0][0], -best[0][1]
 
@@ -199,17 +203,16 @@ def best_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
 EXHAUSTIVE_SETS = 20_000
 
 
-def _better(best, combo: tuple[int, ...], bw: np.ndarray, hops: np.ndarray):
-    idx = np.array(combo)
-    sub = bw[np.ix_(idx, idx)]
-    key = (float(sub.min()), -int(hops[np.ix_(idx, idx)].max()),
-           float(sub[np.isfinite(sub)].sum()))
+def _better(best, combo: tuple[int, ...], bw: np.ndarray, hops: np.ndarray,
+            nics: np.ndarray | None = None):
+    key = set_key(combo, bw, hops, nics)
     return (key, combo) if best is None or key > best[0] else best
 
 
-def _greedy_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
-                    ) -> tuple[tuple[int, ...], float, int]:
-    """From each free GPU, add the GPU that keeps the set widest (then nearest); the best."""
+def _greedy_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray,
+                    nics: np.ndarray | None = None) -> tuple[tuple[int, ...], float, int]:
+    """From each free GPU, add the GPU that keeps the set widest (then nearest, then reaching
+    the most NICs); the best."""
     best = None
     for seed in free:
         chosen = [seed]
@@ -217,8 +220,11 @@ def _greedy_gpu_set(free: list[int], k: int, bw: np.ndarray, hops: np.ndarray
         while len(chosen) < k:
             sub_bw = bw[np.ix_(rest, chosen)].min(axis=1)
             sub_h = hops[np.ix_(rest, chosen)].max(axis=1)
-            pick = max(range(len(rest)), key=lambda j: (sub_bw[j], -sub_h[j], -rest[j]))
+            reach = [nic_counts(chosen + [g], nics) for g in rest] if nics is not None \
+                else [(0, 0)] * len(rest)
+            pick = max(range(len(rest)),
+                       key=lambda j: (sub_bw[j], -sub_h[j], *reach[j], -rest[j]))
             chosen.append(rest.pop(pick))
-        best = _better(best, tuple(sorted(chosen)), bw, hops)
+        best = _better(best, tuple(sorted(chosen)), bw, hops, nics)
     assert best is not None
     return best[1], best[0][0], -best[0][1]

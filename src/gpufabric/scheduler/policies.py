@@ -35,7 +35,7 @@ from collections import Counter
 
 import numpy as np
 
-from gpufabric.scheduler import nodetopo
+from gpufabric.scheduler import gpuset, nodetopo
 from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.jobs import JobSet
 from gpufabric.scheduler.registry import REGISTRY, register
@@ -393,8 +393,10 @@ class TopologyPlacement(Placement):
         hit = self.cache.get(key)
         if hit is None:
             bw, hops = c.gpu_tables(node)
+            nics = c.gpu_nics(node)
             free = [i for i in range(int(c.num_gpu[node])) if free_bits >> i & 1]
-            hit = nodetopo.best_gpu_set(free, k, bw, hops)
+            got = nodetopo.best_gpu_set(free, k, bw, hops, nics)
+            hit = got + gpuset.nic_counts(got[0], nics)
             self.cache[key] = hit
         return hit
 
@@ -410,10 +412,10 @@ class TopologyPlacement(Placement):
             self._types = t
         return t
 
-    def _keys(self, state: State, r: Request, idx: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]:
-        """Per node of ``idx``: bottleneck GB/s and -hops of its best set, the best-fit score;
-        the distinct best sets and which one each node has.
+    def _keys(self, state: State, r: Request, idx: np.ndarray) -> tuple:
+        """Per node of ``idx``: the key of its best set (bottleneck GB/s, -hops, NICs by
+        GPUDirect RDMA, NICs on its NUMA nodes) then the best-fit score, as one array of
+        rows; the distinct best sets and which one each node has.
 
         Nodes of one type with the same free GPUs share one search.
         """
@@ -431,13 +433,13 @@ class TopologyPlacement(Placement):
         else:
             _, first, inv = np.unique(np.stack([types, freebits], axis=1), axis=0,
                                       return_index=True, return_inverse=True)
-        sets, bws, hops = [], np.empty(len(first)), np.empty(len(first))
+        sets, keys = [], np.empty((len(first), 4))
         for u, at in enumerate(first.tolist()):
-            gpus, bw, h = self.best_set(int(idx[at]), int(freebits[at]), r.num_gpu)
+            gpus, bw, h, gdr, local = self.best_set(int(idx[at]), int(freebits[at]), r.num_gpu)
             sets.append(gpus)
-            bws[u], hops[u] = bw, -h
+            keys[u] = (bw, -h, gdr, local)
         inv = inv.reshape(-1)
-        out = (bws[inv], hops[inv], fit, sets, inv)
+        out = (np.column_stack([keys[inv], fit]), sets, inv)
         self._memo_key, self._memo = memo, out
         return out
 
@@ -449,9 +451,9 @@ class TopologyPlacement(Placement):
         if r.num_gpu < 2:
             return -(0.5 * (state.cpu_free[idx] - r.cpu) / MAX_CPU
                      + 0.5 * (state.left_total[idx] - r.gpu_total) / MAX_GPU)
-        bw, hops, fit, _, _ = self._keys(state, r, idx)
-        order = np.lexsort((fit, hops, bw))
-        key = np.stack([bw, hops, fit], axis=1)[order]
+        key, _, _ = self._keys(state, r, idx)
+        order = np.lexsort(key.T[::-1])
+        key = key[order]
         new = np.ones(len(order), dtype=bool)
         new[1:] = (key[1:] != key[:-1]).any(axis=1)
         rank = np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))
@@ -466,9 +468,9 @@ class TopologyPlacement(Placement):
         if r.num_gpu < 2:
             node = _pick(idx, self.scores(state, r, idx), self.rng)
             return node, state.pick_gpus(node, r)
-        bw, hops, fit, sets, inv = self._keys(state, r, idx)
-        # the largest (bw, -hops, fit), the first node among equals
-        pos = int(np.lexsort((-np.arange(len(idx)), fit, hops, bw))[-1])
+        key, sets, inv = self._keys(state, r, idx)
+        # the largest (bw, -hops, NICs, fit), the first node among equals
+        pos = int(np.lexsort((-np.arange(len(idx)), *key.T[::-1]))[-1])
         return int(idx[pos]), tuple(sets[inv[pos]])
 
 

@@ -266,3 +266,38 @@ def gpu_pair_bw(t: Topology, node: int = 0) -> np.ndarray:
     450.0
     """
     return gpu_pair_tables(t, node)[0]
+
+
+#: :func:`gpu_nic_levels` values: GPUDirect RDMA (the NIC reads and writes GPU memory over a
+#: PCIe switch, PIX/PXB, or NVLink-C2C to its CPU), through a CPU of the same NUMA node
+#: (PHB/NODE: data bounces through host memory), across sockets or servers (SYS).
+NIC_GDR, NIC_LOCAL, NIC_REMOTE = 2, 1, 0
+
+
+def gpu_nic_levels(t: Topology, node: int = 0, domain: bool = False) -> np.ndarray:
+    """How each GPU reaches each NIC: :data:`NIC_GDR`, :data:`NIC_LOCAL` or :data:`NIC_REMOTE`.
+
+    Rows are :func:`domain_gpus` (the node's GPUs, or with ``domain`` its whole NVLink
+    domain), columns the NICs of the servers those GPUs are in, node by node, by index. The
+    level is :func:`path`'s: ``p2p`` (GPUDirect RDMA, NCCL's default GDR level) is
+    :data:`NIC_GDR`; PHB or NODE is :data:`NIC_LOCAL`; SYS, or a NIC of another server,
+    :data:`NIC_REMOTE`. A server without NICs gives zero columns.
+
+    Examples
+    --------
+    >>> from gpufabric.topology.presets import load
+    >>> gpu_nic_levels(load("hgx-h100-4node-4nic"))[:4].tolist()    # one NIC per GPU pair
+    [[2, 1, 0, 0], [1, 1, 0, 0], [1, 2, 0, 0], [1, 1, 0, 0]]
+    """
+    gpus = domain_gpus(t, node, domain)
+    servers = sorted({g.node for g in gpus})
+    nics = [n for s in servers for n in sorted(t.nics(s), key=lambda d: d.index)]
+    out = np.zeros((len(gpus), len(nics)), dtype=np.int8)
+    for i, g in enumerate(gpus):
+        for j, n in enumerate(nics):
+            if n.node != g.node:
+                continue
+            p = path(t, g.id, n.id)
+            out[i, j] = NIC_GDR if p.p2p else NIC_LOCAL if p.type in ("PHB", "NODE") \
+                else NIC_REMOTE
+    return out

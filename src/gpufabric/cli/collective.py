@@ -7,7 +7,7 @@ import re
 
 import typer
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -97,7 +97,11 @@ def collective(
     topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
     m = C.model(topo)
     try:
-        preds = [m.predict(opn, s, ranks, algo_n, proto) for s in sizes]
+        preds = []
+        with Progress("collective", len(sizes)) as progress:
+            for s in sizes:
+                preds.append(m.predict(opn, s, ranks, algo_n, proto))
+                progress.step(_fmt_size(s))
     except InputError as exc:
         raise InputError(exc.message, file=system,
                          field=_OPTION.get(exc.field or "", exc.field)) from None
@@ -132,12 +136,14 @@ def collective(
 @app.command()
 def validate(
     file: str = typer.Argument(
-        ..., help="Measurements file (schema: shared/calibration/README.md)."),
+        ..., help="Measurements file (YAML; schema: docs/calibration.md)."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary."""
+    from gpufabric.collectives.validate import load_entries
     from gpufabric.collectives.validate import validate as run
-    res = run(file)
+    with Progress("validate", len(load_entries(file))) as progress:
+        res = run(file, on_entry=progress.step)
     if json:
         emit_json(res)
         return

@@ -9,7 +9,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.fileio import check_output, read_text, write_text_atomic
 
 console = Console()
@@ -62,10 +62,13 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     """Devices, PCIe lanes used and free per socket, path matrix with bandwidths, warnings."""
     from gpufabric.report.summary import path_table
     from gpufabric.topology import rules
-    t = _load(system)
-    t.check_node(node, field="--node")
-    lanes = rules.lane_budget(t)
-    pt = path_table(t, node)
+    with Progress("show", 2) as progress:
+        t = _load(system)
+        t.check_node(node, field="--node")
+        progress.step("system built")
+        lanes = rules.lane_budget(t)
+        pt = path_table(t, node)
+        progress.step("paths")
     warns = rules.warnings(t)
     if json:
         emit_json({**t.to_dict(), "lanes": lanes, "paths": pt, "warnings": warns})
@@ -108,9 +111,12 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
         json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """GPU-pair bandwidth matrix (bottleneck GB/s per direction; * = no peer-to-peer)."""
     from gpufabric.report.summary import path_table
-    t = _load(system)
-    t.check_node(node, field="--node")
-    pt = path_table(t, node)
+    with Progress("p2p", 2) as progress:
+        t = _load(system)
+        t.check_node(node, field="--node")
+        progress.step("system built")
+        pt = path_table(t, node)
+        progress.step("paths")
     n = len(t.gpus(node))
     sub = {k: [row[:n] for row in pt[k][:n]] for k in ("type", "bw_GBps", "p2p", "lat_us")}
     if json:
@@ -131,9 +137,12 @@ def topo(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from dataclasses import asdict
 
     from gpufabric.topology import nvsmi
-    t = _load(system)
-    t.check_node(node, field="--node")
-    m = nvsmi.from_topology(t, node=node)
+    with Progress("topo", 2) as progress:
+        t = _load(system)
+        t.check_node(node, field="--node")
+        progress.step("system built")
+        m = nvsmi.from_topology(t, node=node)
+        progress.step("paths")
     if json:
         emit_json(asdict(m))
         return
@@ -183,14 +192,19 @@ def compare(systems_: list[str] | None = typer.Argument(
     names = systems_ or presets.compared()
     if not no_html:
         check_output(output, field="--output")
-    topos = [_load(n) for n in names]
-    rows = cmp.rows(topos)
-    if not no_html:
-        from gpufabric.report.html import render_report
-        write_text_atomic(output, render_report(topos, rows), field="--output")
+    topos, rows = [], []
+    with Progress("compare", len(names) + (0 if no_html else 1)) as progress:
+        for n in names:
+            topos.append(_load(n))
+            rows += cmp.rows(topos[-1:])
+            progress.step(n)
+        if not no_html:
+            from gpufabric.report.html import render_report
+            write_text_atomic(output, render_report(topos, rows), field="--output")
+            progress.step("report")
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output)})
         return
-    _print_wide(cmp.table(rows), 190)
+    console.print(cmp.table(rows))
     if not no_html:
         console.print(f"report: {output}")

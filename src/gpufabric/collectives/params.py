@@ -8,7 +8,7 @@ transport and protocol, and how much of a link's rate each protocol delivers.
 
 The figures follow NCCL's own cost model (src/graph/tuning.cc: base latencies per algorithm
 and protocol, hardware latencies per NVLink / PCI / NET hop, the LL and LL128 bandwidth
-factors), with three additions fitted on ../shared/calibration/collectives.yaml and recorded in
+factors), with three additions fitted on tests/data/calibration/collectives.yaml and recorded in
 docs/collectives.md: the hop latency of a bounce through host memory (``shm``), the NVLS
 in-switch reduction efficiency and its per-pass latency.
 """

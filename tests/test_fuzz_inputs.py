@@ -235,14 +235,41 @@ BOMB = ("a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"{k}: &{k} [{', '.join(['*' + p] * 10)}]\n" for p, k in zip("abcde", "bcdef", strict=True)))
 
 
+# three rows in the openb pod-list columns (values like the published trace's), plus the
+# optional columns gpufabric reads
+TRACE_CSV = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+             "deletion_time,scheduled_time,gang,priority\n"
+             "p0,12000,16384,1,1000,,LS,Running,0,12537496,0,1,\n"
+             "p1,6000,12288,1,460,,LS,Running,427061,12902960,427061,1,\n"
+             "p2,88000,327680,8,1000,V100M32|G3,BE,Succeeded,9,1000,9,2,5\n")
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_trace_csv(tmp_path_factory, data):
+    from gpufabric.scheduler import load_jobs
+    text = TRACE_CSV
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(text)))
+        new = data.draw(st.one_of(st.text(max_size=5), st.sampled_from(
+            [",", "\n", "-1", "0", "1e400", "nan", "\"", "|", "999999999999999999999"])))
+        text = text[:i] + new + text[i + data.draw(st.integers(0, 4)):]
+    f = tmp_path_factory.mktemp("trace") / "pods.csv"
+    f.write_text(text)
+    ends_well(load_jobs, str(f))
+
+
 @pytest.mark.parametrize("doc, message", [
     ("a: &a [*a]", "a YAML alias refers to a value that contains it; allowed: aliases of "
                    "finished values"),
     ("[" * 150 + "]" * 150, "nested more than 100 levels deep"),
-    ("[" * 5000 + "]" * 5000, "not valid YAML: nested too deeply"),
+    # libyaml's limit (PyYAML built without libyaml: Python's recursion limit)
+    ("[" * 5000 + "]" * 5000, ("line 1: not valid YAML: exceeded maximum nesting depth",
+                               "not valid YAML: nested too deeply")),
     (BOMB, "expands to more than 1000000 values (YAML aliases?); allowed: smaller documents"),
 ])
 def test_yaml_that_recurses_or_explodes_is_refused(doc, message):
     with pytest.raises(InputError) as err:
         parse_yaml(doc, "bomb.yaml")
-    assert str(err.value) == f"bomb.yaml: {message}"
+    allowed = message if isinstance(message, tuple) else (message,)
+    assert str(err.value) in [f"bomb.yaml: {m}" for m in allowed]

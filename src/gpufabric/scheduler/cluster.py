@@ -37,7 +37,7 @@ import numpy as np
 
 from gpufabric.errors import InputError, closest_name, unknown_name
 from gpufabric.scheduler import nodetopo
-from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
+from gpufabric.scheduler.jobs import KINDS, MAX_VALUE, bundled_path, read_csv
 
 POOLS = ("gpu", "tpu", "cpu")
 NODE_LISTS = ("gpu_node", "all_node")
@@ -176,8 +176,9 @@ def _read_node_csv(path: Path) -> Cluster:
             except ValueError:
                 raise InputError(f"'{t}' is not an integer", file=str(path),
                                  field=f"line {line}.{c}") from None
-            if v < 0:
-                raise InputError(f"{v} is below 0", file=str(path), field=f"line {line}.{c}")
+            if not 0 <= v <= MAX_VALUE:
+                raise InputError(f"{v} is out of range; allowed: 0 to {MAX_VALUE}",
+                                 file=str(path), field=f"line {line}.{c}")
             vals.append(v)
         model = r[col["model"]].strip()
         if vals[2] and not model:

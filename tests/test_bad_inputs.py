@@ -152,6 +152,11 @@ def test_node_pools(pool, message):
     assert str(err.value) == f"{pool}: NODES: {message}"
 
 
+def test_a_pool_of_a_cluster_spec_counts_its_servers():
+    c = load_nodes("hgx-h100-4node-ndr*2+gpu=A100-SXM4-80GB,nodes=3")
+    assert len(c) == 11 and c.summary() == {"gpu:H100-SXMx8": 8, "gpu:A100-SXM4-80GBx8": 3}
+
+
 def test_pools_that_are_right_still_load():
     c = load_nodes("2xT4x2+V100M32x8*1+cpu-32*3+dgx-a100*1")
     assert c.summary() == {"gpu:T4x2": 2, "gpu:V100M32x8": 1, "cpu": 3,
@@ -201,3 +206,19 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
     point, = validate(str(f))["points"]
     assert point["note"] == "algorithm pat not modelled here; auto used"
     assert point["algo"] == "ring"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("99999999999999999999", "'99999999999999999999' is out of range; allowed: a finite number "
+                             "of at most 9007199254740992"),
+    ("nan", "'nan' is out of range; allowed: a finite number of at most 9007199254740992"),
+])
+def test_trace_numbers_past_int64_are_refused(tmp_path, value, message):
+    from gpufabric.scheduler import load_jobs
+    f = tmp_path / "pods.csv"
+    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\n"
+                 f"p0,1000,1024,0,0,{value}\n")
+    with pytest.raises(InputError) as err:
+        load_jobs(str(f))
+    field = "creation_time"
+    assert str(err.value) == f"{f}: line 2.{field}: {message}"

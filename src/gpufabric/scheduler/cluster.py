@@ -235,18 +235,22 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
         g = topo.gpus()
         per = len([d for d in g if d.node == g[0].node]) if g else 0
         model = g[0].model if g else ""
+        servers = count * (topo.meta.get("nodes") or max(1, topo.node_count))   # a spec's nodes
         return [(f"{name if name in known else 'node'}-{start + k:04d}", 16000 * max(per, 4),
                  131072 * max(per, 1), per, model, "gpu" if per else "cpu")
-                for k in range(count)], name
+                for k in range(servers)], name
     raise unknown_name("node type", name,
                        list(TPU_SLICES) + ["cpu", "cpu-<cores>", "<MODEL>x<N>"] + known,
                        file=spec, field="NODES")
 
 
 def _system(name: str):
-    """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer."""
+    """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer.
+
+    One server is built (a node of the cluster); ``meta['nodes']`` keeps the servers it has.
+    """
     from gpufabric.topology.build import load
-    return load(name)
+    return load(name, materialize_nodes=1)
 
 
 def load_nodes(nodes: str) -> Cluster:

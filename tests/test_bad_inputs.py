@@ -232,3 +232,13 @@ def test_trace_numbers_past_int64_are_refused(tmp_path, value, message):
 def test_absurd_sizes_inside_a_server_are_refused_before_building(cli, spec, message):
     system = f"gpu=H100-SXM,{spec}"
     assert one_error(cli, "show", system) == f"{system}: {message}"
+
+
+def test_absurd_pool_counts_are_refused_before_building():
+    with pytest.raises(InputError) as err:
+        load_nodes("T4x2*10+V100M32x8*1000000")
+    assert str(err.value) == ("T4x2*10+V100M32x8*1000000: NODES: pool 'V100M32x8*1000000': "
+                              "1000010 nodes in all; allowed: at most 100000")
+    with pytest.raises(InputError) as err:
+        load_nodes("gpu=T4,gpus_per_node=1,nodes=200000")
+    assert str(err.value).endswith("200000 nodes in all; allowed: at most 100000")

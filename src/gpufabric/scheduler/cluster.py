@@ -196,6 +196,9 @@ def _read_node_csv(path: Path) -> Cluster:
     return Cluster.from_rows(out, str(path))
 
 
+#: Most nodes a synthetic cluster may have: eight times the largest GPU clusters built (about
+#: 100,000 GPUs, 12,500 eight-GPU servers); beyond it a typo, not a cluster.
+MAX_NODES = 100_000
 #: GPU models of the openb node lists (nodetopo wires each; other GPUs: a preset or spec).
 OPENB_MODELS = ("A10", "G1", "G2", "G3", "P100", "T4", "V100M16", "V100M32")
 _GPU_NODE = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*?)x(\d+)$")
@@ -286,7 +289,13 @@ def load_nodes(nodes: str) -> Cluster:
             raise InputError(f"pool '{part}': count {count_text!r}; allowed: a whole number "
                              ">= 1", file=nodes, field="NODES")
         count = int(count_text)
+        if len(rows) + count > MAX_NODES:
+            raise InputError(f"pool '{part}': {len(rows) + count} nodes in all; allowed: at most "
+                             f"{MAX_NODES}", file=nodes, field="NODES")
         new, preset = _pool_rows(name, count, len(rows), nodes)
+        if len(rows) + len(new) > MAX_NODES:   # a cluster spec's servers
+            raise InputError(f"pool '{part}': {len(rows) + len(new)} nodes in all; allowed: at "
+                             f"most {MAX_NODES}", file=nodes, field="NODES")
         if preset:
             for k in range(len(new)):
                 presets_of[len(rows) + k] = preset

@@ -91,6 +91,13 @@ def test_zero_or_negative_link_bandwidth_is_refused(cli, tmp_path, link, message
         == f"{f}: {message}"
 
 
+def test_a_system_file_without_devices(cli, tmp_path):
+    f = tmp_path / "empty.yaml"
+    f.write_text("devices: []\nlinks: []\n")
+    assert one_error(cli, "show", str(f)) == (
+        f"{f}: devices: an empty list; a system file names at least one device")
+
+
 def test_compare_output_must_go_into_an_existing_directory(cli, tmp_path):
     missing = tmp_path / "no" / "r.html"
     assert one_error(cli, "compare", "dgx-a100", "-o", str(missing)) == (

@@ -530,6 +530,9 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
         raise InputError("a system file needs a 'devices' list (and a 'links' list)", file=file,
                          field="devices")
+    if not data["devices"]:
+        raise InputError("an empty list; a system file names at least one device", file=file,
+                         field="devices")
     links = data.get("links", [])
     if not isinstance(links, list):
         raise InputError("expected a list of links", file=file, field="links")

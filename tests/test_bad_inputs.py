@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from gpufabric import catalog
-from gpufabric.scheduler.cluster import load_nodes
 from gpufabric.errors import InputError
 
 BINARY = bytes(range(256)) * 4          # every byte value, NULs included
@@ -139,37 +138,6 @@ def test_node_out_of_range(cli, command):
         "--node: no node -1 in hgx-h100-4node-ndr; allowed: 0 to 3")
 
 
-@pytest.mark.parametrize("pool, message", [
-    ("FOOx8*2", "node type 'FOOx8': unknown GPU model 'FOO' (allowed: A10, G1, G2, G3, P100, "
-                "T4, V100M16, V100M32; other GPUs: a preset or a spec, e.g. 'hgx-h100*2')"),
-    ("v100m32x8", "node type 'v100m32x8': unknown GPU model 'v100m32'; did you mean 'V100M32'? "
-                  "(allowed: A10, G1, G2, G3, P100, T4, V100M16, V100M32; other GPUs: a preset "
-                  "or a spec, e.g. 'hgx-h100*2')"),
-    ("V100M32x8*abc", "pool 'V100M32x8*abc': count 'abc'; allowed: a whole number >= 1"),
-    ("T4x2*-1", "pool 'T4x2*-1': count '-1'; allowed: a whole number >= 1"),
-    ("cpu*0", "pool 'cpu*0': count '0'; allowed: a whole number >= 1"),
-    ("cpu-0*2", "node type 'cpu-0': 0 cores; allowed: cpu or cpu-<cores>, cores >= 1"),
-    ("T4x0*2", "node type 'T4x0': 0 GPUs; allowed: <MODEL>x<N>, N >= 1 (a node without GPUs: "
-               "cpu)"),
-    ("*3", "pool '*3' names no node type; write NAME*COUNT"),
-])
-def test_node_pools(pool, message):
-    with pytest.raises(InputError) as err:
-        load_nodes(pool)
-    assert str(err.value) == f"{pool}: NODES: {message}"
-
-
-def test_a_pool_of_a_cluster_spec_counts_its_servers():
-    c = load_nodes("hgx-h100-4node-ndr*2+gpu=A100-SXM4-80GB,nodes=3")
-    assert len(c) == 11 and c.summary() == {"gpu:H100-SXMx8": 8, "gpu:A100-SXM4-80GBx8": 3}
-
-
-def test_pools_that_are_right_still_load():
-    c = load_nodes("2xT4x2+V100M32x8*1+cpu-32*3+dgx-a100*1")
-    assert c.summary() == {"gpu:T4x2": 2, "gpu:V100M32x8": 1, "cpu": 3,
-                           "gpu:A100-SXM4-80GBx8": 1}
-
-
 @pytest.mark.parametrize("typed, suggestion", [
     ("H100-SXN", "H100-SXM"),           # a typo
     ("A100-SMX4-80GB", "A100-SXM4-80GB"),   # two letters swapped
@@ -215,22 +183,6 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
     assert point["algo"] == "ring"
 
 
-@pytest.mark.parametrize("value, message", [
-    ("99999999999999999999", "'99999999999999999999' is out of range; allowed: a finite number "
-                             "of at most 9007199254740992"),
-    ("nan", "'nan' is out of range; allowed: a finite number of at most 9007199254740992"),
-])
-def test_trace_numbers_past_int64_are_refused(tmp_path, value, message):
-    from gpufabric.scheduler import load_jobs
-    f = tmp_path / "pods.csv"
-    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\n"
-                 f"p0,1000,1024,0,0,{value}\n")
-    with pytest.raises(InputError) as err:
-        load_jobs(str(f))
-    field = "creation_time"
-    assert str(err.value) == f"{f}: line 2.{field}: {message}"
-
-
 @pytest.mark.parametrize("spec, message", [
     ("gpus_per_node=100000", "gpus_per_node: expected an integer from 1 to 576, got 100000"),
     ("nics_per_node=1000", "nics_per_node: expected an integer from 0 to 64, got 1000"),
@@ -239,13 +191,3 @@ def test_trace_numbers_past_int64_are_refused(tmp_path, value, message):
 def test_absurd_sizes_inside_a_server_are_refused_before_building(cli, spec, message):
     system = f"gpu=H100-SXM,{spec}"
     assert one_error(cli, "show", system) == f"{system}: {message}"
-
-
-def test_absurd_pool_counts_are_refused_before_building():
-    with pytest.raises(InputError) as err:
-        load_nodes("T4x2*10+V100M32x8*1000000")
-    assert str(err.value) == ("T4x2*10+V100M32x8*1000000: NODES: pool 'V100M32x8*1000000': "
-                              "1000010 nodes in all; allowed: at most 100000")
-    with pytest.raises(InputError) as err:
-        load_nodes("gpu=T4,gpus_per_node=1,nodes=200000")
-    assert str(err.value).endswith("200000 nodes in all; allowed: at most 100000")

@@ -4,7 +4,8 @@ Each test starts from real inputs (the presets, the nvidia-smi fixtures, the cal
 file, a node list) and breaks them the way people and tools do: a value of the wrong type,
 a missing or unknown key, an absurd number, a mangled line, binary junk. Whatever comes in,
 the parser must return a result or raise :class:`gpufabric.errors.InputError`; any other
-exception fails the test, and so does an example that takes longer than the deadline.
+exception fails the test, and so does an example that takes longer than the deadline. (The
+scheduler's inputs, traces, node lists and ``--nodes`` pools, have their own fuzz tests.)
 
 Runs are derandomized (the same examples on every run) and sized to stay well under a minute
 in CI; ``HYPOTHESIS_PROFILE=fuzz-long`` runs many more examples by hand.
@@ -213,50 +214,8 @@ def test_arbitrary_bytes_as_yaml_and_text(raw):
         ends_well(parse_yaml, text, "fuzz.yaml")
 
 
-NODE_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,96000,786432,8,G2\n"
-
-
-@FUZZ
-@given(data=st.data())
-def test_mutated_node_csv(tmp_path_factory, data):
-    from gpufabric.scheduler.cluster import load_nodes
-    text = NODE_CSV
-    for _ in range(data.draw(st.integers(1, 3))):
-        i = data.draw(st.integers(0, len(text)))
-        new = data.draw(st.one_of(st.text(max_size=5), st.sampled_from([",", "\n", "-1", "0",
-                                                                       "1e9", "\"", "G3"])))
-        text = text[:i] + new + text[i + data.draw(st.integers(0, 4)):]
-    f = tmp_path_factory.mktemp("nodes") / "nodes.csv"
-    f.write_text(text)
-    ends_well(load_nodes, str(f))
-
-
 BOMB = ("a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"{k}: &{k} [{', '.join(['*' + p] * 10)}]\n" for p, k in zip("abcde", "bcdef", strict=True)))
-
-
-# three rows in the openb pod-list columns (values like the published trace's), plus the
-# optional columns gpufabric reads
-TRACE_CSV = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
-             "deletion_time,scheduled_time,gang,priority\n"
-             "p0,12000,16384,1,1000,,LS,Running,0,12537496,0,1,\n"
-             "p1,6000,12288,1,460,,LS,Running,427061,12902960,427061,1,\n"
-             "p2,88000,327680,8,1000,V100M32|G3,BE,Succeeded,9,1000,9,2,5\n")
-
-
-@FUZZ
-@given(data=st.data())
-def test_mutated_trace_csv(tmp_path_factory, data):
-    from gpufabric.scheduler import load_jobs
-    text = TRACE_CSV
-    for _ in range(data.draw(st.integers(1, 4))):
-        i = data.draw(st.integers(0, len(text)))
-        new = data.draw(st.one_of(st.text(max_size=5), st.sampled_from(
-            [",", "\n", "-1", "0", "1e400", "nan", "\"", "|", "999999999999999999999"])))
-        text = text[:i] + new + text[i + data.draw(st.integers(0, 4)):]
-    f = tmp_path_factory.mktemp("trace") / "pods.csv"
-    f.write_text(text)
-    ends_well(load_jobs, str(f))
 
 
 @pytest.mark.parametrize("doc, message", [

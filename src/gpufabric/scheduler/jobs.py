@@ -245,10 +245,6 @@ def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
     return header, [r for r in rows[1:] if r and any(x.strip() for x in r)]
 
 
-#: Largest number a trace or node list may hold (int64 columns; exact as a float).
-MAX_VALUE = 2**53
-
-
 def _num(row: list[str], col: int | None, name: str, line: int, path: Path, default=0,
          cast=int, minimum=0):
     if col is None or col >= len(row) or row[col].strip() == "":
@@ -259,12 +255,9 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
     text = row[col].strip()
     try:
         v = cast(float(text)) if cast is int and "." in text else cast(text)
-    except (ValueError, OverflowError):
+    except ValueError:
         raise InputError(f"'{text}' is not a number", file=str(path),
                          field=f"line {line}.{name}") from None
-    if not -MAX_VALUE <= v <= MAX_VALUE:   # also NaN
-        raise InputError(f"'{text}' is out of range; allowed: a finite number of at most "
-                         f"{MAX_VALUE}", file=str(path), field=f"line {line}.{name}")
     if v < minimum:
         raise InputError(f"{v} is below {minimum}", file=str(path), field=f"line {line}.{name}")
     return v

@@ -181,13 +181,3 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
     point, = validate(str(f))["points"]
     assert point["note"] == "algorithm pat not modelled here; auto used"
     assert point["algo"] == "ring"
-
-
-@pytest.mark.parametrize("spec, message", [
-    ("gpus_per_node=100000", "gpus_per_node: expected an integer from 1 to 576, got 100000"),
-    ("nics_per_node=1000", "nics_per_node: expected an integer from 0 to 64, got 1000"),
-    ("host.numa_per_socket=64", "host.numa_per_socket: expected an integer from 1 to 8, got 64"),
-])
-def test_absurd_sizes_inside_a_server_are_refused_before_building(cli, spec, message):
-    system = f"gpu=H100-SXM,{spec}"
-    assert one_error(cli, "show", system) == f"{system}: {message}"

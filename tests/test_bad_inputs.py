@@ -133,9 +133,11 @@ def test_one_rank_is_a_local_copy(cli, op):
 @pytest.mark.parametrize("command", ["show", "p2p", "topo"])
 def test_node_out_of_range(cli, command):
     assert one_error(cli, command, "dgx-a100", "--node", "3") == (
-        "--node: no node 3 in dgx-a100; allowed: 0")
+        "dgx-a100: --node: the system has 1 node(s); allowed: 0 to 0")
+    assert one_error(cli, command, "hgx-h100-4node-ndr", "--node", "4") == (
+        "hgx-h100-4node-ndr: --node: the system has 4 node(s); allowed: 0 to 3")
     assert one_error(cli, command, "hgx-h100-4node-ndr", "--node", "-1") == (
-        "--node: no node -1 in hgx-h100-4node-ndr; allowed: 0 to 3")
+        "--node: expected a node index >= 0, got -1")
 
 
 @pytest.mark.parametrize("typed, suggestion", [

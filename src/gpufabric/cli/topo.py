@@ -64,7 +64,7 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from gpufabric.topology import rules
     with Progress("show", 2) as progress:
         t = _load(system)
-        t.check_node(node, field="--node")
+        t.check_node(node, field="--node", file=system)
         progress.step("system built")
         lanes = rules.lane_budget(t)
         pt = path_table(t, node)
@@ -113,7 +113,7 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from gpufabric.report.summary import path_table
     with Progress("p2p", 2) as progress:
         t = _load(system)
-        t.check_node(node, field="--node")
+        t.check_node(node, field="--node", file=system)
         progress.step("system built")
         pt = path_table(t, node)
         progress.step("paths")
@@ -139,7 +139,7 @@ def topo(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from gpufabric.topology import nvsmi
     with Progress("topo", 2) as progress:
         t = _load(system)
-        t.check_node(node, field="--node")
+        t.check_node(node, field="--node", file=system)
         progress.step("system built")
         m = nvsmi.from_topology(t, node=node)
         progress.step("paths")

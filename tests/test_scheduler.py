@@ -10,9 +10,9 @@ These tests double as examples of use:
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -241,7 +241,7 @@ def test_arrival_on_the_real_trace_reproduces_the_paper_ordering():
     got = {p: run_arrival(c, js, p, seed=42) for p in ("random", "best-fit", "fgd")}
     for r in got.values():
         assert len(r.allocation_pct) == 131 and r.allocation_pct[0] == 0.0
-        assert all(a <= b + 1e-9 for a, b in itertools.pairwise(r.allocation_pct))
+        assert all(a <= b + 1e-9 for a, b in pairwise(r.allocation_pct))
         assert r.pods == r.scheduled + r.skipped
     at100 = {p: r.allocation_pct[100] for p, r in got.items()}
     # fixed seed, exact values (a change here changes the published figures)

@@ -183,3 +183,16 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
     point, = validate(str(f))["points"]
     assert point["note"] == "algorithm pat not modelled here; auto used"
     assert point["algo"] == "ring"
+
+
+@pytest.mark.parametrize("system, message", [
+    ("", "SYSTEM: empty; allowed: a preset name (see `gpufabric systems`), a YAML file or "
+         "key=value,..."),
+    ("gpu=", "gpu=: gpu: no value after '=' in 'gpu='"),
+    ("=H100", "=H100: expected key=value with a key like gpu or host.cpu, got '=H100'"),
+    ("host=1,host.cpu=Grace", "host=1,host.cpu=Grace: host.cpu: host is a value, not a section "
+                              "of keys"),
+])
+def test_inline_specs_that_say_nothing(cli, system, message):
+    assert one_error(cli, "show", system) == message
+

@@ -651,7 +651,9 @@ def parse_inline(text: str) -> dict[str, Any]:
         if not sep:
             raise InputError(f"expected key=value, got {part!r}", file=text)
         key = key.strip()
-        val = parse_yaml(value, text) if value.strip() else None
+        if not value.strip():
+            raise InputError(f"no value after '=' in {part!r}", file=text, field=key or None)
+        val = parse_yaml(value, text)
         cur = spec
         *parents, leaf = key.split(".")
         if not all((*parents, leaf)):
@@ -674,6 +676,9 @@ def load(system: str, materialize_nodes: int | None = None) -> Topology:
     'nvswitch'
     """
     from gpufabric.topology import presets
+    if not system.strip():
+        raise InputError("empty; allowed: a preset name (see `gpufabric systems`), a YAML file "
+                         "or key=value,...", field="SYSTEM")
     if system in presets.names():
         return presets.load(system, materialize_nodes=materialize_nodes)
     path = Path(system)

@@ -214,6 +214,32 @@ def test_arbitrary_bytes_as_yaml_and_text(raw):
         ends_well(parse_yaml, text, "fuzz.yaml")
 
 
+ODD = st.one_of(st.text(max_size=8), st.sampled_from(
+    ["0", "-1", "1", "3", "nan", "inf", "1e400", "8G", "1.5K", "", " ", "/", ".", "..", "--json",
+     "all_to_all", "collnet", "LL128", "dgx-a100", "gpu=H100-SXM", "9" * 30]))
+COMMANDS = st.sampled_from([
+    ["show"], ["p2p"], ["topo"], ["catalog"], ["collective", "--max", "64K"],
+    ["validate"], ["compare", "--no-html"], ["import", "nvidia-smi"]])
+OPTIONS = st.sampled_from(["--node", "--op", "--algo", "--proto", "--ranks", "--min",
+                           "--step-factor", "--gpu", "--json", "-o"])
+
+
+@settings(FUZZ, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+@given(COMMANDS, st.one_of(st.sampled_from(["dgx-a100", "hgx-h100-4node-ndr", "gpus",
+                                            "t4-cloud-server"]), ODD),
+       st.lists(st.tuples(OPTIONS, ODD), max_size=3))
+def test_command_lines(cli, tmp_path, monkeypatch, command, target, options):
+    """Any command line ends in exit 0 (a result) or 2 (one line naming what is wrong)."""
+    monkeypatch.chdir(tmp_path)          # whatever a command line writes lands here
+    args = [*command[:1], target, *command[1:], *(x for pair in options for x in pair)]
+    code, _, err = cli(*args)
+    assert code in (0, 2), (args, code, err)
+    assert "Traceback" not in err, (args, err)
+    if code == 2 and err.startswith("gpufabric: error:"):
+        assert err.count("\n") == 1, (args, err)
+
+
 BOMB = ("a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"{k}: &{k} [{', '.join(['*' + p] * 10)}]\n" for p, k in zip("abcde", "bcdef", strict=True)))
 

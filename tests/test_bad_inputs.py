@@ -196,3 +196,9 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
 def test_inline_specs_that_say_nothing(cli, system, message):
     assert one_error(cli, "show", system) == message
 
+
+
+def test_a_newline_in_the_input_stays_on_the_error_line(cli):
+    line = one_error(cli, "show", "dgx\n-a100")
+    assert line.startswith("unknown system (preset name, YAML file or key=value spec) "
+                           "'dgx\\n-a100'")

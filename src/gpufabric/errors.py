@@ -36,7 +36,8 @@ class InputError(ValueError):
 
     def __str__(self) -> str:
         parts = [p for p in (self.file, self.field) if p]
-        return ": ".join(parts + [self.message])
+        # one line, whatever the input echoed back holds
+        return ": ".join(parts + [self.message]).replace("\r", "\\r").replace("\n", "\\n")
 
     def located(self, file: str | None = None, field_prefix: str | None = None) -> InputError:
         """Return a copy with the file set (if unset) and the field prefixed."""

@@ -202,3 +202,14 @@ def test_a_newline_in_the_input_stays_on_the_error_line(cli):
     line = one_error(cli, "show", "dgx\n-a100")
     assert line.startswith("unknown system (preset name, YAML file or key=value spec) "
                            "'dgx\\n-a100'")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("gpus_per_node=2147483648", "gpus_per_node: expected an integer >= 1 and <= 576, got "
+                                 "2147483648"),
+    ("nics_per_node=1000", "nics_per_node: expected an integer >= 0 and <= 64, got 1000"),
+])
+def test_absurd_sizes_inside_a_server_are_refused_before_building(cli, spec, message):
+    system = f"gpu=H100-SXM,{spec}"
+    assert one_error(cli, "show", system) == f"{system}: {message}"
+

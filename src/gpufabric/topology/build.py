@@ -80,10 +80,22 @@ def _choice(value: Any, choices: tuple[str, ...], field: str, file: str | None) 
     return value
 
 
+#: Hard limits on what one server (or one scale-up domain) holds: far above any machine built,
+#: low enough that an absurd number is refused instead of built device by device (2**31 GPUs
+#: took 24 GB before the process was killed). The largest NVLink domain announced is NVL576;
+#: sockets and PCIe switches are bounded so that their defaults for 576 GPUs still fit.
+PER_NODE_LIMITS = {"gpus_per_node": 576, "nvlink_links": 64, "host.sockets": 576,
+                   "host.pcie_switches": 576, "host.numa_per_socket": 16, "nics_per_node": 64}
+
+
 def _positive_int(value: Any, field: str, file: str | None, minimum: int = 1) -> int:
     _want(value, int, field, f"an integer >= {minimum}", file)
     if value < minimum:
         raise InputError(f"expected an integer >= {minimum}, got {value}", file=file, field=field)
+    top = PER_NODE_LIMITS.get(field)
+    if top is not None and value > top:
+        raise InputError(f"expected an integer >= {minimum} and <= {top}, got {value}",
+                         file=file, field=field)
     return value
 
 

@@ -213,3 +213,8 @@ def test_absurd_sizes_inside_a_server_are_refused_before_building(cli, spec, mes
     system = f"gpu=H100-SXM,{spec}"
     assert one_error(cli, "show", system) == f"{system}: {message}"
 
+
+
+def test_a_nul_byte_in_a_file_name(cli):
+    assert one_error(cli, "validate", "a\x00b.yaml") == (
+        "a\x00b.yaml: not a file name (it holds a NUL byte)")

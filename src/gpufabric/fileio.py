@@ -74,6 +74,8 @@ def read_text(path: str | os.PathLike[str], *, what: str = "a UTF-8 text file",
         raise InputError("no such file (a parent is not a directory)", file=name) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    except ValueError:   # a NUL byte in the name
+        raise InputError("not a file name (it holds a NUL byte)", file=name) from None
     if p.is_dir():
         raise InputError("is a directory; expected a file", file=name)
     if not p.is_file():
@@ -202,6 +204,8 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
     name = str(path)
     p = Path(path)
     parent = p.parent
+    if "\x00" in name:
+        raise InputError("not a file name (it holds a NUL byte)", file=name, field=field)
     if p.is_dir():
         raise InputError("is a directory; give a file name", file=name, field=field)
     if not parent.exists():

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from gpufabric import catalog
-from gpufabric.scheduler.cluster import load_nodes
 from gpufabric.errors import InputError
+from gpufabric.scheduler.cluster import load_nodes
 
 BINARY = bytes(range(256)) * 4          # every byte value, NULs included
 LATIN1 = "gpu: H100-SXM\nname: Großrechner\n".encode("latin-1")
@@ -91,6 +91,13 @@ def test_zero_or_negative_link_bandwidth_is_refused(cli, tmp_path, link, message
         == f"{f}: {message}"
 
 
+def test_a_system_file_without_devices(cli, tmp_path):
+    f = tmp_path / "empty.yaml"
+    f.write_text("devices: []\nlinks: []\n")
+    assert one_error(cli, "show", str(f)) == (
+        f"{f}: devices: an empty list; a system file names at least one device")
+
+
 def test_compare_output_must_go_into_an_existing_directory(cli, tmp_path):
     missing = tmp_path / "no" / "r.html"
     assert one_error(cli, "compare", "dgx-a100", "-o", str(missing)) == (
@@ -127,9 +134,11 @@ def test_one_rank_is_a_local_copy(cli, op):
 @pytest.mark.parametrize("command", ["show", "p2p", "topo"])
 def test_node_out_of_range(cli, command):
     assert one_error(cli, command, "dgx-a100", "--node", "3") == (
-        "--node: no node 3 in dgx-a100; allowed: 0")
+        "dgx-a100: --node: the system has 1 node(s); allowed: 0 to 0")
+    assert one_error(cli, command, "hgx-h100-4node-ndr", "--node", "4") == (
+        "hgx-h100-4node-ndr: --node: the system has 4 node(s); allowed: 0 to 3")
     assert one_error(cli, command, "hgx-h100-4node-ndr", "--node", "-1") == (
-        "--node: no node -1 in hgx-h100-4node-ndr; allowed: 0 to 3")
+        "--node: expected a node index >= 0, got -1")
 
 
 # Bad node pools: tests/test_scheduler_inputs.py (the scheduler's own messages).
@@ -184,3 +193,38 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
     point, = validate(str(f))["points"]
     assert point["note"] == "algorithm pat not modelled here; auto used"
     assert point["algo"] == "ring"
+
+
+@pytest.mark.parametrize("system, message", [
+    ("", "SYSTEM: empty; allowed: a preset name (see `gpufabric systems`), a YAML file or "
+         "key=value,..."),
+    ("gpu=", "gpu=: gpu: no value after '=' in 'gpu='"),
+    ("=H100", "=H100: expected key=value with a key like gpu or host.cpu, got '=H100'"),
+    ("host=1,host.cpu=Grace", "host=1,host.cpu=Grace: host.cpu: host is a value, not a section "
+                              "of keys"),
+])
+def test_inline_specs_that_say_nothing(cli, system, message):
+    assert one_error(cli, "show", system) == message
+
+
+
+def test_a_newline_in_the_input_stays_on_the_error_line(cli):
+    line = one_error(cli, "show", "dgx\n-a100")
+    assert line.startswith("unknown system (preset name, YAML file or key=value spec) "
+                           "'dgx\\n-a100'")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("gpus_per_node=2147483648", "gpus_per_node: expected an integer >= 1 and <= 576, got "
+                                 "2147483648"),
+    ("nics_per_node=1000", "nics_per_node: expected an integer >= 0 and <= 64, got 1000"),
+])
+def test_absurd_sizes_inside_a_server_are_refused_before_building(cli, spec, message):
+    system = f"gpu=H100-SXM,{spec}"
+    assert one_error(cli, "show", system) == f"{system}: {message}"
+
+
+
+def test_a_nul_byte_in_a_file_name(cli):
+    assert one_error(cli, "validate", "a\x00b.yaml") == (
+        "a\x00b.yaml: not a file name (it holds a NUL byte)")

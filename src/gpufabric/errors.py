@@ -99,7 +99,7 @@ def closest_name(name: str, known: Iterable[str]) -> str | None:
     fits = [k for k in known
             if _squash(k) == squashed
             or (all(any(_same_word(w, v) for v in _model_tokens(k)) for w in want)
-                and (ratio(k) >= 0.75 or (len(squashed) >= 3 and _squash(k).endswith(squashed))))]
+                and (ratio(k) > 0.8 or (len(squashed) >= 3 and _squash(k).endswith(squashed))))]
     return max(fits, key=lambda k: (_squash(k) == squashed, ratio(k)), default=None)
 
 

@@ -34,8 +34,13 @@ from gpufabric.errors import InputError
 #: Largest text file read (bytes). Spec, system, calibration and nvidia-smi files are a few
 #: kilobytes; traces a few megabytes.
 MAX_TEXT_BYTES = 64 * 2**20
+#: Largest YAML file (bytes): a system file listing every device of a large cluster is a few
+#: megabytes; parsing this much takes seconds.
+MAX_YAML_BYTES = 8 * 2**20
 #: Largest YAML document, counted as values after aliases are expanded.
 MAX_YAML_VALUES = 1_000_000
+#: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_text(path: str | os.PathLike[str], *, what: str = "a UTF-8 text file",
@@ -69,6 +74,8 @@ def read_text(path: str | os.PathLike[str], *, what: str = "a UTF-8 text file",
         raise InputError("no such file (a parent is not a directory)", file=name) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    except ValueError:   # a NUL byte in the name
+        raise InputError("not a file name (it holds a NUL byte)", file=name) from None
     if p.is_dir():
         raise InputError("is a directory; expected a file", file=name)
     if not p.is_file():
@@ -128,7 +135,13 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     x.yaml: a YAML alias refers to a value that contains it; allowed: aliases of finished values
     """
     try:
-        data = yaml.safe_load(text)
+        # count the parser's events first: a flat document too big to build is refused
+        # before Python objects are made for it
+        for events, _ in enumerate(yaml.parse(text, Loader=_LOADER)):
+            if events > max_values + 4:   # stream, document and root events aside
+                raise InputError(f"more than {max_values} values; allowed: smaller documents",
+                                 file=name)
+        data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -174,7 +187,7 @@ def _check_size(data: Any, name: str, max_values: int) -> None:
 def load_yaml(path: str | os.PathLike[str], *, what: str = "a YAML file") -> Any:
     """Read and parse a user's YAML file; every failure is an :class:`InputError`."""
     name = str(path)
-    return parse_yaml(read_text(path, what=what), name)
+    return parse_yaml(read_text(path, what=what, max_bytes=MAX_YAML_BYTES), name)
 
 
 def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> Path:
@@ -191,6 +204,8 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
     name = str(path)
     p = Path(path)
     parent = p.parent
+    if "\x00" in name:
+        raise InputError("not a file name (it holds a NUL byte)", file=name, field=field)
     if p.is_dir():
         raise InputError("is a directory; give a file name", file=name, field=field)
     if not parent.exists():

@@ -346,3 +346,44 @@ def net_speed(name: str, **kw) -> NetSpeed:
 
 def net_switch(name: str, **kw) -> NetSwitch:
     return get("net_switch", name, **kw)
+
+
+#: What ``gpufabric catalog SECTION`` lists: the tables a user names things from.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "gpus": ("gpu",),
+    "cpus": ("cpu",),
+    "nics": ("nic", "net_speed"),
+    "switches": ("pcie_switch", "nvswitch", "net_switch"),
+    "links": ("peer_link", "pcie", "bridge"),
+}
+
+
+def entries(section: str) -> list[dict[str, Any]]:
+    """Every entry of one section as plain data: table, name, aliases, facts, sources.
+
+    ``facts`` holds the entry's other fields; ``source`` is where its numbers come from
+    (``sources`` names a different source for single fields).
+
+    Examples
+    --------
+    >>> h100 = next(e for e in entries("gpus") if e["name"] == "H100-SXM")
+    >>> h100["facts"]["peer_links"], bool(h100["source"])
+    (18, True)
+    >>> try:
+    ...     entries("tpus")
+    ... except InputError as e:
+    ...     print(e)
+    SECTION: unknown catalog section 'tpus' (known: cpus, gpus, links, nics, switches)
+    """
+    if section not in SECTIONS:
+        raise unknown_name("catalog section", section, SECTIONS, field="SECTION")
+    out = []
+    for kind in SECTIONS[section]:
+        for name in names(kind):
+            obj = get(kind, name)
+            d = dataclasses.asdict(obj)
+            meta = {k: d.pop(k) for k in ("name", "aliases", "source", "sources")}
+            out.append({"table": kind, "kind": TABLES[kind][2], "name": meta["name"],
+                        "aliases": list(meta["aliases"]), "facts": d,
+                        "source": meta["source"], "sources": meta["sources"]})
+    return out

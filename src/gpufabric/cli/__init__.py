@@ -2,13 +2,14 @@
 
 Each module registers its commands on :data:`app` when imported:
 ``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate),
-``schedule`` (schedule).
+``schedule`` (schedule), ``catalog`` (catalog).
 """
 
 from __future__ import annotations
 
 import sys
 
+from gpufabric.cli import catalog as _catalog  # noqa: F401,E402
 from gpufabric.cli import collective as _collective  # noqa: F401,E402
 from gpufabric.cli import data as _data  # noqa: F401,E402
 from gpufabric.cli import k8s as _k8s  # noqa: F401,E402

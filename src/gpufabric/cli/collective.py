@@ -7,7 +7,7 @@ import re
 
 import typer
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.cli.serve import validate_inference
 from gpufabric.errors import InputError
 
@@ -105,8 +105,12 @@ def collective(
     topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
     m = C.model(topo)
     try:
-        preds = [m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
-                           concurrent=concurrent) for s in sizes]
+        preds = []
+        with Progress("collective", len(sizes)) as progress:
+            for s in sizes:
+                preds.append(m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
+                                       concurrent=concurrent))
+                progress.step(_fmt_size(s))
     except InputError as exc:
         raise InputError(exc.message, file=system,
                          field=_OPTION.get(exc.field or "", exc.field)) from None
@@ -141,7 +145,7 @@ def collective(
 @app.command()
 def validate(
     file: str = typer.Argument(
-        ..., help="Measurements file (schema: shared/calibration/README.md)."),
+        ..., help="Measurements file (YAML; schema: docs/calibration.md)."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary.
@@ -154,8 +158,10 @@ def validate(
     if is_training_file(file):
         validate_training(file, json)
         return
+    from gpufabric.collectives.validate import load_entries
     from gpufabric.collectives.validate import validate as run
-    res = run(file)
+    with Progress("validate", len(load_entries(file))) as progress:
+        res = run(file, on_entry=progress.step)
     if json:
         emit_json(res)
         return

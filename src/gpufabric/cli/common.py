@@ -1,15 +1,34 @@
-"""Shared pieces of the CLI: the app, JSON output."""
+"""Shared pieces of the CLI: the app, ``--version``, JSON output, progress of long runs."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+import os
+import sys
+import time
+from types import TracebackType
+from typing import Any, TextIO
 
 import typer
 
+from gpufabric import __version__
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Model how GPUs are connected and what that connection costs.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpufabric {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                       is_eager=True, help="Print the version and exit.")
+          ) -> None:
+    """Model how GPUs are connected and what that connection costs."""
 
 
 def _default(obj: Any) -> Any:
@@ -25,3 +44,75 @@ def _default(obj: Any) -> Any:
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as JSON (dataclasses and numpy values included)."""
     typer.echo(json.dumps(obj, indent=2, default=_default))
+
+
+#: Seconds a run may take before it shows progress; ``GPUFABRIC_PROGRESS`` overrides it
+#: (a number of seconds, or ``off``).
+PROGRESS_AFTER_S = 2.0
+
+
+class Progress:
+    """Progress of a run's steps on stderr, shown once the run has taken 2 seconds.
+
+    On a terminal it is a bar that disappears when the run ends; elsewhere (a log, CI, a
+    pipe) one line per step: ``gpufabric: compare: 3/18 dgx-a100 (2.4 s)``. Standard output
+    (tables, ``--json``) is never touched.
+
+    Examples
+    --------
+    >>> import io
+    >>> err = io.StringIO()
+    >>> with Progress("compare", 2, after_s=0, stream=err) as p:
+    ...     p.step("dgx-a100")
+    ...     p.step("hgx-h100")
+    >>> [line.split(" (")[0] for line in err.getvalue().splitlines()]
+    ['gpufabric: compare: 1/2 dgx-a100', 'gpufabric: compare: 2/2 hgx-h100']
+    """
+
+    def __init__(self, label: str, total: int | None = None, *, after_s: float | None = None,
+                 stream: TextIO | None = None):
+        self.label, self.total, self.done = label, total, 0
+        env = os.environ.get("GPUFABRIC_PROGRESS", "")
+        if after_s is None:
+            try:
+                after_s = float(env) if env and env != "off" else PROGRESS_AFTER_S
+            except ValueError:
+                after_s = PROGRESS_AFTER_S
+        self.after_s = None if env == "off" else after_s
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.monotonic()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def step(self, what: str = "", n: int = 1) -> None:
+        """Count ``n`` steps done; ``what`` names the last one."""
+        self.done += n
+        elapsed = time.monotonic() - self.start
+        if self.after_s is None or elapsed < self.after_s:
+            return
+        if not self.tty:
+            of = f"/{self.total}" if self.total else ""
+            self.stream.write(f"gpufabric: {self.label}: {self.done}{of} {what} "
+                              f"({elapsed:.1f} s)\n".replace("  (", " ("))
+            self.stream.flush()
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+            from rich.progress import Progress as Bar
+            from rich.progress import TimeElapsedColumn
+            self._bar = Bar(TextColumn(f"{self.label}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(file=self.stream), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(what, total=self.total, completed=self.done)
+        self._bar.update(self._task, completed=self.done, description=what)

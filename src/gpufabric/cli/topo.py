@@ -9,7 +9,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.fileio import check_output, read_text, write_text_atomic
 
 console = Console()
@@ -25,11 +25,13 @@ def _load(system: str, node: int | None = None):
     from gpufabric.topology.build import load
     if node is None:
         return load(system)
-    t = load(system, materialize_nodes=1, first_node=max(node, 0))
+    if node < 0:
+        raise InputError(f"expected a node index >= 0, got {node}", field="--node")
+    t = load(system, materialize_nodes=1, first_node=node)
     nodes = int(t.meta.get("nodes") or t.node_count)
-    if not 0 <= node < nodes:
-        allowed = "0" if nodes == 1 else f"0 to {nodes - 1}"
-        raise InputError(f"no node {node} in {t.name}; allowed: {allowed}", field="--node")
+    if node >= nodes:     # the wording of Topology.check_node
+        raise InputError(f"the system has {nodes} node(s); allowed: 0 to {nodes - 1}",
+                         file=system, field="--node")
     return t
 
 
@@ -72,9 +74,12 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     """Devices, PCIe lanes used and free per socket, path matrix with bandwidths, warnings."""
     from gpufabric.report.summary import path_table
     from gpufabric.topology import rules
-    t = _load(system, node)
-    lanes = rules.lane_budget(t)
-    pt = path_table(t, node)
+    with Progress("show", 2) as progress:
+        t = _load(system, node)
+        progress.step("system built")
+        lanes = rules.lane_budget(t)
+        pt = path_table(t, node)
+        progress.step("paths")
     warns = rules.warnings(t)
     if json:
         emit_json({**t.to_dict(), "lanes": lanes, "paths": pt, "warnings": warns})
@@ -156,8 +161,11 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
         json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """GPU-pair bandwidth matrix (bottleneck GB/s per direction; * = no peer-to-peer)."""
     from gpufabric.report.summary import path_table
-    t = _load(system, node)
-    pt = path_table(t, node)
+    with Progress("p2p", 2) as progress:
+        t = _load(system, node)
+        progress.step("system built")
+        pt = path_table(t, node)
+        progress.step("paths")
     n = len(t.gpus(node))
     sub = {k: [row[:n] for row in pt[k][:n]] for k in ("type", "bw_GBps", "p2p", "lat_us")}
     if json:
@@ -178,8 +186,11 @@ def topo(system: str = typer.Argument(..., help=SYSTEM_HELP),
     from dataclasses import asdict
 
     from gpufabric.topology import nvsmi
-    t = _load(system, node)
-    m = nvsmi.from_topology(t, node=node)
+    with Progress("topo", 2) as progress:
+        t = _load(system, node)
+        progress.step("system built")
+        m = nvsmi.from_topology(t, node=node)
+        progress.step("paths")
     if json:
         emit_json(asdict(m))
         return
@@ -259,17 +270,29 @@ def compare(systems_: list[str] | None = typer.Argument(
         check_output(output, field="--output")
     from gpufabric.collectives import Model
     from gpufabric.topology.build import load
-    # the nodes the collective model samples, not every node of a large cluster
-    topos = [load(n, materialize_nodes=Model.SAMPLE_NODES) for n in names]
-    rows = cmp.rows(topos)
     from gpufabric.report import training as tr
-    training = None if no_training else tr.scaling()
     from gpufabric.report import inference as inf
-    serving = inf.section() if inference else None
-    if not no_html:
-        from gpufabric.report.html import render_report
-        write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training,
-                                                inference=serving), field="--output")
+    topos, rows = [], []
+    steps = len(names) + (0 if no_training else 1) + (1 if inference else 0) + (0 if no_html else 1)
+    with Progress("compare", steps) as progress:
+        for n in names:
+            # the nodes the collective model samples, not every node of a large cluster
+            topos.append(load(n, materialize_nodes=Model.SAMPLE_NODES))
+            rows += cmp.rows(topos[-1:])
+            progress.step(n)
+        training = None
+        if not no_training:
+            training = tr.scaling()
+            progress.step("training scaling")
+        serving = None
+        if inference:
+            serving = inf.section()
+            progress.step("inference serving")
+        if not no_html:
+            from gpufabric.report.html import render_report
+            write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training,
+                                                    inference=serving), field="--output")
+            progress.step("report")
     if json:
         emit_json({"systems": rows, "report": None if no_html else str(output),
                    "training": training, "inference": serving})

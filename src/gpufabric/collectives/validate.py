@@ -1,9 +1,9 @@
 """Predicted against measured: run every entry of a measurements file.
 
-The file follows the schema of ``../shared/calibration/README.md``: a list of entries, each with
-``id``, ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``per_node`` (ranks
-on each node, default: fill nodes) and ``algorithm``, and ``points`` (``size`` with ``busbw``
-in GB/s or ``time_us``). Any such file works, not only ours.
+The file follows the schema of docs/calibration.md: a list of entries, each with ``id``,
+``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``per_node`` (ranks on each
+node, default: fill nodes) and ``algorithm``, and ``points`` (``size`` with ``busbw`` in GB/s or
+``time_us``). Any such file works, not only ours.
 
 The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
 over points of 64 MiB and more), ``small_median_abs_pct`` (absolute % error of time over
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from gpufabric.collectives import OPS, Model, busbw_factor, check_algo, model, params
@@ -97,13 +98,15 @@ def load_entries(path: str) -> list[dict]:
     return out
 
 
-def validate(path: str) -> dict:
+def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
     """Predict every point of a measurements file; return ``{summary, points, skipped}``.
 
     An entry whose system cannot be built here (say, a GPU missing from the catalog) is listed
     in ``skipped`` with the reason, and the others still run; if none can run, the first
-    reason is raised. A forced ``algorithm`` this model lacks for that system (``collnet``,
-    or ``nvls`` without NVLS hardware) falls back to the automatic choice, noted per point.
+    reason is raised. A forced ``algorithm`` this model lacks for that system (NCCL's
+    ``collnet_direct``, ``collnet_chain`` or ``pat``, or ``nvls`` without NVLS hardware) falls
+    back to the automatic choice, noted per point. ``on_entry`` is called with each entry's id
+    once it is done (progress).
 
     Examples
     --------
@@ -146,6 +149,8 @@ def validate(path: str) -> dict:
             first_error = first_error or err
             skipped.append({"id": e["id"], "error": str(err),
                             **({"needs": e["needs"]} if e["needs"] else {})})
+            if on_entry:
+                on_entry(e["id"])
             continue
         for pt, p in zip(e["points"], preds, strict=True):
             n = p.ranks
@@ -167,6 +172,8 @@ def validate(path: str) -> dict:
             row["err_pct"] = row["busbw_err_pct"] if row["measured"] == "busbw" \
                 else row["time_err_pct"]
             rows.append(row)
+        if on_entry:
+            on_entry(e["id"])
     if not rows and first_error is not None:
         raise first_error
     fitted = params.fitted_ids()

@@ -29,30 +29,55 @@ def rows(topos: list[Topology]) -> list[dict[str, Any]]:
     return out
 
 
-def _fmt(x: Any, nd: int = 1) -> str:
+def _fmt(x: Any, nd: int = 1, compact: bool = False) -> str:
     if x is None:
         return "-"
+    if compact and isinstance(x, (int, float)) and x == int(x):
+        return f"{int(x)}"
     if isinstance(x, float):
         return f"{x:.{nd}f}" if x < 1000 else f"{x:,.0f}"
     return str(x)
 
 
+def _bw_range(bw: dict[str, Any]) -> str:
+    """``min/median/max`` of the pair bandwidths, or one number when every pair is alike."""
+    vals = [bw["min"], bw["median"], bw["max"]]
+    if vals[0] == vals[2]:
+        return _fmt(vals[0], compact=True)
+    return "/".join(_fmt(v, compact=True) for v in vals)
+
+
 def table(rs: list[dict[str, Any]]) -> Table:
-    tb = Table(title="Ways of connecting GPUs, side by side", box=None)
-    for col in ("system", "GPUs", "pair GB/s min/med/max", "P2P pairs", "lanes used/left",
-                "path mix", "PCIe sw", "NVSw", "AR busbw 1GB", "AR 8B us", "A2A busbw 1GB"):
-        tb.add_column(col, justify="left" if col in ("system", "path mix") else "right",
-                      no_wrap=True)
+    """The comparison as a terminal table that fits 100 columns (values never cut).
+
+    Examples
+    --------
+    >>> from io import StringIO
+    >>> from rich.console import Console
+    >>> from gpufabric.topology import presets
+    >>> out = Console(file=StringIO(), width=100)
+    >>> out.print(table(rows([presets.load("dgx-a100")])))
+    >>> max(len(line) for line in out.file.getvalue().splitlines()) <= 100
+    True
+    """
+    tb = Table(title="Ways of connecting GPUs, side by side", box=None, pad_edge=False,
+               collapse_padding=True, padding=(0, 1),
+               caption="AR 1G, A2A 1G: all_reduce, all_to_all busbw at 1 GB (GB/s); "
+                       "AR 8B: 8-byte all_reduce time (us)")
+    heads = [("system", "left"), ("GPUs", "right"), ("pair GB/s\nmin/med/max", "right"),
+             ("P2P\npairs", "right"), ("lanes\nuse/free", "right"), ("path\nmix", "left"),
+             ("PCIe\nsw", "right"), ("NV\nSw", "right"), ("AR 1G\nGB/s", "right"),
+             ("AR 8B\nus", "right"), ("A2A 1G\nGB/s", "right")]
+    for col, justify in heads:
+        tb.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for r in rs:
-        bw = r["pair_bw_GBps"]
         c = r.get("collectives") or {}
         gpus = f"{r['nodes']}x{r['gpus_per_node']}" if r["nodes"] > 1 else str(r["gpus_per_node"])
         tb.add_row(
-            r["name"], gpus,
-            f"{_fmt(bw['min'])}/{_fmt(bw['median'])}/{_fmt(bw['max'])}",
+            r["name"], gpus, _bw_range(r["pair_bw_GBps"]),
             f"{r['p2p_pairs']}/{r['pairs']}",
             f"{r['lanes_used']}/{r['lanes_free']}",
-            " ".join(f"{k}:{v}" for k, v in r["path_mix"].items()),
+            "\n".join(f"{k}:{v}" for k, v in r["path_mix"].items()),
             str(r["pcie_switches"]), str(r["nvswitches"]),
             _fmt(c.get("allreduce_busbw_1GB")), _fmt(c.get("allreduce_8B_lat_us")),
             _fmt(c.get("alltoall_busbw_1GB")))

@@ -225,8 +225,6 @@ def _read_node_csv(path: Path) -> Cluster:
     return Cluster.from_rows(out, str(path))
 
 
-#: GPU models of the openb node lists (nodetopo wires each; other GPUs: a preset or spec).
-OPENB_MODELS = ("A10", "G1", "G2", "G3", "P100", "T4", "V100M16", "V100M32")
 _GPU_NODE = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*?)x(\d+)$")
 
 

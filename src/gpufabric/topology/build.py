@@ -578,6 +578,9 @@ def from_system_file(data: dict[str, Any], name: str = "", file: str | None = No
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
         raise InputError("a system file needs a 'devices' list (and a 'links' list)", file=file,
                          field="devices")
+    if not data["devices"]:
+        raise InputError("an empty list; a system file names at least one device", file=file,
+                         field="devices")
     links = data.get("links", [])
     if not isinstance(links, list):
         raise InputError("expected a list of links", file=file, field="links")
@@ -725,7 +728,9 @@ def parse_inline(text: str) -> dict[str, Any]:
         if not sep:
             raise InputError(f"expected key=value, got {part!r}", file=text)
         key = key.strip()
-        val = parse_yaml(value, text) if value.strip() else None
+        if not value.strip():
+            raise InputError(f"no value after '=' in {part!r}", file=text, field=key or None)
+        val = parse_yaml(value, text)
         cur = spec
         *parents, leaf = key.split(".")
         if not all((*parents, leaf)):
@@ -748,6 +753,9 @@ def load(system: str, materialize_nodes: int | None = None, first_node: int = 0)
     'nvswitch'
     """
     from gpufabric.topology import presets
+    if not system.strip():
+        raise InputError("empty; allowed: a preset name (see `gpufabric systems`), a YAML file "
+                         "or key=value,...", field="SYSTEM")
     if "/" not in system and presets.exists(system):
         return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
     path = Path(system)

@@ -253,7 +253,7 @@ class Topology:
         """The servers that hold devices, in order (fabric switches belong to none)."""
         return sorted({d.node for d in self.devices.values() if d.node >= 0})
 
-    def check_node(self, node: int, field: str = "node") -> int:
+    def check_node(self, node: int, field: str = "node", file: str | None = None) -> int:
         """``node`` if this topology has that server, else an :class:`InputError`.
 
         Examples
@@ -261,17 +261,22 @@ class Topology:
         >>> t = Topology("one", {})
         >>> t.add_device(Device("n0.gpu0", GPU, "H100-SXM"))
         >>> try:
-        ...     t.check_node(3, field="--node")
+        ...     t.check_node(3, field="--node", file="one.yaml")
         ... except InputError as e:
         ...     print(e)
-        --node: no node 3 in one; allowed: 0
+        one.yaml: --node: the system has 1 node(s); allowed: 0 to 0
         """
+        if node < 0:
+            raise InputError(f"expected a node index >= 0, got {node}", field=field)
         ids = self.node_ids()
-        if node not in ids:
-            allowed = (f"{ids[0]} to {ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1))
-                       and len(ids) > 2 else ", ".join(map(str, ids)) or "none (no devices)")
-            raise InputError(f"no node {node} in {self.name}; allowed: {allowed}", field=field)
-        return node
+        if node in ids:
+            return node
+        if ids and ids == list(range(len(ids))):
+            n = int(self.meta.get("nodes") or len(ids))
+            raise InputError(f"the system has {n} node(s); allowed: 0 to {n - 1}", file=file,
+                             field=field)
+        raise InputError(f"no node {node}; allowed: {', '.join(map(str, ids)) or 'none'}",
+                         file=file, field=field)
 
     @cached_property
     def graph(self) -> nx.Graph:

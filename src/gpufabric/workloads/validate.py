@@ -18,12 +18,11 @@ import math
 import re
 import statistics
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
 from gpufabric.workloads.parallel import Parallel
 from gpufabric.workloads.training import StepResult, predict_step
@@ -105,13 +104,7 @@ def is_training_file(data: Any) -> bool:
 
 
 def load(path: str) -> list[dict[str, Any]]:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", file=path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path) from None
+    data = load_yaml(path, what="a training measurements file (YAML)")
     if isinstance(data, dict):
         data = data.get("entries")
     if not isinstance(data, list) or not data:

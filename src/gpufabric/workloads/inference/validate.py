@@ -20,12 +20,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from pathlib import Path
 from typing import Any
 
-import yaml
 
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
                                                     ENGINE_REQUEST_S, FP4_EFF, engine_key)
@@ -98,15 +97,7 @@ def _num(v: Any) -> float | None:
 
 
 def load_entries(path: str) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", file=path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path,
-                         field=f"line {mark.line + 1}" if mark else None) from None
+    data = load_yaml(path, what="an inference measurements file (YAML)")
     if not isinstance(data, list) or not data:
         raise InputError("expected a list of entries (id, system, engine, model, workload, "
                          "result or points)", file=path)
@@ -129,9 +120,9 @@ def load_entries(path: str) -> list[dict]:
 def is_inference_file(path: str) -> bool:
     """Whether ``path`` holds inference measurements (entries with an engine and a workload)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return False
+        data = load_yaml(path, what="a measurements file (YAML)")
+    except InputError:
+        return False       # the collective validator says what is wrong with the file
     return (isinstance(data, list) and bool(data) and isinstance(data[0], dict)
             and "engine" in data[0] and "workload" in data[0])
 

@@ -105,7 +105,12 @@ def test_pat_for_one_gpu_per_node():
                    "nic": "ib-ndr"}, materialize_nodes=4)
     p = C.predict(t, "all_gather", 2**20, 64, per_node=1)
     assert (p.algo, p.proto) == ("pat", "Simple")
-    wire = C.model(t)._net_wire_extra
+    m = C.model(t)
+    # its 6 steps join nodes 1, 2, ..., 32 apart; a rail's leaf (64-port NDR, rail-optimized)
+    # takes 32 nodes, so on average the steps climb 1/32, 1/16, ..., 1 spine tiers
+    ups = m.planner.tree_tiers(m.layout(64, 1), 6)
+    assert ups == [1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0]
+    wire = m.net_wire_extra(sum(ups) / 6)
     lat = 8.0 + math.log2(64) * (14.0 + wire) / 3.5 + 64 * 2.8
     plan = C.model(t).plan("all_gather", "pat", C.model(t).layout(64, 1))
     assert p.time_us == pytest.approx(lat + 2**20 * plan.bw_s_per_byte / 0.75 * 1e6)

@@ -39,7 +39,8 @@ class Ring(Algorithm):
         lat = {p: P.BASE_LAT_US["ring"][p]
                + steps * m.hop_lat(pat.hops, P.HOP_LAT_US, p, multinode,
                                    exposed=lay.per_node == 1,
-                                   floor=over * (3 if p == "Simple" else 1))
+                                   floor=over * (3 if p == "Simple" else 1),
+                                   net_up=pat.net_up)
                / max(len(pat.hops), 1)
                for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)

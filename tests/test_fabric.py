@@ -217,3 +217,17 @@ def test_compare_without_a_heat_map(cli, tmp_path):
     code, _, _ = cli("compare", "hgx-h100-4node-ndr", "--heat", "none", "-o", str(out))
     assert code == 0 and "link utilisation" not in out.read_text()
     assert "<h3>Fabric</h3>" in out.read_text()
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree", "nvls_tree", "hierarchical"])
+def test_sampled_nodes_carry_what_every_node_carries_across_pods(algo):
+    # 8 nodes in pods of 4, spines 16:1: 4 sampled nodes sit in one pod, so the rings' and
+    # trees' hops out of the pod are added to its core uplinks; laying out all 8 nodes, the
+    # real hops cross the core, and the two agree
+    t = from_spec({"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr",
+                   "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4, "oversubscription": [1, 16]}})
+    sampled = C.Model(t).predict("all_reduce", GB, algo=algo)
+    full = C.Model(t, sample_nodes=0).predict("all_reduce", GB, algo=algo)
+    assert C.Model(t).layout(64).m == 4
+    assert sampled.time_us == pytest.approx(full.time_us, rel=1e-9)
+    assert "fabric.core" in sampled.bottleneck

@@ -128,6 +128,9 @@ class Pattern:
     #: switch tiers above the leaf each network hop of ``hops`` (or ``tree_hops``) climbs, in
     #: order (an expected value over the hops the sampled ones stand for)
     net_up: list[float] = field(default_factory=list)
+    #: NVLink hops of ``hops`` (share) or of ``tree_hops`` (count) between racks of a
+    #: multi-rack NVLink domain (NVL36x2): each crosses one more switch chip
+    chip_hops: float = 0.0
 
 
 class Planner:
@@ -297,7 +300,9 @@ class Planner:
             for a, b in zip(orders[0], orders[0][1:] + orders[0][:1], strict=True):
                 if a != b:
                     hops.append(self.net.route(Transfer(a, b, 0)).transport)
-            return Pattern(tr, hops, note=f"{ch} ring(s) inside the node")
+            cross = self.cross_rack(orders[0] + orders[0][:1])
+            return Pattern(tr, hops, chip_hops=cross / max(len(hops), 1),
+                           note=f"{ch} ring(s) inside the node")
         rails = self.rails(lay)
         ch = len(rails)
         tr = []
@@ -320,7 +325,9 @@ class Planner:
                         hops.append("net")
                 tr.extend(self._uplink_loops(lay, rail, part, f"ring{c}.{j}"))
         up = self.tiers_climbed(lay, 1)
+        base0 = self._node_order(lay.gpus[0], rings[0][0], idx, rails[0])
         return Pattern(tr, hops, net_up=[up] * hops.count("net"),
+                       chip_hops=self.cross_rack(base0) / max(len(base0), 1),
                        note=f"{ch} ring(s), one per rail NIC, over {lay.nodes} nodes")
 
     def _node_order(self, node_gpus: list[str], base: list[str], idx: dict, rail: int
@@ -357,7 +364,8 @@ class Planner:
                 tr.append(Transfer(b, a, size, tag="up"))
                 tr.append(Transfer(a, b, size, tag="down"))
             kinds = self._hop_kinds(tr[::2])
-            return Pattern(tr, tree_hops=kinds, note="a chain through the node")
+            return Pattern(tr, tree_hops=kinds, chip_hops=self.cross_rack(order),
+                           note="a chain through the node")
         rails = self.rails(lay)
         ch = len(rails)
         per = size / ch
@@ -376,10 +384,38 @@ class Planner:
                                              rail, f * per, f"tree{c}-net"))
             tr.extend(self._uplink_loops(lay, rail, f * per, f"tree{c}-net"))
         depth = max(1, math.ceil(math.log2(lay.nodes)))
+        head = self._entry(lay.gpus[0], rails[0])
+        chain = [head] + [x for x in lay.gpus[0] if x != head]
         return Pattern(tr, tree_hops=intra_kinds + ["net"] * depth,
-                       net_up=self.tree_tiers(lay, depth),
+                       net_up=self.tree_tiers(lay, depth), chip_hops=self.cross_rack(chain),
                        note=f"{ch} double binary tree(s) across {lay.nodes} nodes, "
                             f"chains of {g} inside")
+
+    def rack_of(self, gpu: str) -> int:
+        """Rack of a GPU inside a multi-rack NVLink domain (NVL36x2: trays 0-8 and 9-17 of
+        each domain); 0 when the domain is one rack."""
+        hub = self._switch_of(gpu)
+        racks = int(self.topo.devices[hub].attrs.get("racks") or 1) if hub else 1
+        trays = int((self.topo.meta.get("supernode") or {}).get("trays") or 0)
+        if racks <= 1 or trays < racks:
+            return 0
+        return (self.topo.devices[gpu].node % trays) // (trays // racks)
+
+    def cross_rack(self, order: list[str]) -> int:
+        """Consecutive GPUs of ``order`` in different racks of one NVLink domain: each such
+        hop crosses one more NVLink switch chip (the cable between the racks' switch trays)."""
+        return sum(1 for a, b in pairwise(order) if self.rack_of(a) != self.rack_of(b))
+
+    def chip_lat_us(self, gpu: str) -> float:
+        """One NVLink switch chip traversal on the domain of ``gpu`` (catalog, an estimate)."""
+        from gpufabric import catalog
+        hub = self._switch_of(gpu)
+        if hub is None:
+            return 0.0
+        try:
+            return float(catalog.nvswitch(self.topo.devices[hub].model).lat_us)
+        except InputError:
+            return 0.0
 
     def nvls_ok(self, lay: Layout) -> bool:
         """NVLS needs every rank GPU of a node on one NVSwitch fabric that reduces in-switch."""
@@ -431,8 +467,10 @@ class Planner:
             for x in node_gpus:
                 tr.append(Transfer(x, hub, per_dir, tag="nvls-reduce"))
                 tr.append(Transfer(hub, x, per_dir, tag="nvls-multicast"))
+        racks = len({self.rack_of(x) for x in lay.gpus[0]})
         if lay.nodes == 1:
-            return Pattern(tr, note="NVLink SHARP: reduction inside the NVSwitch")
+            return Pattern(tr, chip_hops=float(racks > 1),
+                           note="NVLink SHARP: reduction inside the NVSwitch")
         rails = self.rails(lay)
         f = 1.0 if lay.nodes == 2 else 2.0
         shard = size / len(rails)
@@ -444,6 +482,7 @@ class Planner:
             tr.extend(self._uplink_loops(lay, rail, f * shard, f"nvls-tree{c}"))
         depth = max(1, math.ceil(math.log2(lay.nodes)))
         return Pattern(tr, tree_hops=["net"] * depth, net_up=self.tree_tiers(lay, depth),
+                       chip_hops=float(racks > 1),
                        note=f"NVLS inside each node, {len(rails)} trees across {lay.nodes} nodes")
 
     def hierarchical(self, lay: Layout, size: float) -> list[Pattern]:

@@ -39,7 +39,10 @@ class Nvls(Algorithm):
         pats = [pl.nvls(x, UNIT, self.switch_efficiency(m, x)) for x in lays]
         pat = pats[0]
         lat = {"Simple": P.BASE_LAT_US["nvls"]["Simple"] + P.NVLS_LAT_US + 2 * m.hop_lat(
-            pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", lay.nodes > 1, net_up=pat.net_up)}
+            pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", lay.nodes > 1, net_up=pat.net_up)
+            # across the racks of one domain the reduction and the multicast each cross one
+            # more switch chip
+            + 2 * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])}
         sim = self.simulate(m, pats)
         return Plan(self.name, ("Simple",), sim.drain_s / UNIT, lat, self.tree_eff, sim.edges,
                     note=pat.note)

@@ -42,6 +42,8 @@ class Ring(Algorithm):
                                    floor=over * (3 if p == "Simple" else 1),
                                    net_up=pat.net_up)
                / max(len(pat.hops), 1)
+               # hops between the racks of a multi-rack NVLink domain cross one more chip
+               + steps * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])
                for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.hops), sim.drain_s / UNIT, lat, 1.0,

@@ -54,7 +54,9 @@ def test_nvls_tree_is_capped_per_channel_across_many_nodes():
                    "nics_per_node": 4, "nic": "ib-ndr"})
     p = C.predict(t, "all_reduce", 8 * GB, algo="nvls_tree")
     assert p.busbw <= 16 * 43.1
-    assert p.busbw == pytest.approx(4 * 49.5 * 0.5, rel=0.01)
+    # less the NVLS pipeline fill (16 channels x 72 ranks x 128 KiB) at that same rate
+    fill = 16 * 72 * 128 * 1024
+    assert p.busbw == pytest.approx(4 * 49.5 * 0.5 * 8 * GB / (8 * GB + fill), rel=0.01)
     assert C.predict(t, "all_reduce", 8 * GB).algo == "ring"
     # on 8-GPU H100 nodes the NICs bind first (each node carries its shards twice)
     h = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 8, "nics_per_node": 8,
@@ -82,16 +84,20 @@ def test_ring_across_nodes_pays_the_plateau_latency():
     small = m.predict("all_reduce", 32 * 32 * 63, algo="ring", proto="Simple")
     big = m.predict("all_reduce", 32 * 32 * 64, algo="ring", proto="Simple")
     per_byte = plan.bw_s_per_byte * 1e6
-    assert small.time_us == pytest.approx(plan.lat_us["Simple"] + 32 * 32 * 63 * per_byte)
-    assert big.time_us == pytest.approx(1.4 * plan.lat_us["Simple"] + 32 * 32 * 64 * per_byte)
+    # buffers this small are all pipeline fill: each byte is paid twice at the steady rate
+    assert small.time_us == pytest.approx(plan.lat_us["Simple"] + 2 * 32 * 32 * 63 * per_byte)
+    assert big.time_us == pytest.approx(1.4 * plan.lat_us["Simple"]
+                                        + 2 * 32 * 32 * 64 * per_byte)
 
 
 def test_ll_is_capped_at_nccl_ll_max_bandwidth():
     a100 = from_spec({"gpu": "A100-SXM4-80GB", "gpus_per_node": 8})
     p = C.predict(a100, "all_reduce", GB, algo="ring", proto="LL")
     lat = C.Model(a100).plan("all_reduce", "ring", C.Model(a100).layout(8)).lat_us["LL"]
-    # Ampere, one node: 87.7 GB/s of bus bandwidth at most (half of 240 would be 120)
-    assert p.time_us == pytest.approx(lat + GB * 1.75 / 87.7e9 * 1e6, rel=1e-9)
+    # Ampere, one node: 87.7 GB/s of bus bandwidth at most (half of 240 would be 120); the
+    # fill, 24 channels x LL's 32 KiB slice, moves at that rate too
+    fill = 24 * 32 * 1024
+    assert p.time_us == pytest.approx(lat + (GB + fill) * 1.75 / 87.7e9 * 1e6, rel=1e-9)
 
 
 def test_pat_for_one_gpu_per_node():
@@ -99,9 +105,48 @@ def test_pat_for_one_gpu_per_node():
                    "nic": "ib-ndr"}, materialize_nodes=4)
     p = C.predict(t, "all_gather", 2**20, 64, per_node=1)
     assert (p.algo, p.proto) == ("pat", "Simple")
-    wire = C.model(t)._net_wire_extra
+    m = C.model(t)
+    # its 6 steps join nodes 1, 2, ..., 32 apart; a rail's leaf (64-port NDR, rail-optimized)
+    # takes 32 nodes, so on average the steps climb 1/32, 1/16, ..., 1 spine tiers
+    ups = m.planner.tree_tiers(m.layout(64, 1), 6)
+    assert ups == [1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0]
+    wire = m.net_wire_extra(sum(ups) / 6)
     lat = 8.0 + math.log2(64) * (14.0 + wire) / 3.5 + 64 * 2.8
     plan = C.model(t).plan("all_gather", "pat", C.model(t).layout(64, 1))
     assert p.time_us == pytest.approx(lat + 2**20 * plan.bw_s_per_byte / 0.75 * 1e6)
     # a full-node group never uses PAT
     assert C.predict(t, "all_gather", 2**20, 512).algo != "pat"
+
+
+def test_ring_pays_its_pipeline_fill_at_mid_sizes():
+    # DGX A100: 24 ring channels (2 per NVLink 3 link), each with a 1 MiB Simple slice in
+    # flight before the ring streams: min(buffer, 24 MiB) is paid once more at the ring's rate
+    a100 = from_spec({"gpu": "A100-SXM4-80GB", "gpus_per_node": 8})
+    m = C.Model(a100)
+    plan = m.plan("all_reduce", "ring", m.layout(8))
+    per_byte_us = plan.bw_s_per_byte * 1e6
+    for size in (2**20 * 16, 2**20 * 128):
+        p = m.predict("all_reduce", size, algo="ring", proto="Simple")
+        fill = min(size, 24 * 2**20)
+        assert p.time_us == pytest.approx(plan.lat_us["Simple"] + (size + fill) * per_byte_us)
+    # the measured 32 / 128 MiB ramp (azure-nd-a100-v4: 132.8 / 174.2 GB/s) is followed
+    assert round(m.predict("all_reduce", 2**25).busbw, 1) == 121.3
+    assert round(m.predict("all_reduce", 2**27).busbw, 1) == 192.8
+    # a PCIe ring has 2 channels: 2 MiB of fill, nothing at 1 GiB
+    pcie = from_spec({"gpu": "RTX-4090", "gpus_per_node": 4, "scale_up": "pcie"})
+    mp = C.Model(pcie)
+    plan = mp.plan("all_reduce", "ring", mp.layout(4))
+    p = mp.predict("all_reduce", 2**30, algo="ring", proto="Simple")
+    assert p.time_us == pytest.approx(plan.lat_us["Simple"]
+                                      + (2**30 + 2 * 2**20) * plan.bw_s_per_byte * 1e6)
+
+
+def test_the_automatic_choice_ignores_the_fill_as_nccls_tuner_does():
+    # with its fill the ring at 32 MiB is slower than NCCL's tree estimate would be, but
+    # NCCL's tuner compares times without fills, so the ring is still what runs
+    a100 = from_spec({"gpu": "A100-SXM4-80GB", "gpus_per_node": 8})
+    ring = C.predict(a100, "all_reduce", 2**25, algo="ring")
+    tree = C.predict(a100, "all_reduce", 2**25, algo="tree")
+    auto = C.predict(a100, "all_reduce", 2**25)
+    assert tree.time_us < ring.time_us
+    assert (auto.algo, auto.time_us) == ("ring", ring.time_us)

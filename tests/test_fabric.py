@@ -137,11 +137,52 @@ def test_adding_a_tier_or_spine_oversubscription_never_speeds_a_collective(o1, o
     assert C.predict(_pods(hi), op, size).time_us >= C.predict(_pods(lo), op, size).time_us * slack
 
 
+@FAST
+@given(st.sampled_from([1, 4, 16]), st.sampled_from([1, 4, 16]), st.sampled_from([1, 8]),
+       st.sampled_from(["ring", "tree"]), st.sampled_from([8, 2**24, 2**30]))
+def test_rings_and_trees_never_speed_up_with_a_tier_or_oversubscription(o1, o2, leaf, algo,
+                                                                         size):
+    lo, hi = sorted((o1, o2))
+    slack = 1 - 1e-9
+    two = C.predict(_pods(None), "all_reduce", size, algo=algo).time_us
+    three = C.predict(_pods(1), "all_reduce", size, algo=algo).time_us
+    assert three >= two * slack
+    assert (C.predict(_pods(hi, leaf), "all_reduce", size, algo=algo).time_us
+            >= C.predict(_pods(lo, leaf), "all_reduce", size, algo=algo).time_us * slack)
+    assert (C.predict(_pods(lo, leaf), "all_reduce", size, algo=algo).time_us
+            >= C.predict(_pods(lo, 1), "all_reduce", size, algo=algo).time_us * slack)
+
+
+def test_a_ring_or_tree_across_pods_crosses_the_core():
+    # 8 nodes, 2 a leaf, pods of 4: one ring (tree) per rail leaves each pod once each way;
+    # at 16:1 on the spines a pod's 8 rails share 2 core ports, and the core binds
+    cross = {a: C.predict(_pods(16), "all_reduce", GB, algo=a) for a in ("ring", "tree")}
+    flat = {a: C.predict(_pods(1), "all_reduce", GB, algo=a) for a in ("ring", "tree")}
+    for a in ("ring", "tree"):
+        assert cross[a].busbw < 0.3 * flat[a].busbw
+        assert "fabric.pod0.spine -> fabric.core" in cross[a].bottleneck
+        assert "fabric" not in flat[a].bottleneck
+    # inside one pod (4 nodes) the same fabric never reaches the core
+    assert C.predict(_pods(16), "all_reduce", GB, 32, algo="ring").busbw == pytest.approx(
+        C.predict(_pods(1), "all_reduce", GB, 32, algo="ring").busbw)
+
+
+def test_tree_latency_counts_the_tiers_each_level_climbs():
+    # a tree over 8 nodes: its levels join nodes 1, 2 and 4 apart; with 2 nodes a leaf they
+    # climb 1/2, 1 and 1 spine tiers, and with pods of 4 also 1/4, 1/2 and 1 core tiers: 1.75
+    # tiers more, two switch hops of 0.13 us each (QM9700), up the tree and down again
+    two = C.predict(_pods(None), "all_reduce", 8, algo="tree", proto="LL").time_us
+    three = C.predict(_pods(1), "all_reduce", 8, algo="tree", proto="LL").time_us
+    assert three - two == pytest.approx(2 * 1.75 * 2 * 0.13)
+    m = C.model(_pods(1))
+    assert m.planner.tree_tiers(m.layout(64), 3) == [0.75, 1.5, 2.0]
+
+
 @functools.cache
-def _pods(spine_over):
+def _pods(spine_over, leaf_over=1):
     """8 nodes, 2 per leaf: two tiers (None), or pods of 4 under a core at spine_over:1."""
     fab = {"nodes_per_leaf": 2} if spine_over is None else {
-        "nodes_per_leaf": 2, "pod_nodes": 4, "oversubscription": [1, spine_over]}
+        "nodes_per_leaf": 2, "pod_nodes": 4, "oversubscription": [leaf_over, spine_over]}
     return from_spec({"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr", "fabric": fab})
 
 
@@ -176,3 +217,17 @@ def test_compare_without_a_heat_map(cli, tmp_path):
     code, _, _ = cli("compare", "hgx-h100-4node-ndr", "--heat", "none", "-o", str(out))
     assert code == 0 and "link utilisation" not in out.read_text()
     assert "<h3>Fabric</h3>" in out.read_text()
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree", "nvls_tree", "hierarchical"])
+def test_sampled_nodes_carry_what_every_node_carries_across_pods(algo):
+    # 8 nodes in pods of 4, spines 16:1: 4 sampled nodes sit in one pod, so the rings' and
+    # trees' hops out of the pod are added to its core uplinks; laying out all 8 nodes, the
+    # real hops cross the core, and the two agree
+    t = from_spec({"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr",
+                   "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4, "oversubscription": [1, 16]}})
+    sampled = C.Model(t).predict("all_reduce", GB, algo=algo)
+    full = C.Model(t, sample_nodes=0).predict("all_reduce", GB, algo=algo)
+    assert C.Model(t).layout(64).m == 4
+    assert sampled.time_us == pytest.approx(full.time_us, rel=1e-9)
+    assert "fabric.core" in sampled.bottleneck

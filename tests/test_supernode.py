@@ -97,3 +97,23 @@ def test_show_names_the_domain_and_builds_only_the_asked_tray(cli):
     assert code == 0
     assert "NVLink domain: 72 GPUs = 18 trays of 4, 9 switch trays x 2 nvswitch4" in out
     assert "Devices of node 17" in out and "n17.gpu3" in out
+
+
+def test_nvl36x2_pays_the_extra_switch_chip_between_its_racks():
+    x2, rack = presets.load("gb200-nvl36x2"), presets.load("gb200-nvl72")
+    chip = 0.5      # catalog nvswitch4 lat_us (an estimate)
+    # a ring over 72 GPUs in index order crosses between the two racks twice: 2 of its 72 hops
+    # each of 2 x 71 steps cross one more switch chip
+    ring = [C.predict(t, "all_reduce", 8, algo="ring", proto="LL").time_us for t in (x2, rack)]
+    assert ring[0] - ring[1] == pytest.approx(2 * 71 * 2 / 72 * chip)
+    # the chain (tree) crosses once, up and down; NVLS reduces and multicasts across once each
+    tree = [C.predict(t, "all_reduce", 8, algo="tree", proto="LL").time_us for t in (x2, rack)]
+    assert tree[0] - tree[1] == pytest.approx(2 * chip)
+    nvls = [C.predict(t, "all_reduce", 8, algo="nvls").time_us for t in (x2, rack)]
+    assert nvls[0] - nvls[1] == pytest.approx(2 * chip)
+    # half of each chip's ports go to the other rack: the bandwidth is the NVL72's
+    big = [C.predict(t, "all_reduce", 8 * 2**30).busbw for t in (x2, rack)]
+    assert big[0] == pytest.approx(big[1], rel=1e-4)
+    # 36 GPUs in one rack never cross
+    one = [C.predict(t, "all_reduce", 8, 36, algo="ring", proto="LL").time_us for t in (x2, rack)]
+    assert one[0] == pytest.approx(one[1])

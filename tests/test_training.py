@@ -84,8 +84,10 @@ def test_validation_on_the_published_runs():
     assert s["points"] == 115 and s["fitted_points"] == 23
     # the entries the parameters were fitted on, and (separately) all the others; the
     # goal (median <= 10%) is met on the fitted entries only -- docs/training.md names the misses
+    # (1.6, 15.12, 13.66 before the collectives' ring pipeline fill made mid-size
+    # communication slower; LAYER_OVERHEAD_US was fitted before it and is not refitted here)
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (1.6, 15.12, 13.66)
+        (4.15, 16.48, 15.61)
     assert s["holdout_points"] == 92
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",

@@ -31,7 +31,7 @@ Examples
 >>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "scale_up": "nvswitch"})
 >>> p = predict(t, "all_gather", 8 * 2**30)
 >>> p.algo, p.proto, round(p.busbw)
-('ring', 'Simple', 370)
+('ring', 'Simple', 369)
 >>> busbw_factor("all_reduce", 8)
 1.75
 """
@@ -214,15 +214,19 @@ class Model:
         return hit
 
     def hop_lat(self, kinds: list[str], table: dict, proto: str, multinode: bool,
-                exposed: bool = False, floor: float = 0.0) -> float:
+                exposed: bool = False, floor: float = 0.0,
+                net_up: list[float] | None = None) -> float:
         """Summed latency of hops. ``exposed``: one rank per node, nothing inside the node to
         overlap a network hop with, which then costs what a tree's network hop costs (NCCL
-        does the same). ``floor``: least an intra-node hop costs (NCCL's network overhead)."""
+        does the same). ``floor``: least an intra-node hop costs (NCCL's network overhead).
+        ``net_up``: the fabric tiers above the leaf each network hop climbs, in order (each
+        tier adds two switch hops of wire latency)."""
         tot = 0.0
+        ups = iter(net_up or ())
         for k in kinds:
             lat = (P.TREE_HOP_LAT_US if exposed and k == "net" else table)[k][proto]
             if k == "net":
-                lat += self._net_wire_extra
+                lat += self.net_wire_extra(next(ups, 0.0))
             else:
                 if multinode and proto == "LL":
                     lat *= P.LL_MULTINODE_INTRA
@@ -230,23 +234,21 @@ class Model:
             tot += lat
         return tot
 
-    @property
-    def _net_wire_extra(self) -> float:
+    def net_wire_extra(self, up: float = 0.0) -> float:
         """Fabric wire latency of one inter-node hop beyond NCCL's reference (IB NDR, one
-        leaf): RoCE NICs and extra switch tiers add to every network hop."""
+        leaf): the NIC-leaf-NIC wire of this fabric (RoCE and cloud NICs add to every network
+        hop), plus two switch hops (up and down) per tier above the leaf the hop climbs."""
         if "_wire" not in self.__dict__:
-            self.__dict__["_wire"] = 0.0
+            wire, sw = 0.0, 0.0
             nics = [n for n in self.topo.nics() if any(
                 ln.kind == "net" for _, ln in self.topo.neighbors(n.id))]
             if nics:
                 walk = self.net.router.fabric_walks(nics[0].id, nics[0].id)[0]
-                others = [n for n in nics if n.node != nics[0].node
-                          and n.index == nics[0].index]
-                if others:
-                    walk = self.net.router.fabric_walks(nics[0].id, others[0].id)[0]
                 wire = sum(self.topo.hop(u, v).lat_us for u, v in pairwise(walk))
-                self.__dict__["_wire"] = wire - P.NET_REF_WIRE_US
-        return self.__dict__["_wire"]
+                sw = float((self.topo.meta.get("fabric") or {}).get("switch_lat_us") or 0.0)
+            self.__dict__["_wire"] = (wire - P.NET_REF_WIRE_US if nics else 0.0, sw)
+        base, sw = self.__dict__["_wire"]
+        return base + 2 * up * sw
 
     # -- predictions -----------------------------------------------------------------------
     def proto_eff(self, op: str, proto: str, lay: Layout) -> float:
@@ -305,12 +307,14 @@ class Model:
                 if proto is not None and p != proto:
                     continue
                 t = impl.time_us(self, op, plan, p, lay, size)
-                if best is None or t < best[0]:
-                    best = (t, plan, p)
+                # NCCL's tuner does not see a pipeline's fill: choose without it
+                chosen = t - impl.fill_us(self, op, plan, p, lay, size)
+                if best is None or chosen < best[3]:
+                    best = (t, plan, p, chosen)
         if best is None:
             raise InputError(f"protocol '{proto}' cannot run {op} with algorithm {algo} here",
                              field="proto")
-        t, plan, p = best
+        t, plan, p, _ = best
         algbw = size / (t * 1e-6) / 1e9 if t > 0 else 0.0
         bott, busy = "", 0.0
         top = max(plan.sim_edges, key=lambda e: e.busy, default=None)

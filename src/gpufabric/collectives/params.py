@@ -140,6 +140,22 @@ MAX_CHANNELS = record(
     "NCCL MAXCHANNELS/2 ring search limit; DGX H100 logs show 32 coll channels (estimate for "
     "other machines)")
 
+RING_SLICE_BYTES = record(
+    "RING_SLICE_BYTES", {"LL": 32768, "LL128": 576000, "Simple": 1048576}, "bytes",
+    "ring: data one channel moves per pipelined slice, by protocol; before a ring streams, "
+    "each channel's first slice (at most the buffer) is paid once at the steady rate",
+    "NCCL src/include/device.h and comm.h: Simple buffer 4 MiB / NCCL_STEPS 8 = 512 KiB a step, "
+    "ALLREDUCE_SLICESTEPS 2 steps a slice; LL128 a step of 120 x 640 x 8 B lines, 15/16 data; "
+    "LL 8 x 512 x 16 B lines, half data", nccl=True)
+
+RING_CHANNELS_PER_NVLINK = record(
+    "RING_CHANNELS_PER_NVLINK", 2, "channels per NVLink link",
+    "ring channels of a GPU: 2 per NVLink link of the GPU (at most MAX_CHANNELS), 2 on PCIe "
+    "(the ring-fill's channel count)",
+    "NCCL src/graph/search.cc: one ring per NVLink link found by the search, duplicated "
+    "(DGX A100: 12 links, 24 channels in NCCL's logs; H100: 18 links, capped at 32)",
+    nccl=True)
+
 NET_OVERHEAD_US = record(
     "NET_OVERHEAD_US", {"intel": 1.0, "amd": 2.0, "other": 1.0}, "us",
     "ring across nodes: floor of each intra-node step (x3 for Simple), by host CPU vendor",

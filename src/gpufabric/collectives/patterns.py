@@ -117,13 +117,20 @@ class Pattern:
     ``transfers``: concurrent transfers carrying everything; ``hops``: the transports of one
     ring's hops, in order, over the sampled nodes (their mean latency is what one ring step
     costs, whatever the true node count); ``tree_hops``: the hops from a leaf to the root of a
-    tree; ``note``: how the work was laid out (for the explanation).
+    tree; ``note``: how the work was laid out (for the explanation); ``net_up``: the fabric
+    tiers above the leaf switch each network hop climbs.
     """
 
     transfers: list[Transfer]
     hops: list[str] = field(default_factory=list)
     tree_hops: list[str] = field(default_factory=list)
     note: str = ""
+    #: switch tiers above the leaf each network hop of ``hops`` (or ``tree_hops``) climbs, in
+    #: order (an expected value over the hops the sampled ones stand for)
+    net_up: list[float] = field(default_factory=list)
+    #: NVLink hops of ``hops`` (share) or of ``tree_hops`` (count) between racks of a
+    #: multi-rack NVLink domain (NVL36x2): each crosses one more switch chip
+    chip_hops: float = 0.0
 
 
 class Planner:
@@ -293,7 +300,9 @@ class Planner:
             for a, b in zip(orders[0], orders[0][1:] + orders[0][:1], strict=True):
                 if a != b:
                     hops.append(self.net.route(Transfer(a, b, 0)).transport)
-            return Pattern(tr, hops, note=f"{ch} ring(s) inside the node")
+            cross = self.cross_rack(orders[0] + orders[0][:1])
+            return Pattern(tr, hops, chip_hops=cross / max(len(hops), 1),
+                           note=f"{ch} ring(s) inside the node")
         rails = self.rails(lay)
         ch = len(rails)
         tr = []
@@ -314,7 +323,11 @@ class Planner:
                                                  part, f"ring{c}.{j}"))
                     if c == 0 and j == 0:
                         hops.append("net")
-        return Pattern(tr, hops,
+                tr.extend(self._uplink_loops(lay, rail, part, f"ring{c}.{j}"))
+        up = self.tiers_climbed(lay, 1)
+        base0 = self._node_order(lay.gpus[0], rings[0][0], idx, rails[0])
+        return Pattern(tr, hops, net_up=[up] * hops.count("net"),
+                       chip_hops=self.cross_rack(base0) / max(len(base0), 1),
                        note=f"{ch} ring(s), one per rail NIC, over {lay.nodes} nodes")
 
     def _node_order(self, node_gpus: list[str], base: list[str], idx: dict, rail: int
@@ -351,7 +364,8 @@ class Planner:
                 tr.append(Transfer(b, a, size, tag="up"))
                 tr.append(Transfer(a, b, size, tag="down"))
             kinds = self._hop_kinds(tr[::2])
-            return Pattern(tr, tree_hops=kinds, note="a chain through the node")
+            return Pattern(tr, tree_hops=kinds, chip_hops=self.cross_rack(order),
+                           note="a chain through the node")
         rails = self.rails(lay)
         ch = len(rails)
         per = size / ch
@@ -368,10 +382,40 @@ class Planner:
                         intra_kinds.append(self.net.route(tr[-1]).transport)
                 tr.append(self._net_transfer(lay, k, head, lambda gg, r=rail: self._entry(gg, r),
                                              rail, f * per, f"tree{c}-net"))
+            tr.extend(self._uplink_loops(lay, rail, f * per, f"tree{c}-net"))
         depth = max(1, math.ceil(math.log2(lay.nodes)))
+        head = self._entry(lay.gpus[0], rails[0])
+        chain = [head] + [x for x in lay.gpus[0] if x != head]
         return Pattern(tr, tree_hops=intra_kinds + ["net"] * depth,
+                       net_up=self.tree_tiers(lay, depth), chip_hops=self.cross_rack(chain),
                        note=f"{ch} double binary tree(s) across {lay.nodes} nodes, "
                             f"chains of {g} inside")
+
+    def rack_of(self, gpu: str) -> int:
+        """Rack of a GPU inside a multi-rack NVLink domain (NVL36x2: trays 0-8 and 9-17 of
+        each domain); 0 when the domain is one rack."""
+        hub = self._switch_of(gpu)
+        racks = int(self.topo.devices[hub].attrs.get("racks") or 1) if hub else 1
+        trays = int((self.topo.meta.get("supernode") or {}).get("trays") or 0)
+        if racks <= 1 or trays < racks:
+            return 0
+        return (self.topo.devices[gpu].node % trays) // (trays // racks)
+
+    def cross_rack(self, order: list[str]) -> int:
+        """Consecutive GPUs of ``order`` in different racks of one NVLink domain: each such
+        hop crosses one more NVLink switch chip (the cable between the racks' switch trays)."""
+        return sum(1 for a, b in pairwise(order) if self.rack_of(a) != self.rack_of(b))
+
+    def chip_lat_us(self, gpu: str) -> float:
+        """One NVLink switch chip traversal on the domain of ``gpu`` (catalog, an estimate)."""
+        from gpufabric import catalog
+        hub = self._switch_of(gpu)
+        if hub is None:
+            return 0.0
+        try:
+            return float(catalog.nvswitch(self.topo.devices[hub].model).lat_us)
+        except InputError:
+            return 0.0
 
     def nvls_ok(self, lay: Layout) -> bool:
         """NVLS needs every rank GPU of a node on one NVSwitch fabric that reduces in-switch."""
@@ -423,8 +467,10 @@ class Planner:
             for x in node_gpus:
                 tr.append(Transfer(x, hub, per_dir, tag="nvls-reduce"))
                 tr.append(Transfer(hub, x, per_dir, tag="nvls-multicast"))
+        racks = len({self.rack_of(x) for x in lay.gpus[0]})
         if lay.nodes == 1:
-            return Pattern(tr, note="NVLink SHARP: reduction inside the NVSwitch")
+            return Pattern(tr, chip_hops=float(racks > 1),
+                           note="NVLink SHARP: reduction inside the NVSwitch")
         rails = self.rails(lay)
         f = 1.0 if lay.nodes == 2 else 2.0
         shard = size / len(rails)
@@ -433,8 +479,10 @@ class Planner:
                 head = self._entry(node_gpus, rail)
                 tr.append(self._net_transfer(lay, k, head, lambda gg, r=rail: self._entry(gg, r),
                                              rail, f * shard, f"nvls-tree{c}"))
+            tr.extend(self._uplink_loops(lay, rail, f * shard, f"nvls-tree{c}"))
         depth = max(1, math.ceil(math.log2(lay.nodes)))
-        return Pattern(tr, tree_hops=["net"] * depth,
+        return Pattern(tr, tree_hops=["net"] * depth, net_up=self.tree_tiers(lay, depth),
+                       chip_hops=float(racks > 1),
                        note=f"NVLS inside each node, {len(rails)} trees across {lay.nodes} nodes")
 
     def hierarchical(self, lay: Layout, size: float) -> list[Pattern]:
@@ -454,10 +502,94 @@ class Planner:
                     rail = rails[i % len(rails)]
                     tr.append(self._net_transfer(lay, k, x, lambda gg, j=i: gg[j], rail,
                                                  shard * 2 * (n - 1) / n, "inter"))
+            for i in range(g):
+                tr.extend(self._uplink_loops(lay, rails[i % len(rails)],
+                                             shard * 2 * (n - 1) / n, "inter"))
             out.append(Pattern(tr, hops=["net"] * lay.m,
+                               net_up=[self.tiers_climbed(lay, 1)] * lay.m,
                                note=f"a ring per local rank across {n} nodes"))
         out.append(self.ring(intra, size * (g - 1) / g))
         return out
+
+    # -- fabric tiers crossed by rings and trees --------------------------------------------
+    def _nodes_per_pod(self, lay: Layout) -> int:
+        """Layout nodes in one pod of a three-tier fabric (all of them otherwise)."""
+        fab = self.topo.meta.get("fabric") or {}
+        if int(fab.get("levels") or 2) < 3:
+            return lay.nodes
+        npd = int(self.topo.meta.get("nodes_per_domain") or 1)
+        return max(1, int(fab.get("nodes_per_pod") or 0) // npd) or lay.nodes
+
+    def tiers_climbed(self, lay: Layout, distance: float) -> float:
+        """Switch tiers above the leaf that a hop between nodes ``distance`` apart (in the
+        ring's or tree's node order, nodes filled leaf by leaf) climbs, on average: one more
+        for the share of such hops that leave their leaf (``min(1, d / nodes per leaf)``
+        when the job spans several leaves), one more for the share that leave their pod.
+
+        Examples
+        --------
+        >>> from gpufabric.topology.build import from_spec
+        >>> t = from_spec({"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr",
+        ...                "fabric": {"nodes_per_leaf": 2, "pod_nodes": 4}})
+        >>> pl = Planner(t)
+        >>> lay = layout(t, 64)
+        >>> pl.tiers_climbed(lay, 1), pl.tiers_climbed(lay, 2), pl.tiers_climbed(lay, 4)
+        (0.75, 1.5, 2.0)
+        """
+        fab = self.topo.meta.get("fabric") or {}
+        if not fab.get("core") or lay.nodes <= 1:
+            return 0.0
+        leaf = self._per_leaf(lay)
+        up = min(1.0, distance / leaf) if lay.nodes > leaf else 0.0
+        pod = self._nodes_per_pod(lay)
+        if lay.nodes > pod:
+            up += min(1.0, distance / pod)
+        return up
+
+    def tree_tiers(self, lay: Layout, depth: int) -> list[float]:
+        """Tiers climbed by each network level of a binary tree over the nodes: level ``i``
+        joins nodes ``2**i`` apart, so the top levels leave the leaf and the pod."""
+        return [self.tiers_climbed(lay, 2 ** i) for i in range(depth)]
+
+    def _uplink_loops(self, lay: Layout, rail: int, size: float, tag: str) -> list[Transfer]:
+        """What one ring or tree on ``rail`` puts on the uplinks the sampled nodes do not
+        reach: when the job spans several leaves (pods) and the sampled nodes sit under one,
+        each leaf (pod) still sends one hop of it up and takes one in, ``size`` bytes each
+        way, through the tier above with that tier's oversubscription."""
+        if lay.nodes <= 1:
+            return []
+        nics = [self._nic(gs, rail) for gs in lay.gpus]
+        leaves = [self._up(n, "nic") for n in nics]
+        out: list[Transfer] = []
+        leaf = leaves[0]
+        spine = self._up(leaf, "leaf")
+        if leaf is None or spine is None:
+            return out
+        if lay.nodes > self._per_leaf(lay) and len(set(leaves)) == 1:
+            out.append(Transfer(leaf, leaf, size, walk=(leaf, spine, leaf), tag=tag + "-uplink"))
+        core = self._up(spine, "spine")
+        if core is not None and lay.nodes > self._nodes_per_pod(lay):
+            spines = {self._up(x, "leaf") for x in leaves if x}
+            if len(spines) == 1:
+                out.append(Transfer(spine, spine, size, walk=(spine, core, spine),
+                                    tag=tag + "-core"))
+        return out
+
+    def _up(self, dev: str | None, tier: str) -> str | None:
+        """The switch above ``dev`` (a NIC's leaf, a leaf's spine, a spine's core)."""
+        if dev is None:
+            return None
+        want = {"nic": "leaf", "leaf": "spine", "spine": "core"}[tier]
+        for v, ln in self.topo.neighbors(dev):
+            if ln.kind != "net":
+                continue
+            d = self.topo.devices[v]
+            if d.kind == "nic":
+                continue
+            t = d.attrs.get("tier")
+            if t == want or (t is None and tier == "nic"):
+                return v
+        return None
 
     def pairwise(self, lay: Layout, size: float) -> Pattern:
         """all_to_all: every rank sends ``size / n`` to every other rank. Across nodes the data

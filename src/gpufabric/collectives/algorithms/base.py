@@ -80,6 +80,30 @@ class Algorithm:
                    size: float) -> float:
         return plan.lat_us[proto]
 
+    def fill_bytes(self, m: Model, op: str, plan: Plan, proto: str, lay: Layout,
+                   size: float) -> float:
+        """Bytes of the buffer paid twice while the algorithm's pipeline fills (0: none)."""
+        return 0.0
+
+    def fill_us(self, m: Model, op: str, plan: Plan, proto: str, lay: Layout,
+                size: float) -> float:
+        """The pipeline's fill: :meth:`fill_bytes` once more at the steady rate. NCCL's own
+        cost model leaves it out, so the automatic choice compares times without it, as
+        NCCL's tuner does."""
+        return self.bw_us(m, op, plan, proto, lay, self.fill_bytes(m, op, plan, proto, lay,
+                                                                   size))
+
+    def bw_us(self, m: Model, op: str, plan: Plan, proto: str, lay: Layout,
+              size: float) -> float:
+        """Time to move ``size`` bytes of buffer at the steady rate (network time per byte
+        over the efficiency, never faster than the bus-bandwidth ceiling allows)."""
+        from gpufabric.collectives import busbw_factor
+        t = size * plan.bw_s_per_byte / self.efficiency(m, op, plan, proto, lay, size)
+        cap = self.busbw_cap_GBps(m, op, lay, proto)
+        if cap > 0:
+            t = max(t, size * busbw_factor(op, lay.ranks) / (cap * 1e9))
+        return t * 1e6
+
     def busbw_cap_GBps(self, m: Model, op: str, lay: Layout, proto: str) -> float:
         """A ceiling on the bus bandwidth (NCCL's per-channel limits x channels); 0: none.
         LL is capped at NCCL's llMaxBws (by GPU generation in one node, by host CPU vendor
@@ -95,13 +119,10 @@ class Algorithm:
     def time_us(self, m: Model, op: str, plan: Plan, proto: str, lay: Layout,
                 size: float) -> float:
         """Latency plus bytes x network time per byte / efficiency, never faster than the
-        algorithm's bus-bandwidth ceiling allows."""
-        from gpufabric.collectives import busbw_factor
-        t = size * plan.bw_s_per_byte / self.efficiency(m, op, plan, proto, lay, size)
-        cap = self.busbw_cap_GBps(m, op, lay, proto)
-        if cap > 0:
-            t = max(t, size * busbw_factor(op, lay.ranks) / (cap * 1e9))
-        return self.latency_us(m, op, plan, proto, lay, size) + t * 1e6
+        algorithm's bus-bandwidth ceiling allows, plus the pipeline's fill."""
+        return (self.latency_us(m, op, plan, proto, lay, size)
+                + self.bw_us(m, op, plan, proto, lay, size)
+                + self.fill_us(m, op, plan, proto, lay, size))
 
 
 def gpu_generation(topo) -> str:
@@ -123,6 +144,25 @@ def gpu_generation(topo) -> str:
             gen = by_link.get(g.peer_link or "", by_pcie.get(g.pcie_gen, "ampere"))
         cache["gen"] = gen
     return cache["gen"]
+
+
+def ring_channels(m, lay) -> int:
+    """Ring channels NCCL runs for a group: 2 per NVLink link of its first GPU (one ring per
+    link found by the search, duplicated), at most MAX_CHANNELS; 2 without NVLink.
+
+    >>> from gpufabric.collectives import Model
+    >>> from gpufabric.topology.presets import load
+    >>> m = Model(load("dgx-a100"))
+    >>> ring_channels(m, m.layout(8))
+    24
+    """
+    gpu = lay.gpus[0][0]
+    links = sum(ln.count for _, ln in m.topo.neighbors(gpu) if ln.kind == "nvlink")
+    per = P.RING_CHANNELS_PER_NVLINK
+    ch = min(P.MAX_CHANNELS, per * links) if links else per
+    if lay.nodes > 1:
+        ch = min(ch, per * len(m.planner.rails(lay)))
+    return ch
 
 
 def host_nic_heads(m, lay) -> tuple[int, float]:

@@ -37,7 +37,7 @@ class Hierarchical(Algorithm):
                 steps = (g - 1) if ph.hops and ph.hops[0] != "net" else 2 * (lay.nodes - 1)
                 hops = ph.hops or ["nvlink"]
                 lat[p] += steps / max(len(hops), 1) * m.hop_lat(hops, P.HOP_LAT_US, p,
-                                                                 multinode)
+                                                                 multinode, net_up=ph.net_up)
         kinds = [k for ph in phases for k in ph.hops]
         return Plan(self.name, self.protocols(kinds), sim.drain_s / UNIT, lat, 1.0, sim.edges,
                     note=" then ".join(ph.note for ph in phases) + ", pipelined over chunks")

@@ -27,7 +27,10 @@ class Pat(Algorithm):
         n = lay.ranks
         per_rank = (n - 1) / n * UNIT
         pats = [m.planner.ring(x, per_rank) for x in lays]
-        inter = m.hop_lat(["net"], P.TREE_HOP_LAT_US, "Simple", True)
+        # PAT's log2(nodes) steps join nodes 1, 2, 4, ... apart: their mean fabric tiers
+        levels = m.planner.tree_tiers(lay, max(1, math.ceil(math.log2(lay.nodes))))
+        inter = m.hop_lat(["net"], P.TREE_HOP_LAT_US, "Simple", True,
+                          net_up=[sum(levels) / len(levels)])
         lat = {"Simple": P.BASE_LAT_US["pat"]["Simple"]
                + math.log2(lay.nodes) * inter / P.PAT["log_latency_divisor"]
                + n * P.PAT["per_rank_us"]}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, cpu_vendor, register
+from gpufabric.collectives.algorithms.base import (UNIT, Algorithm, Plan, cpu_vendor, register,
+                                                   ring_channels)
 
 #: Ring steps and bytes each rank sends per byte of buffer, per operation.
 _STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
@@ -38,8 +39,11 @@ class Ring(Algorithm):
         lat = {p: P.BASE_LAT_US["ring"][p]
                + steps * m.hop_lat(pat.hops, P.HOP_LAT_US, p, multinode,
                                    exposed=lay.per_node == 1,
-                                   floor=over * (3 if p == "Simple" else 1))
+                                   floor=over * (3 if p == "Simple" else 1),
+                                   net_up=pat.net_up)
                / max(len(pat.hops), 1)
+               # hops between the racks of a multi-rack NVLink domain cross one more chip
+               + steps * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])
                for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.hops), sim.drain_s / UNIT, lat, 1.0,
@@ -53,3 +57,9 @@ class Ring(Algorithm):
                 and size / (P.MAX_CHANNELS * lay.ranks) >= 64):
             lat *= P.RING_PLATEAU_LAT
         return lat
+
+    def fill_bytes(self, m, op, plan, proto, lay, size):
+        """The ring's pipeline fill: each channel's first slice (RING_SLICE_BYTES of the
+        protocol; all channels together at most the buffer), paid once more at the steady
+        rate."""
+        return min(float(size), ring_channels(m, lay) * P.RING_SLICE_BYTES[proto])

@@ -25,7 +25,9 @@ class Tree(Algorithm):
         pat = pats[0]
         multinode = lay.nodes > 1
         lat = {p: P.BASE_LAT_US["tree"][p]
-               + 2 * m.hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, p, multinode)
+               + 2 * m.hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, p, multinode,
+                             net_up=pat.net_up)
+               + 2 * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])
                for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.tree_hops), sim.drain_s / UNIT, lat,

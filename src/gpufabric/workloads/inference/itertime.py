@@ -25,7 +25,7 @@ Examples
 >>> topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
 >>> m = StepModel("llama3-70b", topo, ServeLayout(tp=4), precision="fp8")
 >>> round(float(m(0, 0, 0, 1, 1000)) * 1e3, 2)     # one decode token at 1000 tokens of context
-11.16
+11.19
 >>> m.kv_blocks
 77163
 """

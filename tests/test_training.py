@@ -81,17 +81,66 @@ def test_refuses_what_does_not_fit_when_asked(h100):
 def test_validation_on_the_published_runs():
     r = validate(str(DATA))
     s = r.summary
-    assert s["points"] == 115 and s["fitted_points"] == 23
-    # the entries the parameters were fitted on, and (separately) all the others; the
-    # goal (median <= 10%) is met on the fitted entries only -- docs/training.md names the misses
+    # "fitted": entries a parameter was fitted on (23 points) plus those whose misses led to a
+    # model change (validate.TUNED_ON: torchtitan's op-level recomputation, the 500 W H100s'
+    # clock, the ZeRO-3 rows); the goal (median <= 10%) is not met on this file --
+    # docs/training.md names the misses
+    assert s["points"] == 115 and s["fitted_points"] == 60
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (1.6, 15.12, 13.66)
-    assert s["holdout_points"] == 92
+        (10.98, 13.66, 13.02)
+    assert s["holdout_points"] == 55
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
     assert all(abs(p.error_pct) < 15 for p in mega)       # held out: DP growth over RoCE
+
+
+def test_second_holdout_of_runs_never_tuned_against():
+    # Megatron-Bridge 25.11's published table (H100, B200, GB200), collected after the model
+    # was settled: the dense runs are within 10%, the MoE runs on B200 are not
+    r = validate(str(DATA.parent / "training_holdout2.yaml"))
+    s = r.summary
+    assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
+        (13, 0, 7.99, 75.24)
+    err = {p.id: p.error_pct for p in r.points}
+    assert err["mbridge-25.11-h100-llama31-405b-1024gpu"] == -4.19
+    assert all(abs(e) < 10 for i, e in err.items() if "llama" in i)
+
+
+def test_torchtitan_op_level_recomputation_costs_more_than_megatrons(h100):
+    par = Parallel(dp=128, fsdp="full", micro_batch=2, global_batch=256, recompute="selective")
+    attn = predict_step("llama3-8b", h100, par, 8192, fused=False, attn_kernel="fa2")
+    op = predict_step("llama3-8b", h100, par, 8192, fused=False, attn_kernel="fa2", sac="op")
+    none = predict_step("llama3-8b", h100, Parallel(dp=128, fsdp="full", micro_batch=2,
+                                                    global_batch=256), 8192, fused=False,
+                        attn_kernel="fa2")
+    # Megatron's selective recomputes the attention core; torchtitan's recomputes every second
+    # matmul (wk, wo, w3) and all element-wise ops, which in eager PyTorch costs more
+    assert none.breakdown_s["compute"] < attn.breakdown_s["compute"] < op.breakdown_s["compute"]
+    assert round(op.breakdown_s["compute"] / none.breakdown_s["compute"], 3) == 1.135
+    with pytest.raises(InputError, match="allowed: attention, op"):
+        predict_step("llama3-8b", h100, par, 8192, sac="layer")
+
+
+def test_power_cap_slows_the_tensor_clock_by_the_cube_root():
+    from gpufabric.workloads.compute import gpu_spec, power_capped
+    from gpufabric.workloads.validate import power_cap
+    g = gpu_spec("H100-SXM")
+    assert g.tdp_W == 700
+    capped = power_capped(g, 500)
+    assert round(capped.tflops["bf16"], 1) == 884.1          # 989 x (500/700)^(1/3)
+    assert capped.hbm_GBps == g.hbm_GBps                     # memory keeps its clock
+    assert power_capped(g, 800).tflops == g.tflops           # a cap above the TDP: no change
+    with pytest.raises(InputError, match="has no TDP in the catalog"):
+        power_capped(gpu_spec("T4"), 50)
+    assert power_cap({"gpu_variant": "96GB HBM2e, 500 W power limit (Grand Teton)"}) == 500
+    assert power_cap({"gpu_variant": "95/96GB HBM2e, lower TDP"}) is None
+    sysd = "gpu=H100-SXM,gpus_per_node=8,nodes=1"
+    par = Parallel(dp=8, micro_batch=1, global_batch=8)
+    full = predict_step("llama3-8b", sysd, par, 4096)
+    slow = predict_step("llama3-8b", sysd, par, 4096, power_cap_W=500)
+    assert 1.0 < full.tokens_per_s / slow.tokens_per_s < 700 / 500
 
 
 def test_hybrid_fsdp_gathers_inside_the_node_and_reduces_across(h100):

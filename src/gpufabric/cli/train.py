@@ -165,6 +165,6 @@ def validate_training(path: str, json: bool) -> None:
     s = rep.summary
     typer.echo(f"# {s['points']} points: median |error| {s['median_abs_pct']}%, max "
                f"{s['max_abs_pct']}%")
-    typer.echo(f"# fitted on ({s['fitted_points']} points): median {s['fitted_median_abs_pct']}%"
-               f"; held out ({s['holdout_points']} points): median "
+    typer.echo(f"# fitted or tuned on ({s['fitted_points']} points): median "
+               f"{s['fitted_median_abs_pct']}%; held out ({s['holdout_points']} points): median "
                f"{s['holdout_median_abs_pct']}%, max {s['holdout_max_abs_pct']}%")

@@ -262,7 +262,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     prec = check_precision(precision)
     gname = topo.gpus()[0].model
     g = gpu_spec(gname)
-    if power_cap_W:
+    if power_cap_W is not None:
         g = power_capped(g, power_cap_W)
     g.peak_tflops(prec)            # refuses a precision the part lacks
     gpn, domains = topo.scale_up()      # groups are laid out per NVLink domain

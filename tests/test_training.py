@@ -97,15 +97,20 @@ def test_validation_on_the_published_runs():
 
 
 def test_second_holdout_of_runs_never_tuned_against():
-    # Megatron-Bridge 25.11's published table (H100, B200, GB200), collected after the model
-    # was settled: the dense runs are within 10%, the MoE runs on B200 are not
+    # Megatron-Bridge's published tables (25.11, 26.02, 26.08; H100, B200, GB200), collected
+    # after the model was settled: the H100 Llama runs are within 10%, MoE with EP 8 on B200
+    # is over-predicted by up to 75%
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
     s = r.summary
     assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
-        (13, 0, 7.99, 75.24)
+        (27, 0, 9.15, 75.24)
     err = {p.id: p.error_pct for p in r.points}
     assert err["mbridge-25.11-h100-llama31-405b-1024gpu"] == -4.19
-    assert all(abs(e) < 10 for i, e in err.items() if "llama" in i)
+    assert all(abs(e) < 10 for i, e in err.items() if "llama" in i and "-h100-" in i)
+    # EP 32 over dp 16 x tp 2 (Megatron's expert-tensor folding) is not a layout the model has
+    assert {x["id"].split("#")[0] for x in r.skipped} == {
+        "mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",
+        "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu"}
 
 
 def test_torchtitan_op_level_recomputation_costs_more_than_megatrons(h100):

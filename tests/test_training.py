@@ -83,30 +83,31 @@ def test_validation_on_the_published_runs():
     s = r.summary
     # "fitted": entries a parameter was fitted on (23 points) plus those whose misses led to a
     # model change (validate.TUNED_ON: torchtitan's op-level recomputation, the 500 W H100s'
-    # clock, the ZeRO-3 rows); the goal (median <= 10%) is not met on this file --
-    # docs/training.md names the misses
-    assert s["points"] == 115 and s["fitted_points"] == 60
+    # clock, the ZeRO-3 rows, BERT's unfused attention); the goal (median <= 10%) is not met
+    # on this file -- docs/training.md names the misses
+    assert s["points"] == 115 and s["fitted_points"] == 73
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (10.98, 13.66, 13.02)
-    assert s["holdout_points"] == 55
+        (11.18, 13.4, 12.01)
+    assert s["holdout_points"] == 42
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
-    assert all(abs(p.error_pct) < 15 for p in mega)       # held out: DP growth over RoCE
+    # held out: over-predicted more as DP grows over RoCE
+    assert [round(p.error_pct) for p in mega] == [6, 5, 14, 16]
 
 
 def test_second_holdout_of_runs_never_tuned_against():
     # Megatron-Bridge's published tables (25.11, 26.02, 26.08; H100, B200, GB200), collected
-    # after the model was settled: the H100 Llama runs are within 10%, MoE with EP 8 on B200
-    # is over-predicted by up to 75%
+    # after the model was settled: the H100 Llama runs are within 11%, MoE with EP 8 on B200
+    # is over-predicted by up to 83%
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
     s = r.summary
     assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
-        (27, 0, 9.15, 75.24)
+        (27, 0, 10.68, 83.33)
     err = {p.id: p.error_pct for p in r.points}
-    assert err["mbridge-25.11-h100-llama31-405b-1024gpu"] == -4.19
-    assert all(abs(e) < 10 for i, e in err.items() if "llama" in i and "-h100-" in i)
+    assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
+        [-5.23, -2.12, -2.03, -1.77, 10.14]
     # EP 32 over dp 16 x tp 2 (Megatron's expert-tensor folding) is not a layout the model has
     assert {x["id"].split("#")[0] for x in r.skipped} == {
         "mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",
@@ -123,7 +124,7 @@ def test_torchtitan_op_level_recomputation_costs_more_than_megatrons(h100):
     # Megatron's selective recomputes the attention core; torchtitan's recomputes every second
     # matmul (wk, wo, w3) and all element-wise ops, which in eager PyTorch costs more
     assert none.breakdown_s["compute"] < attn.breakdown_s["compute"] < op.breakdown_s["compute"]
-    assert round(op.breakdown_s["compute"] / none.breakdown_s["compute"], 3) == 1.135
+    assert round(op.breakdown_s["compute"] / none.breakdown_s["compute"], 3) == 1.136
     with pytest.raises(InputError, match="allowed: attention, op"):
         predict_step("llama3-8b", h100, par, 8192, sac="layer")
 

@@ -217,9 +217,10 @@ def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_hea
     if flash:
         return Op(name, "attn", flops * frac, io * elem_bytes, q_len, kv_len, qk_dim)
     scores = batch * heads * q_len * kv_len
-    # scores written, softmax read+write, PV reads them: 4 passes of 2 B, plus the fp32 softmax
+    # scores written, softmax read+write, PV reads them: 4 passes of 2 B, plus the fp32 softmax;
+    # one (q_len x kv_len) GEMM per sequence and head, run as a batched GEMM
     return Op(name, "gemm", flops, io * elem_bytes + scores * (4 * 2 + 2 * 4), q_len, kv_len,
-              qk_dim)
+              qk_dim, count=max(batch * heads, 1))
 
 
 def elementwise(name: str, elems: float, passes: float, elem_bytes: float) -> Op:

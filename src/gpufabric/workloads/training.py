@@ -23,7 +23,7 @@ Examples
 >>> r.fits, r.bottleneck.split(":")[0]
 (True, 'compute')
 >>> round(r.mfu, 2)
-0.62
+0.64
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ BWD_GEMM = 2.0
 #: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
 BWD_ATTN = 2.5
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
-LAYER_OVERHEAD_US = Fitted(200.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
-                           " and megatron-core-h100-gpt-* (the small models weigh it)")
+LAYER_OVERHEAD_US = Fitted(40.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
+                           " and megatron-core-h100-gpt-* (the small models weigh it); refit "
+                           "(200 -> 40) once the 2021 runs' unfused attention was modelled")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "
                     "start reducing once filled; the last bucket cannot overlap")

@@ -88,3 +88,18 @@ def test_a_cnn_trains_data_parallel_only(cli):
     assert code == 0 and json.loads(out)["parallel"]["dp"] == 8
     code, _, err = cli("train", "resnet-50", "dgx-a100", "--tp", "2")
     assert code == 2 and "resnet-50 is a cnn: data parallelism only" in err
+
+
+def test_power_cap_and_torchtitan_recomputation_from_the_command_line(cli):
+    one = "gpu=H100-SXM,gpus_per_node=8,nodes=1"
+    args = ("train", "llama3-8b", one, "--fsdp", "full", "--recompute", "selective",
+            "--seq-len", "4096", "--json")
+    base = json.loads(cli(*args)[1])
+    capped = json.loads(cli(*args, "--power-cap", "500", "--sac", "op")[1])
+    # Meta's 500 W H100s run a slower tensor clock, and torchtitan's op-level policy recomputes
+    # more than the attention core: both lengthen the step
+    assert capped["step_time_s"] > base["step_time_s"]
+    code, _, err = cli("train", "llama3-8b", one, "--power-cap", "-5")
+    assert code == 2 and "a power limit is a positive number of watts" in err
+    code, _, err = cli("train", "llama3-8b", one, "--sac", "layer")
+    assert code == 2 and "allowed: attention, op" in err

@@ -81,19 +81,72 @@ def test_refuses_what_does_not_fit_when_asked(h100):
 def test_validation_on_the_published_runs():
     r = validate(str(DATA))
     s = r.summary
-    assert s["points"] == 115 and s["fitted_points"] == 23
-    # the entries the parameters were fitted on, and (separately) all the others; the
-    # goal (median <= 10%) is met on the fitted entries only -- docs/training.md names the misses
-    # (1.6, 15.12, 13.66 before the collectives' ring pipeline fill made mid-size
-    # communication slower; LAYER_OVERHEAD_US was fitted before it and is not refitted here)
+    # "fitted": entries a parameter was fitted on (23 points) plus those whose misses led to a
+    # model change (validate.TUNED_ON: torchtitan's op-level recomputation, the 500 W H100s'
+    # clock, the ZeRO-3 rows, BERT's unfused attention); the goal (median <= 10%) is not met
+    # on this file -- docs/training.md names the misses
+    assert s["points"] == 115 and s["fitted_points"] == 73
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (4.15, 16.48, 15.61)
-    assert s["holdout_points"] == 92
+        (12.08, 14.91, 13.47)
+    assert s["holdout_points"] == 42
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
-    assert all(abs(p.error_pct) < 15 for p in mega)       # held out: DP growth over RoCE
+    # held out: over-predicted more as DP grows over RoCE
+    assert [round(p.error_pct) for p in mega] == [1, 1, 10, 12]
+
+
+def test_second_holdout_of_runs_never_tuned_against():
+    # Megatron-Bridge's published tables (25.11, 26.02, 26.08; H100, B200, GB200), collected
+    # after the model was settled: the H100 Llama runs are within 11%, MoE with EP 8 on B200
+    # is over-predicted by up to 83%
+    r = validate(str(DATA.parent / "training_holdout2.yaml"))
+    s = r.summary
+    assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
+        (27, 0, 10.68, 83.33)
+    err = {p.id: p.error_pct for p in r.points}
+    assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
+        [-6.86, -3.76, -3.34, -3.09, 10.14]
+    # EP 32 over dp 16 x tp 2 (Megatron's expert-tensor folding) is not a layout the model has
+    assert {x["id"].split("#")[0] for x in r.skipped} == {
+        "mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",
+        "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu"}
+
+
+def test_torchtitan_op_level_recomputation_costs_more_than_megatrons(h100):
+    par = Parallel(dp=128, fsdp="full", micro_batch=2, global_batch=256, recompute="selective")
+    attn = predict_step("llama3-8b", h100, par, 8192, fused=False, attn_kernel="fa2")
+    op = predict_step("llama3-8b", h100, par, 8192, fused=False, attn_kernel="fa2", sac="op")
+    none = predict_step("llama3-8b", h100, Parallel(dp=128, fsdp="full", micro_batch=2,
+                                                    global_batch=256), 8192, fused=False,
+                        attn_kernel="fa2")
+    # Megatron's selective recomputes the attention core; torchtitan's recomputes every second
+    # matmul (wk, wo, w3) and all element-wise ops, which in eager PyTorch costs more
+    assert none.breakdown_s["compute"] < attn.breakdown_s["compute"] < op.breakdown_s["compute"]
+    assert round(op.breakdown_s["compute"] / none.breakdown_s["compute"], 3) == 1.136
+    with pytest.raises(InputError, match="allowed: attention, op"):
+        predict_step("llama3-8b", h100, par, 8192, sac="layer")
+
+
+def test_power_cap_slows_the_tensor_clock_by_the_cube_root():
+    from gpufabric.workloads.compute import gpu_spec, power_capped
+    from gpufabric.workloads.validate import power_cap
+    g = gpu_spec("H100-SXM")
+    assert g.tdp_W == 700
+    capped = power_capped(g, 500)
+    assert round(capped.tflops["bf16"], 1) == 884.1          # 989 x (500/700)^(1/3)
+    assert capped.hbm_GBps == g.hbm_GBps                     # memory keeps its clock
+    assert power_capped(g, 800).tflops == g.tflops           # a cap above the TDP: no change
+    with pytest.raises(InputError, match="has no TDP in the catalog"):
+        power_capped(gpu_spec("T4"), 50)
+    assert power_cap({"gpu_variant": "96GB HBM2e, 500 W power limit (Grand Teton)"}) == 500
+    assert power_cap({"gpu_variant": "95/96GB HBM2e, lower TDP"}) is None
+    sysd = "gpu=H100-SXM,gpus_per_node=8,nodes=1"
+    par = Parallel(dp=8, micro_batch=1, global_batch=8)
+    full = predict_step("llama3-8b", sysd, par, 4096)
+    slow = predict_step("llama3-8b", sysd, par, 4096, power_cap_W=500)
+    assert 1.0 < full.tokens_per_s / slow.tokens_per_s < 700 / 500
 
 
 def test_hybrid_fsdp_gathers_inside_the_node_and_reduces_across(h100):

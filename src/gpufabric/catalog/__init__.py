@@ -55,6 +55,7 @@ class GPU:
     bridges: tuple[str, ...] = () # bridge names this card accepts (nvlink / sli / crossfire)
     host_cpu: str | None = None   # superchip: the CPU the GPU hangs off over NVLink-C2C
     gpus_per_tray: int = 0        # rack-scale parts: GPUs per compute tray (one server)
+    tdp_W: float = 0.0            # board power (max TDP, W); 0 = not recorded
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

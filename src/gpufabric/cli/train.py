@@ -82,6 +82,10 @@ def train(
                                     "with another micro-batch's compute (DualPipe)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Rank order, innermost "
                               "first."),
+    sac: str = typer.Option("attention", "--sac", help="What --recompute selective "
+                            "recomputes: attention (Megatron) or op (torchtitan's op policy)."),
+    power_cap: float | None = typer.Option(None, "--power-cap", help="Board power limit in W "
+                                           "below the GPU's TDP (slower tensor clock)."),
     search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
                                  "throughput instead of timing one."),
     top: int = typer.Option(5, "--top", help="Layouts to print with --search."),
@@ -129,7 +133,7 @@ def train(
                    global_batch=global_batch or dp * micro_batch, recompute=recompute,
                    order=order)
     r = predict_step(m, topo, par, seq, precision=precision, tp_overlap=tp_overlap,
-                     ep_overlap=ep_overlap, check_memory=True)
+                     ep_overlap=ep_overlap, sac=sac, power_cap_W=power_cap, check_memory=True)
     if json:
         emit_json(r.to_dict())
         return
@@ -165,6 +169,6 @@ def validate_training(path: str, json: bool) -> None:
     s = rep.summary
     typer.echo(f"# {s['points']} points: median |error| {s['median_abs_pct']}%, max "
                f"{s['max_abs_pct']}%")
-    typer.echo(f"# fitted on ({s['fitted_points']} points): median {s['fitted_median_abs_pct']}%"
-               f"; held out ({s['holdout_points']} points): median "
+    typer.echo(f"# fitted or tuned on ({s['fitted_points']} points): median "
+               f"{s['fitted_median_abs_pct']}%; held out ({s['holdout_points']} points): median "
                f"{s['holdout_median_abs_pct']}%, max {s['holdout_max_abs_pct']}%")

@@ -26,7 +26,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
@@ -94,6 +94,15 @@ HBM_EFF = Fitted(0.80, "fraction of HBM bandwidth", "prior: STREAM-like copy ker
 KERNEL_US = Fitted(4.0, "us", "prior: CUDA kernel launch and tail ~3-5 us without CUDA graphs")
 
 
+#: sustained clock under a board power limit below the TDP: dynamic power ~ f V^2 with the
+#: voltage following the clock over the DVFS range, so power ~ f^3 and the clock scales as
+#: (cap / TDP)^(1/3) when dense GEMMs hold the part at its limit. Physics, not fitted; on the
+#: 500 W H100-SXM it gives 0.89 x 989 = 884 TFLOP/s BF16, between the 700 W SXM and the
+#: 400 W H100 NVL, where torchtitan's H100 benchmark (footnote) places that part's true peak
+POWER_CLOCK_EXP = Fitted(1 / 3, "clock ~ (power cap / TDP)^x", "prior: CMOS dynamic power "
+                         "~ f V^2 with V ~ f over the DVFS range (not fitted)")
+
+
 @dataclass(frozen=True)
 class GPUSpec:
     """What the compute and memory models need of a GPU (read from the catalog)."""
@@ -104,6 +113,7 @@ class GPUSpec:
     memory_GB: float
     hbm_GBps: float
     tflops: dict[str, float] = field(hash=False, compare=False, default_factory=dict)
+    tdp_W: float = 0.0
 
     @property
     def memory_GiB(self) -> float:
@@ -140,7 +150,26 @@ def gpu_spec(name: str) -> GPUSpec:
           "fp8": g.fp8_tflops, "mxfp8": g.fp8_tflops if g.arch == "blackwell" else 0.0,
           "fp4": g.fp4_tflops}
     return GPUSpec(g.name, g.arch, g.sms, float(g.memory_GB), float(g.mem_bw_GBps),
-                   {k: float(v) for k, v in tf.items()})
+                   {k: float(v) for k, v in tf.items()}, float(g.tdp_W))
+
+
+def power_capped(spec: GPUSpec, cap_W: float) -> GPUSpec:
+    """``spec`` run under a board power limit of ``cap_W``: every compute peak scaled by the
+    sustained clock ``(cap / TDP) ** POWER_CLOCK_EXP`` (HBM keeps its own clock). A cap at or
+    above the TDP changes nothing; a part without a recorded TDP cannot be capped.
+
+    >>> g = power_capped(gpu_spec("H100-SXM"), 500)
+    >>> round(g.tflops["bf16"])
+    884
+    """
+    if cap_W <= 0:
+        raise InputError(f"got {cap_W:g}; a power limit is a positive number of watts",
+                         field="power_cap_W")
+    if not spec.tdp_W:
+        raise InputError(f"{spec.name} has no TDP in the catalog; cannot apply a power cap",
+                         field="power_cap_W")
+    f = min(1.0, cap_W / spec.tdp_W) ** POWER_CLOCK_EXP.value
+    return replace(spec, tflops={k: v * f for k, v in spec.tflops.items()})
 
 
 # -- operations ---------------------------------------------------------------------------------
@@ -188,9 +217,10 @@ def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_hea
     if flash:
         return Op(name, "attn", flops * frac, io * elem_bytes, q_len, kv_len, qk_dim)
     scores = batch * heads * q_len * kv_len
-    # scores written, softmax read+write, PV reads them: 4 passes of 2 B, plus the fp32 softmax
+    # scores written, softmax read+write, PV reads them: 4 passes of 2 B, plus the fp32 softmax;
+    # one (q_len x kv_len) GEMM per sequence and head, run as a batched GEMM
     return Op(name, "gemm", flops, io * elem_bytes + scores * (4 * 2 + 2 * 4), q_len, kv_len,
-              qk_dim)
+              qk_dim, count=max(batch * heads, 1))
 
 
 def elementwise(name: str, elems: float, passes: float, elem_bytes: float) -> Op:
@@ -363,6 +393,7 @@ from gpufabric.workloads.models import load_model  # noqa: E402  (doctest conven
 
 __all__ = ["PRECISIONS", "ACT_BYTES", "Fitted", "GEMM_EFF", "FP8_EFF", "K_HALF_PER_BALANCE",
            "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER", "GPUSpec", "gpu_spec",
+           "POWER_CLOCK_EXP", "power_capped",
            "check_precision", "Op", "gemm", "attention", "elementwise", "gemm_efficiency",
            "PASSES", "op_time_s", "achieved_tflops", "layer_ops", "head_ops", "optimizer_op",
            "load_model"]

@@ -23,7 +23,7 @@ Examples
 >>> r.fits, r.bottleneck.split(":")[0]
 (True, 'compute')
 >>> round(r.mfu, 2)
-0.62
+0.64
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import (
     ACT_BYTES, Fitted, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
-    optimizer_op,
+    optimizer_op, power_capped,
 )
 from gpufabric.workloads.memory import (
     MemoryBreakdown, check_fits, params_per_gpu, stage_layers, training_memory,
@@ -49,8 +49,9 @@ BWD_GEMM = 2.0
 #: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
 BWD_ATTN = 2.5
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
-LAYER_OVERHEAD_US = Fitted(200.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
-                           " and megatron-core-h100-gpt-* (the small models weigh it)")
+LAYER_OVERHEAD_US = Fitted(40.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
+                           " and megatron-core-h100-gpt-* (the small models weigh it); refit "
+                           "(200 -> 40) once the 2021 runs' unfused attention was modelled")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "
                     "start reducing once filled; the last bucket cannot overlap")
@@ -120,6 +121,54 @@ def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
     return p.time_us * 1e-6
 
 
+#: selective-recomputation policies: ``attention`` recomputes the attention core (Megatron,
+#: Korthikanti et al. 2022); ``op`` is torchtitan's op-level policy: inside each checkpointed
+#: block it saves the outputs of every other matmul (1st, 3rd, ...) and of the attention
+#: kernel, and recomputes everything else in the backward pass -- the element-wise work and
+#: every second matmul (in a Llama block, in call order wq wk wv wo w1 w3 w2: wk, wo and w3)
+#: (torchtitan ``selective_ac_option = 'op'``, the default of its Llama train configs)
+SAC_POLICIES = ("attention", "op")
+
+
+def _matmul_parts(m: ModelSpec, op_names: list[str], tp: int) -> list[tuple[int, float]]:
+    """The block's matmuls as the framework calls them, in forward order: (index into the op
+    list, share of that op's FLOPs). Fused GEMMs of the op list split back into the separate
+    projections a PyTorch module runs (q, k, v; the gated MLP's w1 and w3)."""
+    parts: list[tuple[int, float]] = []
+    for j, name in enumerate(op_names):
+        if name == "qkv":
+            a = max(m.heads // tp, 1)
+            kvh = max(m.kv_heads // tp, 1)
+            tot = a + 2 * kvh
+            parts += [(j, a / tot), (j, kvh / tot), (j, kvh / tot)]
+        elif name in ("mlp_up", "shared_up") and m.gated:
+            parts += [(j, 0.5), (j, 0.5)]
+        else:
+            parts.append((j, 1.0))
+    return parts
+
+
+def op_sac_recompute_s(m: ModelSpec, ops: list[Any], times: list[float], tp: int) -> float:
+    """Backward-pass recomputation of one block under torchtitan's op-level selective
+    checkpointing (:data:`SAC_POLICIES`): all element-wise ops and every second matmul.
+
+    >>> from gpufabric.workloads.compute import gemm, elementwise
+    >>> m = load_model("llama3-8b")
+    >>> ops = [elementwise("norm1", 1, 1, 2), gemm("qkv", 1, 6144, 4096, 2),
+    ...        gemm("attn_out", 1, 4096, 4096, 2), gemm("mlp_up", 1, 28672, 4096, 2),
+    ...        gemm("mlp_down", 1, 4096, 14336, 2)]
+    >>> op_sac_recompute_s(m, ops, [1.0, 6.0, 4.0, 28.0, 14.0], 1)   # norm + wk + wo + w3
+    20.0
+    """
+    gemm_idx = [j for j, o in enumerate(ops) if o.kind == "gemm"]
+    parts = _matmul_parts(m, [ops[j].name for j in gemm_idx], tp)
+    t = sum(times[j] for j, o in enumerate(ops) if o.kind == "elem")
+    for n, (k, share) in enumerate(parts):
+        if n % 2 == 1:            # the 2nd, 4th, ... matmul of the block is not saved
+            t += share * times[gemm_idx[k]]
+    return t
+
+
 @dataclass
 class _Pass:
     fwd: float = 0.0
@@ -131,13 +180,15 @@ class _Pass:
 
 def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPUSpec,
                 flash: bool, topo: Topology, groups: dict[str, Group], tp_overlap: bool,
-                comm: dict[str, float], fused: bool = True, attn_kernel: str = "native"
-                ) -> _Pass:
+                comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
+                sac: str = "attention") -> _Pass:
     ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
                     precision=prec, flash=flash, fused=fused)
     fwd = bwd = attn_f = 0.0
+    times: list[float] = []
     for o in ops:
         t = op_time_s(o, g, prec, attn_kernel)
+        times.append(t)
         fwd += t
         if o.kind == "attn":
             attn_f += t
@@ -149,6 +200,8 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
     bwd += over
     if par.recompute == "full":
         bwd += fwd
+    elif par.recompute == "selective" and sac == "op":
+        bwd += op_sac_recompute_s(m, ops, times, par.tp)
     elif par.recompute == "selective":
         bwd += attn_f
     res = _Pass(fwd, bwd)
@@ -185,7 +238,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                  seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
                  tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
                  attn_kernel: str = "native", ep_overlap: bool = False,
-                 check_memory: bool = False) -> StepResult:
+                 sac: str = "attention", zero3_overlap: bool = True,
+                 power_cap_W: float | None = None, check_memory: bool = False) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
 
     ``system`` is a Topology or anything :func:`gpufabric.topology.build.load` takes. With
@@ -195,13 +249,22 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     ``attn_kernel="fa2"``: PyTorch SDPA's FlashAttention-2 (slower on Hopper than the native
     cuDNN / FA3 kernels). ``ep_overlap``: the expert all-to-all runs under another
     micro-batch's compute (DeepSeek's DualPipe, Megatron's EP-communication overlap); only
-    what is longer than that compute stays exposed.
+    what is longer than that compute stays exposed. ``sac``: what ``recompute="selective"``
+    recomputes (:data:`SAC_POLICIES`: ``attention``, Megatron's; ``op``, torchtitan's).
+    ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the gradient reduce-scatter run
+    between the kernels instead of under them (DeepSpeed with ``overlap_comm`` off, its
+    default). ``power_cap_W``: the GPUs run under this board power limit, below their TDP
+    (:func:`gpufabric.workloads.compute.power_capped`).
     """
+    if sac not in SAC_POLICIES:
+        raise InputError(f"got {sac!r}; allowed: {', '.join(SAC_POLICIES)}", field="sac")
     m = load_model(model)
     topo = _topology(system)
     prec = check_precision(precision)
     gname = topo.gpus()[0].model
     g = gpu_spec(gname)
+    if power_cap_W is not None:
+        g = power_capped(g, power_cap_W)
     g.peak_tflops(prec)            # refuses a precision the part lacks
     gpn, domains = topo.scale_up()      # groups are laid out per NVLink domain
     total = gpn * domains
@@ -222,7 +285,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     notes: list[str] = []
     if m.is_transformer:
         fwd, bwd, tp_e, cp_e, ep_e = _stage_times(m, par, seq, prec, g, flash, topo, groups,
-                                                  tp_overlap, comm, fused, attn_kernel)
+                                                  tp_overlap, comm, fused, attn_kernel, sac)
     else:
         fwd, bwd, tp_e, cp_e, ep_e = _cnn_times(m, par, g, prec)
     mbs = par.micro_batches
@@ -263,15 +326,19 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     comm["dp"] = dp_t + dp_ag
     # gradients reduce under the last micro-batch's backward, parameters gather under the
     # next step's first forward
-    window_b = DP_OVERLAP.value * (bwd + tp_e + ep_e) if dp_overlap else 0.0
-    window_f = DP_OVERLAP.value * fwd if dp_overlap else 0.0
+    overlap = dp_overlap and (zero3_overlap or z < 3)
+    window_b = DP_OVERLAP.value * (bwd + tp_e + ep_e) if overlap else 0.0
+    window_f = DP_OVERLAP.value * fwd if overlap else 0.0
     dp_e = max(0.0, dp_t - window_b) + max(0.0, dp_ag - window_f)
     # ZeRO-3 / FSDP: parameters gathered before each use, every micro-batch (fwd and bwd)
     z3_e = 0.0
     if z >= 3:
         t_ag = _coll_time(topo, "all_gather", (dense + expert) * eb, shard_grp)
         comm["zero3"] = 2 * t_ag * mbs
-        z3_e = mbs * (max(0.0, t_ag - fwd) + max(0.0, t_ag - bwd))
+        if zero3_overlap:
+            z3_e = mbs * (max(0.0, t_ag - fwd) + max(0.0, t_ag - bwd))
+        else:
+            z3_e = comm["zero3"]
     # optimizer step on this GPU's shard
     shard = (shard_grp.ranks if par.fsdp == "hybrid" else par.dp * par.cp) if z >= 1 else 1
     opt = op_time_s(optimizer_op(dense / shard + expert / max(shard // par.ep, 1)), g, prec)
@@ -343,8 +410,8 @@ def _check_divisible(m: ModelSpec, par: Parallel, seq: int) -> None:
 
 def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, flash: bool,
                  topo: Topology, groups: dict[str, Group], tp_overlap: bool,
-                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native"
-                 ) -> tuple[float, float, float, float, float]:
+                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
+                 sac: str = "attention") -> tuple[float, float, float, float, float]:
     """Forward, backward and exposed TP/CP/EP time of one micro-batch on the slowest stage."""
     cache: dict[bool, _Pass] = {}
     scratch = {k: 0.0 for k in comm}
@@ -358,7 +425,7 @@ def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, f
             if key not in cache:
                 c0 = dict(scratch)
                 cache[key] = _layer_pass(m, i, par, seq, prec, g, flash, topo, groups,
-                                         tp_overlap, scratch, fused, attn_kernel)
+                                         tp_overlap, scratch, fused, attn_kernel, sac)
                 cache[key].__dict__["_comm"] = {k: scratch[k] - c0[k] for k in scratch}
             p = cache[key]
             f, b, tp_e, cp_e, ep_e = f + p.fwd, b + p.bwd, tp_e + p.tp, cp_e + p.cp, ep_e + p.ep
@@ -440,5 +507,6 @@ def _link_words(topo: Topology, grp: Group) -> str:
     return f"{nics}x {nic} per node" if nics and nic else "the scale-out network"
 
 
-__all__ = ["StepResult", "predict_step", "model_flops_per_token", "bottleneck",
-           "LAYER_OVERHEAD_US", "DP_OVERLAP", "TP_OVERLAP_EXPOSED", "MemoryBreakdown"]
+__all__ = ["StepResult", "predict_step", "SAC_POLICIES", "op_sac_recompute_s",
+           "model_flops_per_token", "bottleneck", "LAYER_OVERHEAD_US", "DP_OVERLAP",
+           "TP_OVERLAP_EXPOSED", "MemoryBreakdown"]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
 from gpufabric.cli.common import app, emit_json
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
+
+
+#: The SLO of ``--versus`` when none is given: TTFT 2 s, TPOT 50 ms (20 tokens/s per user).
+VERSUS_SLO_MS = (2000.0, 50.0)
 
 
 def _fmt(d: dict | None) -> str:
@@ -99,7 +105,7 @@ def serve(
     versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM (a supernode) "
                                       "with this one (8-GPU servers) at equal GPU count: "
                                       "tokens/s per GPU within the SLO, each at its best "
-                                      "layout."),
+                                      "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
@@ -121,6 +127,8 @@ def serve(
     if versus:
         from gpufabric.workloads.inference.supernode import supernode_vs_servers
         a, b = load(system), load(versus)
+        if slo_ttft is None and slo_tpot is None:     # a comparison needs an SLO to meet
+            cfg = replace(cfg, slo_ttft_ms=VERSUS_SLO_MS[0], slo_tpot_ms=VERSUS_SLO_MS[1])
         gpus = min(len(a.gpus()) if "nodes" not in a.meta else _total(a), _total(b))
         gpus = gpus // 8 * 8 or gpus
         res = supernode_vs_servers(model, a, b, cfg, gpus)

@@ -19,8 +19,9 @@ def test_candidate_layouts():
 def test_moe_gains_from_the_nvlink_domain():
     sup = load("gb200-nvl72")
     srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    # with EPLB (redundant experts even out the ranks) as wide-EP deployments run
     cfg = ServeConfig(precision="fp8", requests=200, isl=1000, osl=200, slo_ttft_ms=2000,
-                      slo_tpot_ms=60)
+                      slo_tpot_ms=60, eplb=True)
     r = supernode_vs_servers("deepseek-v3", sup, srv, cfg, 16, duration_s=4.0)
     assert r["supernode"]["layout"] == "tp16 ep16 dpa16"
     assert r["servers"]["layout"] == "tp8 ep8 dpa8"

@@ -95,6 +95,8 @@ def serve(
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the arrivals."),
+    eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
+                              "(32 redundant experts even out the EP ranks' mean loads)."),
     pd: str | None = typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
                                   "instances of the layout (e.g. 2P1D)."),
     decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
@@ -123,7 +125,7 @@ def serve(
                       burst_cv=burst_cv, concurrency=concurrency, requests=requests, isl=isl,
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                      preemption=preemption, seed=seed)
+                      preemption=preemption, seed=seed, eplb=eplb)
     if versus:
         from gpufabric.workloads.inference.supernode import supernode_vs_servers
         a, b = load(system), load(versus)

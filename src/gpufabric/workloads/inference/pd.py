@@ -38,8 +38,8 @@ from gpufabric.workloads.compute import Fitted
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
                                                  check_config, check_slo_possible,
-                                                 scheduler_config, source_text, step_model,
-                                                 typical_breakdown)
+                                                 scheduler_config, simulate_with_front_end,
+                                                 source_text, step_model, typical_breakdown)
 from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
 
 
@@ -131,7 +131,8 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     # prefill pool: instance 0 takes requests 0, x, 2x, ...; each produces the first token
     idx_p = np.arange(0, n, x)
     pre_req = R.Requests(full.arrival[idx_p], full.isl[idx_p], np.ones(idx_p.size, np.int64))
-    res_p = simulate(pre_req, sm_p, scheduler_config(sm_p, cfg))
+    # requests pass the engine's front end (and the PD router) before prefill
+    res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, cfg))
     delay = res_p.first_token - res_p.arrival
     # KV transfer per request: each GPU of the instance sends its shard, all at once
     shard = full.isl[idx_p] * sm_p.kv_bytes_per_token

@@ -86,3 +86,18 @@ def test_serve_cli_pd_and_search(cli):
     assert code == 0 and "best:" in out, err
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--search")
     assert code == 2 and "needs an offered load" in err
+
+
+def test_kv_transfers_queue_at_the_decode_side_too():
+    # six prefill instances feed one decode instance over the NICs: their transfers meet on
+    # the decode instance's links and wait there; one prefill instance alone never waits
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    cfg = ServeConfig(tp=2, rate=40.0, requests=300, isl=8000, osl=50)
+    many = serve_pd("llama3-8b", topo, cfg, "6P1D")
+    assert many["pd"]["kv_link"] == "RDMA NICs (ConnectX-7)"
+    assert many["pd"]["kv_transfer_ms"]["p50"] == pytest.approx(13.9, abs=0.05)
+    assert many["pd"]["kv_wait_ms"]["p50"] == 0.0
+    assert many["pd"]["kv_wait_ms"]["p99"] > many["pd"]["kv_transfer_ms"]["p50"]
+    one = serve_pd("llama3-8b", topo, ServeConfig(tp=2, rate=2.0, requests=50, isl=8000,
+                                                  osl=50), "1P1D")
+    assert one["pd"]["kv_wait_ms"] == {"p50": 0.0, "p90": 0.0, "p99": 0.0}

@@ -34,7 +34,7 @@ def print_summary(r: dict) -> None:
                    f"{pd['prefill']['gpus_per_instance']} {pd['prefill']['gpu']}, decode "
                    f"{pd['decode']['instances']} x {pd['decode']['gpus_per_instance']} "
                    f"{pd['decode']['gpu']}; KV transfer {pd['kv_transfer_ms']['p50']:.2f} ms "
-                   f"p50 over {pd['kv_link']}")
+                   f"p50 over {pd['kv_link']}, queueing p99 {pd['kv_wait_ms']['p99']:.2f} ms")
     else:
         typer.echo(f"# layout {par}, {r['replicas']} replica(s); KV cache "
                    f"{r['memory']['kv_tokens']:,} tokens per instance "

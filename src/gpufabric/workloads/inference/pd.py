@@ -11,7 +11,10 @@ from there, as SGLang and Dynamo do).
 The transfer is timed by :func:`gpufabric.collectives.predict` as a send/receive between a
 prefill GPU and a decode GPU with all ``tp x pp`` ranks of the instance sending their shard at
 once (``concurrent``), over NVLink when both pools sit in one NVLink domain and over the NICs
-otherwise; transfers from one prefill instance queue behind each other on its links.
+otherwise; transfers from one prefill instance queue behind each other on its links, and
+transfers into one decode instance (from all ``x`` prefill instances) on the decode side's
+links: a transfer ends when both ends have carried it (``kv_wait_ms``: the time spent
+queueing on either end).
 
 Examples
 --------
@@ -136,7 +139,7 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     delay = res_p.first_token - res_p.arrival
     # KV transfer per request: each GPU of the instance sends its shard, all at once
     shard = full.isl[idx_p] * sm_p.kv_bytes_per_token
-    sizes = np.unique(shard)
+    sizes = np.unique(full.isl * sm_p.kv_bytes_per_token)
     t_of = {int(s): KV_SETUP_S.value + collectives.predict(
         link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=per).time_us * 1e-6
         / KV_EFF.value for s in sizes}
@@ -152,6 +155,17 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     pos = np.minimum(np.arange(n) // x, idx_p.size - 1)
     ready = full.arrival + (ready_rep - res_p.arrival)[pos]
     idx_d = np.arange(0, n, y)
+    # the decode instance receives from all x prefill instances on its own links: a transfer
+    # that finds them busy (x > y, or bursts) waits there too (a tandem of the two queues)
+    xfer_all = np.array([t_of[int(v)] for v in full.isl * sm_p.kv_bytes_per_token])
+    sent = ready.copy()
+    recv_free = 0.0
+    for k in idx_d[np.argsort(sent[idx_d], kind="stable")]:
+        ready[k] = max(sent[k], recv_free + xfer_all[k])
+        recv_free = ready[k]
+    # transfer start to finish, queueing on both ends included, for decode instance 0's stream
+    start = (full.arrival + (res_p.first_token - res_p.arrival)[pos])[idx_d]
+    wait = ready[idx_d] - start - xfer_all[idx_d]
     dec = idx_d[full.osl[idx_d] >= 2]
     order = dec[np.argsort(ready[dec], kind="stable")]
     dec_req = R.Requests(ready[order], full.isl[order], full.osl[order])
@@ -194,7 +208,10 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                              "system": (decode_topo or topo).name},
                   "kv_link": link, "kv_bytes_per_request_mean": float(
                       (full.isl * sm_p.kv_bytes_per_token * per).mean()),
-                  "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms}}
+                  "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms,
+                  "kv_wait_ms": {k: float(v) for k, v in zip(
+                      ("p50", "p90", "p99"), np.percentile(np.maximum(wait, 0.0).round(9) * 1e3,
+                                                           [50, 90, 99]), strict=True)}}}
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}

@@ -52,20 +52,28 @@ def search_speed() -> None:
 
 
 def supernode() -> None:
-    sup = load("gb200-nvl72")
-    srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 8, "nic": "ib-ndr"})
-    for model in ("llama3-70b", "deepseek-v3"):
-        cfg = ServeConfig(precision="fp8", requests=800, isl=2000, osl=500, slo_ttft_ms=2000,
-                          slo_tpot_ms=50)
+    nvl72 = load("gb200-nvl72")
+    al128 = load("al128-class")
+    srv8 = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 8, "nic": "ib-ndr"})
+    srv16 = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 16, "nic": "ib-ndr"})
+    runs = [("gb200-nvl72", nvl72, "8x HGX B200 (NDR)", srv8, 64, "llama3-70b", "fp8", False),
+            ("gb200-nvl72", nvl72, "8x HGX B200 (NDR)", srv8, 64, "deepseek-v3", "fp8", True),
+            ("al128-class", al128, "16x HGX B200 (NDR)", srv16, 128, "llama3-70b", "fp8", False),
+            ("al128-class", al128, "16x HGX B200 (NDR)", srv16, 128, "deepseek-v3", "fp8", False),
+            ("al128-class", al128, "16x HGX B200 (NDR)", srv16, 128, "deepseek-v3", "fp8", True),
+            ("al128-class", al128, "16x HGX B200 (NDR)", srv16, 128, "deepseek-v3", "bf16", True)]
+    for sup_name, sup, srv_name, srv, gpus, model, prec, eplb in runs:
+        cfg = ServeConfig(precision=prec, requests=800, isl=2000, osl=500, slo_ttft_ms=2000,
+                          slo_tpot_ms=50, eplb=eplb)
         t0 = time.perf_counter()
-        r = supernode_vs_servers(model, sup, srv, cfg, 64)
+        r = supernode_vs_servers(model, sup, srv, cfg, gpus)
         dt = time.perf_counter() - t0
         a, b = r["supernode"], r["servers"]
-        print(f"{model} fp8, 64 GPUs, 2000/500 tokens, SLO TTFT 2 s / TPOT 50 ms: "
-              f"gb200-nvl72 {a['layout']} {a['tokens_per_s_per_gpu']:.0f} tok/s/GPU vs 8x HGX "
-              f"B200 (NDR) {b['layout']} {b['tokens_per_s_per_gpu']:.0f}: {r['ratio']:.2f}x "
-              f"({dt:.0f} s)")
-        print(f"  {r['reason']}")
+        print(f"{model} {prec}{' eplb' if eplb else ''}, {gpus} GPUs, 2000/500 tokens, SLO "
+              f"TTFT 2 s / TPOT 50 ms: {sup_name} {a['layout']} {a['tokens_per_s_per_gpu']:.0f} "
+              f"tok/s/GPU vs {srv_name} {b['layout']} {b['tokens_per_s_per_gpu']:.0f}: "
+              f"{r['ratio']:.2f}x ({dt:.0f} s)", flush=True)
+        print(f"  {r['reason']}", flush=True)
 
 
 if __name__ == "__main__":

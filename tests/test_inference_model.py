@@ -7,7 +7,8 @@ import pytest
 from gpufabric.errors import InputError
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads import compute as C
-from gpufabric.workloads.inference.itertime import DTYPE_BYTES, ServeLayout, StepModel
+from gpufabric.workloads.inference.itertime import (DTYPE_BYTES, ServeLayout, StepModel,
+                                                    rank_load_factor)
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 
 H100x8 = {"gpu": "H100-SXM", "gpus_per_node": 8}
@@ -140,3 +141,19 @@ def test_serve_a_trace(cli, tmp_path):
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--json")
     r = json.loads(out)
     assert r["requests"] == 3 and r["workload"]["simulated_requests"] == 1
+
+
+def test_expert_routing_imbalance_sets_the_slowest_rank():
+    # balls into bins: 64 decode tokens x top-8 over 256 experts on 8 ranks; the busiest rank
+    # carries 18 % more than the mean from sampling noise alone, more with the experts' skew
+    assert rank_load_factor(64, 256, 8, 8, cv=0.0) == pytest.approx(1.1765, abs=1e-4)
+    assert rank_load_factor(64, 256, 8, 8) > rank_load_factor(64, 256, 8, 8, cv=0.0)
+    assert rank_load_factor(64, 256, 8, 1) == 1.0            # no EP: every GPU does all
+    # EPLB removes the skew at the cost of 32 redundant experts' weights (4 per rank at EP8)
+    b200 = from_spec({"gpu": "B200", "gpus_per_node": 8})
+    lay = ServeLayout(tp=8, ep=8, dp_attention=8)
+    plain = StepModel("deepseek-v3", b200, lay, precision="fp8")
+    eplb = StepModel("deepseek-v3", b200, lay, precision="fp8", eplb=True)
+    extra = (eplb.weights_bytes - plain.weights_bytes) / 1e9
+    assert extra == pytest.approx(4 * 58 * 3 * 7168 * 2048 / 1e9, rel=1e-9)   # 10.2 GB
+    assert float(eplb(4096, 0, 0, 0, 0)) < float(plain(4096, 0, 0, 0, 0))

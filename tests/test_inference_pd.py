@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gpufabric.errors import InputError
-from gpufabric.topology.build import from_spec
+from gpufabric.topology.build import from_spec, load
 from gpufabric.workloads.inference.pd import parse_pd, serve_pd
 from gpufabric.workloads.inference.search import candidates, search
 from gpufabric.workloads.inference.serve import ServeConfig, serve
@@ -86,3 +86,31 @@ def test_serve_cli_pd_and_search(cli):
     assert code == 0 and "best:" in out, err
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--search")
     assert code == 2 and "needs an offered load" in err
+
+
+def test_kv_transfers_queue_at_the_decode_side_too():
+    # six prefill instances feed one decode instance over the NICs: their transfers meet on
+    # the decode instance's links and wait there; one prefill instance alone never waits
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    cfg = ServeConfig(tp=2, rate=40.0, requests=300, isl=8000, osl=50)
+    many = serve_pd("llama3-8b", topo, cfg, "6P1D")
+    assert many["pd"]["kv_link"] == "RDMA NICs (ConnectX-7)"
+    assert many["pd"]["kv_transfer_ms"]["p50"] == pytest.approx(13.9, abs=0.05)
+    assert many["pd"]["kv_wait_ms"]["p50"] == 0.0
+    assert many["pd"]["kv_wait_ms"]["p99"] > many["pd"]["kv_transfer_ms"]["p50"]
+    one = serve_pd("llama3-8b", topo, ServeConfig(tp=2, rate=2.0, requests=50, isl=8000,
+                                                  osl=50), "1P1D")
+    assert one["pd"]["kv_wait_ms"] == {"p50": 0.0, "p90": 0.0, "p99": 0.0}
+
+
+def test_pd_with_attention_data_parallelism():
+    # DeepSeek-V3 with attention-DP 8 x EP8 per instance, one prefill and two decode
+    # instances in one NVL72: each attention rank is a request stream with its own KV cache,
+    # so a request's whole MLA cache (61 layers x 576 FP8 values per token) moves from one GPU
+    topo = load("gb200-nvl72")
+    cfg = ServeConfig(tp=8, ep=8, dp_attention=8, precision="fp8", rate=20.0, requests=400,
+                      isl=2000, osl=200)
+    r = serve_pd("deepseek-v3", topo, cfg, "1P2D")
+    assert r["gpus"] == 24 and r["requests"] == 400 and r["pd"]["kv_link"] == "NVLink"
+    assert r["pd"]["kv_bytes_per_request_mean"] == 2000 * 61 * 576
+    assert r["ttft_ms"]["p50"] < 1000 and r["tpot_ms"]["p50"] < 20

@@ -2,6 +2,7 @@
 
 import pytest
 
+from gpufabric.errors import InputError
 from gpufabric.topology.build import from_spec, load
 from gpufabric.workloads.inference.serve import ServeConfig
 from gpufabric.workloads.inference.supernode import default_layouts, supernode_vs_servers
@@ -18,10 +19,29 @@ def test_candidate_layouts():
 def test_moe_gains_from_the_nvlink_domain():
     sup = load("gb200-nvl72")
     srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    # with EPLB (redundant experts even out the ranks) as wide-EP deployments run
     cfg = ServeConfig(precision="fp8", requests=200, isl=1000, osl=200, slo_ttft_ms=2000,
-                      slo_tpot_ms=60)
+                      slo_tpot_ms=60, eplb=True)
     r = supernode_vs_servers("deepseek-v3", sup, srv, cfg, 16, duration_s=4.0)
     assert r["supernode"]["layout"] == "tp16 ep16 dpa16"
     assert r["servers"]["layout"] == "tp8 ep8 dpa8"
     assert r["ratio"] == pytest.approx(1.12, abs=0.03)     # 1.11 of it is the GB200 peak
     assert "wider NVLink domain" in r["reason"] and "GB200 has 1.11x" in r["reason"]
+
+
+def test_a_model_too_big_for_one_server_goes_wide_or_says_what_fits():
+    # DeepSeek-V3 in bf16 (1.34 TB of weights) does not fit eight B200s: the comparison finds
+    # the layouts that do (EP16 across two servers over InfiniBand, EP16 inside the NVL72)
+    sup = load("gb200-nvl72")
+    srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    cfg = ServeConfig(requests=100, isl=1000, osl=100, slo_ttft_ms=2000, slo_tpot_ms=80)
+    r = supernode_vs_servers("deepseek-v3", sup, srv, cfg, 16, duration_s=2.0)
+    assert r["servers"]["layout"] == "tp16 ep16 dpa16"
+    assert "does not fit" in r["servers"]["tried"][0]["error"]
+    # on eight H100s no bf16 or fp8 layout fits: the error names the precision that would
+    h100 = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+    with pytest.raises(InputError) as exc:
+        supernode_vs_servers("deepseek-v3", h100, h100, cfg, 8, duration_s=2.0)
+    assert str(exc.value) == ("--precision: deepseek-v3 in bf16 fits no layout of 8 GPUs of "
+                              "8xH100-SXM-nvswitch (tp8 ep8 dpa8); it would fit in fp4 from "
+                              "tp8 ep8 dpa8, int4 from tp8 ep8 dpa8 (--precision, or more GPUs)")

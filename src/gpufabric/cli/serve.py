@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
 from gpufabric.cli.common import app, emit_json
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
+
+
+#: The SLO of ``--versus`` when none is given: TTFT 2 s, TPOT 50 ms (20 tokens/s per user).
+VERSUS_SLO_MS = (2000.0, 50.0)
 
 
 def _fmt(d: dict | None) -> str:
@@ -28,7 +34,7 @@ def print_summary(r: dict) -> None:
                    f"{pd['prefill']['gpus_per_instance']} {pd['prefill']['gpu']}, decode "
                    f"{pd['decode']['instances']} x {pd['decode']['gpus_per_instance']} "
                    f"{pd['decode']['gpu']}; KV transfer {pd['kv_transfer_ms']['p50']:.2f} ms "
-                   f"p50 over {pd['kv_link']}")
+                   f"p50 over {pd['kv_link']}, queueing p99 {pd['kv_wait_ms']['p99']:.2f} ms")
     else:
         typer.echo(f"# layout {par}, {r['replicas']} replica(s); KV cache "
                    f"{r['memory']['kv_tokens']:,} tokens per instance "
@@ -89,6 +95,8 @@ def serve(
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the arrivals."),
+    eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
+                              "(32 redundant experts even out the EP ranks' mean loads)."),
     pd: str | None = typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
                                   "instances of the layout (e.g. 2P1D)."),
     decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
@@ -99,7 +107,7 @@ def serve(
     versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM (a supernode) "
                                       "with this one (8-GPU servers) at equal GPU count: "
                                       "tokens/s per GPU within the SLO, each at its best "
-                                      "layout."),
+                                      "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
@@ -117,10 +125,12 @@ def serve(
                       burst_cv=burst_cv, concurrency=concurrency, requests=requests, isl=isl,
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                      preemption=preemption, seed=seed)
+                      preemption=preemption, seed=seed, eplb=eplb)
     if versus:
         from gpufabric.workloads.inference.supernode import supernode_vs_servers
         a, b = load(system), load(versus)
+        if slo_ttft is None and slo_tpot is None:     # a comparison needs an SLO to meet
+            cfg = replace(cfg, slo_ttft_ms=VERSUS_SLO_MS[0], slo_tpot_ms=VERSUS_SLO_MS[1])
         gpus = min(len(a.gpus()) if "nodes" not in a.meta else _total(a), _total(b))
         gpus = gpus // 8 * 8 or gpus
         res = supernode_vs_servers(model, a, b, cfg, gpus)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -66,6 +67,23 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 FP4_EFF = Fitted(0.75, "fraction of the FP8 efficiency", "fitted on trtllm-1.0-llama33-70b-"
                  "b200-tp1-fp4")
 
+#: How unevenly a step's tokens pick the experts: the coefficient of variation of the experts'
+#: shares of one step's top-k choices (0: the router spreads them uniformly, only the
+#: sampling noise of :func:`rank_load_factor` remains). It sets the slowest expert-parallel
+#: rank's load, which every rank waits for at the combine all-to-all.
+#: No source we have publishes it for these models, so it is fitted on one entry (grid 0-3 in
+#: steps of 0.5: median error 26.5 % at 0, 20.0 % at 2.5); the other MoE entries with EP are
+#: held out (Qwen3-235B-A22B 79.0 % -> 20.1 %, DeepSeek-R1 B200 98.0 % -> 66.9 %, H200
+#: 86.6 % -> 69.9 %). A spread this wide also absorbs what the model lacks for small grouped
+#: GEMMs (several experts' few rows per kernel), so read it as an upper bound on the skew.
+EXPERT_LOAD_CV = Fitted(2.5, "coefficient of variation of expert shares per step",
+                        "fitted on trtllm-1.0-llama4-maverick-moe-tp8")
+
+#: Redundant experts of an EPLB deployment (copies of the hottest experts placed so that every
+#: rank's mean load is equal): DeepSeek-V3 serves with 32 (DeepSeek-V3 Technical Report,
+#: section 3.4, prefilling and decoding); each costs its weights' memory on the rank it lands on.
+EPLB_REDUNDANT_EXPERTS = 32
+
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
 #: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
 ENGINE_OVERHEAD_S: dict[str, Fitted] = {
@@ -84,6 +102,13 @@ ENGINE_OVERHEAD_S: dict[str, Fitted] = {
 #: Request handling before the engine schedules a request (HTTP or gRPC front end, tokenizer,
 #: queue hand-off); it adds to TTFT and end-to-end latency, not to the iterations.
 ENGINE_REQUEST_S: dict[str, Fitted] = {
+    "vllm": Fitted(0.040, "s per request", "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-"
+                   "transfer's TTFT (API server and the PD proxy; grid 0-60 ms in 10 ms steps: "
+                   "median TTFT error 67.7% at 0, 20.8% at 40 ms)"),
+    "sglang": Fitted(0.060, "s per request", "fitted on mooncake-sglang-pd-1p1d-h20-qwen3-235b-"
+                     "kv-transfer's TTFT (router and the PD bootstrap; grid 0-100 ms in 20 ms "
+                     "steps: median TTFT error 41.2% at 0, 21.9% at 60 ms); that entry is no "
+                     "longer held out"),
     "tensorrt-llm": Fitted(0.010, "s per request", "fitted on trtllm-0.14-online-* (Triton "
                            "front end; grid 5-15 ms with the iteration overhead, 3-4 ms: "
                            "median error 16.6% at 10 ms and 3 ms)"),
@@ -104,6 +129,40 @@ ENGINE_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt-llm": "tensorrt-llm", "trt
 #: kv_cache_free_gpu_mem_fraction of what the weights leave): the engines' defaults.
 MEM_UTILIZATION = Fitted(0.90, "fraction of GPU memory", "vLLM default gpu_memory_utilization "
                          "0.9; TensorRT-LLM kv_cache_free_gpu_mem_fraction 0.9 (docs)")
+
+
+def rank_load_factor(tokens, experts: int, top_k: int, ep: int, cv: float | None = None):
+    """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean rank's.
+
+    ``tokens`` tokens each pick ``top_k`` of ``experts`` experts, ``experts / ep`` of them on
+    each rank. A rank's load is the sum of its experts' loads: balls into bins, binomial
+    sampling noise (variance ``mu (1 - top_k / experts)``) plus the spread of the experts'
+    popularity (coefficient of variation ``cv``, :data:`EXPERT_LOAD_CV`). The busiest of
+    ``ep`` ranks sits ``z(ep)`` standard deviations above the mean, ``z`` the expected
+    maximum of ``ep`` standard normals (Blom's approximation).
+
+    >>> round(rank_load_factor(64, 256, 8, 8, cv=0.0), 3)    # 64 decode tokens, EP8
+    1.176
+    >>> round(rank_load_factor(8192, 256, 8, 8, cv=0.0), 3)  # a prefill chunk: balanced
+    1.016
+    >>> round(rank_load_factor(8192, 256, 8, 8), 3)          # with the fitted skew
+    1.634
+    >>> float(rank_load_factor(64, 256, 8, 1))
+    1.0
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    if ep <= 1 or experts <= 1:
+        return np.ones_like(t) if t.ndim else 1.0
+    c = EXPERT_LOAD_CV.value if cv is None else cv
+    share = top_k / experts
+    local = experts / ep
+    mu_e = np.maximum(t, 1.0) * share
+    mu_r = local * mu_e
+    sd = np.sqrt(mu_r * (1.0 - share) + local * (c * mu_e) ** 2)
+    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    f = 1.0 + z * sd / mu_r
+    f = np.minimum(f, float(ep))        # at most every choice lands on one rank
+    return f if t.ndim else float(f)
 
 
 def engine_key(engine: str | None) -> str:
@@ -223,7 +282,7 @@ class StepModel:
     def __init__(self, model: str | ModelSpec, topo: Topology, layout: ServeLayout, *,
                  precision: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
                  max_tokens: int = 8192, block_size: int = 16, gpu: str | None = None,
-                 mem_utilization: float | None = None):
+                 mem_utilization: float | None = None, eplb: bool = False):
         self.model = load_model(model)
         m = self.model
         if not m.is_transformer or m.arch == "encoder":
@@ -231,6 +290,10 @@ class StepModel:
                              "transformer", field="MODEL")
         self.topo = topo
         self.layout = layout
+        # EPLB balances the experts' mean loads over the ranks: the popularity skew is gone,
+        # the sampling noise of each step stays
+        self.eplb = bool(eplb) and m.is_moe and layout.ep > 1
+        self.load_cv = 0.0 if self.eplb else EXPERT_LOAD_CV.value
         gpus = topo.gpus()
         if not gpus:
             raise InputError("the system has no GPUs", field="SYSTEM")
@@ -274,6 +337,11 @@ class StepModel:
         self.weights_bytes = M.weight_bytes(m, tp=lay.tp, pp=lay.pp,
                                             ep=lay.tp if m.is_moe else lay.ep,
                                             elem_bytes=self.wb)
+        if self.eplb:
+            g = 3 if m.gated else 2
+            per_expert = g * m.hidden * m.expert_ffn * self.wb / (lay.tp // lay.ep) / lay.pp
+            self.weights_bytes += (math.ceil(EPLB_REDUNDANT_EXPERTS / lay.ep) * m.moe_layers
+                                   * per_expert)
         # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
         self.kv_bytes_per_token = M.kv_cache_bytes_per_token(
             m, tp=lay.attn_tp, elem_bytes=self.kvb) / lay.pp
@@ -354,7 +422,8 @@ class StepModel:
             moe_tp = lay.tp // lay.ep
             Tm = T * lay.dp_attention           # tokens from every attention-DP rank
             local = E // lay.ep
-            per_expert = Tm * k / E
+            # the slowest EP rank's tokens per expert (routing imbalance)
+            per_expert = Tm * k / E * rank_load_factor(Tm, E, k, lay.ep, self.load_cv)
             touched = local * (1.0 - (1.0 - k / E) ** Tm)
             fe = m.expert_ffn / moe_tp
             parts.append(self._linear("router", Tm, E, m.hidden))
@@ -413,8 +482,11 @@ class StepModel:
         ep_a2a = np.zeros(grid.shape)
         if n_moe:
             if lay.ep > 1:
-                disp = grid * m.top_k * m.hidden * self.ab
-                comb = grid * m.top_k * m.hidden * 2.0
+                # the busiest rank's messages set the all-to-all's time
+                f = rank_load_factor(grid * lay.dp_attention, m.experts, m.top_k, lay.ep,
+                                     self.load_cv)
+                disp = grid * m.top_k * m.hidden * self.ab * f
+                comb = grid * m.top_k * m.hidden * 2.0 * f
                 ep_a2a += n_moe * (self._comm_s("all_to_all", lay.ep, disp)
                                    + self._comm_s("all_to_all", lay.ep, comb))
             if lay.tp // lay.ep > 1:

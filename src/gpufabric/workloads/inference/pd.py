@@ -11,7 +11,11 @@ from there, as SGLang and Dynamo do).
 The transfer is timed by :func:`gpufabric.collectives.predict` as a send/receive between a
 prefill GPU and a decode GPU with all ``tp x pp`` ranks of the instance sending their shard at
 once (``concurrent``), over NVLink when both pools sit in one NVLink domain and over the NICs
-otherwise; transfers from one prefill instance queue behind each other on its links.
+otherwise; transfers from one prefill instance queue behind each other on its links, and
+transfers into one decode instance (from all ``x`` prefill instances) on the decode side's
+links: a transfer ends when both ends have carried it (``kv_wait_ms``: the time spent
+queueing on either end). With attention data parallelism each instance is ``dp_attention``
+request streams, and a request's cache moves from the ``tp / dp_attention`` GPUs holding it.
 
 Examples
 --------
@@ -38,8 +42,8 @@ from gpufabric.workloads.compute import Fitted
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
                                                  check_config, check_slo_possible,
-                                                 scheduler_config, source_text, step_model,
-                                                 typical_breakdown)
+                                                 scheduler_config, simulate_with_front_end,
+                                                 source_text, step_model, typical_breakdown)
 from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
 
 
@@ -110,9 +114,6 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
     check_config(cfg)
-    if cfg.dp_attention != 1:
-        raise InputError("--pd with --dp-attention is not modeled; use one or the other",
-                         field="--pd")
     sm_p = step_model(model, topo, cfg)
     sm_d = step_model(model, decode_topo, cfg) if decode_topo is not None else sm_p
     per = cfg.layout().gpus
@@ -128,16 +129,22 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                          field="--concurrency")
     check_slo_possible(sm_p, cfg, int(full.isl.max()))
     n = len(full)
-    # prefill pool: instance 0 takes requests 0, x, 2x, ...; each produces the first token
-    idx_p = np.arange(0, n, x)
+    # with attention-DP each instance runs dp_attention request streams (its attention ranks,
+    # each with its own requests and KV cache): the pools have x and y times that many
+    dpa = cfg.dp_attention
+    xs, ys = x * dpa, y * dpa
+    senders = per // dpa             # the GPUs holding one request's KV cache
+    # prefill pool: stream 0 takes requests 0, xs, 2xs, ...; each produces the first token
+    idx_p = np.arange(0, n, xs)
     pre_req = R.Requests(full.arrival[idx_p], full.isl[idx_p], np.ones(idx_p.size, np.int64))
-    res_p = simulate(pre_req, sm_p, scheduler_config(sm_p, cfg))
+    # requests pass the engine's front end (and the PD router) before prefill
+    res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, cfg))
     delay = res_p.first_token - res_p.arrival
     # KV transfer per request: each GPU of the instance sends its shard, all at once
     shard = full.isl[idx_p] * sm_p.kv_bytes_per_token
-    sizes = np.unique(shard)
+    sizes = np.unique(full.isl * sm_p.kv_bytes_per_token)
     t_of = {int(s): KV_SETUP_S.value + collectives.predict(
-        link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=per).time_us * 1e-6
+        link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=senders).time_us * 1e-6
         / KV_EFF.value for s in sizes}
     xfer = np.array([t_of[int(s)] for s in shard])
     done = res_p.first_token.copy()
@@ -148,9 +155,20 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
         done[k] = link_free
     ready_rep = done                                   # first token at the decode side
     # every request of the stream gets the delays of its prefill-instance counterpart
-    pos = np.minimum(np.arange(n) // x, idx_p.size - 1)
+    pos = np.minimum(np.arange(n) // xs, idx_p.size - 1)
     ready = full.arrival + (ready_rep - res_p.arrival)[pos]
-    idx_d = np.arange(0, n, y)
+    idx_d = np.arange(0, n, ys)
+    # the decode instance receives from all x prefill instances on its own links: a transfer
+    # that finds them busy (x > y, or bursts) waits there too (a tandem of the two queues)
+    xfer_all = np.array([t_of[int(v)] for v in full.isl * sm_p.kv_bytes_per_token])
+    sent = ready.copy()
+    recv_free = 0.0
+    for k in idx_d[np.argsort(sent[idx_d], kind="stable")]:
+        ready[k] = max(sent[k], recv_free + xfer_all[k])
+        recv_free = ready[k]
+    # transfer start to finish, queueing on both ends included, for decode instance 0's stream
+    start = (full.arrival + (res_p.first_token - res_p.arrival)[pos])[idx_d]
+    wait = ready[idx_d] - start - xfer_all[idx_d]
     dec = idx_d[full.osl[idx_d] >= 2]
     order = dec[np.argsort(ready[dec], kind="stable")]
     dec_req = R.Requests(ready[order], full.isl[order], full.osl[order])
@@ -166,7 +184,7 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     gpus = (x + y) * per
     for key in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
                 "goodput_requests_per_s"):
-        s[key] = s[key] * y
+        s[key] = s[key] * ys
     s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / gpus
     s["requests"] = n
     xfer_ms = {k: v for k, v in zip(("p50", "p90", "p99"),
@@ -192,8 +210,11 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                   "decode": {"instances": y, "gpus_per_instance": per, "gpu": sm_d.gpu.name,
                              "system": (decode_topo or topo).name},
                   "kv_link": link, "kv_bytes_per_request_mean": float(
-                      (full.isl * sm_p.kv_bytes_per_token * per).mean()),
-                  "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms}}
+                      (full.isl * sm_p.kv_bytes_per_token * senders).mean()),
+                  "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms,
+                  "kv_wait_ms": {k: float(v) for k, v in zip(
+                      ("p50", "p90", "p99"), np.percentile(np.maximum(wait, 0.0).round(9) * 1e3,
+                                                           [50, 90, 99]), strict=True)}}}
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}

@@ -65,6 +65,7 @@ class ServeConfig:
     block_size: int = 16
     preemption: str = "recompute"
     seed: int = 0
+    eplb: bool = False                   # MoE: redundant experts balance the EP ranks
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -134,7 +135,7 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = N
     _, tok = ENGINE_LIMITS[engine_key(cfg.engine)]
     return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                      engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
-                     block_size=cfg.block_size, gpu=gpu)
+                     block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb)
 
 
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:

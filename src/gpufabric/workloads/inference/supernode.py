@@ -18,11 +18,12 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
+from gpufabric.workloads.inference.itertime import ServeLayout
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 from gpufabric.workloads.models import load_model
 
@@ -70,8 +71,9 @@ def best_under_slo(model: str, topo: Topology, cfg: ServeConfig, layouts: list[d
     rows: list[dict[str, Any]] = []
     for lay in layouts:
         full = {"tp": 1, "ep": 1, "dp_attention": 1, **lay}
-        if gpus % full["tp"]:
+        if full["tp"] > gpus:
             continue
+        # as many instances as fit; per-GPU figures count all ``gpus``, idle ones included
         c = replace(cfg, tp=full["tp"], ep=full["ep"], dp_attention=full["dp_attention"],
                     replicas=gpus // full["tp"])
         try:
@@ -82,12 +84,16 @@ def best_under_slo(model: str, topo: Topology, cfg: ServeConfig, layouts: list[d
         if r is None:
             rows.append({"layout": _name(full), "error": "the SLO is not met at any rate"})
             continue
-        rows.append({"layout": _name(full), "rate": rate,
-                     "tokens_per_s_per_gpu": r["throughput_tokens_per_s_per_gpu"],
+        rows.append({"layout": _name(full), "rate": rate, "gpus_used": r["gpus"],
+                     "tokens_per_s_per_gpu": r["throughput_tokens_per_s"] / gpus,
                      "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
                      "breakdown_ms": r["breakdown_ms"], "bottleneck": r["bottleneck"]})
     ok = [x for x in rows if "error" not in x]
     if not ok:
+        if rows and all("does not fit" in x["error"] for x in rows):
+            raise InputError(f"{model} in {cfg.precision} fits no layout of {gpus} GPUs of "
+                             f"{topo.name} ({', '.join(x['layout'] for x in rows)}); "
+                             + fit_hint(model, topo, cfg, gpus), field="--precision")
         raise InputError(f"no layout of {model} on {gpus} GPUs of {topo.name} meets the SLO: "
                          + "; ".join(f"{x['layout']}: {x['error']}" for x in rows),
                          field="--slo-ttft/--slo-tpot")
@@ -95,11 +101,35 @@ def best_under_slo(model: str, topo: Topology, cfg: ServeConfig, layouts: list[d
     return {**best, "system": topo.name, "gpus": gpus, "tried": rows}
 
 
+def fit_hint(model: str, topo: Topology, cfg: ServeConfig, gpus: int) -> str:
+    """Which precision, or which expert/tensor-parallel width, would fit ``model``: the
+    narrowest width of each smaller precision whose weights leave room for a KV cache."""
+    from gpufabric.workloads.inference.itertime import DTYPES, StepModel
+    m = load_model(model)
+    out = []
+    for prec in [cfg.precision] + [p for p in DTYPES if p not in ("fp16", "bf16", cfg.precision)]:
+        for w in (1, 2, 4, 8, 16, 32, 64, 128):
+            if w > gpus or (m.is_moe and (w < 8 or m.experts % w)) or m.heads % w:
+                continue
+            lay = ServeLayout(tp=w, ep=w if m.is_moe else 1, dp_attention=w if m.is_moe else 1)
+            try:
+                StepModel(m, topo, lay, precision=prec, kv_dtype=cfg.kv_dtype,
+                          engine=cfg.engine, max_tokens=256)
+            except InputError:
+                continue
+            out.append(f"{prec} from {_name(asdict(lay))}")
+            break
+    if not out:
+        return "no precision fits it on these GPUs"
+    return "it would fit in " + ", ".join(out) + " (--precision, or more GPUs)"
+
+
 def default_layouts(model: str, per_node_servers: int, gpus: int) -> tuple[list, list]:
     """Candidate layouts: TP for dense models (inside a server; across the supernode too), and
-    attention-DP with expert parallelism for MoE models (inside a server, or wider)."""
+    attention-DP with expert parallelism for MoE models (inside a server, or wider, up to the
+    GPU count: a layout that does not divide it runs as many instances as fit)."""
     m = load_model(model)
-    widths = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w <= gpus and gpus % w == 0]
+    widths = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w <= gpus]
     if m.is_moe:
         eps = [w for w in widths if w >= 8 and m.experts % w == 0]
         lay = [{"tp": w, "ep": w, "dp_attention": w} for w in eps]

@@ -27,7 +27,8 @@ from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
-                                                    ENGINE_REQUEST_S, FP4_EFF, engine_key)
+                                                    ENGINE_REQUEST_S, EXPERT_LOAD_CV, FP4_EFF,
+                                                    engine_key)
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 from gpufabric.workloads.models import load_model
 
@@ -51,7 +52,8 @@ def _fitted_ids() -> set[str]:
     ids: set[str] = set()
     from gpufabric.workloads.inference.pd import KV_EFF, KV_SETUP_S
     for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values(),
-              *ENGINE_REQUEST_S.values(), KV_EFF, KV_SETUP_S, FP4_EFF]:
+              *ENGINE_REQUEST_S.values(), KV_EFF, KV_SETUP_S, FP4_EFF,
+              EXPERT_LOAD_CV]:
         if f.fitted_on.startswith("fitted on"):
             ids.update(re.findall(r"[a-z0-9][a-z0-9.]*-[a-z0-9.\-*]+", f.fitted_on))
     return ids

@@ -84,30 +84,32 @@ def test_validation_on_the_published_runs():
     # "fitted": entries a parameter was fitted on (23 points) plus those whose misses led to a
     # model change (validate.TUNED_ON: torchtitan's op-level recomputation, the 500 W H100s'
     # clock, the ZeRO-3 rows, BERT's unfused attention); the goal (median <= 10%) is not met
-    # on this file -- docs/training.md names the misses
+    # on this file -- docs/training.md names the misses. Issue 7's third pass (the GEMM library
+    # picks the tile shape that wastes least) moved these from 12.08 / 14.91 / 13.47
     assert s["points"] == 115 and s["fitted_points"] == 73
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (12.08, 14.91, 13.47)
+        (9.78, 13.82, 12.68)
     assert s["holdout_points"] == 42
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
     # held out: over-predicted more as DP grows over RoCE
-    assert [round(p.error_pct) for p in mega] == [1, 1, 10, 12]
+    assert [round(p.error_pct) for p in mega] == [3, 3, 12, 14]
 
 
 def test_second_holdout_of_runs_never_tuned_against():
     # Megatron-Bridge's published tables (25.11, 26.02, 26.08; H100, B200, GB200), collected
     # after the model was settled: the H100 Llama runs are within 11%, MoE with EP 8 on B200
-    # is over-predicted by up to 83%
+    # is over-predicted by up to 86% (83% before the tile-shape choice of issue 7's third pass,
+    # which moved the median from 10.68 to 10.92: Blackwell parts gain the most)
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
     s = r.summary
     assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
-        (27, 0, 10.68, 83.33)
+        (27, 0, 10.92, 86.4)
     err = {p.id: p.error_pct for p in r.points}
     assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
-        [-6.86, -3.76, -3.34, -3.09, 10.14]
+        [-5.6, -2.67, -2.5, -2.41, 10.48]
     # EP 32 over dp 16 x tp 2 (Megatron's expert-tensor folding) is not a layout the model has
     assert {x["id"].split("#")[0] for x in r.skipped} == {
         "mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",

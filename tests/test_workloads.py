@@ -4,7 +4,7 @@ import pytest
 
 from gpufabric.errors import InputError
 from gpufabric.workloads.compute import (
-    attention, gemm, gemm_efficiency, gpu_spec, head_ops, layer_ops, op_time_s,
+    attention, gemm, gemm_efficiency, gpu_spec, head_ops, layer_ops, op_time_s, tile_shapes,
 )
 from gpufabric.workloads.memory import (
     check_fits, kv_cache_bytes_per_token, training_memory, weight_bytes,
@@ -97,8 +97,12 @@ def test_gemm_efficiency_rises_as_tiles_fill_the_sms():
     g = gpu_spec("H100-SXM")
     effs = [gemm_efficiency(gemm("x", n, n, n, 2), g) for n in (256, 1024, 4096)]
     assert effs == sorted(effs) and effs[0] < 0.1 and effs[-1] > 0.6
-    # a tile wave that leaves SMs idle costs: 133 tiles on 132 SMs need two waves
-    assert gemm_efficiency(gemm("x", 128 * 133, 256, 4096, 2), g) < 0.4
+    # a tile wave that leaves SMs idle costs: 132 tiles of 128 x 256 fill H100's 132 SMs once;
+    # 133 would need two waves (fill 0.50), so the library takes 266 tiles of 128 x 128 in
+    # three waves instead (fill 266 / 396 = 0.67)
+    assert round(gemm_efficiency(gemm("x", 128 * 132, 256, 4096, 2), g), 3) == 0.765
+    assert round(gemm_efficiency(gemm("x", 128 * 133, 256, 4096, 2), g), 3) == 0.514
+    assert tile_shapes("hopper") == [(128, 256), (256, 128), (128, 128)]
 
 
 def test_layer_flops_are_twice_the_parameters_per_token_plus_attention():

@@ -79,6 +79,30 @@ K_HALF_PER_BALANCE = Fitted(0.63, "elements per FLOP/B", "fitted on the megatron
 #: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
 TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),
         "blackwell": (256, 256), "cdna3": (256, 256)}
+
+
+def tile_shapes(arch: str) -> list[tuple[int, int]]:
+    """Output tiles (M x N) the GEMM library chooses among: the generation's large tile
+    (``TILE``), its transpose, and the tile with its longer side halved (both sides of a square
+    tile). cuBLAS / CUTLASS ship all of these and pick per shape, so a GEMM whose tile count
+    falls just past a whole number of waves on the large tile runs on a smaller one instead.
+
+    >>> tile_shapes("hopper")
+    [(128, 256), (256, 128), (128, 128)]
+    >>> tile_shapes("blackwell")
+    [(256, 256), (128, 256), (256, 128)]
+    """
+    tm, tn = TILE.get(arch, (128, 128))
+    out = [(tm, tn)]
+    if tn != tm:
+        out.append((tn, tm))
+    if tm >= tn:
+        out.append((tm // 2, tn))
+    if tn >= tm:
+        out.append((tm, tn // 2))
+    return list(dict.fromkeys(out))
+
+
 #: flash-attention cores relative to the GEMM ceiling (softmax, masking, online rescaling)
 ATTN_EFF = Fitted(0.75, "fraction of the GEMM ceiling", "prior: FlashAttention-2 reaches "
                   "~0.7 of A100 GEMM throughput forward (Dao 2023, Fig. 4), FA3 similar on H100")
@@ -241,12 +265,14 @@ def gemm_efficiency(op: Op, gpu: GPUSpec, precision: str = "bf16") -> float:
         ceiling *= FP8_EFF.value
     if op.m <= 0 or op.n <= 0 or op.k <= 0:
         return ceiling
-    tm, tn = TILE.get(gpu.arch, (128, 128))
-    tiles = math.ceil(op.m / tm) * math.ceil(op.n / tn) * op.count
     sms = max(gpu.sms, 1)
-    waves = math.ceil(tiles / sms)
-    # useful work over the tiles' padded work, and over the SM-slots of the last wave
-    fill = (op.m * op.n * op.count) / (tiles * tm * tn) * tiles / (waves * sms)
+    fill = 0.0
+    for tm, tn in tile_shapes(gpu.arch):
+        tiles = math.ceil(op.m / tm) * math.ceil(op.n / tn) * op.count
+        waves = math.ceil(tiles / sms)
+        # useful work over the tiles' padded work, and over the SM-slots of the last wave; the
+        # library's heuristic picks the tile shape that wastes least
+        fill = max(fill, (op.m * op.n * op.count) / (tiles * tm * tn) * tiles / (waves * sms))
     balance = gpu.peak_tflops(precision) * 1e12 / (gpu.hbm_GBps * 1e9)
     depth = op.k / (op.k + K_HALF_PER_BALANCE.value * balance)
     return ceiling * fill * depth
@@ -393,7 +419,7 @@ from gpufabric.workloads.models import load_model  # noqa: E402  (doctest conven
 
 __all__ = ["PRECISIONS", "ACT_BYTES", "Fitted", "GEMM_EFF", "FP8_EFF", "K_HALF_PER_BALANCE",
            "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER", "GPUSpec", "gpu_spec",
-           "POWER_CLOCK_EXP", "power_capped",
+           "POWER_CLOCK_EXP", "power_capped", "tile_shapes",
            "check_precision", "Op", "gemm", "attention", "elementwise", "gemm_efficiency",
            "PASSES", "op_time_s", "achieved_tflops", "layer_ops", "head_ops", "optimizer_op",
            "load_model"]

@@ -100,6 +100,33 @@ def test_ll_is_capped_at_nccl_ll_max_bandwidth():
     assert p.time_us == pytest.approx(lat + (GB + fill) * 1.75 / 87.7e9 * 1e6, rel=1e-9)
 
 
+def test_ring_ll128_is_capped_per_channel():
+    # NCCL's LL128 ring gets at most perChMaxRingLL128Bw per channel: Ampere 20 GB/s, so
+    # DGX A100's 24 channels reach 480 GB/s of bus bandwidth at most
+    a100 = from_spec({"gpu": "A100-SXM4-80GB", "gpus_per_node": 8})
+    m = C.Model(a100)
+    ring = C.ALGORITHMS["ring"]
+    assert ring.busbw_cap_GBps(m, "all_reduce", m.layout(8), "LL128") == 24 * 20.0
+    assert P.REGISTRY["PER_CH_MAX_RING_LL128_GBPS"].value["blackwell"] == 40.0
+    # on a PCIe ring (2 channels) the cap binds: 40 GB/s of bus bandwidth at most
+    pcie = from_spec({"gpu": "H100-PCIe", "gpus_per_node": 4, "scale_up": "pcie"})
+    mp = C.Model(pcie)
+    assert ring.busbw_cap_GBps(mp, "all_reduce", mp.layout(4), "LL128") == 2 * 36.7
+
+
+def test_ring_ll128_with_one_rank_per_node_runs_at_0_7():
+    t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 4, "nics_per_node": 8,
+                   "nic": "ib-ndr"})
+    m = C.Model(t)
+    lay = m.layout(4, per_node=1)
+    plan = m.plan("all_reduce", "ring", lay)
+    ring = C.ALGORITHMS["ring"]
+    assert ring.efficiency(m, "all_reduce", plan, "LL128", lay, GB) == 0.7
+    full = m.layout(32)
+    assert ring.efficiency(m, "all_reduce", m.plan("all_reduce", "ring", full), "LL128",
+                           full, GB) == 0.92
+
+
 def test_pat_for_one_gpu_per_node():
     t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 64, "nics_per_node": 8,
                    "nic": "ib-ndr"}, materialize_nodes=4)

@@ -168,6 +168,19 @@ PROTO_EFFICIENCY = record(
     "128 bytes", f"{_TUNING} (ring LL busBw x 0.5 capped by llMaxBws; LL128 x 0.92)",
     nccl=True)
 
+PER_CH_MAX_RING_LL128_GBPS = record(
+    "PER_CH_MAX_RING_LL128_GBPS", {
+        "volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0},
+    "GB/s per channel", "ring LL128 by GPU generation (1, 2 and more nodes alike): bus "
+    "bandwidth at most ring channels x this",
+    f"{_TUNING} perChMaxRingLL128Bws (ring LL128 busBw = min(busBw x 0.92, nChannels x "
+    "perChMaxRingLL128Bw))", nccl=True)
+
+RING_LL128_ONE_PER_NODE = record(
+    "RING_LL128_ONE_PER_NODE", 0.7, "share of link rate",
+    "ring LL128 across nodes with one rank per node (ppn < 2): replaces LL128's 0.92",
+    f"{_TUNING} (ring LL128 busBw x (ppn < 2 ? 0.7 : 0.92))", nccl=True)
+
 TREE_LL_EFFICIENCY = record(
     "TREE_LL_EFFICIENCY", 1.0 / 3.8, "share of link rate", "protocol LL on trees",
     f"{_TUNING} (tree LL busBw / 3.8, capped by llMaxBws)", nccl=True)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.algorithms.base import (UNIT, Algorithm, Plan, cpu_vendor, register,
-                                                   ring_channels)
+from gpufabric.collectives.algorithms.base import (UNIT, Algorithm, Plan, cpu_vendor,
+                                                   gpu_generation, register, ring_channels)
 
 #: Ring steps and bytes each rank sends per byte of buffer, per operation.
 _STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
@@ -57,6 +57,27 @@ class Ring(Algorithm):
                 and size / (P.MAX_CHANNELS * lay.ranks) >= 64):
             lat *= P.RING_PLATEAU_LAT
         return lat
+
+    def efficiency(self, m, op, plan, proto, lay, size):
+        """The protocol's share of the link rate; NCCL's LL128 ring across nodes with one rank
+        per node gets 0.7 instead of 0.92."""
+        if proto == "LL128" and lay.nodes > 1 and lay.per_node < 2:
+            return plan.eff * P.RING_LL128_ONE_PER_NODE
+        return super().efficiency(m, op, plan, proto, lay, size)
+
+    def busbw_cap_GBps(self, m, op, lay, proto):
+        """LL's ceiling (llMaxBws) and LL128's per-channel one: ring channels x NCCL's
+        perChMaxRingLL128Bw of the GPU generation.
+
+        >>> from gpufabric.collectives import Model
+        >>> from gpufabric.topology.presets import load
+        >>> m = Model(load("dgx-a100"))
+        >>> Ring().busbw_cap_GBps(m, "all_reduce", m.layout(8), "LL128")   # 24 x 20 GB/s
+        480.0
+        """
+        if proto == "LL128":
+            return ring_channels(m, lay) * P.PER_CH_MAX_RING_LL128_GBPS[gpu_generation(m.topo)]
+        return super().busbw_cap_GBps(m, op, lay, proto)
 
     def fill_bytes(self, m, op, plan, proto, lay, size):
         """The ring's pipeline fill: each channel's first slice (RING_SLICE_BYTES of the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
@@ -137,7 +137,9 @@ def serve(
         return
     if search:
         from gpufabric.workloads.inference.search import search as run_search
-        res = run_search(model, system, cfg, decode_system=decode_system, ray=ray)
+        with Progress("serve --search") as progress:
+            res = run_search(model, system, cfg, decode_system=decode_system, ray=ray,
+                             progress=progress.told("layouts"))
         if json:
             emit_json(res)
             return

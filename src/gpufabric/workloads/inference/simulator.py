@@ -125,17 +125,10 @@ def _ceil_div(a, b: int):
     return -(-a // b)
 
 
-def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
-             max_iterations: int = 50_000_000, prefilled: bool = False) -> SimResult:
-    """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
-
-    ``prefilled``: the requests arrive with their prompt's KV cache and first token made
-    elsewhere (the decode pool of a disaggregated deployment); they only decode.
-
-    Raises :class:`InputError` when a single request cannot fit in the KV cache.
-    """
+def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
+    """Refuse a request that cannot run alone: more KV blocks than the cache holds, or a
+    prompt over the token budget without chunked prefill (before any work is done on it)."""
     cfg.check()
-    n = len(reqs)
     B = int(cfg.block_size)
     isl = reqs.isl.astype(np.int64)
     osl = reqs.osl.astype(np.int64)
@@ -149,6 +142,23 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
         raise InputError(f"a prompt of {int(isl.max())} tokens exceeds the token budget "
                          f"{cfg.max_batched_tokens} without chunked prefill",
                          field="max_batched_tokens")
+
+
+def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
+             max_iterations: int = 50_000_000, prefilled: bool = False) -> SimResult:
+    """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
+
+    ``prefilled``: the requests arrive with their prompt's KV cache and first token made
+    elsewhere (the decode pool of a disaggregated deployment); they only decode.
+
+    Raises :class:`InputError` when a single request cannot fit in the KV cache.
+    """
+    check_fits(reqs, cfg)
+    n = len(reqs)
+    B = int(cfg.block_size)
+    isl = reqs.isl.astype(np.int64)
+    osl = reqs.osl.astype(np.int64)
+    need_max = _ceil_div(isl + osl, B)
     closed = reqs.concurrency > 0
     if closed:
         arrival = np.full(n, np.inf)

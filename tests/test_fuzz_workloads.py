@@ -267,3 +267,18 @@ def test_absurd_serve_options_are_refused(cli, args, message):
 def test_zero_train_options_are_refused_not_taken_as_defaults(cli, args, message):
     code, _, err = cli("train", "llama2-7b", "dgx-a100", *args)
     assert (code, err) == (2, f"gpufabric: error: {message}\n")
+
+
+def test_an_inference_entry_with_bad_numbers_is_refused_point_by_point(tmp_path):
+    from gpufabric.workloads.inference.validate import validate
+    entry = dict(INFERENCE[0], parallelism={"tp": [2], "pp": 1})
+    f = tmp_path / "serve.yaml"
+    f.write_text(yaml.safe_dump([entry]))
+    res = validate(str(f))
+    assert res["points"] == []
+    assert res["skipped"] == [{"id": entry["id"], "point": 0,
+                               "reason": "refused: tp: got [2]; expected a whole number >= 1"}]
+    f.write_text(yaml.safe_dump([dict(entry, engine="TensorRT-LLM")]))
+    with pytest.raises(InputError) as err:
+        validate(str(f))
+    assert str(err.value) == f"{f}: [0]({entry['id']}).engine: not a mapping"

@@ -67,7 +67,7 @@ FP4_EFF = Fitted(0.75, "fraction of the FP8 efficiency", "fitted on trtllm-1.0-l
                  "b200-tp1-fp4")
 
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
-#: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
+#: unloaded (concurrency 1) and offline points of tests/data/calibration/inference.yaml named.
 ENGINE_OVERHEAD_S: dict[str, Fitted] = {
     "tensorrt-llm": Fitted(0.003, "s per iteration", "fitted on trtllm-0.14-online-* and "
                            "trtllm-0.17-llama31-8b-h100-tp1-fp8 together with the per-request "

@@ -151,7 +151,8 @@ def serve(
         r = serve_pd(model, topo, cfg, pd or "1P1D",
                      load(decode_system) if decode_system else None)
     else:
-        r = run(model, topo, cfg)
+        with Progress("serve") as progress:
+            r = run(model, topo, cfg, progress=progress.told("requests of one instance"))
     if json:
         emit_json(r)
         return

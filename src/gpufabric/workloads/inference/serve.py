@@ -16,6 +16,8 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from dataclasses import asdict, dataclass
 
@@ -168,8 +170,12 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
     return max(1, gpus // per)
 
 
-def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
-    """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary."""
+def serve(model: str, topo: Topology, cfg: ServeConfig,
+          progress: Callable[[int, int], None] | None = None) -> dict:
+    """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
+
+    ``progress(n, total)`` is told as the simulated instance's requests finish.
+    """
     check_config(cfg)
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
@@ -178,7 +184,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
     sched = scheduler_config(sm, cfg)
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
-    res = simulate_with_front_end(reqs, sm, sched)
+    res = simulate_with_front_end(reqs, sm, sched, progress=progress)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",

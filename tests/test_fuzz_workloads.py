@@ -263,6 +263,8 @@ def test_absurd_serve_options_are_refused(cli, args, message):
     (["--seq-len", "0"], "--seq-len: must be a whole number of tokens >= 1, got 0"),
     (["--global-batch", "0"], "--global-batch: must be a whole number >= 1, got 0"),
     (["--search", "--top", "0", "--json"], "--top: must be a whole number >= 1, got 0"),
+    (["--tp", "0"], "tp: must be a whole number >= 1, got 0"),       # was a ZeroDivisionError
+    (["--cp", "0"], "cp: must be a whole number >= 1, got 0"),
 ])
 def test_zero_train_options_are_refused_not_taken_as_defaults(cli, args, message):
     code, _, err = cli("train", "llama2-7b", "dgx-a100", *args)

@@ -125,6 +125,7 @@ def train(
     gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
     gpus = gpn * int(topo.meta.get("nodes") or 1)
     if dp is None:
+        Parallel(tp=tp, pp=pp, cp=cp)     # refuses a tp, pp or cp below 1 before it divides
         if gpus % (tp * pp * cp):
             raise InputError(f"tp x pp x cp = {tp * pp * cp} does not divide the {gpus} GPUs",
                              field="--tp")

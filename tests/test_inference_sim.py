@@ -91,9 +91,9 @@ def test_trace_csv_and_jsonl(tmp_path):
 
 @pytest.mark.parametrize("text,msg", [
     ("arrival_s,input_len,output_len\n0.5,100,10\n1.0,abc,3\n",
-     "t.csv: row 3.input_len: got 'abc'; expected a whole number of tokens >= 1"),
+     "t.csv: row 3.input_len: got 'abc'; expected a whole number of tokens from 1 to 100,000,000"),
     ("arrival_s,input_len,output_len\n0.5,100,0\n",
-     "t.csv: row 2.output_len: got '0'; expected a whole number of tokens >= 1"),
+     "t.csv: row 2.output_len: got '0'; expected a whole number of tokens from 1 to 100,000,000"),
     ("when,input_len,output_len\n0.5,100,3\n",
      "t.csv: row 2: no column for arrival_s; allowed names: arrival_s"),
     ("arrival_s,input_len,output_len\nyesterday,100,3\n",

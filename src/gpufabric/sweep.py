@@ -9,6 +9,11 @@ Examples
 --------
 >>> run(abs, [-2, 3, -5])
 [2, 3, 5]
+>>> told = []
+>>> run(abs, [-2, 3], progress=lambda n, total: told.append((n, total)))
+[2, 3]
+>>> told
+[(1, 2), (1, 2)]
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ def _chunk(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
 
 
 def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
-        address: str | None = None, chunks: int = 0) -> list[R]:
+        address: str | None = None, chunks: int = 0,
+        progress: Callable[[int, int], None] | None = None) -> list[R]:
     """``[fn(x) for x in items]``, in this process or spread over a Ray cluster.
 
     Parameters
@@ -37,10 +43,19 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
         ``auto``).
     chunks : int
         Ray tasks to split the items into (default: 4 per available CPU).
+    progress : callable, optional
+        ``progress(n, total)`` is called as each ``n`` more of the ``total`` items are done
+        (one by one in this process, a Ray task's share at a time on Ray).
     """
     items = list(items)
     if not (ray or address):
-        return [fn(x) for x in items]
+        if progress is None:
+            return [fn(x) for x in items]
+        done = []
+        for x in items:
+            done.append(fn(x))
+            progress(1, len(items))
+        return done
     try:
         import ray as _ray
     except ImportError:
@@ -59,9 +74,16 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
     size = max(1, -(-len(items) // n))
     task = _ray.remote(_chunk)
     refs = [task.remote(fn, items[i:i + size]) for i in range(0, len(items), size)]
+    parts: dict[Any, list[R]] = {}
+    pending = list(refs)
+    while pending:                       # as tasks end, in any order; kept in the items' order
+        ready, pending = _ray.wait(pending, num_returns=1)
+        parts[ready[0]] = _ray.get(ready[0])
+        if progress:
+            progress(len(parts[ready[0]]), len(items))
     out: list[R] = []
-    for part in _ray.get(refs):
-        out.extend(part)
+    for ref in refs:
+        out.extend(parts[ref])
     return out
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from types import TracebackType
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import typer
@@ -92,6 +93,14 @@ class Progress:
                  tb: TracebackType | None) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+    def told(self, what: str = "") -> Callable[[int, int], None]:
+        """A ``progress(n, total)`` callback for the library (:func:`gpufabric.sweep.run`):
+        ``n`` more of ``total`` steps done, each named ``what``."""
+        def tell(n: int, total: int) -> None:
+            self.total = total
+            self.step(what, n)
+        return tell
 
     def step(self, what: str = "", n: int = 1) -> None:
         """Count ``n`` steps done; ``what`` names the last one."""

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.errors import InputError
 
 TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10; from "
@@ -20,18 +20,6 @@ TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpusp
 NODES_HELP = ("gpu_node or all_node (openb node lists, found like TRACE; without them their "
               "synthetic twins), a CSV path with the openb node columns, or a spec like "
               "'V100M32x8*16+tpu-v4-8*4+cpu*32'.")
-
-
-def _progress(enabled: bool, total: float, label: str):
-    """A rich progress bar on stderr (or nothing), and its advance function."""
-    if not enabled:
-        return None, (lambda *_: None)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
-        "{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=Console(stderr=True),
-        transient=True)
-    task = prog.add_task(label, total=total)
-    return prog, (lambda n=1: prog.advance(task, n))
 
 
 @app.command()
@@ -65,7 +53,7 @@ def schedule(
     """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
     from gpufabric.scheduler import REGISTRY
     from gpufabric.scheduler.engine import check_load, check_ratio, check_seed
-    from gpufabric.scheduler.arrival import run_arrivals
+    from gpufabric.scheduler.arrival import ArrivalRun, run_arrivals
     from gpufabric.scheduler.failures import parse_duration, parse_failures
     from gpufabric.scheduler.replay import run_replay
 
@@ -88,15 +76,13 @@ def schedule(
         raise InputError("failures apply to replay only", field="--failures")
     cluster, jobs, note = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
-    show = not json and sys.stderr.isatty()
-
     if mode == "arrival":
-        prog, adv = _progress(show, len(policies) * runs * 130, "arrival")
         results = []
-        with (prog or _Null()):
+        with Progress("schedule", len(policies) * runs) as progress:
             for p in policies:
-                results.append(run_arrivals(cluster, jobs, p, seeds, ratio, routing,
-                                       tick=lambda k: adv()))
+                def ran(r: ArrivalRun, p: str = p) -> None:
+                    progress.step(f"{p} seed {r.seed}")
+                results.append(run_arrivals(cluster, jobs, p, seeds, ratio, routing, on_run=ran))
         if json:
             out = [dict(_arrival_json(r)) for r in results]
             emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
@@ -109,14 +95,13 @@ def schedule(
     spec = parse_failures(failures, cluster.names) if failures else None
     ck = parse_duration(checkpoint, "--checkpoint")
     span = float(jobs.creation.max() - jobs.creation.min()) / load if len(jobs) else 1.0
-    prog, adv = _progress(show, len(policies) * runs * 201, "replay")
     replays = []
-    with (prog or _Null()):
+    with Progress("schedule", len(policies) * runs) as progress:
         for p in policies:
             for s in seeds:
                 replays.append(run_replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
-                                      routing=routing, default_checkpoint_s=ck, load=load,
-                                      tick=lambda t: adv()))
+                                          routing=routing, default_checkpoint_s=ck, load=load))
+                progress.step(f"{p} seed {s}")
     if json:
         out = []
         for r in replays:
@@ -169,14 +154,6 @@ def _note(note: str) -> None:
     """After the results (so that an error stays one line): what stood in for missing data."""
     if note:
         print(f"gpufabric: note: {note}", file=sys.stderr)
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def _arrival_json(r) -> dict:

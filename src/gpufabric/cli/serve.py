@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import typer
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
@@ -147,7 +147,9 @@ def serve(
         return
     if search:
         from gpufabric.workloads.inference.search import search as run_search
-        res = run_search(model, system, cfg, decode_system=decode_system, ray=ray)
+        with Progress("serve --search") as progress:
+            res = run_search(model, system, cfg, decode_system=decode_system, ray=ray,
+                             progress=progress.told("layouts"))
         if json:
             emit_json(res)
             return
@@ -159,7 +161,8 @@ def serve(
         r = serve_pd(model, topo, cfg, pd or "1P1D",
                      load(decode_system) if decode_system else None)
     else:
-        r = run(model, topo, cfg)
+        with Progress("serve") as progress:
+            r = run(model, topo, cfg, progress=progress.told("requests of one instance"))
     if json:
         emit_json(r)
         return

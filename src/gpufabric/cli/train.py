@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -98,16 +98,21 @@ def train(
     from gpufabric.workloads.models import load_model
     from gpufabric.workloads.parallel import Parallel
     from gpufabric.workloads.search import _topology, search
-    from gpufabric.workloads.training import predict_step
+    from gpufabric.workloads.training import check_seq_len, predict_step
     m = load_model(model)
-    seq = seq_len or m.seq_len
+    seq = check_seq_len(seq_len, m)
+    if global_batch is not None and global_batch < 1:
+        raise InputError(f"must be a whole number >= 1, got {global_batch}",
+                         field="--global-batch")
     if search_:
         topo = _topology(system)
         gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
         gpus = gpn * int(topo.meta.get("nodes") or 1)
         gb = global_batch or gpus
-        rs = search(m, system, global_batch=gb, seq_len=seq, precision=precision, top=top,
-                    tp_overlap=tp_overlap, ray=ray, ray_address=ray_address)
+        with Progress("train --search") as progress:
+            rs = search(m, system, global_batch=gb, seq_len=seq, precision=precision, top=top,
+                        tp_overlap=tp_overlap, ray=ray, ray_address=ray_address,
+                        progress=progress.told("layouts"))
         if json:
             best = rs[0]
             emit_json({"step_time_s": best.step_time_s,
@@ -124,6 +129,7 @@ def train(
     gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
     gpus = gpn * int(topo.meta.get("nodes") or 1)
     if dp is None:
+        Parallel(tp=tp, pp=pp, cp=cp)     # refuses a tp, pp or cp below 1 before it divides
         if gpus % (tp * pp * cp):
             raise InputError(f"tp x pp x cp = {tp * pp * cp} does not divide the {gpus} GPUs",
                              field="--tp")

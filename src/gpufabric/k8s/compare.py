@@ -1,8 +1,8 @@
 """gpufabric's preferred allocation next to NVIDIA's best-effort allocator, same requests.
 
 For each system, the same ``GetPreferredAllocation`` requests go to both: every GPU free, and
-two fragmented free sets (the free GPUs the kubelet example of ../shared/k8s has, 0, 2, 4, 5, 6,
-and 1, 2, 3, 5, 6, 7), sizes 2, 3 and 4. Each answer is judged by the topology model: the
+two fragmented free sets (the free GPUs of the kubelet example in tests/fixtures/k8s, 0, 2, 4,
+5, 6, and 1, 2, 3, 5, 6, 7), sizes 2, 3 and 4. Each answer is judged by the topology model: the
 bottleneck bandwidth (GB/s per direction) between the chosen GPUs, the number that bounds a
 collective over them. When the free count is not a multiple of the size, the best-effort walk
 pads the list with empty slots and may pick a set holding one (``besteffort_short``): fewer GPUs

@@ -158,9 +158,14 @@ def run_arrival(cluster: Cluster, jobs: JobSet, policy: str, seed: int = 42,
 
 def run_arrivals(cluster: Cluster, jobs: JobSet, policy: str, seeds: list[int],
             ratio: float = 1.3, routing: str = "kind",
-            tick: Callable[[int], None] | None = None) -> ArrivalResult:
-    """Runs for each seed and their mean curve."""
-    runs = [run_arrival(cluster, jobs, policy, s, ratio, routing, tick) for s in seeds]
+            tick: Callable[[int], None] | None = None,
+            on_run: Callable[[ArrivalRun], None] | None = None) -> ArrivalResult:
+    """Runs for each seed and their mean curve; ``on_run(run)`` is called as each one ends."""
+    runs = []
+    for s in seeds:
+        runs.append(run_arrival(cluster, jobs, policy, s, ratio, routing, tick))
+        if on_run:
+            on_run(runs[-1])
     mean = np.mean([r.allocation_pct for r in runs], axis=0)
     return ArrivalResult("arrival", policy, jobs.source, cluster.source, ratio, list(seeds),
                          [round(float(x), 4) for x in mean], runs)

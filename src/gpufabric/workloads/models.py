@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from gpufabric.errors import InputError, unknown_name
+from gpufabric.fileio import MAX_YAML_BYTES, parse_yaml, read_text
 
 ARCHS = ("dense", "moe", "encoder", "cnn")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
@@ -206,7 +206,7 @@ def _check(raw: Any, where: str) -> ModelSpec:
     vals = {k: (_num(v) if k in _INT or k in _NUM else v) for k, v in raw.items()}
     vals["name"] = str(vals["name"]).lower()
     if "params" in vals:
-        vals["params_total"] = float(vals.pop("params"))
+        vals["params_total"] = vals.pop("params")        # checked with the numbers below
     if vals["arch"] not in ARCHS:
         raise InputError(f"got {vals['arch']!r}; allowed: {', '.join(ARCHS)}", file=where,
                          field="arch")
@@ -236,8 +236,22 @@ def _check(raw: Any, where: str) -> ModelSpec:
     if vals.get("attention", "mha") not in ("mha", "mla"):
         raise InputError(f"got {vals['attention']!r}; allowed: mha, mla", file=where,
                          field="attention")
-    vals["aliases"] = tuple(str(a).lower() for a in vals.get("aliases") or ())
-    vals["published"] = {str(k): float(_num(v)) for k, v in (vals.get("published") or {}).items()}
+    aliases = vals.get("aliases") or ()
+    if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, (str, int, float))
+                                                          for a in aliases):
+        raise InputError(f"got {aliases!r}; expected a list of names", file=where,
+                         field="aliases")
+    vals["aliases"] = tuple(str(a).lower() for a in aliases)
+    published = vals.get("published") or {}
+    if not isinstance(published, dict):
+        raise InputError(f"got {published!r}; expected a mapping of published numbers "
+                         "(params: 6.74e9)", file=where, field="published")
+    vals["published"] = {}
+    for k, v in published.items():
+        n = _num(v)
+        if isinstance(n, bool) or not isinstance(n, (int, float)):
+            raise InputError(f"got {v!r}; expected a number", file=where, field=f"published.{k}")
+        vals["published"][str(k)] = float(n)
     if vals["arch"] == "cnn":
         for key in ("params_total", "flops_per_sample"):
             if not vals.get(key):
@@ -282,10 +296,7 @@ def _check(raw: Any, where: str) -> ModelSpec:
 
 
 def _parse(text: str, where: str) -> list[ModelSpec]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=where) from None
+    data = parse_yaml(text, where)
     items = data if isinstance(data, list) else [data]
     return [_check(raw, f"{where}[{i}]" if isinstance(data, list) else where)
             for i, raw in enumerate(items)]
@@ -333,9 +344,7 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
     text = str(name_or_path)
     p = Path(text)
     if text.endswith((".yaml", ".yml")) or p.is_file():
-        if not p.is_file():
-            raise InputError("no such file", file=text)
-        models = _parse(p.read_text(), text)
+        models = _parse(read_text(p, what="a model file (YAML)", max_bytes=MAX_YAML_BYTES), text)
         if len(models) != 1:
             raise InputError(f"holds {len(models)} models; give a file with one", file=text)
         return models[0]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from collections.abc import Callable
 from typing import Any
 
 from gpufabric import sweep
@@ -29,7 +30,7 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads.memory import training_memory
 from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import RECOMPUTE, Parallel
-from gpufabric.workloads.training import StepResult, predict_step
+from gpufabric.workloads.training import StepResult, check_seq_len, predict_step
 
 
 def _divisors(n: int, cap: int | None = None) -> list[int]:
@@ -116,8 +117,10 @@ def _fitting(m: ModelSpec, gpu: str, gpn: int, seq: int, precision: str, **kw: A
 def search(model: ModelSpec | str, system: str, *, global_batch: int,
            seq_len: int | None = None, precision: str = "bf16", top: int = 5,
            tp_overlap: bool = False, ray: bool = False, ray_address: str | None = None,
-           **kw: Any) -> list[StepResult]:
+           progress: Callable[[int, int], None] | None = None, **kw: Any) -> list[StepResult]:
     """The ``top`` layouts by throughput (ties: fewer GPUs per model replica first).
+
+    ``progress(n, total)`` is told as layouts are timed (see :func:`gpufabric.sweep.run`).
 
     Raises
     ------
@@ -125,7 +128,10 @@ def search(model: ModelSpec | str, system: str, *, global_batch: int,
         When no layout divides evenly and fits.
     """
     m = load_model(model)
-    seq = seq_len or m.seq_len
+    seq = check_seq_len(seq_len, m)
+    for name, v in (("--top", top), ("--global-batch", global_batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"must be a whole number >= 1, got {v!r}", field=name)
     topo = _topology(system)
     gpn, domains = topo.scale_up()      # GPUs per NVLink domain
     gpus = gpn * domains
@@ -140,7 +146,7 @@ def search(model: ModelSpec | str, system: str, *, global_batch: int,
                          f"and fits in memory at global batch {global_batch}, seq {seq}",
                          field="--search")
     jobs = [_Job(m, system, p, seq, precision, tp_overlap) for p in cands]
-    results = sweep.run(_evaluate, jobs, ray=ray, address=ray_address)
+    results = sweep.run(_evaluate, jobs, ray=ray, address=ray_address, progress=progress)
     ok = [r for r in results if r is not None]
     ok.sort(key=lambda r: (-r.tokens_per_s, r.parallel["tp"] * r.parallel["pp"],
                            r.parallel["micro_batch"], r.parallel["vpp"]))

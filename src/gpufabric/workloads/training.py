@@ -234,6 +234,20 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
     return res
 
 
+def check_seq_len(seq_len: int | None, m: ModelSpec) -> int:
+    """Tokens per sequence: the model's own when ``seq_len`` is None, else at least 1.
+
+    >>> check_seq_len(None, load_model("llama2-7b")), check_seq_len(8192, load_model("llama2-7b"))
+    (4096, 8192)
+    """
+    if seq_len is None:
+        return m.seq_len
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise InputError(f"must be a whole number of tokens >= 1, got {seq_len!r}",
+                         field="--seq-len")
+    return seq_len
+
+
 def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                  seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
                  tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
@@ -268,7 +282,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     g.peak_tflops(prec)            # refuses a precision the part lacks
     gpn, domains = topo.scale_up()      # groups are laid out per NVLink domain
     total = gpn * domains
-    seq = seq_len or m.seq_len
+    seq = check_seq_len(seq_len or None, m)      # 0: the model's own, as None
     if par.world > total:
         raise InputError(f"layout needs {par.world} GPUs (tp {par.tp} x cp {par.cp} x pp "
                          f"{par.pp} x dp {par.dp}), the system has {total}", field="dp")

@@ -85,7 +85,7 @@ EXPERT_LOAD_CV = Fitted(2.5, "coefficient of variation of expert shares per step
 EPLB_REDUNDANT_EXPERTS = 32
 
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
-#: unloaded (concurrency 1) and offline points of ../shared/calibration/inference.yaml named.
+#: unloaded (concurrency 1) and offline points of tests/data/calibration/inference.yaml named.
 ENGINE_OVERHEAD_S: dict[str, Fitted] = {
     "tensorrt-llm": Fitted(0.003, "s per iteration", "fitted on trtllm-0.14-online-* and "
                            "trtllm-0.17-llama31-8b-h100-tp1-fp8 together with the per-request "

@@ -44,7 +44,8 @@ from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_
                                                  check_config, check_slo_possible,
                                                  scheduler_config, simulate_with_front_end,
                                                  source_text, step_model, typical_breakdown)
-from gpufabric.workloads.inference.simulator import SimResult, simulate, summarize
+from gpufabric.workloads.inference.simulator import (SimResult, check_fits, simulate,
+                                                     summarize)
 
 
 #: The KV-transfer engine (Mooncake Transfer Engine, NIXL): a fixed cost per request's transfer
@@ -127,6 +128,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     if full.concurrency:
         raise InputError("--pd runs take --rate or a trace (open loop), not --concurrency",
                          field="--concurrency")
+    check_fits(R.Requests(full.arrival, full.isl, np.ones_like(full.osl)),
+               scheduler_config(sm_p, cfg))                  # prefill: the prompt, 1 token
+    check_fits(full, scheduler_config(sm_d, cfg))            # decode: the whole request
     check_slo_possible(sm_p, cfg, int(full.isl.max()))
     n = len(full)
     # with attention-DP each instance runs dp_attention request streams (its attention ranks,

@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError
+from gpufabric.fileio import read_text
 
 #: Column names a trace may use, first match wins (Azure LLM inference traces use the last ones).
 ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "time_s", "timestamp", "TIMESTAMP")
@@ -35,6 +37,12 @@ OSL_KEYS = ("osl", "output_len", "output_tokens", "completion_tokens", "Generate
 
 #: Most requests one run takes (memory stays bounded: a few arrays of this length).
 MAX_REQUESTS = 5_000_000
+#: Burstiest arrivals (coefficient of variation of the gaps); 1 is Poisson, traces of real
+#: services show a few.
+MAX_BURST_CV = 100.0
+#: Longest prompt or output one request may give (tokens); contexts of today's models are at
+#: most a few million tokens.
+MAX_TOKENS = 100_000_000
 
 
 @dataclass
@@ -57,10 +65,11 @@ class Requests:
 
 
 def _lengths(value, n: int, field: str) -> np.ndarray:
-    arr = np.broadcast_to(np.asarray(value, dtype=np.int64), (n,)).copy()
-    if n and int(arr.min()) < 1:
-        raise InputError(f"must be at least 1 token, got {int(arr.min())}", field=field)
-    return arr
+    raw = np.asarray(value)
+    if raw.size and (raw.min() < 1 or raw.max() > MAX_TOKENS):
+        bad = raw.min() if raw.min() < 1 else raw.max()
+        raise InputError(f"must be from 1 to {MAX_TOKENS:,} tokens, got {bad}", field=field)
+    return np.broadcast_to(raw.astype(np.int64), (n,)).copy()
 
 
 def _count(n: int) -> int:
@@ -89,8 +98,9 @@ def bursty(rate: float, n: int, isl=512, osl=128, cv: float = 2.0, seed: int = 0
     """Gamma-distributed gaps with mean ``1/rate`` and coefficient of variation ``cv``
     (``cv`` = 1 is Poisson; larger is burstier)."""
     n, rate = _count(n), _rate(rate)
-    if not (math.isfinite(cv) and cv > 0):
-        raise InputError(f"must be a positive number, got {cv!r}", field="--burst-cv")
+    if not (math.isfinite(cv) and 0 < cv <= MAX_BURST_CV):
+        raise InputError(f"must be a number above 0 and at most {MAX_BURST_CV:g}, got {cv!r}",
+                         field="--burst-cv")
     shape = 1.0 / cv**2
     gaps = np.random.default_rng(seed).gamma(shape, 1.0 / (rate * shape), n)
     return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl"),
@@ -123,9 +133,14 @@ def _pick(row: dict, keys: tuple[str, ...]) -> str | None:
 
 def _time(text: str, path: str, where: str, key: str) -> float:
     try:
-        return float(text)
+        t = float(text)
     except (TypeError, ValueError):
         pass
+    else:
+        if math.isfinite(t):
+            return t
+        raise InputError(f"got {text!r}; expected a finite number of seconds or an ISO "
+                         "date-time", file=path, field=f"{where}.{key}")
     try:   # Azure traces: '2023-11-16 18:15:46.6805900' (7 fractional digits)
         s = str(text).strip()
         if "." in s:
@@ -142,9 +157,9 @@ def _tokens(text, path: str, where: str, key: str) -> int:
         v = float(text)
     except (TypeError, ValueError):
         v = float("nan")
-    if not math.isfinite(v) or v < 1 or v != int(v):
-        raise InputError(f"got {text!r}; expected a whole number of tokens >= 1", file=path,
-                         field=f"{where}.{key}")
+    if not math.isfinite(v) or v < 1 or v != int(v) or v > MAX_TOKENS:
+        raise InputError(f"got {text!r}; expected a whole number of tokens from 1 to "
+                         f"{MAX_TOKENS:,}", file=path, field=f"{where}.{key}")
     return int(v)
 
 
@@ -157,39 +172,23 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
     0 and sorted. A bad row raises :class:`InputError` naming the file, the row and the field.
     """
     p = Path(path)
-    if not p.is_file():
-        raise InputError("no such trace file", file=path)
-    rows: list[tuple[float, int, int]] = []
-    keys: tuple[str | None, str | None, str | None] | None = None
+    text = read_text(path, what="a serving trace (CSV or JSON lines)")
     is_json = p.suffix.lower() in (".jsonl", ".json", ".ndjson")
     cap = min(limit or MAX_REQUESTS, MAX_REQUESTS)
-    with p.open(newline="") as fh:
-        if is_json:
-            it = ((i + 1, line) for i, line in enumerate(fh) if line.strip())
-            records = ((i, _json_row(line, path, i)) for i, line in it)
-        else:
-            reader = csv.DictReader(fh)
-            if not reader.fieldnames:
-                raise InputError("empty trace; expected a header row with arrival, input and "
-                                 "output length columns", file=path)
-            records = ((i + 2, r) for i, r in enumerate(reader))
-        for lineno, rec in records:
-            where = f"row {lineno}"
-            if keys is None:
-                keys = (_pick(rec, ARRIVAL_KEYS), _pick(rec, ISL_KEYS), _pick(rec, OSL_KEYS))
-                for k, names in zip(keys, (ARRIVAL_KEYS, ISL_KEYS, OSL_KEYS), strict=True):
-                    if k is None:
-                        raise InputError(f"no column for {names[0]}; allowed names: "
-                                         f"{', '.join(names)}", file=path, field=where)
-            ka, ki, ko = keys
-            for k in (ka, ki, ko):
-                if k not in rec or rec[k] in (None, ""):
-                    raise InputError("missing value", file=path, field=f"{where}.{k}")
-            assert ka is not None and ki is not None and ko is not None
-            rows.append((_time(rec[ka], path, where, ka), _tokens(rec[ki], path, where, ki),
-                         _tokens(rec[ko], path, where, ko)))
-            if len(rows) >= cap:
-                break
+    with io.StringIO(text, newline="") as fh:
+        try:
+            if is_json:
+                it = ((i + 1, line) for i, line in enumerate(fh) if line.strip())
+                records = ((i, _json_row(line, path, i)) for i, line in it)
+            else:
+                reader = csv.DictReader(fh)
+                if not reader.fieldnames:
+                    raise InputError("empty trace; expected a header row with arrival, input "
+                                     "and output length columns", file=path)
+                records = ((i + 2, r) for i, r in enumerate(reader))
+            rows = _rows(records, path, cap)
+        except csv.Error as exc:      # an unclosed quote running past csv's field limit, ...
+            raise InputError(f"not valid CSV: {exc}", file=path) from None
     if not rows:
         raise InputError("no requests in trace", file=path)
     arr = np.array(rows, dtype=np.float64)
@@ -208,3 +207,27 @@ def _json_row(line: str, path: str, lineno: int) -> dict:
         raise InputError("expected an object with arrival, input and output lengths",
                          file=path, field=f"row {lineno}")
     return rec
+
+
+def _rows(records, path: str, cap: int) -> list[tuple[float, int, int]]:
+    """(arrival, isl, osl) of each record, checked; at most ``cap`` of them."""
+    rows: list[tuple[float, int, int]] = []
+    keys: tuple[str | None, str | None, str | None] | None = None
+    for lineno, rec in records:
+        where = f"row {lineno}"
+        if keys is None:
+            keys = (_pick(rec, ARRIVAL_KEYS), _pick(rec, ISL_KEYS), _pick(rec, OSL_KEYS))
+            for k, names in zip(keys, (ARRIVAL_KEYS, ISL_KEYS, OSL_KEYS), strict=True):
+                if k is None:
+                    raise InputError(f"no column for {names[0]}; allowed names: "
+                                     f"{', '.join(names)}", file=path, field=where)
+        ka, ki, ko = keys
+        for k in (ka, ki, ko):
+            if k not in rec or rec[k] in (None, ""):
+                raise InputError("missing value", file=path, field=f"{where}.{k}")
+        assert ka is not None and ki is not None and ko is not None
+        rows.append((_time(rec[ka], path, where, ka), _tokens(rec[ki], path, where, ki),
+                     _tokens(rec[ko], path, where, ko)))
+        if len(rows) >= cap:
+            break
+    return rows

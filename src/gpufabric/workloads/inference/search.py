@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from collections.abc import Callable
 from typing import Any
 
 from gpufabric import sweep
@@ -85,8 +86,11 @@ def _evaluate(item: tuple[str, str, dict, dict, str | None]) -> dict[str, Any]:
 
 
 def search(model: str, topo_or_name, cfg: ServeConfig, *, tps=(1, 2, 4, 8), max_pd: int = 8,
-           decode_system: str | None = None, ray: bool = False) -> dict[str, Any]:
+           decode_system: str | None = None, ray: bool = False,
+           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Rank co-located and disaggregated layouts by goodput per GPU at ``cfg``'s rate and SLO.
+
+    ``progress(n, total)`` is told as layouts are simulated (see :func:`gpufabric.sweep.run`).
 
     ``topo_or_name``: a system name / spec string (needed to rebuild it in Ray workers) or a
     topology built from a spec.
@@ -110,7 +114,7 @@ def search(model: str, topo_or_name, cfg: ServeConfig, *, tps=(1, 2, 4, 8), max_
     cands = candidates(total, per_node, tps, max_pd)
     base = asdict(cfg)
     items = [(model, system, base, c, decode_system) for c in cands]
-    rows = sweep.run(_evaluate, items, ray=ray)
+    rows = sweep.run(_evaluate, items, ray=ray, progress=progress)
     ok = [r for r in rows if "error" not in r]
     ok.sort(key=lambda r: (-r["goodput_per_gpu"], r["gpus"]))
     if not ok:

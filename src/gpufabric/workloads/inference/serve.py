@@ -16,6 +16,8 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from dataclasses import asdict, dataclass
 
@@ -26,8 +28,8 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.itertime import (ENGINE_REQUEST_S, ServeLayout, StepModel,
                                                     engine_key)
-from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, simulate,
-                                                     summarize)
+from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, check_fits,
+                                                     simulate, summarize)
 
 #: Engine defaults for the batch limits (vLLM max_num_seqs 256, max_num_batched_tokens 8192 with
 #: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
@@ -73,8 +75,13 @@ class ServeConfig:
 
 def check_config(cfg: ServeConfig) -> None:
     """Check the run's numbers (one-line errors naming the option)."""
-    if not isinstance(cfg.requests, int) or cfg.requests < 1:
-        raise InputError(f"must be a positive integer, got {cfg.requests!r}", field="--requests")
+    if not isinstance(cfg.requests, int) or not 1 <= cfg.requests <= R.MAX_REQUESTS:
+        raise InputError(f"must be an integer from 1 to {R.MAX_REQUESTS}, got {cfg.requests!r}",
+                         field="--requests")
+    if cfg.burst_cv is not None and not (math.isfinite(cfg.burst_cv)
+                                         and 0 < cfg.burst_cv <= R.MAX_BURST_CV):
+        raise InputError(f"must be a number above 0 and at most {R.MAX_BURST_CV:g}, got "
+                         f"{cfg.burst_cv!r}", field="--burst-cv")
     if cfg.rate is not None and not (math.isfinite(cfg.rate) and cfg.rate > 0):
         raise InputError(f"must be a positive number of requests per second, got {cfg.rate!r}",
                          field="--rate")
@@ -103,6 +110,8 @@ def unloaded_ms(sm: StepModel, isl: int, chunk: int) -> tuple[float, float]:
 
 def check_slo_possible(sm: StepModel, cfg: ServeConfig, isl: int) -> None:
     """Refuse an SLO that even one request alone cannot meet on this deployment."""
+    if cfg.slo_ttft_ms is None and cfg.slo_tpot_ms is None:
+        return
     ttft, tpot = unloaded_ms(sm, isl, cfg.max_batched_tokens or ENGINE_LIMITS[sm.engine][1])
     if cfg.slo_ttft_ms is not None and cfg.slo_ttft_ms < ttft:
         raise InputError(f"{cfg.slo_ttft_ms:g} ms is impossible: one request of {isl} input "
@@ -162,16 +171,21 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
     return max(1, gpus // per)
 
 
-def serve(model: str, topo: Topology, cfg: ServeConfig) -> dict:
-    """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary."""
+def serve(model: str, topo: Topology, cfg: ServeConfig,
+          progress: Callable[[int, int], None] | None = None) -> dict:
+    """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
+
+    ``progress(n, total)`` is told as the simulated instance's requests finish.
+    """
     check_config(cfg)
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     reqs = build_requests(cfg, share)
     sched = scheduler_config(sm, cfg)
+    check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
-    res = simulate_with_front_end(reqs, sm, sched)
+    res = simulate_with_front_end(reqs, sm, sched, progress=progress)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",

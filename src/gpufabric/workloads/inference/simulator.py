@@ -125,17 +125,10 @@ def _ceil_div(a, b: int):
     return -(-a // b)
 
 
-def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
-             max_iterations: int = 50_000_000, prefilled: bool = False) -> SimResult:
-    """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
-
-    ``prefilled``: the requests arrive with their prompt's KV cache and first token made
-    elsewhere (the decode pool of a disaggregated deployment); they only decode.
-
-    Raises :class:`InputError` when a single request cannot fit in the KV cache.
-    """
+def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
+    """Refuse a request that cannot run alone: more KV blocks than the cache holds, or a
+    prompt over the token budget without chunked prefill (before any work is done on it)."""
     cfg.check()
-    n = len(reqs)
     B = int(cfg.block_size)
     isl = reqs.isl.astype(np.int64)
     osl = reqs.osl.astype(np.int64)
@@ -149,6 +142,26 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
         raise InputError(f"a prompt of {int(isl.max())} tokens exceeds the token budget "
                          f"{cfg.max_batched_tokens} without chunked prefill",
                          field="max_batched_tokens")
+
+
+def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
+             max_iterations: int = 50_000_000, prefilled: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
+
+    ``prefilled``: the requests arrive with their prompt's KV cache and first token made
+    elsewhere (the decode pool of a disaggregated deployment); they only decode.
+
+    ``progress(n, total)`` is told as requests finish, at most once per 1% of them.
+
+    Raises :class:`InputError` when a single request cannot fit in the KV cache.
+    """
+    check_fits(reqs, cfg)
+    n = len(reqs)
+    B = int(cfg.block_size)
+    isl = reqs.isl.astype(np.int64)
+    osl = reqs.osl.astype(np.int64)
+    need_max = _ceil_div(isl + osl, B)
     closed = reqs.concurrency > 0
     if closed:
         arrival = np.full(n, np.inf)
@@ -218,6 +231,7 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
         g_pt[v] = isl[v] + gen_v
         return 0.0
 
+    told, tell_every = 0, max(1, n // 100)
     while done < n:
         iters += 1
         if iters > max_iterations:
@@ -406,6 +420,9 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
             r_id, r_kv, r_pt, r_gen = r_id[keep], r_kv[keep], r_pt[keep], r_gen[keep]
             r_osl, r_bl = r_osl[keep], r_bl[keep]
             done += int(fin.size)
+            if progress and done - told >= tell_every:
+                progress(done - told, n)
+                told = done
             if closed and released < n:
                 m = min(int(fin.size), n - released)
                 arrival[released: released + m] = t
@@ -415,6 +432,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
         if free < 0:  # pragma: no cover - an invariant, checked by the property tests
             raise AssertionError("KV cache over-committed")
 
+    if progress and done > told:
+        progress(done - told, n)
     dt_all = np.concatenate(it_dt) if it_dt else np.zeros(0)
     def expand(runs: list[tuple[int, int]]) -> np.ndarray:
         if not runs:

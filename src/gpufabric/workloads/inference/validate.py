@@ -1,6 +1,6 @@
 """Predicted against measured for published LLM serving results.
 
-The file follows the schema of ``../shared/calibration/inference.yaml`` (its header): a list of
+The file follows the schema of ``tests/data/calibration/inference.yaml`` (its header): a list of
 entries with ``id``, ``system`` (gpu, gpus, gpus_per_node, nodes, scale_up), ``engine``,
 ``model`` (name, precision, kv_cache_dtype), ``parallelism`` (tp, pp, ep, attention_dp,
 replicas), ``workload`` (mode, isl, osl, request_rate, concurrency, batch_size, num_requests)
@@ -98,6 +98,37 @@ def _num(v: Any) -> float | None:
     return None
 
 
+def _int(v: Any, field: str, default: int = 1) -> int:
+    """A whole number >= 1 from a measurements file (absent, 0 or null: ``default``).
+
+    >>> _int(None, "tp"), _int("4", "tp"), _int(8.0, "tp")
+    (1, 4, 8)
+    >>> _int([2], "tp")
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: tp: got [2]; expected a whole number >= 1
+    """
+    if v is None or v == 0 or v is False:
+        return default
+    n = _num(v)
+    if n is None and isinstance(v, str):
+        try:
+            n = float(v)
+        except ValueError:
+            n = None
+    if n is None or not math.isfinite(n) or n < 1 or n != int(n):
+        raise InputError(f"got {v!r}; expected a whole number >= 1", field=field)
+    return int(n)
+
+
+def _name(v: Any, field: str, default: str) -> str:
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise InputError(f"got {v!r}; expected a name", field=field)
+    return v
+
+
 def load_entries(path: str) -> list[dict]:
     data = load_yaml(path, what="an inference measurements file (YAML)")
     if not isinstance(data, list) or not data:
@@ -111,6 +142,9 @@ def load_entries(path: str) -> list[dict]:
             if not isinstance(e.get(key), dict):
                 raise InputError("missing or not a mapping", file=path,
                                  field=f"[{i}]({e['id']}).{key}")
+        for key in ("engine", "parallelism", "workload", "result"):
+            if e.get(key) is not None and not isinstance(e[key], dict):
+                raise InputError("not a mapping", file=path, field=f"[{i}]({e['id']}).{key}")
         pts = e.get("points")
         if pts is not None and not (isinstance(pts, list)
                                     and all(isinstance(x, dict) for x in pts)):
@@ -148,6 +182,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
     if not isl or not osl:
         raise Skip("input / output lengths not stated")
+    isl_n, osl_n = _int(isl, "isl"), _int(osl, "osl")
     gpu = pt.get("gpu") or sysd.get("gpu")
     if not gpu:
         raise Skip("GPU not stated")
@@ -158,37 +193,38 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     prec = str(pt.get("precision") or mod.get("precision") or "bf16").lower()
     prec = {"nvfp4": "fp4", "fp4 (nvfp4)": "fp4"}.get(prec, prec)
     kv = mod.get("kv_cache_dtype")
-    tp = int(par.get("tp", 1) or 1)
-    pp = int(par.get("pp", 1) or 1)
+    tp = _int(par.get("tp"), "tp")
+    pp = _int(par.get("pp"), "pp")
     ep = par.get("ep", 1)
-    ep = int(ep) if isinstance(ep, int) else 1
-    reps = int(par.get("replicas", 1) or 1)
+    ep = _int(ep, "ep") if isinstance(ep, int) else 1
+    reps = _int(par.get("replicas"), "replicas")
     adp = tp if par.get("attention_dp") else 1
     if par.get("attention_dp") and ep == 1:
         ep = tp
-    gpus = int(pt.get("gpus") or sysd.get("gpus") or tp * pp * reps)
-    per_node = int(sysd.get("gpus_per_node") or gpus)
+    gpus = _int(pt.get("gpus") or sysd.get("gpus"), "gpus", tp * pp * reps)
+    per_node = _int(sysd.get("gpus_per_node"), "gpus_per_node", gpus)
     spec: dict[str, Any] = {"gpu": gpu, "gpus_per_node": max(per_node, tp * pp)}
     if sysd.get("scale_up") in ("nvswitch", "pcie"):
         spec["scale_up"] = sysd["scale_up"]
     topo = from_spec(spec)
-    n_req = int(_num(wl.get("num_requests")) or 1000)
+    n_req = _int(wl.get("num_requests"), "num_requests", 1000)
     rate = _num(wl.get("request_rate"))
     conc = _num(wl.get("concurrency"))
     batch = _num(wl.get("batch_size"))
     cfg = ServeConfig(tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps, precision=prec,
-                      kv_dtype=kv, engine=(e.get("engine") or {}).get("name", "default"),
-                      isl=int(isl), osl=int(osl))
+                      kv_dtype=kv, engine=_name((e.get("engine") or {}).get("name"),
+                                                "engine.name", "default"),
+                      isl=isl_n, osl=osl_n)
     if wl.get("max_num_tokens"):
-        cfg.max_batched_tokens = int(wl["max_num_tokens"])
+        cfg.max_batched_tokens = _int(wl["max_num_tokens"], "max_num_tokens")
     if wl.get("max_batch_per_rank"):
-        cfg.max_num_seqs = int(wl["max_batch_per_rank"])
+        cfg.max_num_seqs = _int(wl["max_batch_per_rank"], "max_batch_per_rank")
     if mode == "static-batch":
-        b = int(batch or 1)
+        b = _int(batch, "batch_size")
         cfg.requests, cfg.max_num_seqs = b * reps, b
         cfg.max_batched_tokens = max(b * int(isl), 1)
     elif mode in ("closed-loop", "single-stream"):
-        c = int(conc or batch or 1)
+        c = _int(conc or batch, "concurrency")
         cfg.concurrency = c
         cfg.requests = min(n_req, max(MAX_SIM_REQUESTS, 3 * c))
     elif mode == "online" and rate is not None and math.isfinite(rate):
@@ -197,7 +233,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     else:                                   # offline, or online at an infinite rate
         cfg.requests = min(n_req, MAX_SIM_REQUESTS)
         if batch:
-            cfg.max_num_seqs = int(batch)
+            cfg.max_num_seqs = _int(batch, "batch_size")
     r = serve(model, topo, cfg)
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
                "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
@@ -210,23 +246,24 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     sysd, mod = e["system"], e["model"]
     if wl.get("mode") != "single-stream" or not _num(wl.get("isl")):
         raise Skip("disaggregated entry without a single-request workload")
-    x, y = int(par.get("prefill_instances", 1)), int(par.get("decode_instances", 1))
+    x = _int(par.get("prefill_instances"), "prefill_instances")
+    y = _int(par.get("decode_instances"), "decode_instances")
     try:
         model = model_name(mod.get("name", ""))
     except InputError:
         raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
-    tp = int(par.get("tp", 1) or 1)
-    spec: dict[str, Any] = {"gpu": sysd["gpu"], "gpus_per_node": int(sysd.get("gpus_per_node",
-                                                                              8)),
-                            "nodes": int(sysd.get("nodes", 2))}
+    tp = _int(par.get("tp"), "tp")
+    spec: dict[str, Any] = {"gpu": sysd.get("gpu"),
+                            "gpus_per_node": _int(sysd.get("gpus_per_node"), "gpus_per_node", 8),
+                            "nodes": _int(sysd.get("nodes"), "nodes", 2)}
     for k in ("scale_up", "nic", "nics_per_node"):
         if sysd.get(k) is not None:
             spec[k] = sysd[k]
     topo = from_spec(spec)
-    isl = int(wl["isl"])
+    isl = _int(wl["isl"], "isl")
     prec = str(mod.get("precision") or "bf16").lower()
-    cfg = ServeConfig(tp=tp, precision=prec, engine=(e.get("engine") or {}).get("name",
-                                                                                "default"),
+    cfg = ServeConfig(tp=tp, precision=prec, engine=_name((e.get("engine") or {}).get("name"),
+                                                          "engine.name", "default"),
                       rate=0.05, requests=3, isl=isl, osl=2)
     if wl.get("chunked_prefill") is False:
         cfg.max_batched_tokens = max(isl, 8192)

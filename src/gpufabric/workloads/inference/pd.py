@@ -340,12 +340,13 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
     words = bottleneck(sm_d, s, bd, res_d)
     share = float(np.median(xfer / np.maximum(done - res_p.arrival, 1e-12)))
-    out["bottleneck"] = (f"decode pool: {words}; the KV transfer over {link} is {share:.0%} of "
-                         "the median TTFT")
+    said = (f"decode pool: {words}; the KV transfer over {link} is {share:.0%} of "
+            "the median TTFT")
     if sharing["kv_slowdown"] > 1.0:
-        out["bottleneck"] += (f"; the decode pool's own collectives on the same links slow "
-                              f"it by {sharing['kv_slowdown'] - 1:.1%}, and the transfers "
-                              f"(on them {sharing['kv_link_busy']:.1%} of the time) add "
-                              f"{sharing['decode_comm_ms_per_iteration'] * 1e3:.1f} us to an "
-                              "average decode iteration")
+        said += (f"; the decode pool's own collectives on the same links slow "
+                 f"it by {sharing['kv_slowdown'] - 1:.1%}, and the transfers "
+                 f"(on them {sharing['kv_link_busy']:.1%} of the time) add "
+                 f"{sharing['decode_comm_ms_per_iteration'] * 1e3:.1f} us to an "
+                 "average decode iteration")
+    out["bottleneck"] = said
     return out

@@ -33,6 +33,7 @@ Examples
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
@@ -577,6 +578,24 @@ class StepModel:
                 + np.maximum(self._c_pair * np.asarray(p_attn, dtype=np.float64),
                              self._c_pctx * np.asarray(p_ctx, dtype=np.float64))
                 + self._c_dctx * np.asarray(d_ctx, dtype=np.float64))
+
+    def with_shared_links(self, tp_s_per_token: float, ep_s_per_token: float) -> StepModel:
+        """A copy whose collectives take this much longer per token of the batch: their links
+        carry other traffic part of the time (a disaggregated decode pool receiving KV caches).
+
+        >>> from gpufabric.topology.build import from_spec
+        >>> m = StepModel("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 8}),
+        ...               ServeLayout(tp=2))
+        >>> s = m.with_shared_links(1e-6, 0.0)
+        >>> round((s(0, 0, 0, 100, 100) - m(0, 0, 0, 100, 100)) * 1e6, 6)
+        100.0
+        """
+        c = copy.copy(self)
+        c._tp_comm = self._tp_comm + tp_s_per_token * self._grid
+        c._ep_comm = self._ep_comm + ep_s_per_token * self._grid
+        for k in ("_fixed", "_fixed_l", "_grid_l", "_logit_l"):
+            c.__dict__.pop(k, None)
+        return c
 
     def breakdown(self, p_tok: float, p_attn: float, p_ctx: float, d_n: float,
                   d_ctx: float) -> Breakdown:

@@ -36,10 +36,12 @@ import numpy as np
 
 from gpufabric import collectives
 from gpufabric.errors import InputError
+from gpufabric.network import Network, Transfer
 from gpufabric.topology.build import from_spec
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import Fitted
 from gpufabric.workloads.inference import requests as R
+from gpufabric.workloads.inference.itertime import StepModel
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
                                                  check_config, check_slo_possible,
                                                  scheduler_config, simulate_with_front_end,
@@ -110,6 +112,109 @@ def _kv_path(topo: Topology, decode_topo: Topology | None, x: int, y: int, per_i
     return t, 1, "RDMA NICs (" + ", ".join(sorted(str(n) for n in nics if n)) + ")"
 
 
+def decode_link_bytes(sm: StepModel, local: int) -> tuple[float, float]:
+    """Bytes per token of a decode batch that each GPU of the decode instance sends over the
+    links a KV transfer arrives by: (tensor-parallel all-reduce, expert all-to-all).
+
+    ``local`` is how many ranks of a group share those links' far side without crossing them:
+    1 when the KV cache arrives over NVLink (every peer's bytes cross the GPU's NVLink ports),
+    the NVLink domain's size when it arrives over the NICs (only peers off the domain cross).
+
+    >>> from gpufabric.topology.build import from_spec
+    >>> from gpufabric.workloads.inference.itertime import ServeLayout
+    >>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    >>> sm = StepModel("llama3-8b", t, ServeLayout(tp=2))
+    >>> decode_link_bytes(sm, 1)      # 32 layers x 2 all-reduces of 8 KiB, ring over 2 ranks
+    (524288.0, 0.0)
+    >>> decode_link_bytes(sm, 8)      # TP2 inside a node: nothing crosses its NICs
+    (0.0, 0.0)
+    """
+    m, lay = sm.model, sm.layout
+    act = m.hidden * 2.0
+    n_moe = m.moe_layers
+    n_dense = m.layers - n_moe
+
+    def cross(ranks: int) -> float:          # share of a rank's peer traffic crossing the links
+        return max(0, ranks - local) / (ranks - 1) if ranks > 1 else 0.0
+
+    def ring(ranks: int) -> float:           # bytes a rank sends per byte of an all-reduce
+        return 2.0 * (ranks - 1) / ranks if ranks > 1 else 0.0
+
+    tp_b = m.layers * act * ring(lay.attn_tp) * cross(lay.attn_tp)
+    tp_b += n_dense * act * lay.dp_attention * ring(lay.tp) * cross(lay.tp)
+    ep_b = 0.0
+    if n_moe and lay.ep > 1:
+        ep_b = (n_moe * m.top_k * m.hidden * (sm.ab + 2.0) * (lay.ep - 1) / lay.ep
+                * cross(lay.ep))
+    if n_moe and lay.tp // lay.ep > 1:
+        tp_b += n_moe * act * lay.dp_attention * ring(lay.tp) * cross(lay.tp)
+    return float(tp_b), float(ep_b)
+
+
+def link_sharing(link_topo: Topology, per_node: int, senders: int, dec_bytes: float
+                 ) -> tuple[float, float]:
+    """What a KV transfer and one decode iteration's traffic cost each other on shared links.
+
+    Timed by :meth:`gpufabric.network.Network.simulate`: the KV shards (``senders`` GPUs to as
+    many decode GPUs, across nodes when ``per_node`` is 1, inside a node when 2) with and
+    without ``dec_bytes`` arriving at each of those decode GPUs from their peers at the same
+    time, shared max-min fairly. Returns (seconds the KV transfer loses, seconds the decode
+    traffic loses), each >= 0: the network never lets added traffic speed a flow up.
+
+    >>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    >>> kv, dec = link_sharing(t, 1, 8, 50e6)
+    >>> round(kv * 1e3, 3), round(dec * 1e3, 3)    # 50 MB at a NIC's 48 GB/s usable, each
+    (1.042, 1.042)
+    """
+    if dec_bytes <= 0:
+        return 0.0, 0.0
+    net = Network(link_topo)
+    by_node: dict[int, list[str]] = {}
+    for g in link_topo.gpus():
+        by_node.setdefault(g.node, []).append(g.id)
+    nodes = sorted(by_node)
+    if per_node == 1:
+        a, b = by_node[nodes[0]], by_node[nodes[1]]
+        k = max(1, min(senders, len(a), len(b)))
+        src, dst = a[:k], b[:k]
+        peers = [a[(i + k) % len(a)] for i in range(k)]    # the decode group's far ranks
+    else:
+        a = by_node[nodes[0]]
+        k = max(1, min(senders, len(a) // 2))
+        src, dst = a[:k], a[k:2 * k]
+        peers = [dst[(i + 1) % k] if k > 1 else a[(2 * k) % len(a)] for i in range(k)]
+    kv_size = max(1e9, 4.0 * dec_bytes)          # a transfer outlasting the iteration's traffic
+    kv = [Transfer(s_, d_, kv_size, tag="kv") for s_, d_ in zip(src, dst, strict=True)]
+    dec = [Transfer(p_, d_, dec_bytes, tag="decode") for p_, d_ in zip(peers, dst, strict=True)]
+    kv_alone = max(net.simulate(kv).time_s)
+    dec_alone = max(net.simulate(dec).time_s)
+    both = net.simulate(kv + dec).time_s
+    return max(0.0, max(both[:k]) - kv_alone), max(0.0, max(both[k:]) - dec_alone)
+
+
+def _transfers(done_p: np.ndarray, xfer: np.ndarray, pos: np.ndarray, full: R.Requests,
+               res_p: SimResult, xfer_all: np.ndarray, idx_d: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Queue the transfers on the prefill instance's links, then on the decode instance's:
+    (when each request is ready to decode, when each prefill stream-0 transfer ended)."""
+    done = done_p.copy()
+    link_free = 0.0
+    for k in np.argsort(done, kind="stable"):        # transfers queue on the instance's links
+        start = max(done[k], link_free)
+        link_free = start + xfer[k]
+        done[k] = link_free
+    # every request of the stream gets the delays of its prefill-instance counterpart
+    ready = full.arrival + (done - res_p.arrival)[pos]
+    # the decode instance receives from all x prefill instances on its own links: a transfer
+    # that finds them busy (x > y, or bursts) waits there too (a tandem of the two queues)
+    sent = ready.copy()
+    recv_free = 0.0
+    for k in idx_d[np.argsort(sent[idx_d], kind="stable")]:
+        ready[k] = max(sent[k], recv_free + xfer_all[k])
+        recv_free = ready[k]
+    return ready, done
+
+
 def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
              decode_topo: Topology | None = None) -> dict:
     """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
@@ -151,32 +256,46 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
         link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=senders).time_us * 1e-6
         / KV_EFF.value for s in sizes}
     xfer = np.array([t_of[int(s)] for s in shard])
-    done = res_p.first_token.copy()
-    link_free = 0.0
-    for k in np.argsort(done, kind="stable"):        # transfers queue on the instance's links
-        start = max(done[k], link_free)
-        link_free = start + xfer[k]
-        done[k] = link_free
-    ready_rep = done                                   # first token at the decode side
-    # every request of the stream gets the delays of its prefill-instance counterpart
     pos = np.minimum(np.arange(n) // xs, idx_p.size - 1)
-    ready = full.arrival + (ready_rep - res_p.arrival)[pos]
     idx_d = np.arange(0, n, ys)
-    # the decode instance receives from all x prefill instances on its own links: a transfer
-    # that finds them busy (x > y, or bursts) waits there too (a tandem of the two queues)
     xfer_all = np.array([t_of[int(v)] for v in full.isl * sm_p.kv_bytes_per_token])
-    sent = ready.copy()
-    recv_free = 0.0
-    for k in idx_d[np.argsort(sent[idx_d], kind="stable")]:
-        ready[k] = max(sent[k], recv_free + xfer_all[k])
-        recv_free = ready[k]
+    ready, done = _transfers(res_p.first_token, xfer, pos, full, res_p, xfer_all, idx_d)
+    dec = idx_d[full.osl[idx_d] >= 2]
+
+    def decode(ready: np.ndarray, sm: StepModel) -> tuple[np.ndarray, SimResult]:
+        order = dec[np.argsort(ready[dec], kind="stable")]
+        dec_req = R.Requests(ready[order], full.isl[order], full.osl[order])
+        return order, simulate(dec_req, sm, scheduler_config(sm, cfg), prefilled=True)
+
+    order, res_d = decode(ready, sm_d)
+    # the KV transfers share the decode GPUs' links with the decode pool's own collectives
+    # (NVLink ports inside a domain; the NICs when the pool's TP / EP groups span domains):
+    # the network's max-min sharing says what each costs the other per decode iteration
+    local = 1 if per_node == 2 else gpu_count(decode_topo or topo)[1]
+    tp_b, ep_b = decode_link_bytes(sm_d, local)
+    busy = res_d.iter_decode > 0
+    sharing = {"decode_bytes_per_iteration": 0.0, "kv_slowdown": 1.0, "kv_link_busy": 0.0,
+             "decode_comm_ms_per_iteration": 0.0}
+    if tp_b + ep_b > 0 and busy.any():
+        tok = float(res_d.iter_decode[busy].mean())
+        it_s = float(res_d.iter_time_s[busy].mean())
+        kv_lost, dec_lost = link_sharing(link_topo, per_node, senders, (tp_b + ep_b) * tok)
+        slow = 1.0 + kv_lost / it_s                  # the decode traffic met per second of KV
+        xfer, xfer_all = xfer * slow, xfer_all * slow
+        ready, done = _transfers(res_p.first_token, xfer, pos, full, res_p, xfer_all, idx_d)
+        # the share of the decode run its links carry a KV cache in; while they do, the
+        # pool's collectives lose what the sharing says
+        span = float(res_d.finish.max() - res_d.arrival.min()) if res_d.finish.size else 0.0
+        v = min(1.0, float(xfer_all[idx_d].sum()) / span) if span > 0 else 0.0
+        per_tok = v * dec_lost / tok
+        sm_d = sm_d.with_shared_links(per_tok * tp_b / (tp_b + ep_b),
+                                      per_tok * ep_b / (tp_b + ep_b))
+        order, res_d = decode(ready, sm_d)
+        sharing = {"decode_bytes_per_iteration": (tp_b + ep_b) * tok, "kv_slowdown": slow,
+                   "kv_link_busy": v, "decode_comm_ms_per_iteration": v * dec_lost * 1e3}
     # transfer start to finish, queueing on both ends included, for decode instance 0's stream
     start = (full.arrival + (res_p.first_token - res_p.arrival)[pos])[idx_d]
     wait = ready[idx_d] - start - xfer_all[idx_d]
-    dec = idx_d[full.osl[idx_d] >= 2]
-    order = dec[np.argsort(ready[dec], kind="stable")]
-    dec_req = R.Requests(ready[order], full.isl[order], full.osl[order])
-    res_d = simulate(dec_req, sm_d, scheduler_config(sm_d, cfg), prefilled=True)
     combined = SimResult(arrival=full.arrival[order], first_token=ready[order],
                          finish=res_d.finish, isl=full.isl[order], osl=full.osl[order],
                          preemptions=res_d.preemptions, generated=res_d.generated,
@@ -218,12 +337,20 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                   "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms,
                   "kv_wait_ms": {k: float(v) for k, v in zip(
                       ("p50", "p90", "p99"), np.percentile(np.maximum(wait, 0.0).round(9) * 1e3,
-                                                           [50, 90, 99]), strict=True)}}}
+                                                           [50, 90, 99]), strict=True)},
+                  "link_sharing": sharing}}
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
     words = bottleneck(sm_d, s, bd, res_d)
     share = float(np.median(xfer / np.maximum(done - res_p.arrival, 1e-12)))
-    out["bottleneck"] = (f"decode pool: {words}; the KV transfer over {link} is {share:.0%} of "
-                         "the median TTFT")
+    said = (f"decode pool: {words}; the KV transfer over {link} is {share:.0%} of "
+            "the median TTFT")
+    if sharing["kv_slowdown"] > 1.0:
+        said += (f"; the decode pool's own collectives on the same links slow "
+                 f"it by {sharing['kv_slowdown'] - 1:.1%}, and the transfers "
+                 f"(on them {sharing['kv_link_busy']:.1%} of the time) add "
+                 f"{sharing['decode_comm_ms_per_iteration'] * 1e3:.1f} us to an "
+                 "average decode iteration")
+    out["bottleneck"] = said
     return out

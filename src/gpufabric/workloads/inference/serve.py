@@ -37,6 +37,44 @@ from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult,
 ENGINE_LIMITS = {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
                  "fastertransformer": (256, 8192), "default": (256, 8192)}
 
+#: Each engine's own default prefill token budget per iteration (the chunk budget), by GPU
+#: memory, from the engines' source: vLLM V1 0.9-0.11 ``EngineArgs`` (``vllm serve``, the
+#: OpenAI API server: ``max_num_batched_tokens`` 8192 on GPUs of >= 70 GiB other than A100,
+#: 2048 otherwise; engine/arg_utils.py), SGLang 0.4.8-0.5 ``ServerArgs``
+#: (``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, 16384 above:
+#: srt/server_args.py), TensorRT-LLM 0.12-1.0 (``max_num_tokens`` 8192 in ``BuildConfig`` and
+#: the LLM API). Rows: (engine, GPU memory at least GiB, budget, source); the first match wins.
+ENGINE_PREFILL_BUDGET: list[tuple[str, float, int, str]] = [
+    ("vllm", 70.0, 8192, "vLLM V1 0.9-0.11 engine/arg_utils.py, OPENAI_API_SERVER, >= 70 GiB"),
+    ("vllm", 0.0, 2048, "vLLM V1 0.9-0.11 engine/arg_utils.py, OPENAI_API_SERVER, < 70 GiB "
+     "or A100"),
+    ("sglang", 160.0, 16384, "SGLang 0.4.8-0.5 srt/server_args.py, >= 160 GiB (B200, MI300)"),
+    ("sglang", 35.0, 8192, "SGLang 0.4.8-0.5 srt/server_args.py, 35-160 GiB (A100-H200)"),
+    ("sglang", 0.0, 2048, "SGLang 0.4.8-0.5 srt/server_args.py, < 35 GiB (A10, L40, 4090)"),
+    ("tensorrt-llm", 0.0, 8192, "TensorRT-LLM 0.12-1.0 BuildConfig / LLM API max_num_tokens"),
+]
+
+
+def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
+    """The engine's default prefill token budget on this GPU kind, and where it comes from.
+
+    Examples
+    --------
+    >>> engine_batched_tokens("vllm", "H100-SXM")[0], engine_batched_tokens("vllm", "L40S")[0]
+    (8192, 2048)
+    >>> engine_batched_tokens("sglang", "B200")[0], engine_batched_tokens("vllm", "A100-SXM4-80GB")
+    (16384, (2048, 'vLLM V1 0.9-0.11 engine/arg_utils.py, OPENAI_API_SERVER, < 70 GiB or A100'))
+    """
+    from gpufabric.workloads import compute as C
+    spec = C.gpu_spec(gpu)
+    gib = spec.memory_GB * 1e9 / 2**30
+    key = engine_key(engine)
+    a100 = "a100" in spec.name.lower()
+    for eng, at_least, budget, source in ENGINE_PREFILL_BUDGET:
+        if eng == key and gib >= at_least and not (eng == "vllm" and at_least > 0 and a100):
+            return budget, source
+    return ENGINE_LIMITS[key][1], "gpufabric default (engine without a published default)"
+
 #: host link used to swap KV blocks out and back (PCIe Gen5 x16, one direction, ~50 GB/s usable)
 SWAP_GBps = 50.0
 
@@ -112,7 +150,7 @@ def check_slo_possible(sm: StepModel, cfg: ServeConfig, isl: int) -> None:
     """Refuse an SLO that even one request alone cannot meet on this deployment."""
     if cfg.slo_ttft_ms is None and cfg.slo_tpot_ms is None:
         return
-    ttft, tpot = unloaded_ms(sm, isl, cfg.max_batched_tokens or ENGINE_LIMITS[sm.engine][1])
+    ttft, tpot = unloaded_ms(sm, isl, sm.max_tokens)
     if cfg.slo_ttft_ms is not None and cfg.slo_ttft_ms < ttft:
         raise InputError(f"{cfg.slo_ttft_ms:g} ms is impossible: one request of {isl} input "
                          f"tokens alone takes {ttft:.1f} ms to its first token here",
@@ -141,20 +179,20 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
 
 def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = None
                ) -> StepModel:
-    _, tok = ENGINE_LIMITS[engine_key(cfg.engine)]
+    tok, _ = engine_batched_tokens(cfg.engine, gpu or topo.gpus()[0].model)
     return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                      engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
                      block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb)
 
 
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
-    seqs, tok = ENGINE_LIMITS[sm.engine]
+    seqs, _ = ENGINE_LIMITS[sm.engine]
     swap = sm.kv_bytes_per_token / (SWAP_GBps * 1e9)
     # a pipeline of pp stages runs pp batches at once (vLLM's virtual engines), each with a
     # pp-th of the KV cache
     return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=cfg.block_size,
                            max_num_seqs=cfg.max_num_seqs or seqs,
-                           max_batched_tokens=cfg.max_batched_tokens or tok,
+                           max_batched_tokens=sm.max_tokens,
                            preemption=cfg.preemption, swap_s_per_token=swap,
                            reserve_full=sm.engine in ("tensorrt-llm", "fastertransformer"))
 

@@ -13,6 +13,7 @@ fp8, khalf) and keeps the others at their current values; issue 7's second pass 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from gpufabric.workloads import compute as K
 from gpufabric.workloads import training as T
@@ -26,14 +27,13 @@ cache: dict = {}
 def setp(name: str, val: float) -> None:
     if name.startswith("gemm_"):
         g = name[5:]
-        K.GEMM_EFF[g] = K.Fitted(val, K.GEMM_EFF[g].unit, K.GEMM_EFF[g].fitted_on)
+        K.GEMM_EFF[g] = replace(K.GEMM_EFF[g], value=val)
     elif name == "fp8":
-        K.FP8_EFF = K.Fitted(val, K.FP8_EFF.unit, K.FP8_EFF.fitted_on)
+        K.FP8_EFF = replace(K.FP8_EFF, value=val)
     elif name == "khalf":
-        K.K_HALF_PER_BALANCE = K.Fitted(val, "elements per FLOP/B",
-                                        K.K_HALF_PER_BALANCE.fitted_on)
+        K.K_HALF_PER_BALANCE = replace(K.K_HALF_PER_BALANCE, value=val)
     elif name == "overhead":
-        T.LAYER_OVERHEAD_US = T.Fitted(val, "us", T.LAYER_OVERHEAD_US.fitted_on)
+        T.LAYER_OVERHEAD_US = replace(T.LAYER_OVERHEAD_US, value=val)
 
 
 def loss(params: dict[str, float]) -> float:

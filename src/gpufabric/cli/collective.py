@@ -195,12 +195,22 @@ def validate(
 
 @app.command()
 def params(
+    layer: str = typer.Option("collectives", "--layer",
+                              help="Whose constants: collectives (the network's and collective "
+                                   "models'), workloads (training and inference) or all."),
     json: bool = typer.Option(False, "--json", help="Print JSON: a list of records."),
 ) -> None:
-    """Every fitted or estimated constant of the network and collective models, with its
-    source (NCCL version) or the calibration ids it was fitted on."""
+    """Every fitted or estimated constant of the models, with its source (NCCL version) or the
+    calibration ids it was fitted on."""
+    import gpufabric.workloads.inference.pd  # noqa: F401  (records the workloads' constants)
+    import gpufabric.workloads.inference.serve  # noqa: F401
+    import gpufabric.workloads.training  # noqa: F401
+    from gpufabric import params as shared
     from gpufabric.collectives import params as P
-    rows = P.table()
+    if layer != "all" and layer not in shared.LAYERS:
+        raise InputError(f"--layer: unknown layer '{layer}'; expected one of "
+                         f"{', '.join(shared.LAYERS)} or all")
+    rows = shared.table(None if layer == "all" else layer)
     if json:
         emit_json({"nccl_version": P.NCCL_VERSION, "params": rows})
         return
@@ -208,7 +218,8 @@ def params(
                f"{P.NCCL_VERSION})")
     for r in rows:
         where = ("fitted on " + ", ".join(r["fitted_on"])) if r["fitted_on"] else r["source"]
-        typer.echo(f"{r['name']:<26} {r['kind']:<8} {r['unit']:<20} {r['applies_to']}")
+        col = f"{r['layer']:<12} " if layer == "all" else ""
+        typer.echo(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} {r['applies_to']}")
         typer.echo(f"{'':<26} value: {_short(r['value'])}")
         typer.echo(f"{'':<26} from: {where}")
 

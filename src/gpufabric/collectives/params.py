@@ -1,7 +1,8 @@
 """Every fitted or estimated constant of the network and collective models, as records.
 
-Each :class:`Param` holds a value, its unit, what it applies to (a whole protocol, algorithm,
-transport, link type or GPU generation; never one machine), and where it comes from: a
+Each :class:`~gpufabric.params.Param` (the record type all layers share) holds a value, its
+unit, what it applies to (a whole protocol, algorithm, transport, link type or GPU generation;
+never one machine), and where it comes from: a
 ``source`` (NCCL's own tuning code with its version, a datasheet) or, for fitted values, the
 calibration ids it was ``fitted_on``. ``gpufabric validate`` uses those ids to report its error
 also over the entries no parameter was fitted on; ``gpufabric params`` lists the table.
@@ -24,62 +25,35 @@ True
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from gpufabric import params as _shared
+from gpufabric.params import Param
 
 NCCL_VERSION = "2.28.3"
 _TUNING = "NCCL src/graph/tuning.cc"
+LAYER = "collectives"
 
-
-@dataclass(frozen=True)
-class Param:
-    """One constant of the model, with what it applies to and where it comes from."""
-
-    name: str
-    value: Any
-    unit: str
-    applies_to: str
-    source: str
-    fitted_on: tuple[str, ...] = ()
-    nccl_version: str = ""
-
-    @property
-    def kind(self) -> str:
-        """``nccl`` (taken from NCCL's code), ``fitted`` (on calibration ids) or
-        ``estimate`` (reasoned, neither measured nor taken)."""
-        if self.fitted_on:
-            return "fitted"
-        return "nccl" if self.nccl_version else "estimate" if self.source.startswith(
-            "estimate") else "source"
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["fitted_on"] = list(self.fitted_on)
-        d["kind"] = self.kind
-        return d
-
-
-REGISTRY: dict[str, Param] = {}
+#: this layer's records (name -> :class:`~gpufabric.params.Param`)
+REGISTRY: dict[str, Param] = _shared.layer_registry(LAYER)
 
 
 def record(name: str, value: Any, unit: str, applies_to: str, source: str, *,
            fitted_on: tuple[str, ...] = (), nccl: bool = False) -> Any:
     """Register one constant and return its value (so modules keep plain names)."""
-    if name in REGISTRY:
-        raise ValueError(f"parameter {name} recorded twice")
-    REGISTRY[name] = Param(name, value, unit, applies_to, source, tuple(fitted_on),
-                           NCCL_VERSION if nccl else "")
+    _shared.record(LAYER, name, value, unit, applies_to, source, fitted_on=fitted_on,
+                   nccl_version=NCCL_VERSION if nccl else "")
     return value
 
 
 def fitted_ids() -> set[str]:
     """Calibration ids some parameter was fitted on."""
-    return {i for p in REGISTRY.values() for i in p.fitted_on}
+    return _shared.fitted_ids(LAYER)
 
 
 def table() -> list[dict]:
-    """All records as dicts (for ``gpufabric params --json`` and the docs)."""
-    return [p.to_dict() for p in REGISTRY.values()]
+    """This layer's records as dicts (see :func:`gpufabric.params.table`)."""
+    return _shared.table(LAYER)
 
 
 PROTOCOLS = ("LL", "LL128", "Simple")

@@ -9,7 +9,7 @@ where the GEMM efficiency follows the operation's shape: output tiles fill the S
 last, partial wave wastes the idle SMs) and a short reduction dimension cannot hide the tile's
 load and store (``k / (k + K_HALF_PER_BALANCE x machine balance)``). The ceiling
 (``GEMM_EFF``) is a physical parameter per GPU generation; every such parameter is a
-:class:`Fitted` record naming what it was fitted on.
+:class:`~gpufabric.params.Param` record naming what it was fitted on.
 
 Examples
 --------
@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpufabric import catalog
+from gpufabric import params as _params
 from gpufabric.errors import InputError
+from gpufabric.params import Param
 from gpufabric.workloads.models import ModelSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "fp4")
@@ -38,44 +41,61 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "fp4")
 ACT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "mxfp8": 2, "fp4": 2}
 
 
-@dataclass(frozen=True)
-class Fitted:
-    """A model parameter: its value, unit, and what it was fitted on (or its source)."""
+#: the layer the workloads' constants are recorded under in :mod:`gpufabric.params`
+LAYER = "workloads"
 
-    value: float
-    unit: str
-    fitted_on: str
+
+def record(name: str, value: Any, unit: str, applies_to: str, source: str,
+           *fitted_on: str) -> Param:
+    """Record one constant of the workloads' models (:func:`gpufabric.params.record`): a fitted
+    value names the calibration ids (or ``prefix-*`` patterns) it was fitted on, a prior only
+    its ``source`` text."""
+    return _params.record(LAYER, name, value, unit, applies_to, source, fitted_on=fitted_on)
 
 
 #: Achieved fraction of the dense tensor peak on large, well-shaped GEMMs (cuBLAS / cuBLASLt),
 #: per GPU generation. Fitted on the calibration ids named (training step times); see
 #: docs/training.md for the procedure.
-GEMM_EFF: dict[str, Fitted] = {
-    "volta": Fitted(0.70, "fraction of peak", "prior: cuBLAS HGEMM on V100 reaches ~0.70-0.80 "
+GEMM_EFF: dict[str, Param] = {
+    "volta": record("GEMM_EFF[volta]", 0.70, "fraction of peak", "GEMMs on volta",
+                    "prior: cuBLAS HGEMM on V100 reaches ~0.70-0.80 "
                     "of 125 TFLOPS at large sizes (NVIDIA CUTLASS / cuBLAS profiler figures)"),
-    "ampere": Fitted(0.74, "fraction of peak", "fitted on megatron-2021-a100-gpt-* (Table 1 "
-                     "rows 1.7B-1T) and megascale-megatron-baseline-175b-bs768"),
-    "hopper": Fitted(0.80, "fraction of peak", "fitted on megatron-core-h100-gpt-* (9 rows) "
-                     "and mlperf-train-v4.0-gpt3-175b-eos-512gpu"),
-    "ada": Fitted(0.70, "fraction of peak", "prior: as hopper less its TMA/wgmma (not fitted)"),
-    "blackwell": Fitted(0.70, "fraction of peak", "prior: as hopper (not fitted; the GB200 "
+    "ampere": record("GEMM_EFF[ampere]", 0.74, "fraction of peak", "GEMMs on ampere",
+                     "fitted on megatron-2021-a100-gpt-* (Table 1 rows 1.7B-1T) and "
+                     "megascale-megatron-baseline-175b-bs768", "megatron-2021-a100-gpt-*",
+                     "megascale-megatron-baseline-175b-bs768"),
+    "hopper": record("GEMM_EFF[hopper]", 0.80, "fraction of peak", "GEMMs on hopper",
+                     "fitted on megatron-core-h100-gpt-* (9 rows) and "
+                     "mlperf-train-v4.0-gpt3-175b-eos-512gpu", "megatron-core-h100-gpt-*",
+                     "mlperf-train-v4.0-gpt3-175b-eos-512gpu"),
+    "ada": record("GEMM_EFF[ada]", 0.70, "fraction of peak", "GEMMs on ada",
+    "prior: as hopper less its TMA/wgmma (not fitted)"),
+    "blackwell": record("GEMM_EFF[blackwell]", 0.70, "fraction of peak", "GEMMs on blackwell",
+                        "prior: as hopper (not fitted; the GB200 "
                         "entries are MoE runs with large software effects)"),
-    "cdna3": Fitted(0.55, "fraction of peak", "prior: hipBLASLt BF16 GEMM on MI300X reaches "
+    "cdna3": record("GEMM_EFF[cdna3]", 0.55, "fraction of peak", "GEMMs on cdna3",
+                    "prior: hipBLASLt BF16 GEMM on MI300X reaches "
                     "~0.5-0.6 of 1307 TFLOPS (AMD ROCm blog figures); not fitted"),
 }
-GEMM_EFF_DEFAULT = Fitted(0.60, "fraction of peak", "prior for parts with no generation entry")
+GEMM_EFF_DEFAULT = record("GEMM_EFF_DEFAULT", 0.60, "fraction of peak",
+                          "GEMMs on GPUs of other generations",
+                          "prior for parts with no generation entry")
 
 #: FP8 GEMMs reach a lower fraction of their (2x) peak: per-tensor scaling and casts, and
 #: shapes sized for 16-bit tiles. Fitted on the FP8 points of torchtitan-h100-* and
 #: mlperf-train-v4.0-gpt3-175b-eos-512gpu.
-FP8_EFF = Fitted(0.75, "fraction of the 16-bit efficiency", "fitted on "
-                 "mlperf-train-v4.0-gpt3-175b-eos-512gpu (the fitted set's one FP8 entry)")
+FP8_EFF = record("FP8_EFF", 0.75, "fraction of the 16-bit efficiency", "FP8 GEMMs",
+                 "fitted on mlperf-train-v4.0-gpt3-175b-eos-512gpu (the fitted set's one FP8 "
+                 "entry)", "mlperf-train-v4.0-gpt3-175b-eos-512gpu")
 #: reduction depth at which a GEMM reaches half its ceiling, per FLOP/byte of the GPU's machine
 #: balance (peak / HBM bandwidth): a tile's prologue and epilogue move a fixed number of bytes
 #: while its k-loop does MMAs, so the faster the tensor cores relative to memory, the deeper
 #: the GEMM must be to hide them (A100 BF16: 153 FLOP/B, H100: 295, H100 FP8: 591)
-K_HALF_PER_BALANCE = Fitted(0.63, "elements per FLOP/B", "fitted on the megatron-core-h100-"
-                            "gpt-* and megatron-2021-a100-gpt-* rows (small hidden sizes)")
+K_HALF_PER_BALANCE = record("K_HALF_PER_BALANCE", 0.63, "elements per FLOP/B",
+                            "GEMMs: the reduction depth of half the ceiling",
+                            "fitted on the megatron-core-h100-gpt-* and megatron-2021-a100-gpt-* "
+                            "rows (small hidden sizes)", "megatron-core-h100-gpt-*",
+                            "megatron-2021-a100-gpt-*")
 #: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
 TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),
         "blackwell": (256, 256), "cdna3": (256, 256)}
@@ -104,18 +124,22 @@ def tile_shapes(arch: str) -> list[tuple[int, int]]:
 
 
 #: flash-attention cores relative to the GEMM ceiling (softmax, masking, online rescaling)
-ATTN_EFF = Fitted(0.75, "fraction of the GEMM ceiling", "prior: FlashAttention-2 reaches "
+ATTN_EFF = record("ATTN_EFF", 0.75, "fraction of the GEMM ceiling", "flash-attention cores",
+                  "prior: FlashAttention-2 reaches "
                   "~0.7 of A100 GEMM throughput forward (Dao 2023, Fig. 4), FA3 similar on H100")
 #: FlashAttention-2 on Hopper and later: it does not use the asynchronous tensor-core path
 #: (wgmma/TMA), reaching ~350 of 989 TFLOP/s forward on H100 (Shah et al., FlashAttention-3,
 #: arXiv 2407.08608, Fig. 1) -> 0.35 / (0.78 x 0.75) of the ceiling used for native kernels
-FA2_ON_HOPPER = Fitted(0.6, "fraction of the native attention rate", "prior from the "
+FA2_ON_HOPPER = record("FA2_ON_HOPPER", 0.6, "fraction of the native attention rate",
+                       "FlashAttention-2 on hopper and later", "prior from the "
                        "FlashAttention-3 paper's FA2 figures on H100 (not fitted)")
 #: achieved fraction of HBM bandwidth for streaming element-wise kernels
-HBM_EFF = Fitted(0.80, "fraction of HBM bandwidth", "prior: STREAM-like copy kernels reach "
+HBM_EFF = record("HBM_EFF", 0.80, "fraction of HBM bandwidth", "memory-bound kernels",
+                 "prior: STREAM-like copy kernels reach "
                  "~0.8-0.9 of the datasheet HBM rate on A100/H100")
 #: fixed cost per kernel (launch + tail), microseconds
-KERNEL_US = Fitted(4.0, "us", "prior: CUDA kernel launch and tail ~3-5 us without CUDA graphs")
+KERNEL_US = record("KERNEL_US", 4.0, "us", "each kernel launch",
+                   "prior: CUDA kernel launch and tail ~3-5 us without CUDA graphs")
 
 
 #: sustained clock under a board power limit below the TDP: dynamic power ~ f V^2 with the
@@ -123,7 +147,8 @@ KERNEL_US = Fitted(4.0, "us", "prior: CUDA kernel launch and tail ~3-5 us withou
 #: (cap / TDP)^(1/3) when dense GEMMs hold the part at its limit. Physics, not fitted; on the
 #: 500 W H100-SXM it gives 0.89 x 989 = 884 TFLOP/s BF16, between the 700 W SXM and the
 #: 400 W H100 NVL, where torchtitan's H100 benchmark (footnote) places that part's true peak
-POWER_CLOCK_EXP = Fitted(1 / 3, "clock ~ (power cap / TDP)^x", "prior: CMOS dynamic power "
+POWER_CLOCK_EXP = record("POWER_CLOCK_EXP", 1 / 3, "clock ~ (power cap / TDP)^x",
+                         "GPUs under a power cap below their TDP", "prior: CMOS dynamic power "
                          "~ f V^2 with V ~ f over the DVFS range (not fitted)")
 
 
@@ -417,8 +442,9 @@ def optimizer_op(params: float, *, master_bytes: int = 4, grad_bytes: int = 4) -
 
 from gpufabric.workloads.models import load_model  # noqa: E402  (doctest convenience)
 
-__all__ = ["PRECISIONS", "ACT_BYTES", "Fitted", "GEMM_EFF", "FP8_EFF", "K_HALF_PER_BALANCE",
-           "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER", "GPUSpec", "gpu_spec",
+__all__ = ["PRECISIONS", "ACT_BYTES", "LAYER", "record", "GEMM_EFF", "FP8_EFF",
+           "K_HALF_PER_BALANCE", "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER", "GPUSpec",
+           "gpu_spec",
            "POWER_CLOCK_EXP", "power_capped", "tile_shapes",
            "check_precision", "Op", "gemm", "attention", "elementwise", "gemm_efficiency",
            "PASSES", "op_time_s", "achieved_tflops", "layer_ops", "head_ops", "optimizer_op",

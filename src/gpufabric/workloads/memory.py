@@ -30,16 +30,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpufabric.errors import InputError
-from gpufabric.workloads.compute import ACT_BYTES, Fitted, check_precision, gpu_spec
+from gpufabric.workloads.compute import ACT_BYTES, check_precision, gpu_spec, record
 from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import Parallel
 
 GiB = 2**30
 #: CUDA context, cuBLAS workspaces, NCCL buffers (fixed part of the framework reserve)
-RESERVE_GiB = Fitted(2.5, "GiB", "prior: CUDA context ~0.5 GiB, cuBLAS/cuDNN workspaces and "
+RESERVE_GiB = record("RESERVE_GiB", 2.5, "GiB", "GPU memory: the framework's fixed reserve",
+                     "prior: CUDA context ~0.5 GiB, cuBLAS/cuDNN workspaces and "
                      "NCCL channel buffers 1-2 GiB as PyTorch's memory snapshot shows them")
 #: caching-allocator fragmentation, as a fraction of what the model allocates
-FRAGMENTATION = Fitted(0.05, "fraction", "prior: PyTorch caching allocator, reserved/allocated "
+FRAGMENTATION = record("FRAGMENTATION", 0.05, "fraction",
+                       "GPU memory: caching-allocator fragmentation",
+                       "prior: PyTorch caching allocator, reserved/allocated "
                        "~1.05 in steady-state training (torchtitan memory reports)")
 #: bytes per parameter: 16-bit weight, FP32 gradient, FP32 master + Adam moments
 WEIGHT_B, GRAD_B, OPT_B = 2, 4, 12

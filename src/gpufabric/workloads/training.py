@@ -35,8 +35,8 @@ from gpufabric import collectives as C
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import (
-    ACT_BYTES, Fitted, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
-    optimizer_op, power_capped,
+    ACT_BYTES, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s, optimizer_op,
+    power_capped, record,
 )
 from gpufabric.workloads.memory import (
     MemoryBreakdown, check_fits, params_per_gpu, stage_layers, training_memory,
@@ -45,25 +45,40 @@ from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import Group, Parallel
 
 #: backward / forward time of a GEMM (data and weight gradients: two GEMMs of the same size)
-BWD_GEMM = 2.0
+BWD_GEMM = record("BWD_GEMM", 2.0, "x forward time", "training: backward of a GEMM",
+                  "physical: the data and the weight gradient, two GEMMs of the forward's "
+                  "size").value
 #: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
-BWD_ATTN = 2.5
+BWD_ATTN = record("BWD_ATTN", 2.5, "x forward time",
+                  "training: backward of a flash-attention core",
+                  "FlashAttention-2 paper (Dao 2023), Sec. 3.1: the backward recomputes the "
+                  "scores").value
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
-LAYER_OVERHEAD_US = Fitted(40.0, "us per block per pass", "fitted on megatron-2021-a100-gpt-*"
-                           " and megatron-core-h100-gpt-* (the small models weigh it); refit "
-                           "(200 -> 40) once the 2021 runs' unfused attention was modelled")
+LAYER_OVERHEAD_US = record("LAYER_OVERHEAD_US", 40.0, "us per block per pass",
+                           "training: framework cost per transformer block and pass",
+                           "fitted on megatron-2021-a100-gpt-* and megatron-core-h100-gpt-* (the "
+                           "small models weigh it); refit (200 -> 40) once the 2021 runs' "
+                           "unfused attention was modelled", "megatron-2021-a100-gpt-*",
+                           "megatron-core-h100-gpt-*")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
-DP_OVERLAP = Fitted(0.9, "fraction of the last micro-batch's backward", "physical: buckets "
+DP_OVERLAP = record("DP_OVERLAP", 0.9, "fraction of the last micro-batch's backward",
+                    "training: data-parallel gradient reduction under the backward",
+                    "physical: buckets "
                     "start reducing once filled; the last bucket cannot overlap")
 #: fraction of the TP collective time that stays exposed with TP comm overlap (userbuffers /
 #: async TP); without it all of it is exposed
-TP_OVERLAP_EXPOSED = Fitted(0.4, "fraction", "prior: Megatron-Core/TE tp-comm-overlap and "
+TP_OVERLAP_EXPOSED = record("TP_OVERLAP_EXPOSED", 0.4, "fraction",
+                            "training: TP collectives with TP comm overlap",
+                            "prior: Megatron-Core/TE tp-comm-overlap and "
                             "torch AsyncTP hide ~half to two thirds of TP communication")
 
 
 #: HBM passes over a CNN's activations per step: written in forward, read in backward, the
 #: gradient written and read, batch-norm statistics read once more
-CNN_ACT_PASSES = 5
+CNN_ACT_PASSES = record("CNN_ACT_PASSES", 5, "HBM passes per step",
+                        "training CNNs: traffic over the activations",
+                        "physical: written in forward, read in backward, the gradient written "
+                        "and read, batch-norm statistics read once more").value
 
 
 @dataclass

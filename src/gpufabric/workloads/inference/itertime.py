@@ -42,12 +42,12 @@ import numpy as np
 
 from gpufabric import collectives
 from gpufabric.errors import InputError
+from gpufabric.params import Param
 from gpufabric.topology.model import Topology
 from gpufabric.workloads import compute as C
 from gpufabric.workloads import memory as M
+from gpufabric.workloads.compute import record
 from gpufabric.workloads.models import ModelSpec, load_model
-
-Fitted = C.Fitted
 
 #: Bytes per stored weight or KV value: FP4 (NVFP4) carries an FP8 scale per 16 values, INT4
 #: (AWQ/GPTQ) an FP16 scale per group of 128.
@@ -65,8 +65,9 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 #: load and apply, so a lower fraction of the (2x) FP4 peak. A kernel efficiency of the
 #: Blackwell generation, fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4 (grid 0.65-1.0: median
 #: error 22.8% at 1.0, 4.7% at 0.75; the GB200 and 405B FP4 entries, held out: 21.0% -> 3.4%).
-FP4_EFF = Fitted(0.75, "fraction of the FP8 efficiency", "fitted on trtllm-1.0-llama33-70b-"
-                 "b200-tp1-fp4")
+FP4_EFF = record("FP4_EFF", 0.75, "fraction of the FP8 efficiency", "NVFP4 GEMMs",
+                 "fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4",
+                 "trtllm-1.0-llama33-70b-b200-tp1-fp4")
 
 #: How unevenly a step's tokens pick the experts: the coefficient of variation of the experts'
 #: shares of one step's top-k choices (0: the router spreads them uniformly, only the
@@ -77,50 +78,72 @@ FP4_EFF = Fitted(0.75, "fraction of the FP8 efficiency", "fitted on trtllm-1.0-l
 #: held out (Qwen3-235B-A22B 79.0 % -> 20.1 %, DeepSeek-R1 B200 98.0 % -> 66.9 %, H200
 #: 86.6 % -> 69.9 %). A spread this wide also absorbs what the model lacks for small grouped
 #: GEMMs (several experts' few rows per kernel), so read it as an upper bound on the skew.
-EXPERT_LOAD_CV = Fitted(2.5, "coefficient of variation of expert shares per step",
-                        "fitted on trtllm-1.0-llama4-maverick-moe-tp8")
+EXPERT_LOAD_CV = record("EXPERT_LOAD_CV", 2.5, "coefficient of variation of expert shares per step",
+                        "MoE serving without EPLB: the router's skew across experts",
+                        "fitted on trtllm-1.0-llama4-maverick-moe-tp8",
+                        "trtllm-1.0-llama4-maverick-moe-tp8")
 
 #: Redundant experts of an EPLB deployment (copies of the hottest experts placed so that every
 #: rank's mean load is equal): DeepSeek-V3 serves with 32 (DeepSeek-V3 Technical Report,
 #: section 3.4, prefilling and decoding); each costs its weights' memory on the rank it lands on.
-EPLB_REDUNDANT_EXPERTS = 32
+EPLB_REDUNDANT_EXPERTS = record("EPLB_REDUNDANT_EXPERTS", 32, "experts",
+                                "MoE serving with EPLB: redundant expert copies",
+                                "DeepSeek-V3 Technical Report, section 3.4 (prefilling and "
+                                "decoding)").value
 
 #: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
 #: unloaded (concurrency 1) and offline points of tests/data/calibration/inference.yaml named.
-ENGINE_OVERHEAD_S: dict[str, Fitted] = {
-    "tensorrt-llm": Fitted(0.003, "s per iteration", "fitted on trtllm-0.14-online-* and "
+ENGINE_OVERHEAD_S: dict[str, Param] = {
+    "tensorrt-llm": record("ENGINE_OVERHEAD_S[tensorrt-llm]", 0.003, "s per iteration",
+                           "engine tensorrt-llm: each iteration",
+                           "fitted on trtllm-0.14-online-* and "
                            "trtllm-0.17-llama31-8b-h100-tp1-fp8 together with the per-request "
                            "front end (ENGINE_REQUEST_S; grid 3-5 ms x 5-15 ms: median error "
-                           "16.6% at 3 ms and 10 ms, 20.2% at 4 ms without a front end)"),
-    "vllm": Fitted(0.0030, "s per iteration", "prior: vLLM 0.6 reports 2-4 ms of CPU time per "
+                           "16.6% at 3 ms and 10 ms, 20.2% at 4 ms without a front end)",
+                           "trtllm-0.14-online-*", "trtllm-0.17-llama31-8b-h100-tp1-fp8"),
+    "vllm": record("ENGINE_OVERHEAD_S[vllm]", 0.0030, "s per iteration",
+                   "engine vllm: each iteration", "prior: vLLM 0.6 reports 2-4 ms of CPU time per "
                    "step before multi-step scheduling (vLLM v0.6.0 release notes); the "
                    "vllm-0.6.0-* entries lack request lengths, so nothing was fitted"),
-    "sglang": Fitted(0.0020, "s per iteration", "prior: below vLLM 0.6 (SGLang's overlap "
+    "sglang": record("ENGINE_OVERHEAD_S[sglang]", 0.0020, "s per iteration",
+                     "engine sglang: each iteration", "prior: below vLLM 0.6 (SGLang's overlap "
                      "scheduler); not fitted, for the same reason"),
-    "fastertransformer": Fitted(0.0012, "s per iteration", "prior: as TensorRT-LLM"),
-    "default": Fitted(0.0020, "s per iteration", "prior: between TensorRT-LLM and vLLM"),
+    "fastertransformer": record("ENGINE_OVERHEAD_S[fastertransformer]", 0.0012,
+                                "s per iteration", "engine fastertransformer: each iteration",
+                                "prior: as TensorRT-LLM"),
+    "default": record("ENGINE_OVERHEAD_S[default]", 0.0020, "s per iteration",
+                      "other engines: each iteration", "prior: between TensorRT-LLM and vLLM"),
 }
 #: Request handling before the engine schedules a request (HTTP or gRPC front end, tokenizer,
 #: queue hand-off); it adds to TTFT and end-to-end latency, not to the iterations.
-ENGINE_REQUEST_S: dict[str, Fitted] = {
-    "vllm": Fitted(0.040, "s per request", "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-"
-                   "transfer's TTFT (API server and the PD proxy; grid 0-60 ms in 10 ms steps: "
-                   "median TTFT error 67.7% at 0, 20.8% at 40 ms)"),
-    "sglang": Fitted(0.060, "s per request", "fitted on mooncake-sglang-pd-1p1d-h20-qwen3-235b-"
-                     "kv-transfer's TTFT (router and the PD bootstrap; grid 0-100 ms in 20 ms "
-                     "steps: median TTFT error 41.2% at 0, 21.9% at 60 ms); that entry is no "
-                     "longer held out"),
-    "tensorrt-llm": Fitted(0.010, "s per request", "fitted on trtllm-0.14-online-* (Triton "
-                           "front end; grid 5-15 ms with the iteration overhead, 3-4 ms: "
-                           "median error 16.6% at 10 ms and 3 ms)"),
+ENGINE_REQUEST_S: dict[str, Param] = {
+    "vllm": record("ENGINE_REQUEST_S[vllm]", 0.040, "s per request", "engine vllm: each request",
+                   "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer's TTFT (API "
+                   "server and the PD proxy; grid 0-60 ms in 10 ms steps: median TTFT error "
+                   "67.7% at 0, 20.8% at 40 ms)",
+                   "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer"),
+    "sglang": record("ENGINE_REQUEST_S[sglang]", 0.060, "s per request",
+                     "engine sglang: each request",
+                     "fitted on mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer's TTFT (router "
+                     "and the PD bootstrap; grid 0-100 ms in 20 ms steps: median TTFT error "
+                     "41.2% at 0, 21.9% at 60 ms); that entry is no longer held out",
+                     "mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer"),
+    "tensorrt-llm": record("ENGINE_REQUEST_S[tensorrt-llm]", 0.010, "s per request",
+                           "engine tensorrt-llm: each request",
+                           "fitted on trtllm-0.14-online-* (Triton front end; grid 5-15 ms with "
+                           "the iteration overhead, 3-4 ms: median error 16.6% at 10 ms and "
+                           "3 ms)", "trtllm-0.14-online-*"),
 }
 
 #: Launch cost per transformer layer and iteration for engines that launch kernels one by one
 #: (no CUDA graphs): FasterTransformer's eager C++ loop.
-ENGINE_LAYER_S: dict[str, Fitted] = {
-    "fastertransformer": Fitted(100e-6, "s per layer per iteration",
+ENGINE_LAYER_S: dict[str, Param] = {
+    "fastertransformer": record("ENGINE_LAYER_S[fastertransformer]", 100e-6,
+                                "s per layer per iteration",
+                                "engine fastertransformer: each layer of each iteration",
                                 "fitted on fastertransformer-gpt-20b-a100-tp-sweep (grid "
-                                "0-200 us: median error 24.8% at 0, 8.6% at 100 us)"),
+                                "0-200 us: median error 24.8% at 0, 8.6% at 100 us)",
+                                "fastertransformer-gpt-20b-a100-tp-sweep"),
 }
 ENGINE_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt-llm": "tensorrt-llm", "trt-llm":
                   "tensorrt-llm", "nim": "tensorrt-llm", "vllm": "vllm", "sglang": "sglang",
@@ -128,7 +151,9 @@ ENGINE_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt-llm": "tensorrt-llm", "trt
 
 #: Fraction of GPU memory an engine lets itself use (vLLM gpu_memory_utilization, TensorRT-LLM
 #: kv_cache_free_gpu_mem_fraction of what the weights leave): the engines' defaults.
-MEM_UTILIZATION = Fitted(0.90, "fraction of GPU memory", "vLLM default gpu_memory_utilization "
+MEM_UTILIZATION = record("MEM_UTILIZATION", 0.90, "fraction of GPU memory",
+                         "inference engines: memory they let themselves use",
+                         "vLLM default gpu_memory_utilization "
                          "0.9; TensorRT-LLM kv_cache_free_gpu_mem_fraction 0.9 (docs)")
 
 

@@ -39,7 +39,7 @@ from gpufabric.errors import InputError
 from gpufabric.network import Network, Transfer
 from gpufabric.topology.build import from_spec
 from gpufabric.topology.model import Topology
-from gpufabric.workloads.compute import Fitted
+from gpufabric.workloads.compute import record
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.itertime import StepModel
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
@@ -55,10 +55,14 @@ from gpufabric.workloads.inference.simulator import (SimResult, check_fits, simu
 #: RDMA writes reach. Fitted on the transfer_ms points of
 #: mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer (128 to 32,768 tokens; two-point fit of
 #: the smallest and largest, the rest within 6 %); mooncake-sglang-* is held out.
-KV_SETUP_S = Fitted(0.00039, "s per transfer", "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-"
-                    "8b-kv-transfer")
-KV_EFF = Fitted(0.81, "fraction of the send/recv rate", "fitted on mooncake-vllm-pd-1p1d-"
-                "h800-qwen3-8b-kv-transfer")
+KV_SETUP_S = record("KV_SETUP_S", 0.00039, "s per transfer",
+                    "KV-transfer engines: fixed cost of one request's transfer",
+                    "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",
+                    "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer")
+KV_EFF = record("KV_EFF", 0.81, "fraction of the send/recv rate",
+                "KV-transfer engines: share of the links' NCCL-usable rate",
+                "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",
+                "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer")
 
 
 def parse_pd(text: str) -> tuple[int, int]:

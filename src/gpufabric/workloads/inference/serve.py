@@ -26,6 +26,7 @@ import numpy as np
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
+from gpufabric.workloads.compute import record
 from gpufabric.workloads.inference.itertime import (ENGINE_REQUEST_S, ServeLayout, StepModel,
                                                     engine_key)
 from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, check_fits,
@@ -34,8 +35,13 @@ from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult,
 #: Engine defaults for the batch limits (vLLM max_num_seqs 256, max_num_batched_tokens 8192 with
 #: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
 #: large GPUs; SGLang max_running_requests as sized from memory, capped here).
-ENGINE_LIMITS = {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
-                 "fastertransformer": (256, 8192), "default": (256, 8192)}
+ENGINE_LIMITS: dict[str, tuple[int, int]] = record(
+    "ENGINE_LIMITS", {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
+                      "fastertransformer": (256, 8192), "default": (256, 8192)},
+    "(sequences, tokens) per iteration", "inference engines: default batch limits",
+    "engine defaults: vLLM max_num_seqs 256, max_num_batched_tokens 8192 with chunked "
+    "prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for large "
+    "GPUs; SGLang max_running_requests as sized from memory, capped here").value
 
 #: Each engine's own default prefill token budget per iteration (the chunk budget), by GPU
 #: memory, from the engines' source: vLLM V1 0.9-0.11 ``EngineArgs`` (``vllm serve``, the

@@ -25,6 +25,7 @@ from typing import Any
 
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
+from gpufabric.params import matches_fitted
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
                                                     ENGINE_REQUEST_S, EXPERT_LOAD_CV, FP4_EFF,
@@ -49,25 +50,16 @@ METRICS = {
 
 
 def _fitted_ids() -> set[str]:
-    ids: set[str] = set()
     from gpufabric.workloads.inference.pd import KV_EFF, KV_SETUP_S
-    for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values(),
-              *ENGINE_REQUEST_S.values(), KV_EFF, KV_SETUP_S, FP4_EFF,
-              EXPERT_LOAD_CV]:
-        if f.fitted_on.startswith("fitted on"):
-            ids.update(re.findall(r"[a-z0-9][a-z0-9.]*-[a-z0-9.\-*]+", f.fitted_on))
-    return ids
+    return {i for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values(),
+                        *ENGINE_REQUEST_S.values(), KV_EFF, KV_SETUP_S, FP4_EFF,
+                        EXPERT_LOAD_CV] for i in f.fitted_on}
 
 
 def fitted_on(eid: str) -> bool:
-    """Whether entry ``eid`` was used to fit a parameter (ids and ``prefix-*`` patterns named
-    in the parameters' records)."""
-    for pat in _fitted_ids():
-        if pat.endswith("*") and eid.startswith(pat[:-1]):
-            return True
-        if pat == eid:
-            return True
-    return False
+    """Whether entry ``eid`` was used to fit a parameter (ids and ``prefix-*`` patterns in
+    the ``fitted_on`` of the inference models' records)."""
+    return matches_fitted(eid, _fitted_ids())
 
 
 def model_name(text: str) -> str:

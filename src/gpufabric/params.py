@@ -1,0 +1,112 @@
+"""One record type for every fitted or sourced constant of the models, in one registry.
+
+A :class:`Param` holds a value, its unit, what it applies to (a protocol, a link type, a GPU
+generation, an inference engine; never one machine) and where it comes from: a ``source``
+(NCCL's tuning code with its version, a datasheet, a paper, or the reasoning behind a prior)
+and, for fitted values, the calibration ids (or ``prefix-*`` patterns) it was ``fitted_on``.
+Each layer records its constants here under its ``layer`` name (``collectives``,
+``workloads``); a name is recorded once across all layers. ``gpufabric params`` lists them and
+each layer's ``validate`` reports its error also over the entries nothing was fitted on.
+
+Examples
+--------
+>>> import gpufabric.collectives.params, gpufabric.workloads.inference.itertime
+>>> REGISTRY["KERNEL_US"].kind, REGISTRY["KERNEL_US"].layer
+('prior', 'workloads')
+>>> REGISTRY["ENGINE_LAYER_S[fastertransformer]"].fitted_on
+('fastertransformer-gpt-20b-a100-tp-sweep',)
+>>> matches_fitted("trtllm-0.14-online-llama2-70b", ["trtllm-0.14-online-*"])
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: layers that record constants, in listing order
+LAYERS = ("collectives", "workloads")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One constant of a model, with what it applies to and where it comes from."""
+
+    name: str
+    value: Any
+    unit: str
+    applies_to: str
+    source: str
+    fitted_on: tuple[str, ...] = ()
+    nccl_version: str = ""
+    layer: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``fitted`` (on calibration ids), ``nccl`` (taken from NCCL's code), ``prior`` or
+        ``estimate`` (reasoned, neither measured nor taken) or ``source`` (a datasheet, a
+        paper, an engine's default)."""
+        if self.fitted_on:
+            return "fitted"
+        if self.nccl_version:
+            return "nccl"
+        for k in ("estimate", "prior"):
+            if self.source.startswith(k):
+                return k
+        return "source"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["fitted_on"] = list(self.fitted_on)
+        d["kind"] = self.kind
+        return d
+
+
+#: every recorded constant by name (all layers)
+REGISTRY: dict[str, Param] = {}
+_BY_LAYER: dict[str, dict[str, Param]] = {}
+
+
+def register(p: Param) -> Param:
+    """Record ``p`` (its name must be new across all layers) and return it."""
+    if p.name in REGISTRY:
+        raise ValueError(f"parameter {p.name} recorded twice")
+    REGISTRY[p.name] = p
+    layer_registry(p.layer)[p.name] = p
+    return p
+
+
+def record(layer: str, name: str, value: Any, unit: str, applies_to: str, source: str, *,
+           fitted_on: Iterable[str] = (), nccl_version: str = "") -> Param:
+    """Record one constant of ``layer`` and return its record (a name already recorded, in
+    any layer, raises ``ValueError``).
+
+    >>> import gpufabric.collectives.params
+    >>> record("workloads", "NVLS_LAT_US", 1.0, "us", "x", "prior: y")
+    Traceback (most recent call last):
+    ...
+    ValueError: parameter NVLS_LAT_US recorded twice
+    """
+    return register(Param(name, value, unit, applies_to, source, tuple(fitted_on), nccl_version,
+                          layer))
+
+
+def layer_registry(layer: str) -> dict[str, Param]:
+    """The live registry of one layer (name -> record)."""
+    return _BY_LAYER.setdefault(layer, {})
+
+
+def fitted_ids(layer: str) -> set[str]:
+    """Calibration ids (and ``prefix-*`` patterns) some parameter of ``layer`` was fitted on."""
+    return {i for p in layer_registry(layer).values() for i in p.fitted_on}
+
+
+def matches_fitted(eid: str, ids: Iterable[str]) -> bool:
+    """Whether entry ``eid`` is one of ``ids`` or matches one of its ``prefix-*`` patterns."""
+    return any(eid.startswith(i[:-1]) if i.endswith("*") else eid == i for i in ids)
+
+
+def table(layer: str | None = None) -> list[dict]:
+    """Records as dicts, one layer or all (for ``gpufabric params --json`` and the docs)."""
+    return [p.to_dict() for p in REGISTRY.values() if layer is None or p.layer == layer]

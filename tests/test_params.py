@@ -1,0 +1,66 @@
+"""One record type for every model constant: collectives and workloads share the registry."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import gpufabric.workloads.inference.pd  # noqa: F401  (records the inference constants)
+import gpufabric.workloads.inference.serve  # noqa: F401
+from gpufabric import params
+from gpufabric.collectives import params as CP
+from gpufabric.fileio import load_yaml
+from gpufabric.workloads import compute, training
+from gpufabric.workloads import validate as training_validate
+from gpufabric.workloads.inference import itertime
+from gpufabric.workloads.inference.validate import fitted_on
+
+DATA = Path(__file__).parent / "data" / "calibration"
+
+
+def test_both_layers_record_into_one_registry():
+    assert params.REGISTRY["NVLS_EFFICIENCY"].layer == "collectives"
+    assert CP.REGISTRY is params.layer_registry("collectives")
+    assert compute.GEMM_EFF["hopper"] is params.REGISTRY["GEMM_EFF[hopper]"]
+    assert compute.GEMM_EFF["hopper"].fitted_on == ("megatron-core-h100-gpt-*",
+                                                    "mlperf-train-v4.0-gpt3-175b-eos-512gpu")
+    assert training.LAYER_OVERHEAD_US.value == 40.0
+    assert itertime.ENGINE_OVERHEAD_S["vllm"].kind == "prior"
+    assert itertime.ENGINE_OVERHEAD_S["vllm"].fitted_on == ()
+    assert len(params.layer_registry("workloads")) == 38
+    assert set(params.REGISTRY) == set(CP.REGISTRY) | set(params.layer_registry("workloads"))
+
+
+def test_a_name_is_recorded_once_across_layers():
+    with pytest.raises(ValueError, match="parameter KERNEL_US recorded twice"):
+        CP.record("KERNEL_US", 1.0, "us", "x", "estimate")
+    with pytest.raises(ValueError, match="parameter NVLS_LAT_US recorded twice"):
+        compute.record("NVLS_LAT_US", 1.0, "us", "x", "prior")
+
+
+def test_training_fitted_entries_are_the_ones_the_records_name():
+    ids = [e["id"] for e in load_yaml(DATA / "training.yaml")]
+    by_list = {i for i in ids
+               if any(i.startswith(f) for f in training_validate.FITTED_ON)}
+    by_records = {i for i in ids if params.matches_fitted(i, params.fitted_ids("workloads"))}
+    assert by_list == by_records and len(by_list) == 18
+
+
+def test_inference_fitted_entries_come_from_the_records():
+    assert fitted_on("trtllm-1.0-llama4-maverick-moe-tp8")
+    assert fitted_on("trtllm-0.14-online-anything")
+    assert not fitted_on("trtllm-0.17-llama31-70b-h200-fp8-tp-sweep")
+
+
+def test_cli_params_by_layer(cli):
+    code, out, _ = cli("params", "--layer", "workloads", "--json")
+    rows = json.loads(out)["params"]
+    assert code == 0 and len(rows) == 38 and {r["layer"] for r in rows} == {"workloads"}
+    kv = next(r for r in rows if r["name"] == "KV_EFF")
+    assert (kv["value"], kv["kind"], kv["fitted_on"]) == (
+        0.81, "fitted", ["mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer"])
+    code, out, _ = cli("params", "--layer", "all")
+    assert code == 0 and out.startswith("# gpufabric params: 72 constants")
+    assert "KERNEL_US                  prior    workloads    us" in out
+    code, _, err = cli("params", "--layer", "scheduler")
+    assert code == 2 and "--layer: unknown layer 'scheduler'" in err

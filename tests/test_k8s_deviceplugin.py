@@ -163,7 +163,8 @@ def test_registers_again_when_the_kubelet_restarts(node):
     st["kubelet"] = fresh = st["kubelet"].restart()     # deletes the plugin's socket too
     # served, registered and streaming again (the restart may delete the plugin's new socket
     # too, if the plugin was quicker than the directory clean-up: then one more round)
-    assert wait_for(lambda: fresh.updates, timeout_s=30)
+    # Register returns to the plugin after the kubelet has dialled back: wait for both
+    assert wait_for(lambda: fresh.updates and plugin.registrations >= 2, timeout_s=30)
     assert fresh.requests[0].endpoint == "gpufabric-gpu.sock" and plugin.registrations >= 2
     assert [d.ID for d in fresh.updates[0].devices] == IDS
     got = fresh.plugin().GetPreferredAllocation(

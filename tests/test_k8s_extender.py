@@ -411,3 +411,13 @@ def test_a_gang_requiring_nvlink_gets_a_fast_set_for_every_member(serve):
                                "PodUID": f"uid-fast2-{k}", "Node": names[1]}) == (
             200, {"Error": ""})
     assert sorted(b.gpus for b in ext.bound.values() if b.pod.group) == [(4, 5), (6, 7)]
+
+
+def test_a_nodelist_file_in_another_encoding_is_one_input_error(tmp_path):
+    from gpufabric.errors import InputError
+    bad = tmp_path / "nodes.yaml"
+    bad.write_bytes(b"items: [\xff]\n")
+    with pytest.raises(InputError) as e:
+        load_node_infos(str(bad))
+    assert str(e.value) == (f"{bad}: not UTF-8 text (byte 0xff at offset 8); "
+                            "expected a YAML NodeList")

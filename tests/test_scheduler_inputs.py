@@ -155,3 +155,18 @@ def test_the_best_gpu_set_of_a_large_node_is_grown_greedily():
     gpus, width, worst = best_gpu_set(free, 8, bw, hops)
     assert math.comb(len(free), 8) > EXHAUSTIVE_SETS
     assert len(set(gpus)) == 8 and set(gpus) <= set(range(20, 40)) and (width, worst) == (300, 2)
+
+
+def test_a_trace_or_failures_file_in_another_encoding_is_one_input_error(tmp_path):
+    from gpufabric.scheduler.failures import parse_failures
+    trace = tmp_path / "pods.csv"
+    trace.write_bytes(b"name,cpu_milli\r\n\xe9\r\n")
+    with pytest.raises(InputError) as e:
+        load_jobs(str(trace))
+    assert str(e.value) == f"{trace}: not UTF-8 text (byte 0xe9 at offset 16); expected a CSV file"
+    fails = tmp_path / "failures.txt"
+    fails.write_bytes(b"node-1@10\xe9\n")
+    with pytest.raises(InputError) as e:
+        parse_failures(str(fails), ["node-1"])
+    assert str(e.value) == (f"{fails}: not UTF-8 text (byte 0xe9 at offset 9); "
+                            "expected a failures file (--failures)")

@@ -127,11 +127,12 @@ def serve(
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb)
     if versus:
+        from gpufabric.workloads.inference.pd import gpu_count
         from gpufabric.workloads.inference.supernode import supernode_vs_servers
         a, b = load(system), load(versus)
         if slo_ttft is None and slo_tpot is None:     # a comparison needs an SLO to meet
             cfg = replace(cfg, slo_ttft_ms=VERSUS_SLO_MS[0], slo_tpot_ms=VERSUS_SLO_MS[1])
-        gpus = min(len(a.gpus()) if "nodes" not in a.meta else _total(a), _total(b))
+        gpus = min(gpu_count(a)[0], gpu_count(b)[0])
         gpus = gpus // 8 * 8 or gpus
         res = supernode_vs_servers(model, a, b, cfg, gpus)
         if json:
@@ -167,12 +168,6 @@ def serve(
         emit_json(r)
         return
     print_summary(r)
-
-
-def _total(topo) -> int:
-    gs = topo.gpus()
-    per = len([g for g in gs if g.node == gs[0].node])
-    return int(topo.meta.get("nodes", 1) or 1) * per
 
 
 def print_search(res: dict) -> None:

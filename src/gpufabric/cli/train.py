@@ -106,8 +106,8 @@ def train(
                          field="--global-batch")
     if search_:
         topo = _topology(system)
-        gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
-        gpus = gpn * int(topo.meta.get("nodes") or 1)
+        per_domain, domains = topo.scale_up()
+        gpus = per_domain * domains
         gb = global_batch or gpus
         with Progress("train --search") as progress:
             rs = search(m, system, global_batch=gb, seq_len=seq, precision=precision, top=top,
@@ -126,8 +126,8 @@ def train(
             _print_result(r, i)
         return
     topo = _topology(system)
-    gpn = int(topo.meta.get("gpus_per_node") or len(topo.gpus()))
-    gpus = gpn * int(topo.meta.get("nodes") or 1)
+    per_domain, domains = topo.scale_up()
+    gpus = per_domain * domains
     if dp is None:
         Parallel(tp=tp, pp=pp, cp=cp)     # refuses a tp, pp or cp below 1 before it divides
         if gpus % (tp * pp * cp):

@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml, read_text
 from gpufabric.k8s.objects import (GPU_RESOURCE, OPENB_COUNT, OPENB_MODEL, SYSTEM_ANNOTATION,
                                    NodeInfo, parse_node)
 from gpufabric.scheduler.cluster import Cluster, load_nodes
@@ -50,13 +49,14 @@ def load_node_infos(nodes: str) -> list[NodeInfo]:
     """
     p = Path(nodes)
     if p.suffix.lower() in (".json", ".yaml", ".yml"):
-        if not p.is_file():
-            raise InputError("no such file", file=nodes)
-        text = p.read_text()
-        try:
-            data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise InputError(f"not valid {p.suffix[1:].upper()}: {exc}", file=nodes) from None
+        if p.suffix.lower() == ".json":
+            text = read_text(nodes, what="a JSON NodeList")
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not valid JSON: {exc}", file=nodes) from None
+        else:
+            data = load_yaml(nodes, what="a YAML NodeList")
         out = []
         for k, item in enumerate(node_items(data, nodes)):
             try:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError
+from gpufabric.fileio import read_text
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: Most node failures one replay draws (the openb replay at mtbf=1000h draws about 4,300).
@@ -105,10 +106,7 @@ def parse_failures(text: str, node_names: list[str]) -> FailureSpec:
     p = Path(text)
     if "@" not in text and "=" not in text and p.is_file():
         file = text
-        try:
-            text_of_file = p.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read: {exc}", file=text, field="--failures") from None
+        text_of_file = read_text(text, what="a failures file (--failures)")
         lines = [ln.split("#")[0].strip() for ln in text_of_file.splitlines()]
         items = [x for ln in lines for x in ln.split(",") if x.strip()]
     elif text.startswith("mtbf="):

@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError, unknown_name
+from gpufabric.fileio import read_text
 
 #: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
 KINDS = ("training", "inference", "service", "batch")
@@ -236,11 +238,8 @@ def resolve_trace(trace: str, data_dir: str | os.PathLike | None = None) -> Path
 def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
              ) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a CSV, checking the header names the required columns."""
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=str(path)) from None
+    text = read_text(path, what="a CSV file")
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows:
         raise InputError(f"empty file; expected a header with columns {','.join(allowed)}",
                          file=str(path))

@@ -40,10 +40,6 @@ from typing import Any
 from gpufabric import catalog
 from gpufabric.errors import InputError
 
-TOPOLOGIES = ("rail-optimized", "fat-tree")
-TIER_NAMES = ("leaf", "spine", "core")
-
-
 @dataclass
 class Tier:
     """One tier of switches.

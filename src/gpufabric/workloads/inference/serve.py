@@ -204,8 +204,8 @@ def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
 
 
 def instances(topo: Topology, cfg: ServeConfig) -> int:
-    gpus = len(topo.gpus()) if "nodes" not in topo.meta else \
-        int(topo.meta["nodes"]) * len([g for g in topo.gpus() if g.node == topo.gpus()[0].node])
+    per_domain, domains = topo.scale_up()
+    gpus = per_domain * domains
     per = cfg.layout().gpus
     if cfg.replicas is not None:
         if cfg.replicas < 1 or cfg.replicas * per > gpus:

@@ -159,6 +159,17 @@ def _int_quantity(res: dict, key: str, where: str, scale: int = 1) -> int:
     return int(quantity(res[key], f"{where}.{key}") * scale)
 
 
+
+def _named(obj: Any, kind: str, where: str) -> tuple[dict, str]:
+    """The metadata of a Kubernetes object of ``kind`` and its name (one line if either lacks)."""
+    if not isinstance(obj, dict):
+        raise InputError(f"expected a {kind} object", field=where)
+    meta = _dict(obj, "metadata", where)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(f"a {kind} needs metadata.name", field=f"{where}.metadata.name")
+    return meta, name
+
 def parse_node(node: Any, where: str = "Node") -> NodeInfo:
     """Read a ``v1.Node`` (as JSON) into a :class:`NodeInfo`.
 
@@ -167,12 +178,7 @@ def parse_node(node: Any, where: str = "Node") -> NodeInfo:
     InputError
         No name, a malformed quantity, or a GPU product label that maps to no catalog GPU.
     """
-    if not isinstance(node, dict):
-        raise InputError("expected a Node object", field=where)
-    meta = _dict(node, "metadata", where)
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise InputError("a Node needs metadata.name", field=f"{where}.metadata.name")
+    meta, name = _named(node, "Node", where)
     where = f"Node {name}"
     labels = _dict(meta, "labels", where)
     ann = _dict(meta, "annotations", where)
@@ -264,12 +270,7 @@ def parse_pod(pod: Any, where: str = "Pod") -> PodInfo:
     >>> p.request, p.kind
     (Request(cpu=8000, mem=65536, num_gpu=2, gpu_milli=1000), 'training')
     """
-    if not isinstance(pod, dict):
-        raise InputError("expected a Pod object", field=where)
-    meta = _dict(pod, "metadata", where)
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise InputError("a Pod needs metadata.name", field=f"{where}.metadata.name")
+    meta, name = _named(pod, "Pod", where)
     ns = str(meta.get("namespace") or "default")
     where = f"Pod {ns}/{name}"
     uid = str(meta.get("uid") or f"{ns}/{name}")

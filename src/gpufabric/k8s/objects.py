@@ -159,7 +159,6 @@ def _int_quantity(res: dict, key: str, where: str, scale: int = 1) -> int:
     return int(quantity(res[key], f"{where}.{key}") * scale)
 
 
-
 def _named(obj: Any, kind: str, where: str) -> tuple[dict, str]:
     """The metadata of a Kubernetes object of ``kind`` and its name (one line if either lacks)."""
     if not isinstance(obj, dict):
@@ -169,6 +168,7 @@ def _named(obj: Any, kind: str, where: str) -> tuple[dict, str]:
     if not isinstance(name, str) or not name:
         raise InputError(f"a {kind} needs metadata.name", field=f"{where}.metadata.name")
     return meta, name
+
 
 def parse_node(node: Any, where: str = "Node") -> NodeInfo:
     """Read a ``v1.Node`` (as JSON) into a :class:`NodeInfo`.

@@ -43,7 +43,7 @@ def test_training_fitted_entries_are_the_ones_the_records_name():
     by_list = {i for i in ids
                if any(i.startswith(f) for f in training_validate.FITTED_ON)}
     by_records = {i for i in ids if params.matches_fitted(i, params.fitted_ids("workloads"))}
-    assert by_list == by_records and len(by_list) == 18
+    assert by_list == by_records and len(by_list) == 20
 
 
 def test_inference_fitted_entries_come_from_the_records():

@@ -85,17 +85,25 @@ def test_validation_on_the_published_runs():
     # model change (validate.TUNED_ON: torchtitan's op-level recomputation, the 500 W H100s'
     # clock, the ZeRO-3 rows, BERT's unfused attention); the goal (median <= 10%) is not met
     # on this file -- docs/training.md names the misses. Issue 7's third pass (the GEMM library
-    # picks the tile shape that wastes least) moved these from 12.08 / 14.91 / 13.47
-    assert s["points"] == 115 and s["fitted_points"] == 73
+    # picks the tile shape that wastes least) moved these from 12.08 / 14.91 / 13.47; the
+    # fourth (data-parallel reduction chunk by chunk under interleaving; the MLPerf runs'
+    # distributed optimizer and evaluation passes, FP8_EFF now fitted on all three) from
+    # 9.78 / 13.82 / 12.68 over 73 fitted points
+    assert s["points"] == 115 and s["fitted_points"] == 79
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (9.78, 13.82, 12.68)
-    assert s["holdout_points"] == 42
+        (10.36, 13.82, 12.42)
+    assert s["holdout_points"] == 36
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
     mega = [p for p in r.points if p.id.startswith("megascale-megatron-baseline-175b-bs6144")]
     # held out: over-predicted more as DP grows over RoCE
-    assert [round(p.error_pct) for p in mega] == [3, 3, 12, 14]
+    assert [round(p.error_pct) for p in mega] == [4, 5, 15, 18]
+    eos = {p.id: round(p.error_pct) for p in r.points if p.id.startswith("mlperf-")}
+    # evaluation counted: the 512-GPU run is under-predicted, the 10k-GPU ones are not
+    assert eos == {"mlperf-train-v4.0-gpt3-175b-eos-512gpu": -22,
+                   "mlperf-train-v4.0-gpt3-175b-eos-10752gpu": 2,
+                   "mlperf-train-v4.0-gpt3-175b-eos-11616gpu": 0}
 
 
 def test_second_holdout_of_runs_never_tuned_against():
@@ -109,7 +117,7 @@ def test_second_holdout_of_runs_never_tuned_against():
         (27, 0, 10.92, 86.4)
     err = {p.id: p.error_pct for p in r.points}
     assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
-        [-5.6, -2.67, -2.5, -2.41, 10.48]
+        [-4.9, -2.67, -2.41, -0.36, 10.48]
     # EP 32 over dp 16 x tp 2 (Megatron's expert-tensor folding) is not a layout the model has
     assert {x["id"].split("#")[0] for x in r.skipped} == {
         "mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",

@@ -354,11 +354,14 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                 dp_ag += _coll_time(topo, "all_gather", n_par * eb, grp)
     comm["dp"] = dp_t + dp_ag
     # gradients reduce under the last micro-batch's backward, parameters gather under the
-    # next step's first forward
+    # next step's first forward; with virtual stages, chunk by chunk (chunked_exposure)
     overlap = dp_overlap and (zero3_overlap or z < 3)
-    window_b = DP_OVERLAP.value * (bwd + tp_e + ep_e) if overlap else 0.0
-    window_f = DP_OVERLAP.value * fwd if overlap else 0.0
-    dp_e = max(0.0, dp_t - window_b) + max(0.0, dp_ag - window_f)
+    if overlap:
+        group = min(par.pp, mbs)
+        dp_e = (chunked_exposure(dp_t, v, (bwd + tp_e + ep_e) / v, group)
+                + chunked_exposure(dp_ag, v, fwd / v, group))
+    else:
+        dp_e = dp_t + dp_ag
     # ZeRO-3 / FSDP: parameters gathered before each use, every micro-batch (fwd and bwd)
     z3_e = 0.0
     if z >= 3:
@@ -399,6 +402,39 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
         notes.append(f"does not fit: needs {mem.total_GiB:.1f} GiB per GPU, {g.name} has "
                      f"{mem.capacity_GiB:g}")
     return res
+
+
+def chunked_exposure(total: float, chunks: int, unit: float, group: int) -> float:
+    """Exposed part of a data-parallel collective of ``total`` seconds split over ``chunks``
+    model chunks (virtual pipeline stages) that overlap the pipeline's passes.
+
+    Megatron-Core launches each chunk's gradient reduction once that chunk's last backward is
+    done (``overlap_grad_reduce``), and gathers each chunk's parameters ahead of its first
+    forward (``overlap_param_gather``). In the interleaved schedule a device runs a chunk for
+    ``group`` micro-batches (the pipeline depth) before the next, so successive chunks finish
+    ``group x unit`` apart, ``unit`` being one micro-batch's pass of one chunk. Each chunk's
+    collective (``total / chunks``, one after another on the network) also hides under
+    ``DP_OVERLAP`` of its own last pass, bucket by bucket. The last chunk's share is exposed
+    less that window, plus any backlog when a chunk's collective outlasts the spacing:
+
+        exposed = max(0, d - w + (chunks - 1) x max(0, d - group x unit)),
+        d = total / chunks, w = DP_OVERLAP x unit
+
+    With one chunk it is ``total - DP_OVERLAP x pass``, the reduction under the last
+    micro-batch's backward.
+
+    >>> chunked_exposure(1.0, 1, 1.0, 4)     # one chunk: 1 - 0.9 x 1
+    0.09999999999999998
+    >>> round(chunked_exposure(1.0, 4, 0.25, 4), 3)   # four chunks a full second apart
+    0.025
+    >>> round(chunked_exposure(4.0, 2, 0.25, 2), 3)   # backlog: 2 - 0.225 + (2 - 0.5)
+    3.275
+    """
+    if total <= 0:
+        return 0.0
+    d = total / max(1, chunks)
+    return max(0.0, d - DP_OVERLAP.value * unit
+               + (chunks - 1) * max(0.0, d - group * unit))
 
 
 def _hybrid_groups(par: Parallel, gpn: int) -> tuple[Group, Group]:

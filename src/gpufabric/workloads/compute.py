@@ -396,7 +396,10 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
                          causal=model.arch != "encoder",
                          flash=flash))
     ops.append(gemm("attn_out", T, h, a * vd, eb))
-    ops.append(elementwise("residual_norm2", T * h, ps["residual_norm"], eb))
+    if model.parallel_block:      # the MLP reads norm1's output: a residual add, no norm
+        ops.append(elementwise("residual2", T * h, ps["residual"], eb))
+    else:
+        ops.append(elementwise("residual_norm2", T * h, ps["residual_norm"], eb))
     if model.moe_layer(layer):
         E, k = model.experts, model.top_k
         fe = model.expert_ffn

@@ -41,8 +41,11 @@ class ModelSpec:
     ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``). MoE blocks
     have ``experts`` routed experts of ``expert_ffn`` of which ``top_k`` run per token, plus
     ``shared_experts`` that always run; the first ``dense_layers`` blocks, and all but every
-    ``moe_every``-th, have a dense MLP of ``ffn``. CNNs are given by ``params``,
-    ``flops_per_sample`` (forward) and ``activation_bytes_per_sample``.
+    ``moe_every``-th, have a dense MLP of ``ffn``. ``parallel_block``: attention and MLP read
+    the same normalised input and their outputs are summed (GPT-J, PaLM, MegaScale), so a
+    block has one normalisation and, under tensor parallelism, one reduction per pass. CNNs
+    are given by ``params``, ``flops_per_sample`` (forward) and
+    ``activation_bytes_per_sample``.
     """
 
     name: str
@@ -59,6 +62,7 @@ class ModelSpec:
     bias: bool = False
     vocab: int = 0
     tied_embeddings: bool = False
+    parallel_block: bool = False  # attention and MLP side by side on one normalised input
     positions: int = 0            # learned position embeddings (0: rotary / none)
     seq_len: int = 2048           # default sequence length
     attention: str = "mha"        # mha (incl. GQA/MQA) | mla
@@ -227,6 +231,10 @@ def _check(raw: Any, where: str) -> ModelSpec:
                 raise InputError(f"got {v!r}; expected a non-negative number", file=where,
                                  field="params" if key == "params_total" else key)
             vals[key] = float(v)
+    for key in ("bias", "tied_embeddings", "parallel_block"):
+        if key in vals and not isinstance(vals[key], bool):
+            raise InputError(f"got {vals[key]!r}; expected true or false", file=where,
+                             field=key)
     if "activation" in vals and vals["activation"] not in ACTIVATIONS:
         raise InputError(f"got {vals['activation']!r}; allowed: {', '.join(ACTIVATIONS)}",
                          file=where, field="activation")

@@ -229,7 +229,10 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
                 topo, "reduce_scatter", act, groups["tp"])
         else:
             t1 = _coll_time(topo, "all_reduce", act, groups["tp"])
-        tp_all = 2 * t1 * (2 if par.recompute != "full" else 3)   # fwd 2, bwd 2 (+ recompute)
+        # two reductions per block and pass (after attention, after the MLP); one where the
+        # two run side by side; fwd, bwd (+ the recomputed forward)
+        syncs = 1 if m.parallel_block else 2
+        tp_all = syncs * t1 * (2 if par.recompute != "full" else 3)
         comm["tp"] += tp_all
         res.tp = tp_all * (TP_OVERLAP_EXPOSED.value if tp_overlap else 1.0)
     if par.cp > 1:

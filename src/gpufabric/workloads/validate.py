@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -70,6 +70,12 @@ ASSUMED: dict[str, tuple[dict[str, Any], str]] = {
         {"vpp": 6},
         "MegaScale Table 1 model configuration, stated on the bs768 Megatron-LM entry: "
         "interleaved 1F1B with 6 interleaving stages, for every row of Table 2"),
+    "megascale-optimized-": (
+        {"tp_comm_overlap": True, "parallel_block": True},
+        "MegaScale (Jiang et al., NSDI'24) Section 3.2: MegaScale overlaps the tensor/sequence-"
+        "parallel all-gather and reduce-scatter with the adjacent GEMMs in every run of its "
+        "Table 2 (the bs768 entry states it as '3D-parallel communication overlap'); Section "
+        "3.1: its model runs attention and MLP as a parallel transformer block"),
     "megatron-2021-a100-gpt3-175b-zero3-": (
         {"recompute": "full"},
         "Narayanan et al. SC'21 Section 5.2 runs ZeRO-3 on 175B without model parallelism at "
@@ -263,6 +269,8 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             skipped.append({"id": eid, "reason": "model shape not given and no built-in model "
                             "by that name"})
             continue
+        if _assumed(e).get("parallel_block") and m.is_transformer:
+            m = replace(m, parallel_block=True)
         pts = e.get("points") or [{}]
         if not isinstance(pts, list):
             raise InputError("expected a list of mappings", file=path, field=f"{eid}.points")

@@ -157,3 +157,15 @@ def test_expert_routing_imbalance_sets_the_slowest_rank():
     extra = (eplb.weights_bytes - plain.weights_bytes) / 1e9
     assert extra == pytest.approx(4 * 58 * 3 * 7168 * 2048 / 1e9, rel=1e-9)   # 10.2 GB
     assert float(eplb(4096, 0, 0, 0, 0)) < float(plain(4096, 0, 0, 0, 0))
+
+
+def test_parallel_block_serves_with_one_tp_all_reduce_per_layer(h100):
+    from dataclasses import replace
+
+    from gpufabric.workloads.models import load_model
+    gptj = load_model("gpt-j-6b")
+    side = StepModel(gptj, h100, ServeLayout(tp=4), precision="fp16")
+    serial = StepModel(replace(gptj, parallel_block=False), h100, ServeLayout(tp=4),
+                       precision="fp16")
+    one, two = side.breakdown(0, 0, 0, 8, 1024), serial.breakdown(0, 0, 0, 8, 1024)
+    assert one.tp_comm_s == pytest.approx(two.tp_comm_s / 2)

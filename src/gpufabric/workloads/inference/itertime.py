@@ -499,9 +499,12 @@ class StepModel:
         # communication per layer, per token count
         act = grid * m.hidden * 2.0
         tp_ar = np.zeros(grid.shape)
-        if lay.attn_tp > 1:
-            tp_ar += m.layers * self._comm_s("all_reduce", lay.attn_tp, act)
         mlp_ranks = lay.tp
+        # a parallel block sums attention and MLP before one reduction over the same group
+        merged = (m.parallel_block and not n_moe and lay.attn_tp == mlp_ranks
+                  and lay.dp_attention == 1)
+        if lay.attn_tp > 1 and not merged:
+            tp_ar += m.layers * self._comm_s("all_reduce", lay.attn_tp, act)
         Tm = act * lay.dp_attention
         if n_dense and mlp_ranks > 1:
             tp_ar += n_dense * self._comm_s("all_reduce", mlp_ranks, Tm)

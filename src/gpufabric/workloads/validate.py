@@ -379,10 +379,7 @@ def power_cap(system: dict[str, Any]) -> float | None:
 def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any]
          ) -> tuple[str, float, StepResult] | str:
     sysd = dict(e["system"])
-    par = dict(e.get("parallelism") or {})
-    for prefix, (vals, _why) in ASSUMED.items():
-        if str(e["id"]).startswith(prefix):
-            par.update({k: v for k, v in vals.items() if k not in par})
+    par = _assumed(e)
     if not any(k in par for k in ("tp", "pp", "dp", "model_parallel", "fsdp", "zero")) and \
             not any(k in pt for k in ("tp", "pp", "dp")) and not derived_has_layout(e) and \
             m.params() > 20e9:      # small models without a stated layout run data parallel

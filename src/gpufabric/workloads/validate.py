@@ -269,7 +269,8 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             skipped.append({"id": eid, "reason": "model shape not given and no built-in model "
                             "by that name"})
             continue
-        if _assumed(e).get("parallel_block") and m.is_transformer:
+        stated = _assumed(e)      # the entry's parallelism and what ASSUMED adds, once
+        if stated.get("parallel_block") and m.is_transformer:
             m = replace(m, parallel_block=True)
         pts = e.get("points") or [{}]
         if not isinstance(pts, list):
@@ -278,7 +279,7 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             if not isinstance(pt, dict):
                 raise InputError("expected a mapping", file=path, field=f"{eid}.points[{j}]")
             try:
-                got = _one(e, pt, m, topo_cache)
+                got = _one(e, pt, m, topo_cache, stated)
             except InputError as exc:
                 skipped.append({"id": f"{eid}#{j}", "reason": str(exc)})
                 continue
@@ -293,7 +294,7 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             pred = r.tokens_per_s_per_gpu if m.is_transformer else \
                 r.tokens_per_s_per_gpu / max(r.seq_len, 1)
             if metric == "time_to_train_s":
-                pred /= 1 + eval_overhead(_assumed(e), r)
+                pred /= 1 + eval_overhead(stated, r)
             if not m.is_transformer:
                 meas = meas / max(r.seq_len, 1)
             err = (pred / meas - 1) * 100
@@ -376,10 +377,10 @@ def power_cap(system: dict[str, Any]) -> float | None:
     return float(mm.group(1)) if mm else None
 
 
-def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any]
-         ) -> tuple[str, float, StepResult] | str:
+def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any],
+         stated: dict[str, Any]) -> tuple[str, float, StepResult] | str:
     sysd = dict(e["system"])
-    par = _assumed(e)
+    par = dict(stated)
     if not any(k in par for k in ("tp", "pp", "dp", "model_parallel", "fsdp", "zero")) and \
             not any(k in pt for k in ("tp", "pp", "dp")) and not derived_has_layout(e) and \
             m.params() > 20e9:      # small models without a stated layout run data parallel

@@ -116,16 +116,18 @@ def test_validation_on_the_published_runs():
     s = r.summary
     # "fitted": entries a parameter was fitted on (23 points) plus those whose misses led to a
     # model change (validate.TUNED_ON: torchtitan's op-level recomputation, the 500 W H100s'
-    # clock, the ZeRO-3 rows, BERT's unfused attention); the goal (median <= 10%) is not met
-    # on this file -- docs/training.md names the misses. Issue 7's third pass (the GEMM library
+    # clock, the ZeRO-3 rows, BERT's unfused attention); the goal (median <= 10%) is met on
+    # the whole file but not on its held-out entries -- docs/training.md names the misses.
+    # Issue 7's third pass (the GEMM library
     # picks the tile shape that wastes least) moved these from 12.08 / 14.91 / 13.47; the
     # fourth (data-parallel reduction chunk by chunk under interleaving; the MLPerf runs'
     # distributed optimizer and evaluation passes, FP8_EFF now fitted on all three; MegaScale's
     # own runs with their TP overlap and parallel block) from 9.78 / 13.82 / 12.68 over 73
-    # fitted points
+    # fitted points; the fifth (torchtitan's Grand Teton H100s read as the 96 GB HBM2e part
+    # they are: 2.4 TB/s, not the 80 GB SXM's 3.35) from 10.36 / 11.43 / 10.49
     assert s["points"] == 115 and s["fitted_points"] == 79
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (10.36, 11.43, 10.49)
+        (9.38, 11.43, 9.61)
     assert s["holdout_points"] == 36
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",

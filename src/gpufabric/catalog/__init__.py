@@ -19,6 +19,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -310,6 +311,27 @@ def get(kind: str, name: str | int, *, file: str | None = None, field: str | Non
 
 def gpu(name: str, **kw) -> GPU:
     return get("gpu", name, **kw)
+
+
+def gpu_variant(name: str, variant: str | None) -> str:
+    """The catalog part that a free-text ``variant`` of GPU ``name`` describes: where the text
+    states a memory size other than the part's own and the catalog holds that size of the part
+    (``{name}-{N}GB``, as ``A100-SXM4-40GB``), that part; otherwise ``name``'s canonical name.
+
+    >>> gpu_variant("H100-SXM", "96GB HBM2e, 500 W power limit (Grand Teton)")
+    'H100-SXM-96GB'
+    >>> gpu_variant("A100-SXM4-80GB", "40 GB HBM2")
+    'A100-SXM4-40GB'
+    >>> gpu_variant("H100-SXM", "80GB HBM3, 700 W TDP"), gpu_variant("H20", "H20-3e 143 GB")
+    ('H100-SXM', 'H20')
+    """
+    part = gpu(name)
+    m = re.search(r"(\d+)\s*GB\b", str(variant or ""))
+    if not m or float(m.group(1)) == part.memory_GB:
+        return part.name
+    base = re.sub(r"-\d+GB$", "", part.name)
+    hit = table("gpu").get(f"{base}-{m.group(1)}GB".lower())
+    return hit.name if hit is not None else part.name
 
 
 def peer_link(name: str, **kw) -> PeerLink:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
+from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
@@ -380,6 +381,7 @@ def power_cap(system: dict[str, Any]) -> float | None:
 def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any],
          stated: dict[str, Any]) -> tuple[str, float, StepResult] | str:
     sysd = dict(e["system"])
+    sysd["gpu"] = catalog.gpu_variant(sysd["gpu"], sysd.get("gpu_variant"))
     par = dict(stated)
     if not any(k in par for k in ("tp", "pp", "dp", "model_parallel", "fsdp", "zero")) and \
             not any(k in pt for k in ("tp", "pp", "dp")) and not derived_has_layout(e) and \

@@ -23,6 +23,7 @@ import statistics
 from typing import Any
 
 
+from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.params import matches_fitted
@@ -178,6 +179,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     gpu = pt.get("gpu") or sysd.get("gpu")
     if not gpu:
         raise Skip("GPU not stated")
+    gpu = catalog.gpu_variant(gpu, sysd.get("gpu_variant"))
     try:
         model = model_name(pt.get("model") or mod.get("name", ""))
     except InputError:

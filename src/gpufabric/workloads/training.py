@@ -23,7 +23,7 @@ Examples
 >>> r.fits, r.bottleneck.split(":")[0]
 (True, 'compute')
 >>> round(r.mfu, 2)
-0.64
+0.63
 """
 
 from __future__ import annotations
@@ -48,11 +48,15 @@ from gpufabric.workloads.parallel import Group, Parallel
 BWD_GEMM = record("BWD_GEMM", 2.0, "x forward time", "training: backward of a GEMM",
                   "physical: the data and the weight gradient, two GEMMs of the forward's "
                   "size").value
-#: backward / forward of a flash-attention core (recomputes the scores: FA2 paper, Sec. 3.1)
-BWD_ATTN = record("BWD_ATTN", 2.5, "x forward time",
+#: backward / forward time of a flash-attention core: 2.5x the FLOPs (five matmuls against two:
+#: the scores are recomputed, FA2 paper Sec. 3.1) at 0.86 of the forward's FLOP rate
+#: (FlashAttention-3 paper, arXiv 2407.08608, Fig. 5, H100 SXM5, head dim 128, 8k tokens:
+#: backward / forward 318/370 for FA2, 518/600 for cuDNN, 559/646 for FA3, 0.86 for all three)
+BWD_ATTN = record("BWD_ATTN", 2.9, "x forward time",
                   "training: backward of a flash-attention core",
-                  "FlashAttention-2 paper (Dao 2023), Sec. 3.1: the backward recomputes the "
-                  "scores").value
+                  "FlashAttention-2 paper (Dao 2023), Sec. 3.1: 2.5x the forward's FLOPs; "
+                  "FlashAttention-3 paper Fig. 5: the backward runs at 0.86 of the forward's "
+                  "rate on H100 for FA2, cuDNN and FA3 alike (2.5 / 0.86); not fitted").value
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
 LAYER_OVERHEAD_US = record("LAYER_OVERHEAD_US", 40.0, "us per block per pass",
                            "training: framework cost per transformer block and pass",

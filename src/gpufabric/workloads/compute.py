@@ -377,6 +377,11 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     a = max(model.heads // tp, 1)
     kvh = max(model.kv_heads // tp, 1) if model.attention != "mla" else a
     ps = PASSES[fused]
+    f = max(model.ffn // tp, 1)
+    up = f * (2 if model.gated else 1)
+    # a parallel block's attention and dense MLP read the same normalised input, so their input
+    # projections run as one GEMM
+    fuse_up = model.parallel_block and not model.moe_layer(layer) and model.attention != "mla"
     ops: list[Op] = [elementwise("norm1", T * h, ps["norm"], eb)]
     if model.attention == "mla":
         qd, vd = model.q_head_dim, model.v_head_dim
@@ -389,7 +394,10 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         ops.append(gemm("kv_up", T, a * (model.qk_nope_head_dim + vd), model.kv_lora_rank, eb))
     else:
         qd = vd = model.head_dim
-        ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
+        if fuse_up:      # PaLM (Chowdhery et al. 2022, Sec. 2): one GEMM for both inputs
+            ops.append(gemm("qkv_mlp_up", T, (a + 2 * kvh) * qd + up, h, eb))
+        else:
+            ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
     if ps["rope"]:
         ops.append(elementwise("rope", T * (a + kvh) * qd, ps["rope"], eb))
     ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb,
@@ -417,8 +425,8 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
             ops.append(gemm("shared_up", T, fs * (2 if model.gated else 1), h, eb))
             ops.append(gemm("shared_down", T, h, fs, eb))
     else:
-        f = max(model.ffn // tp, 1)
-        ops.append(gemm("mlp_up", T, f * (2 if model.gated else 1), h, eb))
+        if not fuse_up:
+            ops.append(gemm("mlp_up", T, up, h, eb))
         ops.append(elementwise("mlp_act", T * f, ps["act_gated"] if model.gated else ps["act"],
                                eb))
         ops.append(gemm("mlp_down", T, h, f, eb))

@@ -155,11 +155,15 @@ def _matmul_parts(m: ModelSpec, op_names: list[str], tp: int) -> list[tuple[int,
     projections a PyTorch module runs (q, k, v; the gated MLP's w1 and w3)."""
     parts: list[tuple[int, float]] = []
     for j, name in enumerate(op_names):
-        if name == "qkv":
+        if name in ("qkv", "qkv_mlp_up"):
             a = max(m.heads // tp, 1)
             kvh = max(m.kv_heads // tp, 1)
-            tot = a + 2 * kvh
-            parts += [(j, a / tot), (j, kvh / tot), (j, kvh / tot)]
+            # widths: q, k, v (and a parallel block's fused MLP input: w1, w3)
+            w = [a * m.head_dim, kvh * m.head_dim, kvh * m.head_dim]
+            if name == "qkv_mlp_up":
+                f = max(m.ffn // tp, 1)
+                w += [f, f] if m.gated else [f]
+            parts += [(j, x / sum(w)) for x in w]
         elif name in ("mlp_up", "shared_up") and m.gated:
             parts += [(j, 0.5), (j, 0.5)]
         else:

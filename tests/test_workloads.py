@@ -199,6 +199,42 @@ def test_megatron_rank_order_puts_tp_inside_nodes_and_dp_across():
         Parallel(dp=8, global_batch=100)
 
 
+def test_moe_parallel_folding_lays_experts_over_tp_cp_and_dp():
+    # Megatron-Core's MoE parallel folding: expert TP 1, EP 32 over tp 2 x dp 16 of a stage;
+    # expert ranks etp-innermost, so the EP group is 32 consecutive ranks (4 nodes of 8)
+    p = Parallel(tp=2, pp=8, dp=16, ep=32, etp=1)
+    assert (p.expert_tp, p.folded, p.edp) == (1, True, 1)
+    assert p.group("ep", 8) == group_shape("ep", 32, 1, 8)
+    assert p.group("edp", 8).ranks == 1
+    q = Parallel(tp=2, dp=16, ep=8, etp=1)           # edp 4, 8 ranks apart
+    assert (q.edp, q.group("edp", 8)) == (4, group_shape("edp", 4, 8, 8))
+    legacy = Parallel(tp=2, dp=16, ep=8)             # etp = tp: EP carved out of dp
+    assert (legacy.expert_tp, legacy.folded, legacy.edp, legacy.stride("ep")) == (2, False, 2, 2)
+    with pytest.raises(InputError, match="ep x etp = 32 x 2 must divide tp x cp x dp = 32"):
+        Parallel(tp=4, dp=8, ep=32, etp=2)
+    with pytest.raises(InputError, match="needs the pipeline outermost"):
+        Parallel(tp=2, dp=16, ep=32, etp=1, order="tp-cp-ep-pp-dp")
+
+
+def test_expert_work_per_gpu_does_not_depend_on_the_expert_tp():
+    # whatever the folding, a GPU runs top_k / tp experts' worth of its block's tokens
+    from gpufabric.workloads.compute import layer_ops
+    m = load_model("qwen3-235b-a22b")
+    layer = next(i for i in range(m.layers) if m.moe_layer(i))
+
+    def expert_flops(**kw):
+        return sum(o.flops for o in layer_ops(m, layer, 1, 4096, tp=2, **kw)
+                   if o.name.startswith("expert_"))
+    full = 2 * 4096 * m.top_k * 3 * m.hidden * m.expert_ffn / 2
+    assert expert_flops(ep=32, etp=1) == pytest.approx(full, rel=1e-3)
+    assert expert_flops(ep=8) == pytest.approx(full, rel=1e-3)       # etp = tp
+    # the experts' parameters are split over ep x etp GPUs
+    from gpufabric.workloads.memory import params_per_gpu
+    e_fold = params_per_gpu(m, Parallel(tp=2, pp=8, dp=16, ep=32, etp=1))[1]
+    e_legacy = params_per_gpu(m, Parallel(tp=2, pp=8, dp=16, ep=8))[1]
+    assert e_fold == pytest.approx(e_legacy * 16 / 32)
+
+
 @pytest.mark.parametrize("mod", ["workloads.models", "workloads.compute", "workloads.memory",
                                  "workloads.parallel", "workloads.training", "workloads.search",
                                  "report.training", "sweep"])

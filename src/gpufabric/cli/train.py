@@ -33,11 +33,16 @@ def _fmt_s(t: float) -> str:
     return f"{t * 1e3:.1f} ms" if t < 1 else f"{t:.3f} s"
 
 
+def _etp(p: dict) -> str:
+    """`` etp N`` where the experts' tensor parallelism differs from the layout's."""
+    return f" etp {p['etp']}" if p.get("etp") and p["etp"] != p["tp"] else ""
+
+
 def _print_result(r, rank: int | None = None) -> None:
     p = r.parallel
     head = f"#{rank} " if rank is not None else ""
     typer.echo(f"{head}{r.model} on {r.gpus} x {r.gpu}: tp {p['tp']} pp {p['pp']} dp {p['dp']}"
-               f" cp {p['cp']} ep {p['ep']} vpp {p['vpp']} zero {p['zero']}"
+               f" cp {p['cp']} ep {p['ep']}{_etp(p)} vpp {p['vpp']} zero {p['zero']}"
                f"{' fsdp ' + p['fsdp'] if p['fsdp'] else ''} micro-batch {p['micro_batch']} "
                f"global batch {p['global_batch']} (x{p['grad_accum']} accumulation) "
                f"seq {r.seq_len} {r.precision} recompute {p['recompute']}")
@@ -63,6 +68,9 @@ def train(
                                   "of the GPUs)."),
     cp: int = typer.Option(1, "--cp", help="Context-parallel size."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
+    etp: int = typer.Option(0, "--etp", help="Tensor parallelism inside each expert (MoE; 0: "
+                            "as --tp). Other than --tp, experts fold over tp x cp x dp "
+                            "(Megatron-Core MoE parallel folding)."),
     vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages per rank (interleaved)."),
     zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (1: distributed optimizer)."),
     fsdp: str = typer.Option("", "--fsdp", help="FSDP: full or hybrid (overrides --zero)."),
@@ -137,7 +145,7 @@ def train(
     par = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero, fsdp=fsdp,
                    sp=not no_sp, micro_batch=micro_batch,
                    global_batch=global_batch or dp * micro_batch, recompute=recompute,
-                   order=order)
+                   order=order, etp=etp)
     r = predict_step(m, topo, par, seq, precision=precision, tp_overlap=tp_overlap,
                      ep_overlap=ep_overlap, sac=sac, power_cap_W=power_cap, check_memory=True)
     if json:

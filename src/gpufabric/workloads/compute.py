@@ -350,14 +350,17 @@ PASSES = {True: {"norm": 2, "residual_norm": 5, "act_gated": 3, "act": 2, "resid
 
 def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int | None = None,
               *, tp: int = 1, ep: int = 1, cp: int = 1, precision: str = "bf16",
-              flash: bool = True, fused: bool = True) -> list[Op]:
+              flash: bool = True, fused: bool = True, etp: int | None = None) -> list[Op]:
     """Forward operations of block ``layer`` on one GPU.
 
     ``batch`` sequences of ``q_len`` new tokens attend to ``kv_len`` keys (default ``q_len``;
     inference decode: ``q_len=1`` and the cached length). Tensor parallelism ``tp`` splits heads
     and MLP width; context parallelism ``cp`` splits the sequence (each rank holds ``q_len/cp``
-    queries against the whole ``kv_len``); expert parallelism ``ep`` spreads the routed experts,
-    each GPU running ``top_k`` experts' worth of its tokens (balanced routing).
+    queries against the whole ``kv_len``); expert parallelism ``ep`` spreads the routed experts
+    and ``etp`` (default ``tp``) splits each one: an expert-model-parallel group of ``ep x etp``
+    GPUs serves the tokens its GPUs hold outside the tensor-parallel regions (``1/tp`` of the
+    block's, sequence parallel), so each GPU runs ``top_k / tp`` experts' worth of its block's
+    tokens (balanced routing).
 
     >>> m = load_model("llama3-8b")
     >>> ops = layer_ops(m, 0, 1, 8192)
@@ -412,14 +415,16 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         E, k = model.experts, model.top_k
         fe = model.expert_ffn
         up = fe * (2 if model.gated else 1)
-        ops.append(gemm("router", T, E, h, eb))
+        et = tp if etp is None else etp
+        held = T / tp                 # tokens this GPU routes (sequence parallel)
+        ops.append(gemm("router", math.ceil(held), E, h, eb))
         local = max(E // ep, 1)
-        tok = T * k * ep / E          # tokens per local expert, balanced routing
-        ops.append(gemm("expert_up", math.ceil(tok), up, h, eb, count=local))
-        ops.append(gemm("expert_down", math.ceil(tok), h, fe, eb, count=local))
-        ops.append(elementwise("expert_act", T * k * fe,
+        tok = held * k * ep * et / E  # tokens per local expert, balanced routing
+        ops.append(gemm("expert_up", math.ceil(tok), max(up // et, 1), h, eb, count=local))
+        ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local))
+        ops.append(elementwise("expert_act", tok * local * fe / et,
                                ps["act_gated"] if model.gated else ps["act"], eb))
-        ops.append(elementwise("permute", T * k * h, 4, eb))
+        ops.append(elementwise("permute", tok * local * h, 4, eb))
         if model.shared_experts:
             fs = fe * model.shared_experts // tp
             ops.append(gemm("shared_up", T, fs * (2 if model.gated else 1), h, eb))

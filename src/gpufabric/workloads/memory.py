@@ -86,7 +86,7 @@ def params_per_gpu(model: ModelSpec, par: Parallel, stage: int = 0) -> tuple[flo
     for i in layers:
         if model.moe_layer(i):
             routed = model.experts * model.mlp_params(model.expert_ffn)
-            expert += routed / par.ep
+            expert += routed / (par.ep * par.expert_tp)
             dense += (model.shared_experts * model.mlp_params(model.expert_ffn) / par.tp
                       + model.hidden * model.experts)
             dense += model.attn_params() / par.tp + 2 * model.norm_params()
@@ -139,7 +139,8 @@ def block_activation_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: 
     if model.moe_layer(layer):
         f = model.expert_ffn
         k = model.top_k
-        # each token's k expert inputs and intermediates (balanced routing; expert TP = tp)
+        # each token's k expert inputs and intermediates (balanced routing; a GPU serves 1/tp of
+        # the block's tokens' experts, whatever the expert TP)
         inside += k * (h + f * (3 if model.gated else 2)) * eb / t
         if model.shared_experts:
             fs = f * model.shared_experts
@@ -190,7 +191,7 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     shard = par.dp * par.cp
     if par.fsdp == "hybrid":
         shard = min(shard, max(gpn // (par.tp * par.cp), 1) * par.cp)
-    eshard = max(shard // par.ep, 1)
+    eshard = max(shard // par.ep, 1) if par.fsdp == "hybrid" else par.edp
     opt = OPT_B * (dense / (shard if z >= 1 else 1) + expert / (eshard if z >= 1 else 1))
     grads = GRAD_B * (dense / (shard if z >= 2 else 1) + expert / (eshard if z >= 2 else 1))
     weights = wb * (dense / (shard if z >= 3 else 1) + expert / (eshard if z >= 3 else 1))
@@ -272,13 +273,14 @@ def kv_cache_bytes_per_token(model: ModelSpec | str, *, tp: int = 1, elem_bytes:
 def weight_bytes(model: ModelSpec | str, *, tp: int = 1, pp: int = 1, ep: int = 1,
                  elem_bytes: float = 2) -> float:
     """Weight bytes on the most loaded GPU of a TP x PP x EP layout (inference: no
-    gradients or optimizer).
+    gradients or optimizer). As the serving engines lay experts out: with expert parallelism
+    each expert whole on one of the ``ep`` GPUs, without it each split over the ``tp`` GPUs.
 
     >>> round(weight_bytes("llama3-70b", tp=8) / 2**30, 2)
     16.43
     """
     m = load_model(model)
-    par = Parallel(tp=tp, pp=pp, ep=ep, dp=ep)
+    par = Parallel(tp=tp, pp=pp, ep=ep, dp=ep, etp=1 if ep > 1 else 0)
     return max(sum(params_per_gpu(m, par, st)) for st in sorted({0, pp - 1})) * elem_bytes
 
 

@@ -2,8 +2,12 @@
 
 Ranks are numbered as Megatron-LM numbers them: with the default order ``tp-cp-ep-dp-pp`` the
 tensor-parallel rank varies fastest (innermost, inside a node), then context, expert, data and
-pipeline. Expert parallelism is carved out of the data(-and-context) dimension, as in
-Megatron-Core: ``ep`` must divide ``dp * cp``.
+pipeline. Expert layers have their own decomposition (Megatron-Core's MoE parallel folding):
+``etp`` expert-tensor-parallel ranks innermost, then ``ep`` expert-parallel ranks, then the
+expert-data-parallel ranks, over the same ``tp * cp * dp`` GPUs of a pipeline stage, so
+``ep * etp`` must divide ``tp * cp * dp``. By default ``etp`` is ``tp`` (Megatron-Core's
+default), which carves expert parallelism out of the data(-and-context) dimension: ``ep`` must
+then divide ``dp * cp``.
 
 Each communication group becomes ``(ranks, per_node, concurrent)``: how many ranks, how many of
 them on each node, and how many groups of that shape run at once on the same nodes (which then
@@ -50,7 +54,10 @@ class Parallel:
     across nodes (HSDP). ``sp``: sequence parallelism with TP (reduce-scatter / all-gather
     instead of all-reduce; activations split by ``tp`` outside the TP regions too).
     ``micro_batch`` and ``global_batch`` are in sequences; ``vpp`` is the number of virtual
-    pipeline stages (model chunks) per rank, 1 for plain 1F1B.
+    pipeline stages (model chunks) per rank, 1 for plain 1F1B. ``etp``: tensor parallelism
+    inside each expert (0: as ``tp``, Megatron-Core's default); with ``etp`` other than ``tp``
+    the expert layout folds over the stage's ``tp * cp * dp`` ranks, which needs the pipeline
+    outermost in ``order``.
     """
 
     tp: int = 1
@@ -66,6 +73,7 @@ class Parallel:
     global_batch: int = 0   # 0: dp * micro_batch (no accumulation)
     recompute: str = "none"
     order: str = DEFAULT_ORDER
+    etp: int = 0            # 0: as tp
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"):
@@ -83,8 +91,21 @@ class Parallel:
         if sorted(dims) != sorted(DIMS):
             raise InputError(f"got {self.order!r}; a permutation of {DEFAULT_ORDER}",
                              field="order")
-        if (self.dp * self.cp) % self.ep:
-            raise InputError(f"ep {self.ep} must divide dp*cp = {self.dp * self.cp}",
+        if not isinstance(self.etp, int) or isinstance(self.etp, bool) or self.etp < 0:
+            raise InputError(f"must be a whole number >= 1 (0: as tp), got {self.etp!r}",
+                             field="etp")
+        if self.folded:
+            stage = self.tp * self.cp * self.dp
+            if stage % (self.ep * self.expert_tp):
+                raise InputError(f"ep x etp = {self.ep} x {self.expert_tp} must divide tp x cp x "
+                                 f"dp = {stage}", field="ep")
+            if dims[-1] != "pp":
+                raise InputError(f"got {self.order!r}; an expert tensor parallelism other than "
+                                 "tp needs the pipeline outermost (last)", field="order")
+        elif (self.dp * self.cp) % self.ep:
+            raise InputError(f"ep {self.ep} must divide dp*cp = {self.dp * self.cp} (or set "
+                             "etp, Megatron-Core's MoE parallel folding, so that ep x etp "
+                             f"divides tp x cp x dp = {self.tp * self.cp * self.dp})",
                              field="ep")
         gb = self.global_batch or self.dp * self.micro_batch
         if gb % (self.dp * self.micro_batch):
@@ -96,6 +117,21 @@ class Parallel:
     @property
     def world(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor parallelism inside each expert."""
+        return self.etp or self.tp
+
+    @property
+    def folded(self) -> bool:
+        """Whether the expert layout folds over the stage's ranks (``etp`` other than ``tp``)."""
+        return self.expert_tp != self.tp
+
+    @property
+    def edp(self) -> int:
+        """Ranks sharing each expert's parameters (the expert-data-parallel group)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
     @property
     def batch(self) -> int:
@@ -124,6 +160,8 @@ class Parallel:
         """Distance in rank numbers between neighbours of a ``kind`` group."""
         sizes = {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
         dims = [d for d in self.order.split("-")]
+        if kind == "ep" and self.folded:   # folded: etp innermost, then ep
+            return self.expert_tp
         if kind == "ep":   # carved from cp x dp, starting where the first of them sits
             kind = "cp" if dims.index("cp") < dims.index("dp") else "dp"
         s = 1
@@ -136,7 +174,7 @@ class Parallel:
 
     def size(self, kind: str) -> int:
         return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "dp": self.dp, "pp": self.pp,
-                "dp_cp": self.dp * self.cp, "edp": self.dp * self.cp // self.ep}[kind]
+                "dp_cp": self.dp * self.cp, "edp": self.edp}[kind]
 
     def group(self, kind: str, gpus_per_node: int) -> Group:
         """Shape of a ``kind`` group (tp, cp, ep, dp, pp; ``dp_cp``: the gradient group when

@@ -206,7 +206,7 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
                 sac: str = "attention") -> _Pass:
     ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
-                    precision=prec, flash=flash, fused=fused)
+                    precision=prec, flash=flash, fused=fused, etp=par.expert_tp)
     fwd = bwd = attn_f = 0.0
     times: list[float] = []
     for o in ops:
@@ -252,7 +252,9 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
         comm["cp"] += t_all
         res.cp = max(0.0, t_all - (1 + BWD_ATTN) * attn_f)
     if m.moe_layer(i) and par.ep > 1:
-        a2a = tokens * m.top_k * m.hidden * eb
+        # each GPU dispatches the tokens it holds (1/tp of the block's, sequence parallel) to
+        # the etp shards of each of their top-k experts
+        a2a = tokens / par.tp * par.expert_tp * m.top_k * m.hidden * eb
         t_a = _coll_time(topo, "all_to_all", a2a, groups["ep"])
         n = 4 + (2 if par.recompute == "full" else 0)    # dispatch + combine, fwd and bwd
         comm["ep"] += t_a * n
@@ -384,7 +386,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
             z3_e = comm["zero3"]
     # optimizer step on this GPU's shard
     shard = (shard_grp.ranks if par.fsdp == "hybrid" else par.dp * par.cp) if z >= 1 else 1
-    opt = op_time_s(optimizer_op(dense / shard + expert / max(shard // par.ep, 1)), g, prec)
+    opt = op_time_s(optimizer_op(dense / shard + expert / (par.edp if z >= 1 else 1)), g, prec)
     breakdown = {
         "compute": mbs * (fwd + bwd),
         "tp_comm": mbs * tp_e,

@@ -300,8 +300,10 @@ def validate(path: str, *, only: tuple[str, ...] = (),
                 meas = meas / max(r.seq_len, 1)
             err = (pred / meas - 1) * 100
             fitted = any(eid.startswith(f) for f in FITTED_ON + TUNED_ON)
-            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep} vpp{vpp} mb{micro_batch} " \
-                  "gb{global_batch}".format(**r.parallel) + (
+            etp = r.parallel.get("etp") or r.parallel["tp"]
+            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep}".format(**r.parallel) + (
+                f" etp{etp}" if etp != r.parallel["tp"] else "") + \
+                " vpp{vpp} mb{micro_batch} gb{global_batch}".format(**r.parallel) + (
                       f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
                       else f" zero{r.parallel['zero']}")
             points.append(Point(eid, j, metric, round(meas, 2), round(pred, 2), round(err, 2),
@@ -391,7 +393,7 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         if k in ("gpus", "nodes", "gpus_per_node", "nic", "nics_per_node"):
             sysd[k] = v
         elif k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch",
-                   "grad_accum", "recompute", "precision", "zero", "fsdp"):
+                   "grad_accum", "recompute", "precision", "zero", "fsdp", "etp"):
             par[k] = v
     res = dict(e.get("result") or {})
     res.update({k: v for k, v in pt.items() if k in METRICS or k == "tokens_trained"})
@@ -450,9 +452,15 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         vpp = 1
     prec = _precision(par.get("precision"))
     ep = int(par.get("ep") or 1)
+    etp = int(par.get("etp") or 0)
+    if not etp and (dp * cp) % ep and (tp * dp * cp) % ep == 0:
+        # EP wider than the data dimension runs only as Megatron-Core's MoE parallel folding;
+        # its performance recipes fold with expert TP 1 (Megatron-Bridge
+        # scripts/performance/configs/qwen/qwen3_workload_base_configs.py)
+        etp = 1
     p = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
                  fsdp=fsdp if fsdp in ("full", "hybrid") else "", micro_batch=mb,
-                 global_batch=gb, recompute=_recompute(par.get("recompute")))
+                 global_batch=gb, recompute=_recompute(par.get("recompute")), etp=etp)
     spec = _spec(sysd, gpus)
     key = repr(sorted(spec.items()))
     if key not in topo_cache:

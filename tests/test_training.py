@@ -171,18 +171,24 @@ def test_second_holdout_of_runs_never_tuned_against():
     # pass's flash-attention backward (a prior from the FA3 paper) moved it to 9.76; values of
     # that parameter were looked at on this file before its source was read, so it is no
     # longer blind for it. Megatron-Core's MoE parallel folding (expert TP 1, EP over tp x dp)
-    # then predicted the two H100 Qwen3 runs it used to skip, at -4.3 / -1.9%: 29 points, 9.21%
+    # then predicted the two H100 Qwen3-235B runs it used to skip, at -4.3 / -1.9% (29 points,
+    # 9.21%). The six Qwen3-30B-A3B rows added next are over-predicted by 45..235% (35 points,
+    # 11.80%); Transformer Engine's grouped GEMM as one GEMM per expert over 4 streams took
+    # them to 33..191% (11.41%)
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
     s = r.summary
     assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
-        (29, 0, 9.21, 83.85)
+        (35, 0, 11.41, 190.58)
     err = {p.id: p.error_pct for p in r.points}
     assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
         [-6.12, -3.79, -3.54, -1.63, 7.97]
     # EP 32 over dp 16 x tp 2: only Megatron's MoE parallel folding runs it (expert TP 1)
-    qwen = {i: round(e, 1) for i, e in err.items() if "qwen3" in i and "-h100-" in i}
-    assert qwen == {"mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu": -4.3,
-                    "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu": -1.9}
+    qwen = {i: round(e, 1) for i, e in err.items() if "qwen3-235b" in i and "-h100-" in i}
+    assert qwen == {"mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu": -4.8,
+                    "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu": -2.4}
+    # small experts on B200 / H100 (dropless, all-to-all dispatcher) are the worst misses
+    small = sorted(round(e) for i, e in err.items() if "qwen3-30b" in i)
+    assert small == [33, 46, 179, 180, 185, 191]
     assert "etp1" in next(p.layout for p in r.points if "h100-qwen3" in p.id)
     assert r.skipped == []
 

@@ -216,6 +216,25 @@ def test_moe_parallel_folding_lays_experts_over_tp_cp_and_dp():
         Parallel(tp=2, dp=16, ep=32, etp=1, order="tp-cp-ep-pp-dp")
 
 
+def test_grouped_gemm_over_streams_fills_the_sms_as_separate_kernels():
+    # Transformer Engine runs a grouped GEMM as one cuBLAS GEMM per expert over 4 streams: four
+    # at a time share the SMs, each kernel is launched on its own
+    from gpufabric.workloads.compute import GROUPED_STREAMS, gemm, gemm_efficiency, gpu_spec
+    g = gpu_spec("B200")
+    batched = gemm("e", 2048, 1536, 2048, 1, count=16)
+    streamed = gemm("e", 2048, 1536, 2048, 1, count=16, streams=GROUPED_STREAMS)
+    assert GROUPED_STREAMS == 4
+    assert gemm_efficiency(streamed, g, "fp8") < gemm_efficiency(batched, g, "fp8")
+    # 2048 x 1536 on 256 x 256 tiles: 48 tiles, four kernels 192 on 148 SMs -> 2 waves each
+    # sixteen over four streams fill the SMs as four rounds of four side by side
+    four = gemm("e", 2048, 1536, 2048, 1, count=4)
+    assert gemm_efficiency(streamed, g, "fp8") == gemm_efficiency(four, g, "fp8")
+    # and pay sixteen launches where the batched kernel pays one
+    from gpufabric.workloads.compute import KERNEL_US, op_time_s
+    extra = op_time_s(streamed, g, "fp8") - 4 * op_time_s(four, g, "fp8")
+    assert extra == pytest.approx((16 - 4) * KERNEL_US.value * 1e-6)
+
+
 def test_expert_work_per_gpu_does_not_depend_on_the_expert_tp():
     # whatever the folding, a GPU runs top_k / tp experts' worth of its block's tokens
     from gpufabric.workloads.compute import layer_ops

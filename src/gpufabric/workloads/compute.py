@@ -98,6 +98,12 @@ K_HALF_PER_BALANCE = record("K_HALF_PER_BALANCE", 0.63, "elements per FLOP/B",
                             "fitted on the megatron-core-h100-gpt-* and megatron-2021-a100-gpt-* "
                             "rows (small hidden sizes)", "megatron-core-h100-gpt-*",
                             "megatron-2021-a100-gpt-*")
+#: CUDA streams over which Transformer Engine's GroupedLinear (Megatron-Core's grouped GEMM for
+#: the local experts) spreads its GEMMs: one cuBLAS GEMM per expert, round-robin over the
+#: library's compute streams (transformer_engine/common/util/multi_stream.cpp:
+#: num_compute_streams = 4)
+GROUPED_STREAMS = 4
+
 #: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
 TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),
         "blackwell": (256, 256), "cdna3": (256, 256)}
@@ -237,21 +243,25 @@ class Op:
     n: int = 0
     k: int = 0
     count: int = 1
+    streams: int = 0          # 0: one batched kernel; n: separate kernels on n streams
 
     def scaled(self, factor: float, name: str | None = None) -> Op:
         return Op(name or self.name, self.kind, self.flops * factor, self.bytes * factor,
-                  self.m, self.n, self.k, self.count)
+                  self.m, self.n, self.k, self.count, self.streams)
 
 
-def gemm(name: str, m: int, n: int, k: int, elem_bytes: float, count: int = 1) -> Op:
+def gemm(name: str, m: int, n: int, k: int, elem_bytes: float, count: int = 1,
+         streams: int = 0) -> Op:
     """``count`` GEMMs of (m x k) @ (k x n): 2mnk FLOPs each, inputs and output read/written once.
+    ``streams``: 0 when the ``count`` run as one batched kernel, else as separate kernels
+    spread over that many CUDA streams (at most that many share the SMs at a time).
 
     >>> gemm("qkv", 4096, 6144, 4096, 2).flops
     206158430208
     """
     m, n, k = max(int(m), 0), max(int(n), 0), max(int(k), 0)
     return Op(name, "gemm", 2 * m * n * k * count,
-              (m * k + k * n + m * n) * elem_bytes * count, m, n, k, count)
+              (m * k + k * n + m * n) * elem_bytes * count, m, n, k, count, streams)
 
 
 def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int,
@@ -293,13 +303,16 @@ def gemm_efficiency(op: Op, gpu: GPUSpec, precision: str = "bf16") -> float:
     if op.m <= 0 or op.n <= 0 or op.k <= 0:
         return ceiling
     sms = max(gpu.sms, 1)
+    # separate kernels on ``streams`` streams: at most that many share the SMs at a time
+    together = min(op.streams, op.count) if op.streams else op.count
+    rounds = math.ceil(op.count / together)
     fill = 0.0
     for tm, tn in tile_shapes(gpu.arch):
-        tiles = math.ceil(op.m / tm) * math.ceil(op.n / tn) * op.count
-        waves = math.ceil(tiles / sms)
-        # useful work over the tiles' padded work, and over the SM-slots of the last wave; the
-        # library's heuristic picks the tile shape that wastes least
-        fill = max(fill, (op.m * op.n * op.count) / (tiles * tm * tn) * tiles / (waves * sms))
+        tiles = math.ceil(op.m / tm) * math.ceil(op.n / tn) * together
+        waves = math.ceil(tiles / sms) * rounds
+        # useful work over the SM-slots of the waves (padded tiles, a part-filled last wave);
+        # the library's heuristic picks the tile shape that wastes least
+        fill = max(fill, (op.m * op.n * op.count) / (waves * sms * tm * tn))
     balance = gpu.peak_tflops(precision) * 1e12 / (gpu.hbm_GBps * 1e9)
     depth = op.k / (op.k + K_HALF_PER_BALANCE.value * balance)
     return ceiling * fill * depth
@@ -311,7 +324,8 @@ def op_time_s(op: Op, gpu: GPUSpec, precision: str, attn_kernel: str = "native")
     ``attn_kernel``: ``native`` (the generation's best fused attention: FA2 on Ampere,
     cuDNN / FA3 on Hopper and later) or ``fa2`` (FlashAttention-2 everywhere, as PyTorch's
     SDPA runs it)."""
-    launch = KERNEL_US.value * 1e-6 * (1 if op.kind == "gemm" and op.count > 1 else op.count)
+    kernels = op.count if (op.kind != "gemm" or op.streams) else 1
+    launch = KERNEL_US.value * 1e-6 * kernels
     mem = op.bytes / (gpu.hbm_GBps * 1e9 * HBM_EFF.value)
     if op.kind == "elem" or op.flops == 0:
         return mem + launch
@@ -420,8 +434,10 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         ops.append(gemm("router", math.ceil(held), E, h, eb))
         local = max(E // ep, 1)
         tok = held * k * ep * et / E  # tokens per local expert, balanced routing
-        ops.append(gemm("expert_up", math.ceil(tok), max(up // et, 1), h, eb, count=local))
-        ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local))
+        ops.append(gemm("expert_up", math.ceil(tok), max(up // et, 1), h, eb, count=local,
+                        streams=GROUPED_STREAMS))
+        ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local,
+                        streams=GROUPED_STREAMS))
         ops.append(elementwise("expert_act", tok * local * fe / et,
                                ps["act_gated"] if model.gated else ps["act"], eb))
         ops.append(elementwise("permute", tok * local * h, 4, eb))

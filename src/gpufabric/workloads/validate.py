@@ -54,6 +54,7 @@ NAME_MAP = (
     ("llama 2 70b", "llama2-70b"), ("megascale", "megascale-gpt-175b"),
     ("mlperf gpt3", "gpt3-175b"), ("opt-175b", "opt-175b"), ("bert-large", "bert-large"),
     ("resnet-50", "resnet-50"), ("mixtral", "mixtral-8x7b"), ("qwen3 235b", "qwen3-235b-a22b"),
+    ("qwen3 30b", "qwen3-30b-a3b"),
 )
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s",
            "time_to_train_s", "tflops_per_gpu", "mfu", "gpu_hours_per_trillion_tokens")

@@ -143,10 +143,11 @@ def test_validation_on_the_published_runs():
     # fitted points; the fifth (torchtitan's Grand Teton H100s read as the 96 GB HBM2e part
     # they are: 2.4 TB/s, not the 80 GB SXM's 3.35; the flash-attention backward at 0.86 of
     # the forward's rate, FA3 paper Fig. 5; a parallel block's fused input projections, PaLM,
-    # which moved MegaScale's own rows into TUNED_ON) from 10.36 / 11.43 / 10.49 over 79 / 36
+    # which moved MegaScale's own rows into TUNED_ON; the FP8 input casts with FP8_EFF refit
+    # 0.75 -> 0.77 on the MLPerf runs) from 10.36 / 11.43 / 10.49 over 79 / 36
     assert s["points"] == 115 and s["fitted_points"] == 87
     assert (s["fitted_median_abs_pct"], s["holdout_median_abs_pct"], s["median_abs_pct"]) == \
-        (7.71, 16.37, 8.73)
+        (7.85, 14.68, 8.21)
     assert s["holdout_points"] == 28
     skipped = {x["id"].split("#")[0] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
@@ -160,7 +161,7 @@ def test_validation_on_the_published_runs():
     # evaluation counted: the 512-GPU run is under-predicted, the 10k-GPU ones are not
     assert eos == {"mlperf-train-v4.0-gpt3-175b-eos-512gpu": -23,
                    "mlperf-train-v4.0-gpt3-175b-eos-10752gpu": 1,
-                   "mlperf-train-v4.0-gpt3-175b-eos-11616gpu": 0}
+                   "mlperf-train-v4.0-gpt3-175b-eos-11616gpu": -1}
 
 
 def test_second_holdout_of_runs_never_tuned_against():
@@ -174,21 +175,22 @@ def test_second_holdout_of_runs_never_tuned_against():
     # then predicted the two H100 Qwen3-235B runs it used to skip, at -4.3 / -1.9% (29 points,
     # 9.21%). The six Qwen3-30B-A3B rows added next are over-predicted by 45..235% (35 points,
     # 11.80%); Transformer Engine's grouped GEMM as one GEMM per expert over 4 streams took
-    # them to 33..191% (11.41%)
+    # them to 33..191% (11.41%), the FP8 input casts (FP8_EFF refit on MLPerf; values of it
+    # were seen on this file while the cast was tried) to 23..173% (9.63%)
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
     s = r.summary
     assert (s["points"], s["fitted_points"], s["median_abs_pct"], s["max_abs_pct"]) == \
-        (35, 0, 11.41, 190.58)
+        (35, 0, 9.63, 172.95)
     err = {p.id: p.error_pct for p in r.points}
     assert sorted(e for i, e in err.items() if "llama" in i and "-h100-" in i) == \
-        [-6.12, -3.79, -3.54, -1.63, 7.97]
+        [-5.74, -4.28, -4.04, -1.23, 5.24]
     # EP 32 over dp 16 x tp 2: only Megatron's MoE parallel folding runs it (expert TP 1)
     qwen = {i: round(e, 1) for i, e in err.items() if "qwen3-235b" in i and "-h100-" in i}
-    assert qwen == {"mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu": -4.8,
-                    "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu": -2.4}
+    assert qwen == {"mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu": -7.4,
+                    "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu": -5.1}
     # small experts on B200 / H100 (dropless, all-to-all dispatcher) are the worst misses
     small = sorted(round(e) for i, e in err.items() if "qwen3-30b" in i)
-    assert small == [33, 46, 179, 180, 185, 191]
+    assert small == [23, 35, 160, 162, 164, 173]
     assert "etp1" in next(p.layout for p in r.points if "h100-qwen3" in p.id)
     assert r.skipped == []
 

@@ -216,6 +216,18 @@ def test_moe_parallel_folding_lays_experts_over_tp_cp_and_dp():
         Parallel(tp=2, dp=16, ep=32, etp=1, order="tp-cp-ep-pp-dp")
 
 
+def test_fp8_gemm_inputs_pay_a_cast_unless_a_norm_wrote_them():
+    # Transformer Engine casts each GEMM input to FP8 (a 16-bit read, the 8-bit copy and its
+    # transpose); LayerNormLinear fuses the cast of QKV's and the MLP's normalised inputs
+    from gpufabric.workloads.compute import FP8_CAST_PASSES, layer_ops
+    m = load_model("llama3-8b")
+    fp8 = {o.name: o for o in layer_ops(m, 0, 1, 4096, precision="fp8")}
+    bf16 = {o.name for o in layer_ops(m, 0, 1, 4096, precision="bf16")}
+    assert set(fp8) - bf16 == {"attn_out_cast", "mlp_down_cast"}
+    assert fp8["mlp_down_cast"].bytes == 4096 * m.ffn * FP8_CAST_PASSES * 2
+    assert fp8["attn_out_cast"].bytes == 4096 * m.hidden * FP8_CAST_PASSES * 2
+
+
 def test_grouped_gemm_over_streams_fills_the_sms_as_separate_kernels():
     # Transformer Engine runs a grouped GEMM as one cuBLAS GEMM per expert over 4 streams: four
     # at a time share the SMs, each kernel is launched on its own

@@ -106,13 +106,19 @@ QUANTIZED = ("fp8", "mxfp8", "fp4")
 #: transpose for the backward's weight gradient (1 + 1 byte). Transformer Engine fuses the cast
 #: of a normalised input into the norm (LayerNormLinear: QKV and the MLP's up-projection), so
 #: only the other inputs pay it: the attention output, the MLP activation, the experts' inputs
-FP8_CAST_PASSES = 2
+FP8_CAST_PASSES = record("FP8_CAST_PASSES", 2, "2-byte passes per element",
+                         "FP8/FP4 training: casting a GEMM input",
+                         "physical: Transformer Engine reads the 16-bit input and writes the "
+                         "8-bit copy and its transpose (1 + 1 byte); not fitted").value
 
 #: CUDA streams over which Transformer Engine's GroupedLinear (Megatron-Core's grouped GEMM for
 #: the local experts) spreads its GEMMs: one cuBLAS GEMM per expert, round-robin over the
 #: library's compute streams (transformer_engine/common/util/multi_stream.cpp:
 #: num_compute_streams = 4)
-GROUPED_STREAMS = 4
+GROUPED_STREAMS = record("GROUPED_STREAMS", 4, "CUDA streams",
+                         "MoE training: the local experts' GEMMs",
+                         "Transformer Engine transformer_engine/common/util/multi_stream.cpp "
+                         "(num_compute_streams = 4); not fitted").value
 
 #: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
 TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),

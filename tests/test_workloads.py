@@ -247,6 +247,18 @@ def test_grouped_gemm_over_streams_fills_the_sms_as_separate_kernels():
     assert extra == pytest.approx((16 - 4) * KERNEL_US.value * 1e-6)
 
 
+def test_search_considers_moe_parallel_folding():
+    # with tp > 1 the layouts include whole experts (etp 1) folded over tp x dp, the only way
+    # EP 16 runs on 16 GPUs at tp 2
+    from gpufabric.workloads.search import candidates
+    cands = candidates("qwen3-30b-a3b", 16, 8, "H100-SXM", global_batch=64, seq_len=4096,
+                       micro_batches=(1,))
+    folded = {(c.tp, c.dp, c.ep) for c in cands if c.folded}
+    assert (2, 8, 16) in folded
+    assert all(c.expert_tp == 1 for c in cands if c.folded)
+    assert any(not c.folded and c.tp == 2 and c.ep == 8 for c in cands)
+
+
 def test_expert_work_per_gpu_does_not_depend_on_the_expert_tp():
     # whatever the folding, a GPU runs top_k / tp experts' worth of its block's tokens
     from gpufabric.workloads.compute import layer_ops

@@ -80,11 +80,17 @@ def candidates(model: ModelSpec | str, gpus: int, gpus_per_node: int, gpu: str, 
                 dp = gpus // (tp * cp * pp)
                 if dp * tp * cp * pp != gpus or global_batch % dp:
                     continue
-                eps = [e for e in _divisors(dp * cp) if m.is_moe and m.experts % e == 0] \
-                    if m.is_moe else [1]
+                # expert layouts: EP carved out of dp x cp with the experts split by tp
+                # (Megatron-Core's default), and, with tp > 1, MoE parallel folding with
+                # whole experts (etp 1) over tp x cp x dp
+                eps = [(e, 0) for e in _divisors(dp * cp) if m.experts % e == 0] \
+                    if m.is_moe else [(1, 0)]
+                if m.is_moe and tp > 1:
+                    eps += [(e, 1) for e in _divisors(tp * cp * dp)
+                            if e > 1 and m.experts % e == 0]
                 vpps = [1] if pp == 1 else [v for v in (1, 2, 4)
                                             if m.layers % (pp * v) == 0]
-                for ep in eps:
+                for ep, etp in eps:
                     for mb in micro_batches:
                         if (global_batch // dp) % mb:
                             continue
@@ -95,7 +101,7 @@ def candidates(model: ModelSpec | str, gpus: int, gpus_per_node: int, gpu: str, 
                                 par = _fitting(m, gpu, gpus_per_node, seq_len, precision,
                                                tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
                                                zero=zero, micro_batch=mb,
-                                               global_batch=global_batch)
+                                               global_batch=global_batch, etp=etp)
                                 if par is not None:
                                     out.append(par)
     return out

@@ -403,14 +403,15 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         raise InputError(f"{model.name} is a {model.arch}; layer_ops needs a transformer",
                          field="model")
     kv_len = q_len if kv_len is None else kv_len
-    eb = ACT_BYTES[check_precision(precision)]
+    prec = check_precision(precision)
+    eb = ACT_BYTES[prec]
     q_loc = max(q_len // cp, 1) if cp > 1 else q_len
     T = batch * q_loc
     h = model.hidden
     a = max(model.heads // tp, 1)
     kvh = max(model.kv_heads // tp, 1) if model.attention != "mla" else a
     ps = PASSES[fused]
-    quant = check_precision(precision) in QUANTIZED    # GEMM inputs cast on the way in
+    quant = prec in QUANTIZED      # GEMM inputs cast on the way in
     f = max(model.ffn // tp, 1)
     up = f * (2 if model.gated else 1)
     # a parallel block's attention and dense MLP read the same normalised input, so their input
@@ -447,13 +448,13 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     if model.moe_layer(layer):
         E, k = model.experts, model.top_k
         fe = model.expert_ffn
-        up = fe * (2 if model.gated else 1)
+        fe_up = fe * (2 if model.gated else 1)
         et = tp if etp is None else etp
         held = T / tp                 # tokens this GPU routes (sequence parallel)
         ops.append(gemm("router", math.ceil(held), E, h, eb))
         local = max(E // ep, 1)
         tok = held * k * ep * et / E  # tokens per local expert, balanced routing
-        ops.append(gemm("expert_up", math.ceil(tok), max(up // et, 1), h, eb, count=local,
+        ops.append(gemm("expert_up", math.ceil(tok), max(fe_up // et, 1), h, eb, count=local,
                         streams=GROUPED_STREAMS))
         ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local,
                         streams=GROUPED_STREAMS))

@@ -183,6 +183,13 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
     return best
 
 
+def expert_shard(par: Parallel, shard: int) -> int:
+    """GPUs the expert parameters' optimizer state is sharded over, when the dense ones are
+    sharded over ``shard``: the expert-data-parallel group, or under HSDP the shard group's
+    share of it."""
+    return max(shard // par.ep, 1) if par.fsdp == "hybrid" else par.edp
+
+
 def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
                   gpn: int, stage: int) -> MemoryBreakdown:
     dense, expert = params_per_gpu(m, par, stage)
@@ -191,7 +198,7 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     shard = par.dp * par.cp
     if par.fsdp == "hybrid":
         shard = min(shard, max(gpn // (par.tp * par.cp), 1) * par.cp)
-    eshard = max(shard // par.ep, 1) if par.fsdp == "hybrid" else par.edp
+    eshard = expert_shard(par, shard)
     opt = OPT_B * (dense / (shard if z >= 1 else 1) + expert / (eshard if z >= 1 else 1))
     grads = GRAD_B * (dense / (shard if z >= 2 else 1) + expert / (eshard if z >= 2 else 1))
     weights = wb * (dense / (shard if z >= 3 else 1) + expert / (eshard if z >= 3 else 1))
@@ -285,5 +292,5 @@ def weight_bytes(model: ModelSpec | str, *, tp: int = 1, pp: int = 1, ep: int = 
 
 
 __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
-           "params_per_gpu", "stage_layers", "block_activation_bytes",
+           "params_per_gpu", "expert_shard", "stage_layers", "block_activation_bytes",
            "kv_cache_bytes_per_token", "weight_bytes", "RESERVE_GiB", "FRAGMENTATION"]

@@ -39,7 +39,7 @@ from gpufabric.workloads.compute import (
     power_capped, record,
 )
 from gpufabric.workloads.memory import (
-    MemoryBreakdown, check_fits, params_per_gpu, stage_layers, training_memory,
+    MemoryBreakdown, check_fits, expert_shard, params_per_gpu, stage_layers, training_memory,
 )
 from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import Group, Parallel
@@ -386,7 +386,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
             z3_e = comm["zero3"]
     # optimizer step on this GPU's shard
     shard = (shard_grp.ranks if par.fsdp == "hybrid" else par.dp * par.cp) if z >= 1 else 1
-    opt = op_time_s(optimizer_op(dense / shard + expert / (par.edp if z >= 1 else 1)), g, prec)
+    eshard = expert_shard(par, shard) if z >= 1 else 1
+    opt = op_time_s(optimizer_op(dense / shard + expert / eshard), g, prec)
     breakdown = {
         "compute": mbs * (fwd + bwd),
         "tp_comm": mbs * tp_e,

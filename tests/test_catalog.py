@@ -344,9 +344,10 @@ def test_each_network_speed_has_a_matching_nic_and_switch():
         assert sw.protocol == s.protocol or (sw.protocol, s.protocol) in (
             ("roce", "srd"), ("roce", "tcp")), s.name
         assert sw.ports_at(s.gbps) > 0, s.name
-        # framing losses only, unless a measurement says less (EFA v1: about 0.8 of line rate)
+        # framing losses only, unless a measurement says less (EFA v1: 0.67 of line rate,
+        # fitted on 2 p4dn nodes)
         measured = not s.sources.get("efficiency", "estimate").startswith("estimate")
-        assert (0.7 if measured else 0.9) < s.efficiency < 1, s.name
+        assert (0.6 if measured else 0.9) < s.efficiency < 1, s.name
         assert s.lat_us > s.switch_lat_us > 0, s.name
 
 

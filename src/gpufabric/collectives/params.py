@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufabric import catalog as _catalog
 from gpufabric import params as _shared
 from gpufabric.params import Param
 
@@ -265,6 +266,14 @@ NVLINK_FALLBACK = record(
 PCIE_FALLBACK = record(
     "PCIE_FALLBACK", 0.76, "share of raw rate", "PCIe of unknown generation",
     "estimate: usable / raw of the catalog's PCIe generations (network.capacity.PCIE_FALLBACK)")
+
+EFA_V1_EFFICIENCY = record(
+    "EFA_V1_EFFICIENCY", _catalog.net_speed("efa-v1").efficiency, "share of line rate",
+    "AWS EFA v1 (SRD, 100 Gb/s cards of p3dn/p4d): what NCCL moves per card, on rings and "
+    "trees alike (the catalog's efa-v1 efficiency, read from there)",
+    "fitted: 2 p4dn.24xlarge all_reduce 1 GiB (NVIDIA/nccl issue 527); its 3- and 4-node "
+    "points are held out. NVIDIA/nccl issue 235 (p3dn) gives 50-60 Gb/s per card on 8-32 nodes",
+    fitted_on=("p4dn-2node-efa",))
 
 NET_FALLBACK = record(
     "NET_FALLBACK", 0.95, "share of raw rate", "a network port whose speed is not in the catalog",

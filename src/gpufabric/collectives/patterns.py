@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import pairwise
 
 from gpufabric.errors import InputError
@@ -46,6 +47,38 @@ class Layout:
     def scale(self) -> float:
         """True nodes per materialized node (hop counts scale by this)."""
         return self.nodes / self.m
+
+
+def _btree_links(n: int) -> list[int]:
+    """Links (parent and children) of each of ``n`` ranks in NCCL's binary tree (trees.cc
+    ncclGetBtree): rank r's parent flips r's lowest set bit and sets the next one (or only
+    flips it when that falls outside), rank 0 is the root with one child."""
+    links = [0] * n
+    for r in range(1, n):
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        if up >= n:
+            up = r ^ bit
+        links[r] += 1
+        links[up] += 1
+    return links
+
+
+@cache
+def dbtree_load(n: int) -> float:
+    """Buffer bytes the busiest node sends (and receives) per byte of buffer in NCCL's double
+    binary tree all_reduce over ``n`` nodes: each tree takes half the buffer, and a node moves
+    that half once per tree link (up and down). The second tree is the first mirrored
+    (``n`` even) or shifted by one (``n`` odd), so a node inside one tree is a leaf of the
+    other: 1 on 2 nodes, 1.5 on 3, 2 on large trees.
+
+    >>> [dbtree_load(n) for n in (2, 3, 4, 5, 8, 20, 1024)]
+    [1.0, 1.5, 2.0, 2.0, 2.0, 2.0, 2.0]
+    """
+    first = _btree_links(n)
+    second = ([first[n - 1 - r] for r in range(n)] if n % 2 == 0
+              else [first[(r - 1) % n] for r in range(n)])
+    return max(a + b for a, b in zip(first, second, strict=True)) / 2
 
 
 def layout(topo: Topology, ranks: int | None = None, per_node: int | None = None,
@@ -369,7 +402,7 @@ class Planner:
         rails = self.rails(lay)
         ch = len(rails)
         per = size / ch
-        f = 1.0 if lay.nodes == 2 else 2.0
+        f = dbtree_load(lay.nodes)
         intra_kinds: list[str] = []
         for c, rail in enumerate(rails):
             for k, node_gpus in enumerate(lay.gpus):
@@ -472,7 +505,7 @@ class Planner:
             return Pattern(tr, chip_hops=float(racks > 1),
                            note="NVLink SHARP: reduction inside the NVSwitch")
         rails = self.rails(lay)
-        f = 1.0 if lay.nodes == 2 else 2.0
+        f = dbtree_load(lay.nodes)
         shard = size / len(rails)
         for c, rail in enumerate(rails):
             for k, node_gpus in enumerate(lay.gpus):

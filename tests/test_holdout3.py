@@ -18,8 +18,10 @@ def result():
 
 def test_every_entry_runs_and_nothing_is_fitted_on_it(result):
     s = result["summary"]
-    assert result["skipped"] == [] and s["points"] == 6 and s["fitted_entries"] == []
-    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (5.61, 62.51)
+    assert result["skipped"] == [] and s["points"] == 32 and s["fitted_entries"] == []
+    # goals: large median <= 10 (met), max <= 25 and small median <= 25 (not met; docs)
+    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (6.89, 125.32)
+    assert s["small_median_abs_pct"] == 29.83
 
 
 def test_two_node_hgx_clusters_on_eight_ndr_nics(result):
@@ -40,3 +42,22 @@ def test_gb200_partitions_joined_by_infiniband(result):
     assert rows["gb200-3x-nvl8-ib-ring"] == ("ring", -2.9)
     assert rows["gb200-3x-nvl4-ib-tree"] == ("tree", -22.3)
     assert rows["gb200-3x-nvl8-ib-tree"] == ("tree", -62.5)
+
+
+def _errs(result, entry):
+    return {r["size"]: round(r["err_pct"], 1) for r in result["points"] if r["id"] == entry}
+
+
+def test_two_node_clouds_are_right_at_large_sizes_and_over_predicted_at_mid_sizes(result):
+    """Full sweeps of 2-node H100/B200 clouds (NVLS tree on 8 NICs a node): within 10 % from
+    1 GiB, over-predicted at 16-64 MiB (what they pay beyond NCCL's own cost model there is
+    not modelled), and GPUDirect-TCPXO far slower at mid sizes and in latency than its
+    estimated NIC figures say."""
+    G, M = 2**30, 2**20
+    nebius, lam = _errs(result, "nebius-h100-2node-ib"), _errs(result, "lambda-b200-2node-ib")
+    a4 = _errs(result, "gcp-a4-b200-2node-roce")
+    tcpxo = _errs(result, "gcp-a3mega-h100-2node-tcpxo")
+    assert (nebius[G], lam[G], a4[G], tcpxo[G]) == (2.9, -5.3, 2.8, 7.0)
+    assert (nebius[16 * M], lam[16 * M], a4[16 * M], tcpxo[16 * M]) == (12.9, 26.3, 31.7, 259.4)
+    assert (nebius[64 * M], lam[64 * M], a4[64 * M], tcpxo[64 * M]) == (22.4, 20.6, 26.7, 125.3)
+    assert (tcpxo[8], nebius[8], lam[8]) == (-56.6, -30.2, -12.5)

@@ -20,15 +20,16 @@ def test_every_entry_runs_and_nothing_is_fitted_on_it(result):
     s = result["summary"]
     assert result["skipped"] == [] and s["points"] == 38 and s["fitted_entries"] == []
     # goals: large median <= 10 (met), max <= 25 and small median <= 25 (not met; docs)
-    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (6.99, 125.32)
+    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (4.09, 82.01)
     assert s["small_median_abs_pct"] == 29.83
 
 
 def test_two_node_hgx_clusters_on_eight_ndr_nics(result):
-    """NVLS tree across two nodes, one 400G NIC per GPU (CoreWeave, 8 GiB)."""
+    """NVLS tree across two nodes, one 400G NIC per GPU (CoreWeave, 8 GiB; -4.4 / +6.8 % as
+    first predicted, before stop 15 gave NVLS tree its whole pipeline fill)."""
     rows = {r["id"]: (r["algo"], round(r["err_pct"], 1)) for r in result["points"]}
-    assert rows["coreweave-hgx-b200-2node"] == ("nvls_tree", -4.4)
-    assert rows["coreweave-hgx-h100-2node"] == ("nvls_tree", 6.8)
+    assert rows["coreweave-hgx-b200-2node"] == ("nvls_tree", -4.7)
+    assert rows["coreweave-hgx-h100-2node"] == ("nvls_tree", 6.5)
 
 
 def test_gb200_partitions_joined_by_infiniband(result):
@@ -48,23 +49,26 @@ def _errs(result, entry):
     return {r["size"]: round(r["err_pct"], 1) for r in result["points"] if r["id"] == entry}
 
 
-def test_two_node_clouds_are_right_at_large_sizes_and_over_predicted_at_mid_sizes(result):
-    """Full sweeps of 2-node H100/B200 clouds (NVLS tree on 8 NICs a node): within 10 % from
-    1 GiB, over-predicted at 16-64 MiB (what they pay beyond NCCL's own cost model there is
-    not modelled), and GPUDirect-TCPXO far slower at mid sizes and in latency than its
+def test_two_node_clouds_at_large_and_mid_sizes(result):
+    """Full sweeps of 2-node H100/B200 clouds (NVLS tree on 8 NICs a node): within 8 % from
+    64 MiB on InfiniBand and RoCE once NVLS tree pays its whole pipeline fill (stop 15; they
+    were +21 to +27 % at 64 MiB before, as first predicted); 16 MiB is still over-predicted
+    (+13 to +32 %), and GPUDirect-TCPXO is far slower at mid sizes and in latency than its
     estimated NIC figures say."""
     G, M = 2**30, 2**20
     nebius, lam = _errs(result, "nebius-h100-2node-ib"), _errs(result, "lambda-b200-2node-ib")
     a4 = _errs(result, "gcp-a4-b200-2node-roce")
     tcpxo = _errs(result, "gcp-a3mega-h100-2node-tcpxo")
-    assert (nebius[G], lam[G], a4[G], tcpxo[G]) == (2.9, -5.3, 2.8, 7.0)
+    assert (nebius[G], lam[G], a4[G], tcpxo[G]) == (0.8, -7.6, 0.4, 4.8)
+    assert (nebius[64 * M], lam[64 * M], a4[64 * M], tcpxo[64 * M]) == (-1.2, -4.3, 0.3, 82.0)
+    assert (nebius[256 * M], lam[256 * M], a4[256 * M], tcpxo[256 * M]) == (2.2, -0.1, 0.2, 28.0)
     assert (nebius[16 * M], lam[16 * M], a4[16 * M], tcpxo[16 * M]) == (12.9, 26.3, 31.7, 259.4)
-    assert (nebius[64 * M], lam[64 * M], a4[64 * M], tcpxo[64 * M]) == (22.4, 20.6, 26.7, 125.3)
     assert (tcpxo[8], nebius[8], lam[8]) == (-56.6, -30.2, -12.5)
 
 
 def test_two_gb200_nvl72_racks_on_infiniband(result):
     """144 ranks, NVLS tree across two 72-GPU NVLink domains (CoreWeave, SHARP on, which the
-    model does not have): within 16 % from 512 MiB to 16 GiB."""
+    model does not have): within 9 % from 1 GiB to 16 GiB, +26 % at 512 MiB (+15.5 % as first
+    predicted: NCCL's NVLS-tree chunk halves below 576 MiB on 72 heads, a shorter fill)."""
     errs = list(_errs(result, "coreweave-gb200-2racks").values())
-    assert errs == [15.5, 8.8, 2.4, -2.7, -7.0, -8.1]
+    assert errs == [25.8, 5.9, 0.9, -3.4, -7.4, -8.3]

@@ -214,6 +214,16 @@ NVLS_CHUNK_BYTES = record(
     "of the domain x chunk, at most the buffer) fills the pipeline before results flow",
     "NCCL src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE default 128 KiB")
 
+NVLS_TREE_CHUNK = record(
+    "NVLS_TREE_CHUNK", {"max": 128 * 1024, "max_4_nodes": 64 * 1024,
+                        "rules": ((4, 64 * 1024), (1, 32 * 1024))}, "bytes",
+    "NVLS tree: bytes each channel sends per head and pipeline step. It starts at the NVLS "
+    "chunk (64 KiB from 4 nodes on) and halves to 64 KiB while a channel's share of the buffer "
+    "is under 4 x heads x chunk, then to 32 KiB while under 1 x heads x chunk; a loop is "
+    "channels x heads (one per NIC) x chunk",
+    "NCCL src/enqueue.cc calcCollChunking, NVLS_TREE branch (2.21-2.28; "
+    "NCCL_NVLSTREE_MAX_CHUNKSIZE default: 64 KiB from 4 nodes)", nccl=True)
+
 NVLS_TREE_INTER_SHARE = record(
     "NVLS_TREE_INTER_SHARE", 0.5, "x NIC rate",
     "NVLS tree beyond 2 nodes: each head's (NIC's) tree channel bandwidth",

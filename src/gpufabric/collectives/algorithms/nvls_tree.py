@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from gpufabric.collectives import params as P
-from gpufabric.collectives.algorithms.base import host_nic_heads, register
+from gpufabric.collectives.algorithms.base import UNIT, host_nic_heads, register
 from gpufabric.collectives.algorithms.nvls import Nvls
 
 _GENERATION = {"nvlink4": "hopper", "nvlink5": "blackwell"}
@@ -16,7 +18,8 @@ class NvlsTree(Nvls):
     count): the bus bandwidth is capped at NVLS channels x that limit. Beyond two nodes NCCL
     also rates each tree channel at half its head NIC (a tree node sends to its parent and to
     two children), with one head per NIC of the host: the bus bandwidth is capped at
-    heads x NIC rate / 2 (NCCL's own estimate, so its tuner passes NVLS tree over there)."""
+    heads x NIC rate / 2 (NCCL's own estimate, so its tuner passes NVLS tree over there).
+    Mid sizes pay a longer pipeline fill than NVLS alone (:meth:`fill_bytes`)."""
 
     name = "nvls_tree"
     order = 3
@@ -36,3 +39,51 @@ class NvlsTree(Nvls):
             if heads:
                 cap = min(cap, heads * nic_GBps * P.NVLS_TREE_INTER_SHARE)
         return cap
+
+    def fill_bytes(self, m, op, plan, proto, lay, size):
+        """The pipeline fill. A loop (channels x heads x chunk, NCCL's chunk rule for NVLS
+        tree) passes the in-switch reduce, the network legs up and down the tree and the
+        multicast, all running at once on different links, so results flow only after the
+        first loop has crossed every stage: the fill is the sum of the stages' times per
+        loop less the slowest (which sets the steady rate), paid at the steady rate. Each
+        stage's time is its busiest link's, from the schedule's own link use: NVLink for the
+        reduce and the multicast, the network for each of the 2 x depth tree legs. Inside one
+        node that leaves NVLS's one loop (two NVLink stages).
+
+        >>> from gpufabric.collectives import Model
+        >>> from gpufabric.topology.build import from_spec
+        >>> m = Model(from_spec({"gpu": "H100-SXM", "nodes": 2, "nic": "ib-ndr"}))
+        >>> lays = m.layouts(16, None, 1)
+        >>> plan, tree = m.plan("all_reduce", "nvls_tree", lays), NvlsTree()
+        >>> [round(tree.fill_bytes(m, "all_reduce", plan, "Simple", lays[0], s) / 2**20, 1)
+        ...  for s in (2**24, 2**25, 2**26, 2**30)]    # MiB: chunk 64 KiB below 64 MiB
+        [16.0, 19.1, 38.1, 38.1]
+        """
+        heads = len(m.planner.rails(lay))
+        loop = P.NVLS_CHANNELS * heads * nvls_tree_chunk(size / P.NVLS_CHANNELS, heads,
+                                                         lay.nodes)
+        steady = plan.bw_s_per_byte
+        if steady <= 0:
+            return 0.0
+
+        def busiest(kind):
+            return max((e.bytes / UNIT / (e.usable_GBps * 1e9) for e in plan.sim_edges
+                        if e.kind == kind and e.usable_GBps > 0), default=0.0) / steady
+
+        legs = 2 * max(1, math.ceil(math.log2(lay.nodes)))
+        loops = max(1.0, 2 * busiest("nvlink") + legs * busiest("net") - 1)
+        return float(min(size, loop * loops))
+
+
+def nvls_tree_chunk(per_channel: float, heads: int, nodes: int) -> int:
+    """NCCL's NVLS-tree chunk for a channel's share of the buffer (``NVLS_TREE_CHUNK``).
+
+    >>> [nvls_tree_chunk(s / 16, 8, 2) // 1024 for s in (2**22, 2**23, 2**25, 2**26)]
+    [32, 64, 64, 128]
+    """
+    rule = P.NVLS_TREE_CHUNK
+    chunk = rule["max_4_nodes"] if nodes >= 4 else rule["max"]
+    for loops, floor in rule["rules"]:
+        if per_channel < loops * heads * chunk and chunk > floor:
+            chunk = floor
+    return chunk

@@ -62,17 +62,24 @@ class NvlsTree(Nvls):
         heads = len(m.planner.rails(lay))
         loop = P.NVLS_CHANNELS * heads * nvls_tree_chunk(size / P.NVLS_CHANNELS, heads,
                                                          lay.nodes)
-        steady = plan.bw_s_per_byte
-        if steady <= 0:
-            return 0.0
+        return float(min(size, loop * self._fill_loops(plan, lay)))
 
-        def busiest(kind):
-            return max((e.bytes / UNIT / (e.usable_GBps * 1e9) for e in plan.sim_edges
-                        if e.kind == kind and e.usable_GBps > 0), default=0.0) / steady
-
-        legs = 2 * max(1, math.ceil(math.log2(lay.nodes)))
-        loops = max(1.0, 2 * busiest("nvlink") + legs * busiest("net") - 1)
-        return float(min(size, loop * loops))
+    @staticmethod
+    def _fill_loops(plan, lay) -> float:
+        """Loops of fill: the stages' times per loop less the slowest, in loops at the steady
+        rate (once per plan)."""
+        cache = plan.__dict__.setdefault("_fill_loops", {})
+        if "loops" not in cache:
+            steady = plan.bw_s_per_byte
+            busy: dict[str, float] = {}
+            for e in plan.sim_edges:
+                if e.usable_GBps > 0 and steady > 0:
+                    t = e.bytes / UNIT / (e.usable_GBps * 1e9) / steady
+                    busy[e.kind] = max(busy.get(e.kind, 0.0), t)
+            legs = 2 * max(1, math.ceil(math.log2(lay.nodes)))
+            cache["loops"] = max(1.0, 2 * busy.get("nvlink", 0.0)
+                                 + legs * busy.get("net", 0.0) - 1)
+        return cache["loops"]
 
 
 def nvls_tree_chunk(per_channel: float, heads: int, nodes: int) -> int:

@@ -44,11 +44,12 @@ class NvlsTree(Nvls):
         """The pipeline fill. A loop (channels x heads x chunk, NCCL's chunk rule for NVLS
         tree) passes the in-switch reduce, the network legs up and down the tree and the
         multicast, all running at once on different links, so results flow only after the
-        first loop has crossed every stage: the fill is the sum of the stages' times per
-        loop less the slowest (which sets the steady rate), paid at the steady rate. Each
-        stage's time is its busiest link's, from the schedule's own link use: NVLink for the
-        reduce and the multicast, the network for each of the 2 x depth tree legs. Inside one
-        node that leaves NVLS's one loop (two NVLink stages).
+        first loop (or the whole buffer, when smaller) has crossed every stage: the fill is
+        the sum of the stages' times per loop less the slowest (which sets the steady rate),
+        paid at the steady rate. Each stage's time is its busiest link's, from the schedule's
+        own link use: NVLink for the reduce and the multicast, the network for each of the
+        2 x depth tree legs. Inside one node that leaves NVLS's one loop (two NVLink
+        stages).
 
         >>> from gpufabric.collectives import Model
         >>> from gpufabric.topology.build import from_spec
@@ -57,12 +58,12 @@ class NvlsTree(Nvls):
         >>> plan, tree = m.plan("all_reduce", "nvls_tree", lays), NvlsTree()
         >>> [round(tree.fill_bytes(m, "all_reduce", plan, "Simple", lays[0], s) / 2**20, 1)
         ...  for s in (2**24, 2**25, 2**26, 2**30)]    # MiB: chunk 64 KiB below 64 MiB
-        [16.0, 19.1, 38.1, 38.1]
+        [19.1, 19.1, 38.1, 38.1]
         """
         heads = len(m.planner.rails(lay))
         loop = P.NVLS_CHANNELS * heads * nvls_tree_chunk(size / P.NVLS_CHANNELS, heads,
                                                          lay.nodes)
-        return float(min(size, loop * self._fill_loops(plan, lay)))
+        return float(min(size, loop) * self._fill_loops(plan, lay))
 
     @staticmethod
     def _fill_loops(plan, lay) -> float:

@@ -126,21 +126,19 @@ def _load(nodes: str, trace: str, data_dir: str | None):
 
     if data_dir is not None and not Path(data_dir).is_dir():
         raise InputError("not a directory", file=data_dir, field="--data-dir")
-    missing = []
-    try:
-        cluster = load_nodes(nodes, data_dir)
-    except DataMissing:
-        if nodes not in NODE_LISTS or data_dir is not None:
-            raise
-        missing.append(f"node list '{nodes}'")
-        cluster = load_nodes(f"{NAME}:{nodes}")
-    try:
-        jobs = load_jobs(trace, data_dir)
-    except DataMissing:
-        if trace not in TRACES or data_dir is not None:
-            raise
-        missing.append(f"trace '{trace}'")
-        jobs = load_jobs(NAME)
+    missing: list[str] = []
+
+    def load_or_stand_in(load, name, known, what, stand_in):
+        try:
+            return load(name, data_dir)
+        except DataMissing:
+            if name not in known or data_dir is not None:
+                raise
+            missing.append(f"{what} '{name}'")
+            return load(stand_in)
+
+    cluster = load_or_stand_in(load_nodes, nodes, NODE_LISTS, "node list", f"{NAME}:{nodes}")
+    jobs = load_or_stand_in(load_jobs, trace, TRACES, "trace", NAME)
     note = ""
     if missing:
         note = (f"openb {' and '.join(missing)} not found (--data-dir, $GPUFABRIC_DATA_DIR, "

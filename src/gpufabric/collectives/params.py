@@ -215,11 +215,12 @@ NVLS_CHUNK_BYTES = record(
     "NCCL src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE default 128 KiB")
 
 NVLS_TREE_CHUNK = record(
-    "NVLS_TREE_CHUNK", {"max": 128 * 1024, "max_4_nodes": 64 * 1024,
-                        "rules": ((4, 64 * 1024), (1, 32 * 1024))}, "bytes",
+    "NVLS_TREE_CHUNK", {"max_4_nodes": 64 * 1024, "rules": ((4, 64 * 1024), (1, 32 * 1024))},
+    "bytes",
     "NVLS tree: bytes each channel sends per head and pipeline step. It starts at the NVLS "
-    "chunk (64 KiB from 4 nodes on) and halves to 64 KiB while a channel's share of the buffer "
-    "is under 4 x heads x chunk, then to 32 KiB while under 1 x heads x chunk; a loop is "
+    "chunk (NVLS_CHUNK_BYTES; 64 KiB from 4 nodes on) and halves to 64 KiB while a "
+    "channel's share of the buffer is under 4 x heads x chunk, then to 32 KiB while under "
+    "1 x heads x chunk; a loop is "
     "channels x heads (one per NIC) x chunk",
     "NCCL src/enqueue.cc calcCollChunking, NVLS_TREE branch (2.21-2.28; "
     "NCCL_NVLSTREE_MAX_CHUNKSIZE default: 64 KiB from 4 nodes)", nccl=True)

@@ -90,7 +90,7 @@ def nvls_tree_chunk(per_channel: float, heads: int, nodes: int) -> int:
     [32, 64, 64, 128]
     """
     rule = P.NVLS_TREE_CHUNK
-    chunk = rule["max_4_nodes"] if nodes >= 4 else rule["max"]
+    chunk = rule["max_4_nodes"] if nodes >= 4 else P.NVLS_CHUNK_BYTES
     for loops, floor in rule["rules"]:
         if per_channel < loops * heads * chunk and chunk > floor:
             chunk = floor

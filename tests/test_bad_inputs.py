@@ -171,7 +171,8 @@ def test_suggestions_never_name_a_different_card(typed, suggestion):
 def test_algo_errors_name_the_option(cli):
     assert one_error(cli, "collective", "dgx-a100", "--algo", "butterfly") == (
         "--algo: unknown algorithm 'butterfly'; allowed: auto, ring, tree, nvls, nvls_tree, "
-        "pat, hierarchical, pairwise, p2p")
+        "pat, hierarchical, pairwise, p2p, or a list of them as NCCL_ALGO takes it (ring,tree "
+        "or ^nvls)")
     assert one_error(cli, "collective", "dgx-a100", "--op", "all_gather", "--algo", "tree") == (
         "dgx-a100: --algo: algorithm 'tree' cannot run all_gather on this system; allowed: "
         "auto, ring")

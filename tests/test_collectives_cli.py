@@ -61,6 +61,9 @@ def test_bad_op_size_algo_exit_2_with_one_line(cli):
         (("--algo", "butterfly"), "--algo: unknown algorithm 'butterfly'; allowed: auto"),
         (("--ranks", "99"), "ranks: must be between 1 and 8"),
         (("--proto", "LL64"), "proto: unknown protocol 'LL64'; allowed: LL, LL128, Simple"),
+        (("--proto", "^LL,LL128,Simple"), "proto: '^LL,LL128,Simple' leaves no protocol"),
+        (("--algo", "ring,auto"), "--algo: unknown algorithm 'auto'; allowed: auto"),
+        (("--algo", "pat,pairwise"), "--algo: no algorithm of 'pat,pairwise' can run"),
         (("--algo", "nvls", "--proto", "LL"), "proto: protocol 'LL' cannot run"),
     ]:
         code, out, err = cli("collective", "hgx-h100", *args)
@@ -104,6 +107,10 @@ def test_validate_bad_files(cli, tmp_path):
         "nopoint.yaml": "- {id: x, system: {gpu: H100-SXM}, collective: all_reduce, ranks: 8, "
                         "points: [{size: 8}]}\n",
         "badyaml.yaml": "- {id: x\n  : [\n",
+        "badproto.yaml": "- {id: x, system: {gpu: H100-SXM}, collective: all_reduce, ranks: 8, "
+                         "protocol: LL64, points: [{size: 8, time_us: 10}]}\n",
+        "numproto.yaml": "- {id: x, system: {gpu: H100-SXM}, collective: all_reduce, ranks: 8, "
+                         "protocol: 3, points: [{size: 8, time_us: 10}]}\n",
     }
     expect = {
         "missing.yaml": "no such file",
@@ -112,6 +119,8 @@ def test_validate_bad_files(cli, tmp_path):
         "badgpu.yaml": "[0](x).system.gpu: unknown GPU 'H999'",
         "nopoint.yaml": "[0](x).points[0]: needs busbw (GB/s) or time_us",
         "badyaml.yaml": "not valid YAML",
+        "badproto.yaml": "[0](x).protocol: unknown protocol 'LL64'; allowed: LL, LL128, Simple",
+        "numproto.yaml": "[0](x).protocol: got 3; expected LL, LL128, Simple",
     }
     for name, text in cases.items():
         f = tmp_path / name
@@ -132,3 +141,22 @@ def test_forced_protocol(cli):
     code, out, _ = cli("collective", "hgx-h100", "--min", "8", "--max", "8",
                        "--proto", "Simple", "--json")
     assert json.loads(out)["rows"][0]["algo"] == "nvls"
+
+
+def test_nccl_style_algorithm_and_protocol_lists(cli):
+    """--algo and --proto take NCCL_ALGO's and NCCL_PROTO's lists: the choice is made among
+    the named ones only (or all but them, after ^)."""
+    def row(*args):
+        code, out, _ = cli("collective", "gcp-a3-mega", "--min", "8", "--max", "8",
+                           *args, "--json")
+        assert code == 0, args
+        r = json.loads(out)["rows"][0]
+        return r["algo"], r["proto"], r["time_us"]
+    auto = row()
+    assert auto[:2] == ("tree", "LL")
+    # GCP's TCPXO profile: rings and trees with Simple only -> the Simple tree
+    listed = row("--algo", "Ring,Tree", "--proto", "Simple")
+    assert listed[:2] == ("tree", "Simple") and listed[2] == row("--algo", "tree",
+                                                                 "--proto", "Simple")[2]
+    assert row("--algo", "^tree")[0] != "tree"
+    assert row("--proto", "^LL")[1] != "LL"

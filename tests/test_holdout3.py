@@ -19,9 +19,9 @@ def result():
 def test_every_entry_runs_and_nothing_is_fitted_on_it(result):
     s = result["summary"]
     assert result["skipped"] == [] and s["points"] == 38 and s["fitted_entries"] == []
-    # goals: large median <= 10 (met), max <= 25 and small median <= 25 (not met; docs)
-    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (4.09, 82.01)
-    assert s["small_median_abs_pct"] == 29.83
+    # goals: large median <= 10 and small median <= 25 (met), max <= 25 (not met; docs)
+    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (4.05, 110.51)
+    assert s["small_median_abs_pct"] == 15.69
 
 
 def test_two_node_hgx_clusters_on_eight_ndr_nics(result):
@@ -53,17 +53,21 @@ def test_two_node_clouds_at_large_and_mid_sizes(result):
     """Full sweeps of 2-node H100/B200 clouds (NVLS tree on 8 NICs a node): within 8 % from
     64 MiB on InfiniBand and RoCE once NVLS tree pays its whole pipeline fill (stop 15; they
     were +21 to +27 % at 64 MiB before, as first predicted); 16 MiB is still over-predicted
-    (+6 to +20 %; +13 to +32 % first), and GPUDirect-TCPXO is far slower at mid sizes and in
-    latency than its estimated NIC figures say."""
+    (+6 to +20 %; +13 to +32 % first). GPUDirect-TCPXO runs under GCP's NCCL profile (rings
+    and trees, Simple only; stop 16): its latency comes within 19 %, but its mid sizes take
+    about 0.9 ms more than any algorithm the model has (GCP's tuner plugin, not public)."""
     G, M = 2**30, 2**20
     nebius, lam = _errs(result, "nebius-h100-2node-ib"), _errs(result, "lambda-b200-2node-ib")
     a4 = _errs(result, "gcp-a4-b200-2node-roce")
     tcpxo = _errs(result, "gcp-a3mega-h100-2node-tcpxo")
-    assert (nebius[G], lam[G], a4[G], tcpxo[G]) == (0.8, -7.6, 0.4, 4.8)
-    assert (nebius[64 * M], lam[64 * M], a4[64 * M], tcpxo[64 * M]) == (-1.2, -4.3, 0.3, 82.0)
-    assert (nebius[256 * M], lam[256 * M], a4[256 * M], tcpxo[256 * M]) == (2.2, -0.1, 0.2, 28.0)
-    assert (nebius[16 * M], lam[16 * M], a4[16 * M], tcpxo[16 * M]) == (5.7, 15.3, 20.0, 236.4)
-    assert (tcpxo[8], nebius[8], lam[8]) == (-56.6, -30.2, -12.5)
+    assert (nebius[G], lam[G], a4[G], tcpxo[G]) == (0.8, -7.6, 0.4, 7.9)
+    assert (nebius[64 * M], lam[64 * M], a4[64 * M], tcpxo[64 * M]) == (-1.2, -4.3, 0.3, 110.5)
+    assert (nebius[256 * M], lam[256 * M], a4[256 * M], tcpxo[256 * M]) == (2.2, -0.1, 0.2, 29.3)
+    assert (nebius[16 * M], lam[16 * M], a4[16 * M], tcpxo[16 * M]) == (5.7, 15.3, 20.0, 281.1)
+    assert (tcpxo[8], tcpxo[1024], nebius[8], lam[8]) == (-12.1, -18.8, -30.2, -12.5)
+    algos = {r["algo"] + "/" + r["proto"] for r in result["points"]
+             if r["id"] == "gcp-a3mega-h100-2node-tcpxo"}
+    assert algos == {"tree/Simple"}
 
 
 def test_two_gb200_nvl72_racks_on_infiniband(result):

@@ -83,9 +83,12 @@ def collective(
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
                              "hierarchical (all_reduce); pat (all_gather, reduce_scatter at "
                              "one rank per node); all_to_all: pairwise; send_recv: p2p; any "
-                             "registered plugin."),
+                             "registered plugin; or a list as NCCL_ALGO takes it (ring,tree: "
+                             "choose among those; ^nvls: all but those)."),
     proto: str | None = typer.Option(None, "--proto",
-                                        help="Force a protocol: LL, LL128 or Simple."),
+                                        help="Force a protocol (LL, LL128 or Simple), or "
+                                        "allow a list as NCCL_PROTO takes it (Simple,LL128; "
+                                        "^LL)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     explain: bool = typer.Option(False, "--explain",
                                  help="Name the bottleneck link and how busy it is."),

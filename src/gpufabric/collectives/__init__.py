@@ -88,24 +88,68 @@ NOT_MODELLED = ("collnet_direct", "collnet_chain")
 
 
 def check_algo(algo: str | None) -> str:
-    """The canonical name of an algorithm (modelled, or one of NCCL's :data:`NOT_MODELLED`).
+    """The canonical name of an algorithm (modelled, or one of NCCL's :data:`NOT_MODELLED`),
+    or of a list of them in ``NCCL_ALGO``'s syntax: ``ring,tree`` lets the automatic choice
+    pick among those only, ``^nvls,nvls_tree`` among all but those.
 
     Examples
     --------
     >>> check_algo("NVLSTree"), check_algo("CollNet"), check_algo("PAT")
     ('nvls_tree', 'collnet_direct', 'pat')
+    >>> check_algo("Tree,Ring"), check_algo("^NVLS")
+    ('ring,tree', '^nvls')
     """
     if algo is None:
         return "auto"
-    a = algo.strip().lower().replace("-", "_")
-    a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "collnet": "collnet_direct",
-         "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}.get(
-        a.replace("_", ""), a)
     names = ("auto",) + tuple(sorted(ALGORITHMS, key=lambda x: (ALGORITHMS[x].order, x)))
-    if a not in names + NOT_MODELLED:
-        raise InputError(f"unknown algorithm '{algo}'; allowed: {', '.join(names)}",
-                         field="algorithm")
-    return a
+    neg, parts = _nccl_list(algo)
+    out = []
+    for part in parts:
+        a = part.lower().replace("-", "_")
+        a = {"nvlstree": "nvls_tree", "hier": "hierarchical", "collnet": "collnet_direct",
+             "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}.get(
+            a.replace("_", ""), a)
+        if a not in names + NOT_MODELLED or (a == "auto" and (neg or len(parts) > 1)):
+            raise InputError(f"unknown algorithm '{part}'; allowed: {', '.join(names)}, or a "
+                             f"list of them as NCCL_ALGO takes it (ring,tree or ^nvls)",
+                             field="algorithm")
+        out.append(a)
+    if len(out) == 1 and not neg:
+        return out[0]
+    order = names + NOT_MODELLED
+    return ("^" if neg else "") + ",".join(sorted(set(out), key=order.index))
+
+
+def check_proto(proto: str | None) -> tuple[str, ...] | None:
+    """The protocols a run may use: one name, or a list in ``NCCL_PROTO``'s syntax
+    (``Simple,LL128``, or ``^LL`` for all but LL); ``None``: any.
+
+    >>> check_proto("simple"), check_proto("^LL"), check_proto(None)
+    (('Simple',), ('LL128', 'Simple'), None)
+    """
+    if proto is None:
+        return None
+    known = {p.lower(): p for p in P.PROTOCOLS}
+    neg, parts = _nccl_list(proto)
+    for part in parts:
+        if part.lower() not in known:
+            raise InputError(f"unknown protocol '{part}'; allowed: {', '.join(P.PROTOCOLS)}, "
+                             f"or a list of them as NCCL_PROTO takes it (Simple,LL128 or ^LL)",
+                             field="proto")
+    named = {known[x.lower()] for x in parts}
+    out = tuple(p for p in P.PROTOCOLS if (p in named) != neg)
+    if not out:
+        raise InputError(f"'{proto}' leaves no protocol; allowed: {', '.join(P.PROTOCOLS)}",
+                         field="proto")
+    return out
+
+
+def _nccl_list(text: str) -> tuple[bool, list[str]]:
+    """NCCL's list syntax for NCCL_ALGO and NCCL_PROTO: names split by commas, all but those
+    when it starts with ``^``."""
+    s = text.strip()
+    neg = s.startswith("^")
+    return neg, [x.strip() for x in s.lstrip("^").split(",") if x.strip()] or [s]
 
 
 @dataclass
@@ -185,6 +229,22 @@ class Model:
         """The algorithms NCCL's tuner chooses among for ``op`` on these ranks."""
         return [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
                 if a.auto and a.applies(self, op, lay)]
+
+    def _candidates(self, op: str, algo: str, lay: Layout) -> list[str]:
+        """The algorithms to choose among: NCCL's tuner's (``auto``), the one forced, or those
+        of an NCCL_ALGO-style list (:func:`check_algo`) that can run here."""
+        if algo == "auto":
+            return self.algorithms(op, lay)
+        if "," not in algo and not algo.startswith("^"):
+            return [self._resolve(op, algo, lay)]
+        neg, names = _nccl_list(algo)
+        runs = [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
+                if a.applies(self, op, lay)]
+        out = [a for a in (self.algorithms(op, lay) if neg else runs) if (a in names) != neg]
+        if not out:
+            raise InputError(f"no algorithm of '{algo}' can run {op} on this system; "
+                             f"allowed: {', '.join(['auto'] + runs)}", field="algorithm")
+        return out
 
     def _resolve(self, op: str, algo: str, lay: Layout) -> str:
         if algo == "nvls" and lay.nodes > 1:
@@ -290,21 +350,16 @@ class Model:
         lays = self.layouts(ranks, per_node, concurrent)
         lay = lays[0]
         n = lay.ranks
-        if proto is not None:
-            known = {p.lower(): p for p in P.PROTOCOLS}
-            if proto.lower() not in known:
-                raise InputError(f"unknown protocol '{proto}'; allowed: "
-                                 f"{', '.join(P.PROTOCOLS)}", field="proto")
-            proto = known[proto.lower()]
+        protos = check_proto(proto)
         if n == 1:
             return self._single(op, size, algo)
-        algos = self.algorithms(op, lay) if algo == "auto" else [self._resolve(op, algo, lay)]
+        algos = self._candidates(op, algo, lay)
         best = None
         for a in algos:
             plan = self.plan(op, a, lays)
             impl = ALGORITHMS[a]
             for p in plan.protos:
-                if proto is not None and p != proto:
+                if protos is not None and p not in protos:
                     continue
                 t = impl.time_us(self, op, plan, p, lay, size)
                 # NCCL's tuner does not see a pipeline's fill: choose without it
@@ -435,5 +490,5 @@ def summary(topo: Topology) -> dict:
 
 
 __all__ = ["OPS", "ALGOS", "Prediction", "Model", "model", "predict", "sweep", "summary",
-           "busbw_factor", "check_op", "check_algo", "Layout", "layout", "ALGORITHMS",
-           "Algorithm", "Plan", "register"]
+           "busbw_factor", "check_op", "check_algo", "check_proto", "Layout", "layout",
+           "ALGORITHMS", "Algorithm", "Plan", "register"]

@@ -2,7 +2,8 @@
 
 The file follows the schema of docs/calibration.md: a list of entries, each with ``id``,
 ``system`` (the shorthand spec), ``collective``, ``ranks``, optional ``per_node`` (ranks on each
-node, default: fill nodes) and ``algorithm``, and ``points`` (``size`` with ``busbw`` in GB/s or
+node, default: fill nodes), ``algorithm`` and ``protocol`` (what the run allowed, as NCCL_ALGO and
+NCCL_PROTO take them: one name or a list), and ``points`` (``size`` with ``busbw`` in GB/s or
 ``time_us``). Any such file works, not only ours.
 
 The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
@@ -21,7 +22,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from gpufabric.collectives import OPS, Model, busbw_factor, check_algo, model, params
+from gpufabric.collectives import (OPS, Model, busbw_factor, check_algo, check_proto, model,
+                                   params)
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 
@@ -76,6 +78,14 @@ def load_entries(path: str) -> list[dict]:
             algo = check_algo(e.get("algorithm"))
         except InputError as exc:
             raise InputError(exc.message, file=path, field=f"{where}.algorithm") from None
+        proto = e.get("protocol")
+        try:
+            if proto is not None and not isinstance(proto, str):
+                raise InputError(f"got {proto!r}; expected LL, LL128, Simple or a list of them "
+                                 f"as NCCL_PROTO takes it")
+            check_proto(proto)
+        except InputError as exc:
+            raise InputError(exc.message, file=path, field=f"{where}.protocol") from None
         pts = _need(e, "points", where, path, list, "a list of {size, busbw | time_us}")
         clean = []
         for j, pt in enumerate(pts):
@@ -92,7 +102,8 @@ def load_entries(path: str) -> list[dict]:
             clean.append({"size": int(size), "busbw": pt.get("busbw"),
                           "time_us": pt.get("time_us")})
         out.append({"id": eid, "where": where, "system": e["system"], "collective": op,
-                    "ranks": ranks, "per_node": per_node, "algorithm": algo, "points": clean,
+                    "ranks": ranks, "per_node": per_node, "algorithm": algo, "protocol": proto,
+                    "points": clean,
                     "source": e.get("source", ""), "confidence": e.get("confidence", ""),
                     "needs": str(e.get("needs", ""))})
     return out
@@ -130,19 +141,19 @@ def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
             if algo != "auto":
                 try:
                     m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
-                              per_node=e["per_node"])
+                              e["protocol"], per_node=e["per_node"])
                 except InputError as exc:
                     if exc.field != "algorithm":
                         raise
                     note = f"algorithm {algo} not modelled here; auto used"
                     algo = "auto"
             preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
-                               per_node=e["per_node"])
+                               e["protocol"], per_node=e["per_node"])
                      for pt in e["points"]]
         except InputError as exc:
             sub = exc.field or ""
             if sub in ("ranks", "size", "op", "algorithm", "proto", "per_node"):
-                field = f"{e['where']}.{sub}"
+                field = f"{e['where']}.{'protocol' if sub == 'proto' else sub}"
             else:
                 field = f"{e['where']}.system" + (f".{sub}" if sub else "")
             err = InputError(exc.message, file=path, field=field)

@@ -155,6 +155,35 @@ def test_oversubscription_slows_all_to_all_across_leaves():
     assert "core" in b.bottleneck or "uplink" in b.bottleneck
 
 
+def test_all_to_all_spreads_each_peer_over_every_nic_of_its_gpu():
+    """p5: 32 EFA cards, 4 per GPU. NCCL spreads a peer's channels over the NICs of its GPU,
+    so across nodes the exchange runs on all 32 cards until the GPU's PCIe port binds
+    (hold-out 4's p5 all_to_all: 54 GB/s measured on 4 nodes, 15.5 predicted before)."""
+    base = {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 4, "nic": "efa-v2"}
+    one = C.predict(from_spec({**base, "nics_per_node": 8}), "all_to_all", GB)
+    four = C.predict(from_spec({**base, "nics_per_node": 32}), "all_to_all", GB)
+    # one card a GPU: the card is the bottleneck; four: the GPU's own PCIe port, which all
+    # four cards share (4 x 12.25 GB/s against Gen5 x16)
+    assert (round(one.busbw, 1), round(four.busbw, 1)) == (15.8, 61.9)
+    assert "NIC port" in one.bottleneck and "PCIe switch" in four.bottleneck
+    assert "32 rails" in four.note
+
+
+def test_first_generation_efa_carries_simple_only():
+    """aws-ofi-nccl forces NCCL_PROTO=simple on EFA without 128-byte in-order writes (p4d):
+    a 2-node p4d all_reduce of 8 bytes is a Simple tree, and LL is refused."""
+    p4d = from_spec({**A100, "nodes": 2, "nics_per_node": 4, "nic": "efa-v1"})
+    p = C.predict(p4d, "all_reduce", 8)
+    assert (p.algo, p.proto) == ("tree", "Simple")
+    with pytest.raises(InputError, match="its network carries Simple only"):
+        C.predict(p4d, "all_reduce", 8, proto="LL")
+    # one node never crosses the network: every protocol stays
+    assert C.predict(p4d, "all_reduce", 8, ranks=8).proto == "LL"
+    # p5's EFA (RDMA writes) keeps LL
+    p5 = from_spec({**H100, "nodes": 2, "nics_per_node": 32, "nic": "efa-v2"})
+    assert C.predict(p5, "all_reduce", 8).proto == "LL"
+
+
 def test_summary_has_the_compare_columns():
     s = C.summary(from_spec(H100))
     assert set(s) >= {"allreduce_busbw_1GB", "allreduce_8B_lat_us", "alltoall_busbw_1GB"}

@@ -194,6 +194,8 @@ class NetSpeed:
     nic: str                      # default NIC model
     switch: str                   # default switch model
     aliases: tuple[str, ...] = ()
+    #: NCCL protocols that may cross this network (empty: all of LL, LL128, Simple)
+    nccl_protocols: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
@@ -261,7 +263,7 @@ def _coerce(cls: type, raw: dict[str, Any], where: str) -> Any:
     if not raw.get("source"):
         raise InputError("every catalog entry needs a 'source'", file=where, field="source")
     vals = dict(raw)
-    for k in ("aliases", "bridges", "protocols"):
+    for k in ("aliases", "bridges", "protocols", "nccl_protocols"):
         if k in vals and vals[k] is not None:
             vals[k] = tuple(vals[k])
     try:

@@ -230,6 +230,30 @@ class Model:
         return [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
                 if a.auto and a.applies(self, op, lay)]
 
+    def net_protocols(self) -> tuple[str, ...]:
+        """NCCL protocols the scale-out network carries: those every network link kind of the
+        system allows (catalog ``nccl_protocols``; AWS's first EFA carries Simple only).
+
+        >>> from gpufabric.topology.build import from_spec
+        >>> Model(from_spec({"gpu": "A100-SXM4-80GB", "nodes": 2, "nics_per_node": 4,
+        ...                  "nic": "efa-v1"})).net_protocols()
+        ('Simple',)
+        """
+        if "_net_protos" not in self.__dict__:
+            from gpufabric import catalog
+            ok = set(P.PROTOCOLS)
+            kinds = {str(ln.attrs.get("speed") or self.topo.meta.get("nic") or "")
+                     for ln in self.topo.links if ln.kind == "net"}
+            for name in kinds - {""}:
+                try:
+                    allowed = catalog.net_speed(name).nccl_protocols
+                except InputError:
+                    continue
+                if allowed:
+                    ok &= set(allowed)
+            self.__dict__["_net_protos"] = tuple(p for p in P.PROTOCOLS if p in ok)
+        return self.__dict__["_net_protos"]
+
     def _candidates(self, op: str, algo: str, lay: Layout) -> list[str]:
         """The algorithms to choose among: NCCL's tuner's (``auto``), the one forced, or those
         of an NCCL_ALGO-style list (:func:`check_algo`) that can run here."""
@@ -354,12 +378,13 @@ class Model:
         if n == 1:
             return self._single(op, size, algo)
         algos = self._candidates(op, algo, lay)
+        net_ok = self.net_protocols() if lay.nodes > 1 else P.PROTOCOLS
         best = None
         for a in algos:
             plan = self.plan(op, a, lays)
             impl = ALGORITHMS[a]
             for p in plan.protos:
-                if protos is not None and p not in protos:
+                if (protos is not None and p not in protos) or p not in net_ok:
                     continue
                 t = impl.time_us(self, op, plan, p, lay, size)
                 # NCCL's tuner does not see a pipeline's fill: choose without it
@@ -367,8 +392,10 @@ class Model:
                 if best is None or chosen < best[3]:
                     best = (t, plan, p, chosen)
         if best is None:
-            raise InputError(f"protocol '{proto}' cannot run {op} with algorithm {algo} here",
-                             field="proto")
+            why = (f" (its network carries {', '.join(net_ok)} only)"
+                   if net_ok != P.PROTOCOLS else "")
+            raise InputError(f"protocol '{proto}' cannot run {op} with algorithm {algo} "
+                             f"here{why}", field="proto")
         t, plan, p, _ = best
         algbw = size / (t * 1e-6) / 1e9 if t > 0 else 0.0
         bott, busy = "", 0.0

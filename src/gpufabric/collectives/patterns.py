@@ -644,21 +644,26 @@ class Planner:
         g = lay.per_node
         remote_nodes = lay.nodes - 1
         in_leaf, cross = self._leaf_split(lay)
+        # peer slot j's rails: rail j when there are as many rails as ranks (or fewer, then
+        # shared round-robin); with more, every rail i with i = j mod g (p5: 4 NICs a GPU),
+        # as NCCL spreads a peer's channels over the NICs of its GPU
+        slots = [[rails[j % len(rails)]] if len(rails) <= g else rails[j::g]
+                 for j in range(g)]
         for k, node_gpus in enumerate(lay.gpus):
             for a in node_gpus:
                 for j in range(len(node_gpus)):
-                    rail = rails[j % len(rails)]
-                    bytes_out = piece * remote_nodes      # a -> GPU j of every remote node
-                    via = self._entry(node_gpus, rail)
-                    if via != a:                          # PXN relay to the rail's GPU
-                        tr.append(Transfer(a, via, bytes_out, tag="pxn"))
-                    if in_leaf:
-                        tr.append(self._net_transfer(lay, k, via,
-                                                     lambda gg, r=rail: self._entry(gg, r),
-                                                     rail, bytes_out * in_leaf, "a2a-leaf"))
-                    if cross:
-                        tr.extend(self._core_loop(lay, node_gpus, via, rail,
-                                                  bytes_out * cross))
+                    share = piece * remote_nodes / len(slots[j])  # a -> GPU j of each remote
+                    for rail in slots[j]:
+                        via = self._entry(node_gpus, rail)
+                        if via != a:                      # PXN relay to the rail's GPU
+                            tr.append(Transfer(a, via, share, tag="pxn"))
+                        if in_leaf:
+                            tr.append(self._net_transfer(lay, k, via,
+                                                         lambda gg, r=rail: self._entry(gg, r),
+                                                         rail, share * in_leaf, "a2a-leaf"))
+                        if cross:
+                            tr.extend(self._core_loop(lay, node_gpus, via, rail,
+                                                      share * cross))
         kinds = ["nvlink", "net"]
         return Pattern(tr, hops=kinds,
                        note=f"pairwise exchange over {len(rails)} rails, {g} ranks per node")

@@ -9,7 +9,8 @@ from gpufabric.collectives.algorithms.base import UNIT, Algorithm, Plan, registe
 @register
 class Pairwise(Algorithm):
     """Every rank sends a piece to every other; across nodes the data for peer GPU j travels
-    on rail j (PXN), and traffic beyond the leaf crosses the core."""
+    on rail j (PXN), or on all of GPU j's rails where a node has more NICs than GPUs, and
+    traffic beyond the leaf crosses the core."""
 
     name = "pairwise"
     ops = ("all_to_all",)

@@ -240,17 +240,12 @@ class Model:
         ('Simple',)
         """
         if "_net_protos" not in self.__dict__:
-            from gpufabric import catalog
+            from gpufabric.network.capacity import net_speed_of
             ok = set(P.PROTOCOLS)
-            kinds = {str(ln.attrs.get("speed") or self.topo.meta.get("nic") or "")
-                     for ln in self.topo.links if ln.kind == "net"}
-            for name in kinds - {""}:
-                try:
-                    allowed = catalog.net_speed(name).nccl_protocols
-                except InputError:
-                    continue
-                if allowed:
-                    ok &= set(allowed)
+            for ln in self.topo.links:
+                speed = net_speed_of(ln, self.topo) if ln.kind == "net" else None
+                if speed is not None and speed.nccl_protocols:
+                    ok &= set(speed.nccl_protocols)
             self.__dict__["_net_protos"] = tuple(p for p in P.PROTOCOLS if p in ok)
         return self.__dict__["_net_protos"]
 

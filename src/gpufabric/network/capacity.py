@@ -86,17 +86,21 @@ def _cpu(link: Link, topo: Topology) -> float:
     return max(link.bw_GBps * INTERSOCKET_EFFICIENCY, min(floor, link.bw_GBps))
 
 
-def _net(link: Link, topo: Topology) -> float:
+def net_speed_of(link: Link, topo: Topology) -> catalog.NetSpeed | None:
+    """The catalog kind of a scale-out link (its own ``speed``, else the system's ``nic``);
+    None when it names none the catalog knows."""
     name = link.attrs.get("speed") or topo.meta.get("nic") or ""
-    eff = None
-    if name:
-        try:
-            eff = catalog.net_speed(str(name)).efficiency
-        except InputError:
-            eff = None
-    if eff is None:
-        eff = 0.95
-    return link.bw_GBps * eff
+    if not name:
+        return None
+    try:
+        return catalog.net_speed(str(name))
+    except InputError:
+        return None
+
+
+def _net(link: Link, topo: Topology) -> float:
+    speed = net_speed_of(link, topo)
+    return link.bw_GBps * (speed.efficiency if speed is not None else 0.95)
 
 
 def usable_GBps(link: Link, topo: Topology) -> float:

@@ -96,6 +96,34 @@ def test_validate_table(cli):
     assert "azure-nd-h200-v5" in out and out.splitlines()[-1].startswith("# summary: 21 points")
 
 
+def test_validate_several_files_summarized_together(cli):
+    holdout = str(DATA.parent / "holdout.yaml")
+    code, out, _ = cli("validate", str(DATA), holdout)
+    assert code == 0
+    lines = out.splitlines()
+    # each file's own table and summary, then the headline over both files' 21 + 31 points
+    assert [ln for ln in lines if ln.startswith("# summary:")] == [
+        "# summary: 21 points; large (>= 64 MiB, busbw): median 0.5%, max 10.7% over 16; "
+        "small (< 64 KiB, time): median 0.9% over 1",
+        "# summary: 31 points; large (>= 64 MiB, busbw): median 6.9%, max 111.2% over 21; "
+        "small (< 64 KiB, time): median 18.8% over 10"]
+    assert lines[-1] == ("# all 2 files: 52 points; large (>= 64 MiB, busbw): median 3.2%, "
+                         "max 111.2% over 37; small (< 64 KiB, time): median 14.5% over 11")
+    code, out, _ = cli("validate", str(DATA), holdout, "--json")
+    data = json.loads(out)
+    assert [f["file"] for f in data["files"]] == [str(DATA), holdout]
+    s = data["summary"]
+    assert (s["points"], s["large_median_abs_pct"], s["unfitted"]["points"]) == (52, 3.23, 43)
+    assert "hgx-h100-allreduce-290" in s["fitted_entries"]
+
+
+def test_validate_several_files_are_collective_files(cli):
+    training = str(DATA.parent / "training.yaml")
+    code, out, err = cli("validate", str(DATA), training)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{training}: a training measurements file; several files at once" in err
+
+
 def test_validate_bad_files(cli, tmp_path):
     cases = {
         "missing.yaml": None,

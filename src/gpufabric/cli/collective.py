@@ -147,28 +147,47 @@ def collective(
 
 @app.command()
 def validate(
-    file: str = typer.Argument(
-        ..., help="Measurements file (YAML; schema: docs/calibration.md)."),
-    json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points}."),
+    files: list[str] = typer.Argument(
+        ..., help="Measurements file (YAML; schema: docs/calibration.md); several collective "
+                  "files are also summarized together."),
+    json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points} (several "
+                              "files: {files, summary})."),
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary.
 
     Collective files (nccl-tests points), training files (schema of training.yaml) and
-    inference files (schema of inference.yaml) alike."""
+    inference files (schema of inference.yaml) alike. Several collective files print each
+    file's table and summary, then one summary over all their points."""
     from gpufabric.cli.train import is_training_file, validate_training
-    if validate_inference(file, json):   # inference serving files (cli/serve.py)
-        return
-    if is_training_file(file):
-        validate_training(file, json)
-        return
-    from gpufabric.collectives.validate import load_entries
-    from gpufabric.collectives.validate import validate as run
-    with Progress("validate", len(load_entries(file))) as progress:
-        res = run(file, on_entry=progress.step)
+    if len(files) == 1:
+        if validate_inference(files[0], json):   # inference serving files (cli/serve.py)
+            return
+        if is_training_file(files[0]):
+            validate_training(files[0], json)
+            return
+    from gpufabric.collectives.validate import load_entries, validate_many
+    from gpufabric.workloads.inference.validate import is_inference_file
+    for f in files if len(files) > 1 else ():
+        kind = ("an inference" if is_inference_file(f) else
+                "a training" if is_training_file(f) else None)
+        if kind:
+            raise InputError(f"{kind} measurements file; several files at once are summarized "
+                             "together for collective files only (validate it alone)", file=f)
+    with Progress("validate", sum(len(load_entries(f)) for f in files)) as progress:
+        res = validate_many(files, on_entry=progress.step)
     if json:
-        emit_json(res)
+        emit_json(res["files"][0] if len(files) == 1 else res)
         return
-    typer.echo(f"# gpufabric validate {file}")
+    for one in res["files"]:
+        _print_validation(one)
+    if len(files) > 1:
+        # the headline over every file's points stays the last line
+        _print_summary(res["summary"], f"all {len(files)} files")
+
+
+def _print_validation(res: dict) -> None:
+    """One collective measurements file's table and summary lines."""
+    typer.echo(f"# gpufabric validate {res['file']}")
     typer.echo(f"# {'id':<30} {'op':<14} {'ranks':>5} {'size':>11} {'measured':>16} "
                f"{'predicted':>10} {'error':>8}  algo/proto")
     for r in res["points"]:
@@ -182,15 +201,17 @@ def validate(
     for sk in res.get("skipped", []):
         needs = f" (needs: {sk['needs']})" if sk.get("needs") else ""
         typer.echo(f"# skipped {sk['id']}: {sk['error']}{needs}")
-    s = res["summary"]
+    _print_summary(res["summary"], "summary")
 
+
+def _print_summary(s: dict, label: str) -> None:
+    """The summary lines: over the entries nothing was fitted on, then the headline last."""
     def f(x):
         return "n/a" if x is None else f"{x:.1f}%"
     if s["fitted_entries"]:
         typer.echo(f"# entries some parameter was fitted on: {', '.join(s['fitted_entries'])}")
-    # the headline summary stays the last line
-    for label, x in (("entries nothing was fitted on", s["unfitted"]), ("summary", s)):
-        typer.echo(f"# {label}: {x['points']} points; large (>= 64 MiB, busbw): median "
+    for name, x in (("entries nothing was fitted on", s["unfitted"]), (label, s)):
+        typer.echo(f"# {name}: {x['points']} points; large (>= 64 MiB, busbw): median "
                    f"{f(x['large_median_abs_pct'])}, max {f(x['large_max_abs_pct'])} over "
                    f"{x['large_points']}; small (< 64 KiB, time): median "
                    f"{f(x['small_median_abs_pct'])} over {x['small_points']}")

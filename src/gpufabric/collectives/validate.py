@@ -12,7 +12,8 @@ points below 64 KiB) and ``points``; ``unfitted`` holds the same over the entrie
 parameter of :mod:`gpufabric.collectives.params` was fitted on, and ``fitted_entries`` names
 the others (each point also says ``fitted``). A point measured as time is compared as busbw
 when large, and a point measured as busbw is compared as time when small (each derived from
-the other with the nccl-tests definitions).
+the other with the nccl-tests definitions). :func:`validate_many` runs several files and
+summarizes all their points together (the headline over several hold-outs at once).
 """
 
 from __future__ import annotations
@@ -190,11 +191,33 @@ def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
     fitted = params.fitted_ids()
     for r in rows:
         r["fitted"] = r["id"] in fitted
+    return {"file": path, "summary": headline(rows), "points": rows, "skipped": skipped}
+
+
+def validate_many(paths: list[str], on_entry: Callable[[str], None] | None = None) -> dict:
+    """:func:`validate` each file, and summarize all their points together: ``{files, summary}``
+    with ``files`` the per-file results and ``summary`` (with ``unfitted`` and
+    ``fitted_entries``) over every point of every file, as for one file. This is the headline
+    over several hold-outs at once: the machines of all of them.
+
+    Examples
+    --------
+    >>> r = validate_many(["tests/data/calibration/holdout.yaml",
+    ...                    "tests/data/calibration/holdout3.yaml"])     # doctest: +SKIP
+    >>> r["summary"]["points"] == sum(f["summary"]["points"] for f in r["files"])  # doctest: +SKIP
+    True
+    """
+    files = [validate(p, on_entry) for p in paths]
+    return {"files": files, "summary": headline([r for f in files for r in f["points"]])}
+
+
+def headline(rows: list[dict]) -> dict:
+    """:func:`summarize` over ``rows``, and again (``unfitted``) over the entries no parameter
+    was fitted on, with ``fitted_entries`` naming the others."""
     summary = summarize(rows)
-    # the headline again over the entries no parameter was fitted on
     summary["unfitted"] = summarize([r for r in rows if not r["fitted"]])
     summary["fitted_entries"] = sorted({r["id"] for r in rows if r["fitted"]})
-    return {"file": path, "summary": summary, "points": rows, "skipped": skipped}
+    return summary
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -159,20 +159,22 @@ def validate(
     inference files (schema of inference.yaml) alike. Several collective files print each
     file's table and summary, then one summary over all their points."""
     from gpufabric.cli.train import is_training_file, validate_training
+    from gpufabric.collectives.validate import load_entries, validate_many
+    from gpufabric.workloads.inference.validate import is_inference_file
     if len(files) == 1:
         if validate_inference(files[0], json):   # inference serving files (cli/serve.py)
             return
         if is_training_file(files[0]):
             validate_training(files[0], json)
             return
-    from gpufabric.collectives.validate import load_entries, validate_many
-    from gpufabric.workloads.inference.validate import is_inference_file
-    for f in files if len(files) > 1 else ():
-        kind = ("an inference" if is_inference_file(f) else
-                "a training" if is_training_file(f) else None)
-        if kind:
-            raise InputError(f"{kind} measurements file; several files at once are summarized "
-                             "together for collective files only (validate it alone)", file=f)
+    else:
+        for f in files:
+            kind = ("an inference" if is_inference_file(f) else
+                    "a training" if is_training_file(f) else None)
+            if kind:
+                raise InputError(f"{kind} measurements file; several files at once are "
+                                 "summarized together for collective files only (validate it "
+                                 "alone)", file=f)
     with Progress("validate", sum(len(load_entries(f)) for f in files)) as progress:
         res = validate_many(files, on_entry=progress.step)
     if json:

@@ -217,8 +217,11 @@ def test_bad_input_gets_the_protocols_own_errors_and_the_server_keeps_serving(se
     assert status == 400 and "NodeNames (a list of node names)" in r["Error"]
     bad_pod = fixture("filter-args.json")["Pod"]
     bad_pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "four"
-    status, r = c.post("filter", {"Pod": bad_pod, "Nodes": None, "NodeNames": []})
-    assert status == 400 and "'four' is not a Kubernetes quantity" in r["Error"]
+    status, r = c.post("filter", {"Pod": bad_pod, "Nodes": None, "NodeNames": ["gpu-h100-01"]})
+    assert status == 200 and r["NodeNames"] == [] and r["Error"] == ""     # this pod only
+    assert r["FailedAndUnresolvableNodes"] == {"gpu-h100-01": (
+        "gpufabric: Pod ml-training/llm-train-0-x7k2p.resources.requests.nvidia.com/gpu: 'four' "
+        "is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")}
     # a node whose GPU no catalog entry names, and a node the extender never heard of
     args = fixture("filter-args.json")
     args["Nodes"]["items"][2]["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-X9000"
@@ -318,7 +321,8 @@ def test_a_pod_can_require_nvlink_between_its_gpus(serve):
     c = serve(ext)
     args = fixture("filter-args.nodecache.json")
     args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "100"
-    args["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    for part in ("requests", "limits"):     # an extended resource's request is its limit
+        args["Pod"]["spec"]["containers"][0]["resources"][part]["nvidia.com/gpu"] = "2"
     ext.sync(example_nodes(), [busy("h100-job", "gpu-h100-01", (2, 3, 4, 5, 6, 7))])
     ext.sync(example_nodes(), list(b.pod for b in ext.bound.values()) + [
         busy("a100-x", "gpu-a100-02", (1, 3, 5, 7))])
@@ -335,7 +339,8 @@ def test_a_pod_can_require_nvlink_between_its_gpus(serve):
         "asks at least 500")
     args["Pod"]["metadata"]["annotations"]["gpufabric.dev/min-bw-GBps"] = "fast"
     status, r = c.post("filter", args)
-    assert status == 400 and "'fast' is not a bandwidth in GB/s" in r["Error"]
+    assert status == 200 and r["NodeNames"] == []
+    assert "'fast' is not a bandwidth in GB/s" in r["FailedAndUnresolvableNodes"]["gpu-h100-01"]
 
 
 # -- NIC locality ---------------------------------------------------------------------------

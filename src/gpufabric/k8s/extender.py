@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from gpufabric.errors import InputError
-from gpufabric.k8s.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from gpufabric.k8s.objects import MAX_GANG, NodeInfo, PodInfo, parse_node, parse_pod
 from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.decide import choose, node_scores, pool_tiers
 from gpufabric.scheduler.engine import place_gang
@@ -58,6 +58,17 @@ WORKLOAD_WINDOW = 20_000
 
 class ProtocolError(ValueError):
     """A request the extender cannot read: answered with HTTP 400 and ``Error``."""
+
+
+class PodRefused(ProtocolError):
+    """A readable request for a pod whose own fields are invalid (a GPU count of "-4" or "2.5",
+    a gang of a million): that pod only is refused (filter fails it on every candidate node,
+    unresolvably; prioritize scores 0; preempt proposes nothing), and the extender's state is
+    not touched."""
+
+    def __init__(self, reason: str, names: list[str], full: bool):
+        super().__init__(reason)
+        self.reason, self.names, self.full = reason, names, full
 
 
 @dataclass
@@ -246,6 +257,9 @@ class Extender:
             return pod
         ns, _, group = pod.group.partition("/")
         size = self.gang_size(ns, group)
+        if size is not None and not (isinstance(size, int) and 0 <= size <= MAX_GANG):
+            raise InputError(f"PodGroup {pod.group}: minMember {size!r} is outside "
+                             f"1..{MAX_GANG:,}", field=f"Pod {pod.key}")
         return replace(pod, gang=size) if size and size > 1 else pod
 
     def _learn(self, pod: PodInfo) -> None:
@@ -315,10 +329,16 @@ class Extender:
         args = _need_dict(args, verb)
         if "Pod" not in args or args["Pod"] is None:
             raise ProtocolError(f"{verb}: ExtenderArgs.Pod is missing")
+        names, full = self._candidates(args, verb)
         try:
             pod = self._sized(parse_pod(args["Pod"], "Pod"))
         except InputError as exc:
-            raise ProtocolError(f"{verb}: {exc}") from None
+            raise PodRefused(f"gpufabric: {exc}", names, full) from None
+        return pod, names, full
+
+    def _candidates(self, args: dict, verb: str) -> tuple[list[str], bool]:
+        """The candidate node names, and whether the scheduler sent full Node objects (these
+        update the node cache; those that cannot be read are remembered as refused)."""
         nodes, names = args.get("Nodes"), args.get("NodeNames")
         if nodes is not None:
             items = nodes.get("items") if isinstance(nodes, dict) else None
@@ -333,15 +353,15 @@ class Extender:
                         else None
                     if not isinstance(nm, str):
                         raise ProtocolError(f"{verb}: {exc}") from None
-                    bad[nm] = str(exc)
+                    bad[nm] = f"gpufabric: {exc}"
             self.update_nodes(infos)
             self._bad_nodes = bad
-            return pod, [n.name for n in infos] + list(bad), True
+            return [n.name for n in infos] + list(bad), True
         self._bad_nodes = {}
         if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise ProtocolError(f"{verb}: ExtenderArgs needs Nodes or NodeNames (a list of "
                                 "node names)")
-        return pod, names, False
+        return names, False
 
     # -- filter ------------------------------------------------------------------------
     def _expire_gangs(self) -> None:
@@ -392,7 +412,10 @@ class Extender:
 
     def filter(self, args: Any) -> dict:
         """ExtenderArgs -> ExtenderFilterResult (see the module doc)."""
-        pod, names, full = self._args(args, "filter")
+        try:
+            pod, names, full = self._args(args, "filter")
+        except PodRefused as no:
+            return self._filter_result(args, [], {}, {n: no.reason for n in no.names}, no.full)
         self._learn(pod)
         cluster, state = self._model()
         self._expire_gangs()
@@ -442,6 +465,13 @@ class Extender:
                     unresolvable[n] = why[1]
                 else:
                     failed[n] = why[1]
+        return self._filter_result(args, passed, failed, unresolvable, full)
+
+    @staticmethod
+    def _filter_result(args: dict, passed: list[str], failed: dict[str, str],
+                       unresolvable: dict[str, str], full: bool) -> dict:
+        """ExtenderFilterResult: the passed nodes as the scheduler sent them (Node objects or
+        names); a node both failed and unresolvable is reported unresolvable."""
         for n in unresolvable:
             failed.pop(n, None)
         out: dict[str, Any] = {"Nodes": None, "NodeNames": None, "FailedNodes": failed,
@@ -504,7 +534,10 @@ class Extender:
     # -- prioritize --------------------------------------------------------------------
     def prioritize(self, args: Any) -> list[dict]:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
-        pod, names, _ = self._args(args, "prioritize")
+        try:
+            pod, names, _ = self._args(args, "prioritize")
+        except PodRefused as no:
+            return [{"Host": n, "Score": MIN_PRIORITY} for n in dict.fromkeys(no.names)]
         self._learn(pod)
         cluster, state = self._model()
         scores = {n: MIN_PRIORITY for n in names}
@@ -655,8 +688,8 @@ class Extender:
             raise ProtocolError("preempt: ExtenderPreemptionArgs.Pod is missing")
         try:
             pod = self._sized(parse_pod(args["Pod"], "Pod"))
-        except InputError as exc:
-            raise ProtocolError(f"preempt: {exc}") from None
+        except InputError:
+            return {"NodeNameToMetaVictims": {}}    # evicting nothing helps a refused pod
         full, meta = args.get("NodeNameToVictims"), args.get("NodeNameToMetaVictims")
         proposals: dict[str, tuple[list[str], int]] = {}
         for src, is_full in ((full, True), (meta, False)):

@@ -51,6 +51,10 @@ def extender_cmd(
                                    "node at bind (annotation gpufabric.dev/bind-lock) until "
                                    "gpufabric's device plugin there allocates the pod's GPUs; "
                                    "only with that plugin on the GPU nodes."),
+    state: str | None = typer.Option(
+        None, "--state", help="Journal every binding and gang place in this file and start "
+        "from it, so a restart gives out no GPU twice (needed without --kubeconfig, where "
+        "nothing else remembers them)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request."),
 ) -> None:
     """Serve the scheduler-extender verbs filter, prioritize, bind, preempt over HTTP."""
@@ -68,8 +72,14 @@ def extender_cmd(
     if kubeconfig:
         from gpufabric.k8s.kube import KubeSource
         source = KubeSource(kubeconfig, lock=bind_lock)
+    journal = None
+    if state:
+        from gpufabric.fileio import check_output
+        from gpufabric.k8s.statefile import StateFile
+        check_output(state, field="--state")
+        journal = StateFile(state)
     ext = Extender(infos, policy, jobs, seed, routing, binder=source.bind if source else None,
-                   gang_size=source.gang_size if source else None)
+                   gang_size=source.gang_size if source else None, state_file=journal)
     try:
         srv = ExtenderServer((host, port), ext, prefix, verbose)
     except OSError as exc:
@@ -84,17 +94,18 @@ def extender_cmd(
                 ext.sync(got_nodes, got_pods)
         watcher = KubeWatch(source.api, apply, retry_s=sync_s)
         watcher.start()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: threading.Thread(target=srv.shutdown).start())
     print(f"gpufabric extender: serving on http://{host}:{srv.server_address[1]}{prefix}"
           f"/<verb> ({len(infos)} nodes, policy {policy})", file=sys.stderr)
     try:
         srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
     finally:
         if watcher is not None:
             watcher.stop()
         srv.server_close()
+        if journal is not None:
+            journal.close()
 
 
 @k8s_app.command("device-plugin")
@@ -128,7 +139,11 @@ def device_plugin_cmd(
             raise InputError("NVML is not available or finds no GPU; name the GPUs with "
                              "--system (e.g. dgx-a100)", field="--system")
         devices = DeviceSet.from_system(system)
-    from gpufabric.k8s.deviceplugin import DevicePlugin
+    try:
+        from gpufabric.k8s.deviceplugin import DevicePlugin
+    except ImportError as exc:
+        raise InputError(f"the device plugin needs gRPC ({exc.name} is not installed): "
+                         "pip install 'gpufabric[k8s]'", field="k8s device-plugin") from None
     hint = None
     if kubeconfig:
         if not node_name:
@@ -140,14 +155,12 @@ def device_plugin_cmd(
         plugin = DevicePlugin(devices, socket_dir, resource, endpoint, hint=hint)
     except ValueError as exc:
         raise InputError(str(exc), field="--resource") from None
-    signal.signal(signal.SIGTERM, lambda *_: plugin.stop())
+    for sig in (signal.SIGTERM, signal.SIGINT):      # either: stop, close, remove the socket
+        signal.signal(sig, lambda *_: plugin.stop())
     if nvml:
         threading.Thread(target=watch_health, args=(devices, plugin.stop_event),
                          daemon=True).start()
-    try:
-        plugin.run()
-    except KeyboardInterrupt:
-        plugin.stop()
+    plugin.run()
 
 
 @k8s_app.command("compare")

@@ -31,13 +31,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.k8s.objects import MAX_GANG, NodeInfo, PodInfo, parse_node, parse_pod
+from gpufabric.k8s.statefile import StateFile, pod_from, pod_record
 from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.decide import choose, node_scores, pool_tiers
 from gpufabric.scheduler.engine import place_gang
@@ -122,6 +123,9 @@ class Extender:
     gang_size : callable, optional
         ``gang_size(namespace, group)``: the members of a pod group whose pods carry no
         ``gpufabric.dev/gang-size`` (the coscheduling PodGroup's ``minMember``), or None.
+    state_file : StateFile, optional
+        Journal every binding and gang place there, and start from what it holds (a restart
+        without the API server loses nothing; see :mod:`gpufabric.k8s.statefile`).
 
     Examples
     --------
@@ -144,7 +148,8 @@ class Extender:
                  workload: JobSet | None = None, seed: int = 42, routing: str = "kind",
                  binder: Callable[[PodInfo, str, tuple[int, ...]], None] | None = None,
                  gang_ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 gang_size: Callable[[str, str], int | None] | None = None):
+                 gang_size: Callable[[str, str], int | None] | None = None,
+                 state_file: StateFile | None = None):
         REGISTRY.get("placement", policy)
         REGISTRY.get("routing", routing)
         self.policy_name = policy
@@ -169,6 +174,9 @@ class Extender:
         self._sets: dict[tuple, tuple[tuple[int, ...], float]] = {}
         for n in nodes or []:
             self.nodes[n.name] = n
+        self.state_file = state_file
+        if state_file is not None:
+            self._restore()
 
     # -- cluster model ------------------------------------------------------------------
     def update_nodes(self, infos: list[NodeInfo], replace: bool = False) -> None:
@@ -198,8 +206,10 @@ class Extender:
         self._index = {n.name: i for i, n in enumerate(infos)}
         for uid, b in list(self.bound.items()):
             at = self._index.get(b.node)
-            if at is None or not self._try_place(state, at, b.pod.request, b.gpus):
-                del self.bound[uid]      # its node left; the API server is the truth
+            if at is None:
+                continue        # a node not heard of (yet): placed once it is
+            if not self._try_place(state, at, b.pod.request, b.gpus):
+                self._unbind(uid)        # its GPUs are another pod's: the API server says
         for g in list(self.gangs.values()):
             for k, (node, gpus) in enumerate(g.slots):
                 if k in g.taken.values():
@@ -216,6 +226,50 @@ class Extender:
         self._policy = None
         self._tiers = {}
         return cluster, state
+
+    # -- the records (bound pods, gangs' places), journaled when a state file is given ------
+    def _bind_record(self, uid: str, b: Bound) -> None:
+        self.bound[uid] = b
+        if self.state_file is not None:
+            self.state_file.write({"bind": uid, "pod": pod_record(b.pod), "node": b.node,
+                                   "gpus": list(b.gpus)})
+
+    def _unbind(self, uid: str) -> Bound | None:
+        b = self.bound.pop(uid, None)
+        if b is not None and self.state_file is not None:
+            self.state_file.write({"forget": uid})
+        return b
+
+    def _gang_record(self, key: str, g: Gang) -> None:
+        self.gangs[key] = g
+        if self.state_file is not None:
+            self.state_file.write({"gang": key, "request": asdict(g.request),
+                                   "slots": [[n, list(gp)] for n, gp in g.slots],
+                                   "taken": g.taken})
+
+    def _ungang(self, key: str) -> None:
+        if self.gangs.pop(key, None) is not None and self.state_file is not None:
+            self.state_file.write({"ungang": key})
+
+    def _restore(self) -> None:
+        """The records of the state file (a restart): placed when the model is next built."""
+        assert self.state_file is not None
+        binds, gangs = self.state_file.load()
+        now = self.clock()
+        for uid, rec in binds.items():
+            self.bound[uid] = Bound(pod_from(rec["pod"]), rec["node"], tuple(rec["gpus"]), now)
+        for key, rec in gangs.items():
+            self.gangs[key] = Gang(Request(**rec["request"]),
+                                   [(n, tuple(gp)) for n, gp in rec["slots"]],
+                                   dict(rec["taken"]), created_s=now)
+
+    def recover(self) -> None:
+        """Drop the derived model (free GPUs, the policy's tables): the next call rebuilds it
+        from the nodes, the bound pods and the gangs' places, the extender's records. The
+        HTTP front calls it after an unexpected failure, so that a verb that stopped halfway
+        leaves nothing counted twice."""
+        self._cluster = self._state = self._policy = None
+        self._tiers = {}
 
     @staticmethod
     def _try_place(state: State, i: int, r: Request, gpus: tuple[int, ...]) -> bool:
@@ -372,7 +426,7 @@ class Extender:
                 for k, (node, gpus) in enumerate(g.slots):
                     if k not in g.taken.values() and node in self._index:
                         state.release(self._index[node], g.request, gpus)
-                del self.gangs[key]
+                self._ungang(key)
 
     def _why_not(self, pod: PodInfo, i: int, tiers: list[np.ndarray],
                  pre: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[bool, str] | None:
@@ -501,7 +555,7 @@ class Extender:
             return None
         g = Gang(pod.request, [(cluster.names[i], tuple(gp)) for i, gp in got],
                  created_s=self.clock())
-        self.gangs[pod.group] = g
+        self._gang_record(pod.group, g)
         return g
 
     def _place_fast_gang(self, pod: PodInfo, tiers: list[np.ndarray]
@@ -631,18 +685,21 @@ class Extender:
         if g is not None and slot is not None:
             g.taken[uid] = slot
             if len(g.taken) == len(g.slots):
-                del self.gangs[pod.group]       # all members bound: the gang is done
-        self.bound[uid] = Bound(pod, node, tuple(gpus), self.clock())
+                self._ungang(pod.group)         # all members bound: the gang is done
+            else:
+                self._gang_record(pod.group, g)
+        self._bind_record(uid, Bound(pod, node, tuple(gpus), self.clock()))
         return {"Error": ""}
 
     def forget(self, uid: str) -> bool:
         """A bound pod ended (or was evicted): give its place back. False if unknown."""
-        b = self.bound.pop(uid, None)
+        b = self._unbind(uid)
         if b is None:
             return False
         g = self.gangs.get(b.pod.group) if b.pod.group else None
         if g is not None and uid in g.taken:
             del g.taken[uid]     # a gang still forming: its place stays reserved for it
+            self._gang_record(b.pod.group, g)
             return True
         _, state = self._model()
         i = self._index.get(b.node)
@@ -676,7 +733,7 @@ class Extender:
             gpus = p.gpu_index if len(p.gpu_index) == p.request.num_gpu else \
                 state.pick_gpus(i, p.request)
             if self._try_place(state, i, p.request, tuple(gpus)):
-                self.bound[uid] = Bound(p, p.node, tuple(gpus))
+                self._bind_record(uid, Bound(p, p.node, tuple(gpus)))
                 adopted += 1
         return {"nodes": len(self.nodes), "released": len(gone), "adopted": adopted}
 

@@ -1,15 +1,30 @@
 """The extender's HTTP front: ``POST <prefix>/<verb>`` with JSON, as kube-scheduler calls it.
 
 kube-scheduler (``pkg/scheduler/extender.go``) POSTs the Go ``encoding/json`` form of the args
-to ``<urlPrefix>/<verb>`` and treats any status but 200 as an error. Here:
+to ``<urlPrefix>/<verb>`` with ``Content-Type: application/json`` and treats any status but
+200 as an error. Here:
 
 - 200 with the verb's result struct for every request the extender could read, including
-  answers that carry ``Error`` (a bind conflict);
-- 400 with the result struct and ``Error`` set for a body that is not JSON or not the verb's
-  args; 404 with ``Error`` for an unknown verb; 413 for a body over :data:`MAX_BODY_BYTES`;
-  411 without a Content-Length. Never a traceback: an unexpected failure is a 500 with
-  ``Error`` and the server keeps serving;
+  answers that carry ``Error`` (a bind conflict) and pods refused for their own fields;
+- every other answer is JSON too, ``{"Error": ...}`` (the verb's result struct where the verb
+  is known), never the standard library's HTML page: 400 for a body that is not JSON (or
+  nests deeper than the JSON reader allows) or not the verb's args, or a malformed request
+  line; 404 for an unknown path or verb; 405 for PUT, DELETE, PATCH, HEAD, OPTIONS and TRACE (501
+  for a method HTTP does not define); 408 for a
+  request not received whole within :data:`REQUEST_TIMEOUT_S`; 411 without a Content-Length;
+  413 for a body over :data:`MAX_BODY_BYTES`; 414 / 431 for a request line / headers over the
+  standard library's limits (64 KiB, 100 headers); 415 for a body whose Content-Type is
+  not ``application/json`` (none is taken as JSON); 503 when :data:`MAX_CONNECTIONS`
+  connections are open already;
+  500 with ``Error`` for an unexpected failure, after which the extender rebuilds its derived
+  model from its records (:meth:`Extender.recover`) and keeps serving;
 - ``GET /healthz`` answers ``ok`` (for the Deployment's probes).
+
+A client that stalls, sends half a body or disconnects costs one line on stderr and its own
+connection, nothing else: a request, once its first byte arrives, must arrive whole within
+:data:`REQUEST_TIMEOUT_S`; a kept-alive connection may wait :data:`IDLE_TIMEOUT_S` for its
+next request and is then closed quietly. At most :data:`MAX_BODIES` request bodies are held at
+once, so memory stays bounded whatever the clients send.
 
 Calls are served one at a time under one lock (the state is one cluster), on a threading server
 with HTTP/1.1 keep-alive, so a slow client does not block the others while it sends.
@@ -17,8 +32,13 @@ with HTTP/1.1 keep-alive, so a slow client does not block the others while it se
 
 from __future__ import annotations
 
+import io
 import json
+import socket
+import sys
 import threading
+import time
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,25 +46,90 @@ from gpufabric.k8s.extender import Extender, ProtocolError, error_reply
 
 #: Largest request body read (a NodeList of 5,000 full Node objects is about 25 MB).
 MAX_BODY_BYTES = 64 * 2**20
+#: Seconds one request may take to arrive whole once it has started (kube-scheduler gives up
+#: on a call after its ``httpTimeout``, 5 s by default).
+REQUEST_TIMEOUT_S = 10.0
+#: Seconds a kept-alive connection may wait for its next request before it is closed.
+IDLE_TIMEOUT_S = 120.0
+#: Connections served at once; one more is answered 503 and closed.
+MAX_CONNECTIONS = 256
+#: Request bodies held at once (memory: at most this many times :data:`MAX_BODY_BYTES`).
+MAX_BODIES = 4
+
+
+def _log(message: str) -> None:
+    print(f"gpufabric extender: {message}", file=sys.stderr, flush=True)
+
+
+class _Deadline(io.RawIOBase):
+    """A socket read so that a request, once its first byte is in, must be whole within
+    ``request_s``; before that byte the wait is ``idle_s`` and ends as a quiet end of file."""
+
+    def __init__(self, sock: socket.socket, idle_s: float, request_s: float):
+        self.sock, self.idle_s, self.request_s = sock, idle_s, request_s
+        self.until: float | None = None      # None: between requests
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        if self.until is None:
+            self.sock.settimeout(self.idle_s)
+            try:
+                n = self.sock.recv_into(buf)
+            except TimeoutError:
+                return 0                  # an idle keep-alive connection: close it quietly
+            self.until = time.monotonic() + self.request_s
+            return n
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"request not received whole within {self.request_s:g} s")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buf)
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True   # headers and body go out at once, no delayed-ACK stall
-    timeout = 120                    # an idle or stalled connection is closed, not kept forever
     server: ExtenderServer
+
+    def setup(self) -> None:
+        super().setup()
+        self._reader = _Deadline(self.connection, self.server.idle_timeout_s,
+                                 self.server.request_timeout_s)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.until = None
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib name)
         if self.server.verbose:
             super().log_message(format, *args)
 
-    def _send(self, status: int, body: Any) -> None:
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib name)
+        _log(f"client {self.address_string()}: {format % args}")
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The standard library's own refusals (a bad request line, a URI or headers too
+        long, an unknown method) as JSON, never its HTML page."""
+        self.close_connection = True
+        self._send(code, {"Error": message or HTTPStatus(code).phrase},
+                   {"Allow": "GET, POST"} if code == HTTPStatus.METHOD_NOT_ALLOWED else None)
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         if self.path.rstrip("/").endswith("healthz"):
@@ -55,36 +140,58 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
         else:
-            self._send(404, {"Error": f"unknown path {self.path}; POST <prefix>/<verb>"})
+            self._send(404, {"Error": f"unknown path {self.path[:200]}; POST <prefix>/<verb>"})
 
     def do_POST(self) -> None:  # noqa: N802 (stdlib name)
         verb = self.path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
         prefix = self.server.prefix
         if prefix and not self.path.startswith(prefix + "/"):
-            self._drain()
-            self._send(404, {"Error": f"unknown path {self.path}; expected {prefix}/<verb>"})
+            self._refuse(404, {"Error": f"unknown path {self.path[:200]}; expected "
+                                        f"{prefix}/<verb>"})
             return
         if verb not in Extender.VERBS:
-            self._drain()
-            self._send(404, {"Error": f"unknown verb '{verb}' (allowed: "
-                                      f"{', '.join(Extender.VERBS)})"})
+            self._refuse(404, {"Error": f"unknown verb '{verb[:100]}' (allowed: "
+                                        f"{', '.join(Extender.VERBS)})"})
             return
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
-            self.close_connection = True
-            self._send(411, error_reply(verb, "a Content-Length header is required"))
+            self._refuse(411, error_reply(verb, "a Content-Length header is required"))
             return
         n = int(length)
         if n > MAX_BODY_BYTES:
-            self.close_connection = True
-            self._send(413, error_reply(verb, f"request body of {n} bytes is over the "
-                                              f"{MAX_BODY_BYTES} byte limit"))
+            self._refuse(413, error_reply(verb, f"request body of {n} bytes is over the "
+                                                f"{MAX_BODY_BYTES} byte limit"))
             return
-        raw = self.rfile.read(n)
+        kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if kind not in ("application/json", ""):
+            self._refuse(415, error_reply(verb, f"gpufabric: {verb}: Content-Type "
+                                                f"'{kind[:100]}'; expected application/json"))
+            return
+        if not self.server.bodies.acquire(timeout=self.server.request_timeout_s):
+            self._refuse(503, error_reply(verb, "gpufabric: too many requests in flight; "
+                                                "try again"))
+            return
         try:
-            args = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self._send(400, error_reply(verb, f"gpufabric: {verb}: body is not JSON: {exc}"))
+            self._answer(verb, n)
+        finally:
+            self.server.bodies.release()
+
+    def _answer(self, verb: str, n: int) -> None:
+        try:
+            raw = self.rfile.read(n)
+        except TimeoutError as exc:
+            self.log_error("%s", exc)
+            self._refuse(408, error_reply(verb, f"gpufabric: {exc}"))
+            return
+        if len(raw) < n:
+            self.log_error("closed the connection after %d of %d body bytes", len(raw), n)
+            self.close_connection = True
+            return
+        try:
+            args = json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            why = "nests too deeply" if isinstance(exc, RecursionError) else f"is not JSON: {exc}"
+            self._send(400, error_reply(verb, f"gpufabric: {verb}: body {why}"))
             return
         ext = self.server.extender
         with self.server.lock:
@@ -95,17 +202,31 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             except Exception as exc:  # never a traceback on the wire; keep serving
                 self.server.errors += 1
+                ext.recover()
+                self.log_error("internal error in %s: %s: %s", verb, type(exc).__name__, exc)
                 self._send(500, error_reply(verb, f"gpufabric: internal error in {verb}: "
                                                   f"{type(exc).__name__}: {exc}"))
                 return
         self._send(200, reply)
 
-    def _drain(self) -> None:
-        length = self.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) <= MAX_BODY_BYTES:
-            self.rfile.read(int(length))
-        else:
-            self.close_connection = True
+    def _refuse(self, status: int, body: Any) -> None:
+        """Answer without reading the body; the connection closes (its body is unread)."""
+        self.close_connection = True
+        self._send(status, body)
+
+    def _not_allowed(self) -> None:
+        self.send_error(HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command} not allowed")
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _not_allowed
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_BUSY_BODY = b'{"Error":"gpufabric: too many connections; try again"}'
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 class ExtenderServer(ThreadingHTTPServer):
@@ -125,13 +246,48 @@ class ExtenderServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "",
-                 verbose: bool = False):
+                 verbose: bool = False, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS):
         super().__init__(address, _Handler)
         self.extender = extender
         self.prefix = prefix.rstrip("/")
         self.verbose = verbose
+        self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_connections = max_connections
         self.lock = threading.Lock()
+        self.bodies = threading.BoundedSemaphore(MAX_BODIES)
         self.errors = 0
+        self._open = 0
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            busy = self._open >= self.max_connections
+            if not busy:
+                self._open += 1
+        if busy:
+            try:
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request: one line, no traceback."""
+        exc = sys.exc_info()[1]
+        host = client_address[0] if isinstance(client_address, tuple) else client_address
+        _log(f"client {host}: {type(exc).__name__}: {exc}")
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (for tests and benchmarks); stop with shutdown()."""

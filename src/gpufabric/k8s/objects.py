@@ -103,7 +103,7 @@ def quantity(value: Any, where: str) -> Decimal:
     return number * _SUFFIX[m.group(2) or ""]
 
 
-def amount(value: Any, where: str, scale: int = 1, whole: bool = False,
+def amount(value: Any, where: str, scale: int | Decimal = 1, whole: bool = False,
            most: int = MAX_QUANTITY) -> int:
     """A request or capacity: a quantity times ``scale``, rounded up as Kubernetes rounds
     (``MilliValue``), from 0 to ``most``; ``whole``: no fraction allowed (an extended resource

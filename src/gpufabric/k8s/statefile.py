@@ -1,0 +1,136 @@
+"""The extender's records on disk: which pods it bound where, and the places it holds for gangs.
+
+Without ``--kubeconfig`` nothing else remembers what the extender gave out, so a restart would
+hand the same GPUs out again. :class:`StateFile` keeps the records as a journal of JSON lines,
+one per change (``bind``, ``forget``, ``gang``, ``ungang``), each written and flushed before the
+verb answers, so a killed extender loses nothing it has answered. Loading replays the journal
+(the last record of a pod or gang wins) and rewrites it compacted, through a temporary file and
+a rename, so a crash while compacting leaves the old journal whole. A line that cannot be read
+(the half-written last line of a killed process) is skipped with one note on stderr; a file that
+is not a journal at all is refused.
+
+With ``--kubeconfig`` the API server is the truth (the extender lists and watches the pods
+bound in the cluster); a state file is then optional.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from gpufabric.errors import InputError
+from gpufabric.k8s.objects import PodInfo
+from gpufabric.scheduler.state import Request
+
+#: The journal's first line, naming its format.
+HEADER = {"gpufabric": "extender-state", "version": 1}
+
+
+def pod_record(pod: PodInfo) -> dict:
+    return asdict(pod)
+
+
+def pod_from(rec: dict) -> PodInfo:
+    r = dict(rec)
+    r["request"] = Request(**r["request"])
+    r["models"] = tuple(r["models"])
+    r["gpu_index"] = tuple(r["gpu_index"])
+    return PodInfo(**r)
+
+
+class StateFile:
+    """A journal of the extender's bindings and gang places at ``path``.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "state.jsonl")
+    >>> f = StateFile(path)
+    >>> f.load()
+    ({}, {})
+    >>> f.write({"forget": "u1"}); f.close()
+    >>> StateFile(path).load()
+    ({}, {})
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._fh: IO[str] | None = None
+
+    def load(self) -> tuple[dict[str, dict], dict[str, dict]]:
+        """Replay the journal: ({pod uid: bind record}, {gang key: gang record}), then
+        rewrite it compacted (a missing file is an empty state)."""
+        binds: dict[str, dict] = {}
+        gangs: dict[str, dict] = {}
+        if self.path.is_dir():
+            raise InputError("is a directory; expected the extender's state file",
+                             file=str(self.path), field="--state")
+        if self.path.exists():
+            with open(self.path, encoding="utf-8", errors="replace") as fh:
+                first = fh.readline()
+                try:
+                    head = json.loads(first) if first.strip() else HEADER
+                except ValueError:
+                    head = None
+                if head != HEADER:
+                    raise InputError("not a gpufabric extender state file (its first line "
+                                     f"is not {json.dumps(HEADER)})", file=str(self.path),
+                                     field="--state")
+                for k, line in enumerate(fh, start=2):
+                    try:
+                        rec = json.loads(line)
+                        self._replay(rec, binds, gangs)
+                    except (ValueError, TypeError, KeyError) as exc:
+                        print(f"gpufabric extender: {self.path}: line {k} skipped ({exc})",
+                              file=sys.stderr)
+        self.compact(binds.values(), gangs.values())
+        return binds, gangs
+
+    @staticmethod
+    def _replay(rec: Any, binds: dict, gangs: dict) -> None:
+        if not isinstance(rec, dict):
+            raise ValueError("not a record")
+        if "bind" in rec:
+            pod_from(rec["pod"])                     # readable, or the line is skipped
+            binds[rec["bind"]] = rec
+        elif "forget" in rec:
+            binds.pop(rec["forget"], None)
+        elif "gang" in rec:
+            Request(**rec["request"])
+            gangs[rec["gang"]] = rec
+        elif "ungang" in rec:
+            gangs.pop(rec["ungang"], None)
+        else:
+            raise ValueError(f"unknown record {sorted(rec)[:3]}")
+
+    def compact(self, binds: Any, gangs: Any) -> None:
+        """Rewrite the journal as just these records (atomically), and keep it open."""
+        self.close()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for rec in (HEADER, *binds, *gangs):
+                fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, rec: dict) -> None:
+        """Append one record and flush it (a process that is killed keeps it)."""
+        if self._fh is None:
+            if not self.path.exists():
+                self.compact((), ())
+            else:
+                self._fh = open(self.path, "a", encoding="utf-8")
+        assert self._fh is not None
+        self._fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

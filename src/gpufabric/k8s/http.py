@@ -82,14 +82,19 @@ class _Deadline(io.RawIOBase):
             self.until = time.monotonic() + self.request_s
             return n
         left = self.until - time.monotonic()
+        late = TimeoutError(f"request not received whole within {self.request_s:g} s")
         if left <= 0:
-            raise TimeoutError(f"request not received whole within {self.request_s:g} s")
+            raise late
         self.sock.settimeout(left)
-        return self.sock.recv_into(buf)
+        try:
+            return self.sock.recv_into(buf)
+        except TimeoutError:
+            raise late from None
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.1"   # answer even a garbled request line with a status
     disable_nagle_algorithm = True   # headers and body go out at once, no delayed-ACK stall
     server: ExtenderServer
 
@@ -259,14 +264,14 @@ class ExtenderServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.bodies = threading.BoundedSemaphore(MAX_BODIES)
         self.errors = 0
-        self._open = 0
+        self._open: set[Any] = set()
         self._open_lock = threading.Lock()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._open_lock:
-            busy = self._open >= self.max_connections
+            busy = len(self._open) >= self.max_connections
             if not busy:
-                self._open += 1
+                self._open.add(request)
         if busy:
             try:
                 request.sendall(_BUSY)
@@ -281,7 +286,16 @@ class ExtenderServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             with self._open_lock:
-                self._open -= 1
+                self._open.discard(request)
+
+    def close_connections(self) -> None:
+        """Close every client connection now (after :meth:`shutdown`: nothing more is read)."""
+        with self._open_lock:
+            for sock in self._open:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-request: one line, no traceback."""

@@ -90,12 +90,12 @@ def quantity(value: Any, where: str) -> Decimal:
     >>> quantity("480Gi", "x") == 480 * 2**30, quantity("500m", "x"), quantity("1E", "x")
     (True, Decimal('0.500'), Decimal('1000000000000000000'))
     """
-    text = str(value) if isinstance(value, (str, int, float, Decimal)) \
-        and not isinstance(value, bool) else ""
+    scalar = isinstance(value, (str, int, float, Decimal)) and not isinstance(value, bool)
+    text = str(value) if scalar else ""
     m = _QUANTITY.fullmatch(text)
     if not m:
-        shown = text if text else type(value).__name__
-        raise InputError(f"'{shown[:40]}' is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)",
+        shown = f"'{text[:40]}'" if scalar else f"a {type(value).__name__}"
+        raise InputError(f"{shown} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)",
                          field=where)
     number = Decimal(m.group(1))
     if m.group(3) is not None:

@@ -72,10 +72,13 @@ class Record:
 
 
 class Target:
-    """Where the server is now (its port changes only if a restart must pick a new one)."""
+    """Where the server is: its port, how many times it was restarted, and whether the
+    clients should stop."""
 
     def __init__(self, port: int):
         self.port = port
+        self.restarts = 0
+        self.done = threading.Event()
 
     def conn(self, timeout_s: float = 10.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
@@ -165,8 +168,9 @@ def chaos_client(target: Target, names: list[str], end_s: float, rec: Record, se
     rng = random.Random(seed)
     few = names[:50]
     for k in range(max_calls):
-        if time.perf_counter() > end_s:
+        if time.perf_counter() > end_s or target.done.is_set():
             return
+        generation = target.restarts
         kind = rng.choice(["bad-pod", "not-json", "deep", "text", "verb", "huge", "stall",
                            "hangup", "bind-junk"])
         try:
@@ -198,7 +202,9 @@ def chaos_client(target: Target, names: list[str], end_s: float, rec: Record, se
                                    "PodUID": f"never-{k}", "Node": rng.choice(few)}).encode()
                 status = _raw(target, _post("/bind", body))
         except OSError:
-            status = -1                      # the server was restarting
+            status = -1
+        if target.restarts != generation:
+            status = -1                      # the server restarted meanwhile: cut off
         rec.note(kind, status)
         time.sleep(rng.uniform(0.0, 0.02))
 
@@ -221,11 +227,14 @@ def run(target: Target, names: list[str], restart: Callable[[], None], *, good: 
     restarted = False
     while any(w.is_alive() for w in workers[:good]) and time.perf_counter() < end:
         if not restarted and len(rec.bound) >= restart_after:
+            target.restarts += 1
             restart()
             restarted = True
         time.sleep(0.02)
     if not restarted:
+        target.restarts += 1
         restart()
+    target.done.set()
     for w in workers:
         w.join(max(0.0, end - time.perf_counter()) + stall_s + 15)
     return rec

@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gpufabric.errors import InputError
@@ -167,7 +166,7 @@ def test_bad_pods_are_refused_alone_and_change_nothing(server):
     hit = server(Extender(load_node_infos(NODES)))
     good = [pod("a", "4"), pod("b", "1"), pod("c", None, {"alibabacloud.com/gpu-milli": "300"}),
             pod("d", "2"), pod("e")]
-    for k, g in enumerate(good):
+    for g in good:
         for b in BAD_PODS:
             s, f = call(hit, "filter", {"Pod": b, "Nodes": None, "NodeNames": NAMES})
             assert s == 200 and f["NodeNames"] == [] and f["Error"] == ""

@@ -23,8 +23,8 @@ to ``<urlPrefix>/<verb>`` with ``Content-Type: application/json`` and treats any
 A client that stalls, sends half a body or disconnects costs one line on stderr and its own
 connection, nothing else: a request, once its first byte arrives, must arrive whole within
 :data:`REQUEST_TIMEOUT_S`; a kept-alive connection may wait :data:`IDLE_TIMEOUT_S` for its
-next request and is then closed quietly. At most :data:`MAX_BODIES` request bodies are held at
-once, so memory stays bounded whatever the clients send.
+next request and is then closed quietly. At most :data:`BODY_BUDGET_BYTES` of request bodies
+are held at once, so memory stays bounded whatever the clients send.
 
 Calls are served one at a time under one lock (the state is one cluster), on a threading server
 with HTTP/1.1 keep-alive, so a slow client does not block the others while it sends.
@@ -53,8 +53,10 @@ REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 120.0
 #: Connections served at once; one more is answered 503 and closed.
 MAX_CONNECTIONS = 256
-#: Request bodies held at once (memory: at most this many times :data:`MAX_BODY_BYTES`).
-MAX_BODIES = 4
+#: Bytes of request bodies held at once, over all connections (two bodies of the largest
+#: size); a request waits for its share (up to :data:`REQUEST_TIMEOUT_S`, then 503), so a
+#: client that stalls holds only the bytes it announced.
+BODY_BUDGET_BYTES = 2 * MAX_BODY_BYTES
 
 
 def _log(message: str) -> None:
@@ -172,14 +174,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(415, error_reply(verb, f"gpufabric: {verb}: Content-Type "
                                                 f"'{kind[:100]}'; expected application/json"))
             return
-        if not self.server.bodies.acquire(timeout=self.server.request_timeout_s):
-            self._refuse(503, error_reply(verb, "gpufabric: too many requests in flight; "
+        if not self.server.bodies.take(n, self.server.request_timeout_s):
+            self._refuse(503, error_reply(verb, "gpufabric: too many request bytes in flight; "
                                                 "try again"))
             return
         try:
             self._answer(verb, n)
         finally:
-            self.server.bodies.release()
+            self.server.bodies.give(n)
 
     def _answer(self, verb: str, n: int) -> None:
         try:
@@ -225,6 +227,27 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _not_allowed
 
 
+class _Budget:
+    """Bytes shared by all connections: :meth:`take` waits until ``n`` are free."""
+
+    def __init__(self, total: int):
+        self.free = total
+        self.cond = threading.Condition()
+
+    def take(self, n: int, timeout_s: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.free >= n, timeout_s) and self._sub(n)
+
+    def _sub(self, n: int) -> bool:
+        self.free -= n
+        return True
+
+    def give(self, n: int) -> None:
+        with self.cond:
+            self.free += n
+            self.cond.notify_all()
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -262,7 +285,7 @@ class ExtenderServer(ThreadingHTTPServer):
         self.idle_timeout_s = idle_timeout_s
         self.max_connections = max_connections
         self.lock = threading.Lock()
-        self.bodies = threading.BoundedSemaphore(MAX_BODIES)
+        self.bodies = _Budget(BODY_BUDGET_BYTES)
         self.errors = 0
         self._open: set[Any] = set()
         self._open_lock = threading.Lock()

@@ -381,3 +381,40 @@ def test_the_device_plugin_without_grpc_names_the_extra_to_install():
     assert p.stderr.strip().splitlines()[-1] == (
         "gpufabric: error: k8s device-plugin: the device plugin needs gRPC (grpc is not "
         "installed): pip install 'gpufabric[k8s]'")
+
+
+def test_the_device_plugin_survives_junk_and_oversized_grpc_requests(tmp_path):
+    grpc = pytest.importorskip("grpc")
+    from gpufabric.k8s.api import deviceplugin_pb2 as pb
+    from gpufabric.k8s.api import deviceplugin_pb2_grpc as pb_grpc
+    from gpufabric.k8s.deviceplugin import DevicePlugin
+    from gpufabric.k8s.devices import DeviceSet
+
+    ds = DeviceSet.from_system("dgx-a100")
+    plugin = DevicePlugin(ds, str(tmp_path), log=lambda m: None)
+    plugin.serve()
+    try:
+        with socket.socket(socket.AF_UNIX) as s:        # not HTTP/2 at all
+            s.connect(str(plugin.socket))
+            s.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(range(256)) * 64)
+        with grpc.insecure_channel(f"unix://{plugin.socket}") as ch:
+            stub = pb_grpc.DevicePluginStub(ch)
+            huge = pb.PreferredAllocationRequest(container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=["x" * 1000] * 5000, allocation_size=1)])
+            with pytest.raises(grpc.RpcError) as err:
+                stub.GetPreferredAllocation(huge, timeout=10)
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED     # over 4 MiB
+            many = pb.PreferredAllocationRequest(container_requests=[
+                pb.ContainerPreferredAllocationRequest(available_deviceIDs=ds.ids,
+                                                       allocation_size=4)] * 2000)
+            t0 = time.monotonic()
+            got = stub.GetPreferredAllocation(many, timeout=30)
+            assert len(got.container_responses) == 2000 and time.monotonic() - t0 < 20
+            one = pb.PreferredAllocationRequest(container_requests=[
+                pb.ContainerPreferredAllocationRequest(available_deviceIDs=ds.ids,
+                                                       allocation_size=2)])
+            assert len(stub.GetPreferredAllocation(one, timeout=10)
+                       .container_responses[0].deviceIDs) == 2
+    finally:
+        plugin.stop_server()

@@ -509,9 +509,10 @@ class Extender:
             pre = (feas, state.fits_empty(pod.request))
             ok = (feas & tiers[0]).tolist()
             index = self._index
+            fast = pod.min_bw_GBps > 0 and pod.request.num_gpu >= 2
             for n in known:
                 why = None if ok[index[n]] else self._why_not(pod, index[n], tiers, pre)
-                if why is None:
+                if why is None and fast:
                     why = self._bw_short(pod, index[n])
                 if why is None:
                     passed.append(n)
@@ -730,8 +731,9 @@ class Extender:
             if uid in self.bound or p.node not in self._index:
                 continue
             i = self._index[p.node]
-            gpus = p.gpu_index if len(p.gpu_index) == p.request.num_gpu else \
-                state.pick_gpus(i, p.request)
+            named = len(p.gpu_index) == p.request.num_gpu and \
+                max(p.gpu_index, default=0) < cluster.num_gpu[i]
+            gpus = p.gpu_index if named else state.pick_gpus(i, p.request)
             if self._try_place(state, i, p.request, tuple(gpus)):
                 self._bind_record(uid, Bound(p, p.node, tuple(gpus)))
                 adopted += 1
@@ -765,7 +767,11 @@ class Extender:
                     if not isinstance(uid, str):
                         raise ProtocolError(f"preempt: a victim on {node} has no UID")
                     uids.append(uid)
-                proposals[node] = (uids, int(v.get("NumPDBViolations") or 0))
+                pdb = v.get("NumPDBViolations") or 0
+                if not isinstance(pdb, int) or isinstance(pdb, bool):
+                    raise ProtocolError(f"preempt: NumPDBViolations of {node} must be an "
+                                        "integer")
+                proposals[node] = (uids, pdb)
         self._learn(pod)
         cluster, state = self._model()
         tiers = self._tiers_of(pod)

@@ -509,10 +509,10 @@ class Extender:
             pre = (feas, state.fits_empty(pod.request))
             ok = (feas & tiers[0]).tolist()
             index = self._index
-            fast = pod.min_bw_GBps > 0 and pod.request.num_gpu >= 2
+            asks_bw = pod.min_bw_GBps > 0 and pod.request.num_gpu >= 2
             for n in known:
                 why = None if ok[index[n]] else self._why_not(pod, index[n], tiers, pre)
-                if why is None and fast:
+                if why is None and asks_bw:
                     why = self._bw_short(pod, index[n])
                 if why is None:
                     passed.append(n)

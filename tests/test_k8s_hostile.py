@@ -209,6 +209,7 @@ def test_a_node_whose_system_annotation_is_wrong_is_that_nodes_problem(server):
 def test_every_refusal_is_json_with_its_status(server):
     srv = server(Extender(load_node_infos(NODES)))
     body = json.dumps({"Pod": pod("p", "1"), "Nodes": None, "NodeNames": NAMES}).encode()
+    many = json.dumps({"Pod": pod("p", "1"), "NodeNames": ["n"] * 200_000}).encode()
     post = "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n"
     cases = [
         (b"GARBAGE\r\n\r\n", 400, "Bad request"),
@@ -228,6 +229,8 @@ def test_every_refusal_is_json_with_its_status(server):
         (post.format("application/json", 200_002).encode() + b"[" * 100_001 + b"]" * 100_001,
          400, "body nests too deeply"),
         (post.format("application/json", 3).encode() + b"NaN", 400, "NaN is not JSON"),
+        (post.format("application/json", len(many)).encode() + many, 400,
+         "200,000 node names; a cluster has at most 100,000"),
         (post.format("application/json; charset=utf-8", 9).encode() + b'{"Pod": [', 400,
          "body is not JSON"),
     ]

@@ -39,7 +39,7 @@ import numpy as np
 from gpufabric.errors import InputError
 from gpufabric.k8s.objects import MAX_GANG, NodeInfo, PodInfo, parse_node, parse_pod
 from gpufabric.k8s.statefile import StateFile, pod_from, pod_record
-from gpufabric.scheduler.cluster import Cluster
+from gpufabric.scheduler.cluster import MAX_NODES, Cluster
 from gpufabric.scheduler.decide import choose, node_scores, pool_tiers
 from gpufabric.scheduler.engine import place_gang
 from gpufabric.scheduler.gpuset import preferred_set, set_key
@@ -398,6 +398,9 @@ class Extender:
             items = nodes.get("items") if isinstance(nodes, dict) else None
             if not isinstance(items, list):
                 raise ProtocolError(f"{verb}: ExtenderArgs.Nodes must be a NodeList with items")
+            if len(items) > MAX_NODES:
+                raise ProtocolError(f"{verb}: {len(items):,} nodes; a cluster has at most "
+                                    f"{MAX_NODES:,}")
             infos, bad = [], {}
             for k, item in enumerate(items):
                 try:
@@ -415,6 +418,9 @@ class Extender:
         if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise ProtocolError(f"{verb}: ExtenderArgs needs Nodes or NodeNames (a list of "
                                 "node names)")
+        if len(names) > MAX_NODES:
+            raise ProtocolError(f"{verb}: {len(names):,} node names; a cluster has at most "
+                                f"{MAX_NODES:,}")
         return names, False
 
     # -- filter ------------------------------------------------------------------------

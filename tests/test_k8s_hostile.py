@@ -421,3 +421,17 @@ def test_the_device_plugin_survives_junk_and_oversized_grpc_requests(tmp_path):
                        .container_responses[0].deviceIDs) == 2
     finally:
         plugin.stop_server()
+
+
+def test_the_state_file_stays_as_small_as_its_records(tmp_path):
+    path = tmp_path / "state.jsonl"
+    ext = Extender(load_node_infos(NODES), policy="best-fit", state_file=StateFile(path))
+    p = pod("churn", "1")
+    for _ in range(6000):                 # bind, end, bind again: 12,000 journal lines
+        ext.filter({"Pod": p, "Nodes": None, "NodeNames": NAMES})
+        assert ext.bind({"PodName": "churn", "PodNamespace": "t", "PodUID": "u-churn",
+                         "Node": NAMES[0]}) == {"Error": ""}
+        ext.forget("u-churn")
+    assert ext.state_file.lines <= 10_001
+    assert len(path.read_text().splitlines()) == ext.state_file.lines
+    assert StateFile(path).load() == ({}, {})

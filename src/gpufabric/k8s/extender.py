@@ -230,26 +230,39 @@ class Extender:
     # -- the records (bound pods, gangs' places), journaled when a state file is given ------
     def _bind_record(self, uid: str, b: Bound) -> None:
         self.bound[uid] = b
-        if self.state_file is not None:
-            self.state_file.write({"bind": uid, "pod": pod_record(b.pod), "node": b.node,
-                                   "gpus": list(b.gpus)})
+        self._journal({"bind": uid, "pod": pod_record(b.pod), "node": b.node,
+                       "gpus": list(b.gpus)})
 
     def _unbind(self, uid: str) -> Bound | None:
         b = self.bound.pop(uid, None)
-        if b is not None and self.state_file is not None:
-            self.state_file.write({"forget": uid})
+        if b is not None:
+            self._journal({"forget": uid})
         return b
 
     def _gang_record(self, key: str, g: Gang) -> None:
         self.gangs[key] = g
-        if self.state_file is not None:
-            self.state_file.write({"gang": key, "request": asdict(g.request),
-                                   "slots": [[n, list(gp)] for n, gp in g.slots],
-                                   "taken": g.taken})
+        self._journal(self._gang_json(key, g))
 
     def _ungang(self, key: str) -> None:
-        if self.gangs.pop(key, None) is not None and self.state_file is not None:
-            self.state_file.write({"ungang": key})
+        if self.gangs.pop(key, None) is not None:
+            self._journal({"ungang": key})
+
+    @staticmethod
+    def _gang_json(key: str, g: Gang) -> dict:
+        return {"gang": key, "request": asdict(g.request),
+                "slots": [[n, list(gp)] for n, gp in g.slots], "taken": g.taken}
+
+    def _journal(self, rec: dict) -> None:
+        """Append a change to the state file; rewrite it as the live records alone once it
+        holds four times as many lines as there are records (and at least 10,000)."""
+        f = self.state_file
+        if f is None:
+            return
+        f.write(rec)
+        if f.lines > max(10_000, 4 * (len(self.bound) + len(self.gangs))):
+            f.compact([{"bind": u, "pod": pod_record(b.pod), "node": b.node,
+                        "gpus": list(b.gpus)} for u, b in self.bound.items()],
+                      [self._gang_json(k, g) for k, g in self.gangs.items()])
 
     def _restore(self) -> None:
         """The records of the state file (a restart): placed when the model is next built."""

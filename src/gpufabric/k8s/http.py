@@ -127,6 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
+        self.connection.settimeout(self.server.request_timeout_s)   # a client must read too
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -5,7 +5,8 @@ hand the same GPUs out again. :class:`StateFile` keeps the records as a journal 
 one per change (``bind``, ``forget``, ``gang``, ``ungang``), each written and flushed before the
 verb answers, so a killed extender loses nothing it has answered. Loading replays the journal
 (the last record of a pod or gang wins) and rewrites it compacted, through a temporary file and
-a rename, so a crash while compacting leaves the old journal whole. A line that cannot be read
+a rename, so a crash while compacting leaves the old journal whole; a running extender compacts
+it the same way once it holds four times more lines than live records. A line that cannot be read
 (the half-written last line of a killed process) is skipped with one note on stderr; a file that
 is not a journal at all is refused.
 
@@ -60,6 +61,7 @@ class StateFile:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self._fh: IO[str] | None = None
+        self.lines = 0          # records in the file now
 
     def load(self) -> tuple[dict[str, dict], dict[str, dict]]:
         """Replay the journal: ({pod uid: bind record}, {gang key: gang record}), then
@@ -112,8 +114,10 @@ class StateFile:
         self.close()
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
+            self.lines = 0
             for rec in (HEADER, *binds, *gangs):
                 fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+                self.lines += 1
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
@@ -129,6 +133,7 @@ class StateFile:
         assert self._fh is not None
         self._fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
         self._fh.flush()
+        self.lines += 1
 
     def close(self) -> None:
         if self._fh is not None:

@@ -31,7 +31,8 @@ def test_a_layout_that_does_not_fit_exits_2_with_one_line(cli):
     code, out, err = cli("train", "llama3-70b", "hgx-h100")
     assert code == 2 and out == ""
     assert err.startswith("gpufabric: error: memory: needs ") and \
-        err.strip().endswith("GiB per GPU, H100-SXM has 80")
+        err.strip().endswith("GiB per GPU, H100-SXM has 80; no --zero, --recompute or "
+                             "--micro-batch setting fits this layout; try --search")
     assert len(err.strip().splitlines()) == 1
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import Progress, app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json, refuse_alone, whole
 from gpufabric.errors import InputError
 
 TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10; from "
@@ -24,13 +24,14 @@ NODES_HELP = ("gpu_node or all_node (openb node lists, found like TRACE; without
 
 @app.command()
 def schedule(
+    ctx: typer.Context,
     trace: str = typer.Argument(..., help=TRACE_HELP),
     nodes: str = typer.Option("gpu_node", "--nodes", help=NODES_HELP),
     policy: str = typer.Option("fgd", "--policy",
                                help="Placement policy, or 'all' to compare them all."),
     mode: str = typer.Option("arrival", "--mode", help="arrival (FGD paper protocol) or replay."),
     seed: int = typer.Option(42, "--seed", help="First seed; runs use seed, seed+1, ..."),
-    runs: int | None = typer.Option(None, "--runs",
+    runs: int | None = typer.Option(None, "--runs", callback=whole(1, 1000),
                                        help="Seeds to average (default: 10 arrival, 1 replay)."),
     failures: str | None = typer.Option(
         None, "--failures", help="replay: 'mtbf=500h[,repair=2h]', 'NODE@TIME[+REPAIR],...' "
@@ -67,13 +68,13 @@ def schedule(
     REGISTRY.get("routing", routing)
     if runs is None:
         runs = 10 if mode == "arrival" else 1
-    if not 1 <= runs <= 1000:
-        raise InputError(f"{runs} runs; allowed 1..1000", field="--runs")
     check_seed(seed)
     check_load(load)
     check_ratio(ratio)
-    if mode == "arrival" and failures:
-        raise InputError("failures apply to replay only", field="--failures")
+    refuse_alone(ctx, [(name, mode == "replay", "applies only with --mode replay")
+                       for name in ("failures", "queue", "checkpoint", "load", "jobs_out")]
+                 + [("ratio", mode == "arrival", "applies only with --mode arrival (the "
+                     "packing target)")])
     cluster, jobs, note = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
     if mode == "arrival":
@@ -180,25 +181,30 @@ def _arrival_table(results, jobs, cluster, seeds) -> None:
     for c in cols:
         t.add_column(f"{c}%", justify="right")
     t.add_column("skipped pods", justify="right")
+    t.add_column("unplaceable", justify="right")
     t.add_column("s/run", justify="right")
     for r in results:
         skipped = sum(x.skipped for x in r.runs) / len(r.runs)
+        never = sum(x.unplaceable for x in r.runs) / len(r.runs)
         sec = sum(x.time_s for x in r.runs) / len(r.runs)
-        t.add_row(r.policy, *[f"{r.at(c):.2f}" for c in cols], f"{skipped:.0f}", f"{sec:.1f}")
+        t.add_row(r.policy, *[f"{r.at(c):.2f}" for c in cols], f"{skipped:.0f}", f"{never:.0f}",
+                  f"{sec:.1f}")
     console.print(t)
 
 
 def _replay_table(results, span) -> None:
     console = _wide(150)
     t = Table(title="replay", box=None)
-    for c in ("policy", "seed", "done", "failed", "unsched", "JCT mean h", "wait mean s",
+    for c in ("policy", "seed", "done", "failed", "unsched", "unplace", "JCT mean h",
+              "wait mean s",
               "wait p95 s", "GPU util %", "frag %", "node fails", "preempt", "redone GPU-h",
               "avail min"):
         t.add_column(c, justify="left" if c == "policy" else "right")
     for r in results:
         s = r.summary
         t.add_row(r.policy, str(r.seed), str(s["completed"]), str(s["failed"]),
-                  str(s["unscheduled"]), f"{s['jct_mean_s'] / 3600:.2f}",
+                  str(s["unscheduled"]), str(s["unplaceable"]),
+                  f"{s['jct_mean_s'] / 3600:.2f}",
                   f"{s['wait_mean_s']:.0f}", f"{s['wait_p95_s']:.0f}",
                   f"{s['gpu_util_mean_pct_while_arriving']:.1f}",
                   f"{s['frag_mean_pct_of_free']:.1f}", str(s["node_failures"]),
@@ -209,6 +215,7 @@ def _replay_table(results, span) -> None:
     for r in results[:1]:
         for j in r.jobs:
             if j["state"] != "completed":
-                reasons.setdefault(j["state"], []).append(f"{j['name']}: {j['reason']}")
+                state = "unplaceable" if j.get("unplaceable") else j["state"]
+                reasons.setdefault(state, []).append(f"{j['name']}: {j['reason']}")
     for state, items in reasons.items():
         console.print(f"{state}: {len(items)} jobs, e.g. {items[0]}")

@@ -241,6 +241,7 @@ def test_flags_that_exclude_each_other_are_refused_naming_both(cli, tmp_path, mo
     (TRAIN + ("--etp", "-1"), "--etp: must be a whole number >= 0, got -1"),
     (TRAIN + ("--zero", "4"), "--zero: must be a whole number from 0 to 3, got 4"),
     (TRAIN + ("--dp", "0"), "--dp: must be a whole number >= 1, got 0"),
+    (TRAIN + ("--power-cap", "nan"), "--power-cap: must be a number above 0, got nan"),
     (("collective", "dgx-a100", "--per-node", "0"),
      "--per-node: must be a whole number >= 1, got 0"),
     (("collective", "dgx-a100", "--ranks", "0"), "--ranks: must be a whole number >= 1, got 0"),

@@ -74,6 +74,24 @@ def whole(lo: int = 1, hi: int | None = None) -> Callable[..., Any]:
     return check
 
 
+def above(lo: float) -> Callable[..., Any]:
+    """A typer ``callback=`` that refuses a number not above ``lo`` (``nan`` included).
+
+    >>> from types import SimpleNamespace as Param
+    >>> try:
+    ...     above(0)(Param(opts=["--power-cap"]), float("nan"))
+    ... except InputError as e:
+    ...     print(e)
+    --power-cap: must be a number above 0, got nan
+    """
+    def check(param: typer.CallbackParam, value: Any) -> Any:
+        if value is not None and not value > lo:
+            raise InputError(f"must be a number above {lo:g}, got {value:g}",
+                             field=flag_name(param))
+        return value
+    return check
+
+
 def given(ctx: typer.Context, name: str) -> bool:
     """Whether the option called ``name`` (the Python name) was given on the command line."""
     from typer._click.core import ParameterSource

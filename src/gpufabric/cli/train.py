@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from gpufabric.cli.common import Progress, app, emit_json, refuse_alone, refuse_together, whole
+from gpufabric.cli.common import (Progress, above, app, emit_json, refuse_alone, refuse_together,
+                                  whole)
 from gpufabric.errors import InputError
 
 #: Options of `train` that --search would ignore (it tries the layouts itself).
@@ -101,8 +102,9 @@ def train(
                               "first."),
     sac: str = typer.Option("attention", "--sac", help="What --recompute selective "
                             "recomputes: attention (Megatron) or op (torchtitan's op policy)."),
-    power_cap: float | None = typer.Option(None, "--power-cap", help="Board power limit in W "
-                                           "below the GPU's TDP (slower tensor clock)."),
+    power_cap: float | None = typer.Option(None, "--power-cap", callback=above(0),
+                                           help="Board power limit in W below the GPU's TDP "
+                                           "(slower tensor clock)."),
     search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
                                  "throughput instead of timing one."),
     top: int = typer.Option(5, "--top", callback=whole(1), help="Layouts to print with --search."),

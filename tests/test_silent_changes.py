@@ -75,6 +75,18 @@ def test_a_smaller_requests_says_how_much_of_the_trace_it_uses(cli, tmp_path, bo
     assert err == f"gpufabric: note: {note}\n"
 
 
+def test_search_and_pd_runs_say_it_too(cli, tmp_path, bounded):
+    f = _trace(tmp_path, 40)
+    note = "gpufabric: note: using the first 20 of the trace's 40 requests (--requests)\n"
+    code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=2", "--trace", str(f),
+                         "--requests", "20", "--slo-ttft", "500", "--slo-tpot", "30",
+                         "--search", "--json")
+    assert (code, err) == (0, note) and json.loads(out)["note"] == note[17:-1]
+    code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--requests",
+                         "20", "--pd", "1P1D", "--json")
+    assert (code, err) == (0, note) and json.loads(out)["workload"]["trace_requests"] == 40
+
+
 def test_a_larger_requests_says_the_trace_is_shorter(cli, tmp_path, bounded):
     f = _trace(tmp_path, 30)
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--replicas", "1",

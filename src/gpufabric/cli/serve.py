@@ -178,8 +178,9 @@ def serve(
                              progress=progress.told("layouts"))
         if json:
             emit_json(res)
-            return
-        print_search(res)
+        else:
+            print_search(res)
+        _note(res["note"])
         return
     topo = load(system)
     if pd or decode_system:
@@ -193,8 +194,13 @@ def serve(
         emit_json(r)
     else:
         print_summary(r)
-    if r["workload"].get("note"):     # after the results, so that an error stays one line
-        print(f"gpufabric: note: {r['workload']['note']}", file=sys.stderr)
+    _note(r["workload"].get("note", ""))
+
+
+def _note(note: str) -> None:
+    """After the results (so that an error stays one line): what a run used of its trace."""
+    if note:
+        print(f"gpufabric: note: {note}", file=sys.stderr)
 
 
 def print_search(res: dict) -> None:

@@ -96,6 +96,19 @@ def test_a_larger_requests_says_the_trace_is_shorter(cli, tmp_path, bounded):
                    "using all 30\n")
 
 
+@pytest.mark.parametrize("args, note", [
+    (("--requests", "50"),
+     "simulating 56 requests, 7 in each of 8 streams (--requests 50 rounded up)"),
+    (("--requests", "48", "--concurrency", "12"),
+     "simulating 8 users, 1 in each of 8 streams (--concurrency 12 rounded down)"),
+])
+def test_a_run_dealt_over_replicas_says_how_it_rounded(cli, args, note, bounded):
+    # one of the 8 replicas is simulated: the requests and users are dealt evenly to them
+    code, out, err = cli(*SERVE, *args, "--isl", "64", "--osl", "4", "--json")
+    assert (code, err) == (0, f"gpufabric: note: {note}\n")
+    assert json.loads(out)["workload"]["note"] == note
+
+
 def test_the_first_requests_of_an_unordered_trace_are_its_first_arrivals(tmp_path):
     f = tmp_path / "merged.csv"       # two front ends' logs, one after the other
     f.write_text("arrival_s,isl,osl\n0.0,10,1\n2.0,20,2\n1.0,30,3\n3.0,40,4\n")

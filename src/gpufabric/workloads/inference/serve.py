@@ -138,6 +138,33 @@ def trace_note(rows: int, used: int, asked: int | None) -> str:
     return ""
 
 
+def split_note(cfg: ServeConfig, share: int) -> str:
+    """What dealing a run over ``share`` equal request streams (replicas x attention-DP ranks
+    x pipeline stages, one simulated) did to ``--requests`` and ``--concurrency`` ("" when
+    they divide evenly).
+
+    >>> split_note(ServeConfig(requests=50), 8)
+    'simulating 56 requests, 7 in each of 8 streams (--requests 50 rounded up)'
+    >>> split_note(ServeConfig(requests=48, concurrency=3), 8)
+    'simulating 8 users, 1 in each of 8 streams (--concurrency 3 rounded up)'
+    """
+    if cfg.trace:
+        return ""
+    parts = []
+    asked = cfg.requests or DEFAULT_REQUESTS
+    n = max(1, -(-asked // share))
+    if n * share != asked:
+        parts.append(f"{n * share} requests, {n} in each of {share} streams (--requests "
+                     f"{asked} rounded up)")
+    if cfg.concurrency:
+        u = max(1, cfg.concurrency // share)
+        if u * share != cfg.concurrency:
+            way = "up" if u * share > cfg.concurrency else "down"
+            parts.append(f"{u * share} users, {u} in each of {share} streams (--concurrency "
+                         f"{cfg.concurrency} rounded {way})")
+    return "simulating " + " and ".join(parts) if parts else ""
+
+
 def trace_fields(cfg: ServeConfig, reqs: R.Requests) -> dict:
     """``trace_requests`` (rows of the trace) and ``note`` (:func:`trace_note`) of a trace run."""
     if not cfg.trace:
@@ -280,7 +307,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
                "concurrency": cfg.concurrency,
                "isl": float(res.isl.mean()), "osl": float(res.osl.mean()),
                "simulated_requests": int(res.osl.size),
-               **trace_fields(cfg, reqs)},
+               **(trace_fields(cfg, reqs) if cfg.trace else
+                  {"note": split_note(cfg, share)})},
            "slo": {"ttft_ms": cfg.slo_ttft_ms, "tpot_ms": cfg.slo_tpot_ms},
            "memory": sm.memory(),
            "max_concurrency": sm.max_concurrency(int(res.isl.mean()), int(res.osl.mean())),

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, MissingParameter):
             _usage_error(exc)
         field = flag_name(exc.param) if exc.param is not None else None
-        print(f"gpufabric: error: {InputError(exc.message, field=field)}",
+        print(f"gpufabric: error: {InputError(_bad_value(exc), field=field)}",
               file=sys.stderr)
         sys.exit(2)
     except ClickException as exc:
@@ -51,6 +51,25 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     if isinstance(rv, int) and rv:       # typer.Exit(code) of a command
         sys.exit(rv)
+
+
+#: What a value typer cannot read should have been, by the kind of parse that failed.
+_EXPECTED = {"int_parsing": "a whole number", "int_from_float": "a whole number",
+             "float_parsing": "a number", "bool_parsing": "true or false"}
+
+
+def _bad_value(exc) -> str:
+    """``got 'abc'; expected a whole number`` for a value typer's parser refused (else its own
+    message)."""
+    cause = exc.__cause__
+    errors = getattr(cause, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            return f"got {first['input']!r}; expected {_EXPECTED[first['type']]}"
+        except (IndexError, KeyError, TypeError):
+            pass
+    return str(exc.message)
 
 
 def _usage_error(exc) -> None:

@@ -130,6 +130,14 @@ def refuse_alone(ctx: typer.Context, needs: Iterable[tuple[str, bool, str]]) -> 
             raise InputError(why, field=_flag(ctx, a))
 
 
+def note(text: str) -> None:
+    """``gpufabric: note: ...`` on stderr, printed after the results (so that an error stays one
+    line): what a run used in place of what was asked (a stand-in trace, part of a trace, a
+    rounded count); nothing when ``text`` is empty."""
+    if text:
+        print(f"gpufabric: note: {text}", file=sys.stderr)
+
+
 def _default(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)

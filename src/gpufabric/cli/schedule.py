@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import Progress, app, emit_json, refuse_alone, whole
+from gpufabric.cli.common import Progress, app, emit_json, note, refuse_alone, whole
 from gpufabric.errors import InputError
 
 TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10; from "
@@ -75,7 +74,7 @@ def schedule(
                        for name in ("failures", "queue", "checkpoint", "load", "jobs_out")]
                  + [("ratio", mode == "arrival", "applies only with --mode arrival (the "
                      "packing target)")])
-    cluster, jobs, note = _load(nodes, trace, data_dir)
+    cluster, jobs, stand_in = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
     if mode == "arrival":
         results = []
@@ -89,9 +88,9 @@ def schedule(
             emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
                                                      "nodes": cluster.source, "seeds": seeds,
                                                      "policies": out})
-            return _note(note)
+            return note(stand_in)
         _arrival_table(results, jobs, cluster, seeds)
-        return _note(note)
+        return note(stand_in)
 
     spec = parse_failures(failures, cluster.names) if failures else None
     ck = parse_duration(checkpoint, "--checkpoint")
@@ -111,9 +110,9 @@ def schedule(
                 d.pop("jobs")
             out.append(d)
         emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
-        return _note(note)
+        return note(stand_in)
     _replay_table(replays, span)
-    _note(note)
+    note(stand_in)
 
 
 def _load(nodes: str, trace: str, data_dir: str | None):
@@ -140,19 +139,13 @@ def _load(nodes: str, trace: str, data_dir: str | None):
 
     cluster = load_or_stand_in(load_nodes, nodes, NODE_LISTS, "node list", f"{NAME}:{nodes}")
     jobs = load_or_stand_in(load_jobs, trace, TRACES, "trace", NAME)
-    note = ""
+    text = ""
     if missing:
-        note = (f"openb {' and '.join(missing)} not found (--data-dir, $GPUFABRIC_DATA_DIR, "
+        text = (f"openb {' and '.join(missing)} not found (--data-dir, $GPUFABRIC_DATA_DIR, "
                 "or `gpufabric data fetch openb`); the results above are on the synthetic "
                 f"openb-like {'cluster and workload' if len(missing) == 2 else 'stand-in'} "
                 f"({NAME}, see docs/scheduler.md)")
-    return cluster, jobs, note
-
-
-def _note(note: str) -> None:
-    """After the results (so that an error stays one line): what stood in for missing data."""
-    if note:
-        print(f"gpufabric: note: {note}", file=sys.stderr)
+    return cluster, jobs, text
 
 
 def _arrival_json(r) -> dict:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 
 import typer
 
-from gpufabric.cli.common import Progress, app, emit_json, refuse_alone, refuse_together, whole
+from gpufabric.cli.common import (Progress, app, emit_json, note, refuse_alone, refuse_together,
+                                  whole)
 
 #: Options of `serve` that exclude each other: (option, options, why).
 CONFLICTS = (
@@ -93,8 +93,8 @@ def serve(
     concurrency: int | None = typer.Option(None, "--concurrency", callback=whole(1),
                                            help="Closed loop with this many users."),
     requests: int | None = typer.Option(None, "--requests", help="Requests to simulate "
-                                        "(default 1000; with --trace, all of the trace's, "
-                                        "else its first N arrivals)."),
+                                        "(default 1000); with --trace, the trace's first N "
+                                        "arrivals (default: all of them)."),
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
@@ -180,7 +180,7 @@ def serve(
             emit_json(res)
         else:
             print_search(res)
-        _note(res["note"])
+        note(res["note"])
         return
     topo = load(system)
     if pd or decode_system:
@@ -194,13 +194,8 @@ def serve(
         emit_json(r)
     else:
         print_summary(r)
-    _note(r["workload"].get("note", ""))
+    note(r["workload"].get("note", ""))
 
-
-def _note(note: str) -> None:
-    """After the results (so that an error stays one line): what a run used of its trace."""
-    if note:
-        print(f"gpufabric: note: {note}", file=sys.stderr)
 
 
 def print_search(res: dict) -> None:

@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     command or option) exit 2 with typer's usage text.
     """
     from typer import BadParameter
-    from typer._click.exceptions import ClickException, MissingParameter
+
+    from gpufabric.cli.common import ClickException, MissingParameter
     try:
         rv = app(args=argv, prog_name="gpufabric", standalone_mode=False)
     except InputError as exc:
@@ -77,6 +78,6 @@ def _usage_error(exc) -> None:
     try:
         from typer import rich_utils
         rich_utils.rich_format_error(exc)
-    except ImportError:
+    except (ImportError, AttributeError):     # typer without rich
         exc.show()
     sys.exit(exc.exit_code)

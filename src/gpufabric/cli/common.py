@@ -5,6 +5,7 @@ each other)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -17,6 +18,19 @@ import typer
 
 from gpufabric import __version__
 from gpufabric.errors import InputError
+
+
+def _click(module: str) -> Any:
+    """A module of the click that typer runs on: its own copy (typer 0.2x), else click."""
+    try:
+        return importlib.import_module(f"typer._click.{module}")
+    except ImportError:     # pragma: no cover - older typer runs on click itself
+        return importlib.import_module(f"click.{module}")
+
+
+ParameterSource = _click("core").ParameterSource
+ClickException = _click("exceptions").ClickException
+MissingParameter = _click("exceptions").MissingParameter
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Model how GPUs are connected and what that connection costs.")
@@ -94,7 +108,6 @@ def above(lo: float) -> Callable[..., Any]:
 
 def given(ctx: typer.Context, name: str) -> bool:
     """Whether the option called ``name`` (the Python name) was given on the command line."""
-    from typer._click.core import ParameterSource
     return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
                                               ParameterSource.ENVIRONMENT)
 

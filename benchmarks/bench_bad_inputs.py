@@ -51,6 +51,8 @@ def main() -> None:
     (d / "deep.yaml").write_text("[" * 100000 + "]" * 100000)
     (d / "cal.yaml").write_text(bomb)
     (d / "flat.yaml").write_text("a: [" + "1, " * 1_200_000 + "1]\n")   # 3.6 MB, 1.2M values
+    (d / "back.csv").write_text("arrival_s,isl,osl\n0,10,1\n-1,10,1\n")
+    serve, train = ["serve", "llama3-8b", "hgx-h100"], ["train", "llama3-8b", "hgx-h100"]
     cases = [
         ("baseline (--version)", ["--version"]),
         ("65 MiB YAML file", ["show", str(d / "huge.yaml")]),
@@ -62,6 +64,19 @@ def main() -> None:
         ("--step-factor 1.000001", ["collective", "dgx-a100", "--step-factor", "1.000001"]),
         ("size 10**400", ["collective", "dgx-a100", "--max", "9" * 400]),
         ("--node 10**9", ["show", "dgx-a100", "--node", str(10**9)]),
+        # flags: options that exclude each other, counts of 0 or below, values typer cannot
+        # read; each refused before any work
+        ("flags: --rate + --concurrency", serve + ["--rate", "5", "--concurrency", "4"]),
+        ("flags: --trace with --isl", serve + ["--trace", str(d / "back.csv"), "--isl", "9"]),
+        ("flags: --max-num-seqs 0", serve + ["--max-num-seqs", "0"]),
+        ("flags: --requests abc", serve + ["--requests", "abc"]),
+        ("flags: train --search --tp 2", train + ["--search", "--tp", "2"]),
+        ("flags: train --zero 4", train + ["--zero", "4"]),
+        ("flags: collective --per-node 0", ["collective", "dgx-a100", "--per-node", "0"]),
+        ("flags: schedule --runs 0", ["schedule", "synthetic-openb", "--runs", "0"]),
+        ("flags: schedule --load arrival", ["schedule", "synthetic-openb", "--load", "2"]),
+        ("trace arrival -1", serve + ["--trace", str(d / "back.csv")]),
+        ("train layout over memory", train),
     ]
     print(f"{'case':<30} {'exit':>4} {'wall s':>6} {'cpu s':>6} {'peak MiB':>8}  message")
     for name, args in cases:

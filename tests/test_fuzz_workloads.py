@@ -230,7 +230,8 @@ def test_a_model_file_is_read_like_every_other_file(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("arrival_s,isl,osl\n0,10,10\nnan,10,10\n",
-     "row 3.arrival_s: got 'nan'; expected a finite number of seconds or an ISO date-time"),
+     "row 3.arrival_s: got 'nan'; expected a finite number of seconds from 0 up or an ISO "
+     "date-time"),
     ("arrival_s,isl,osl\n0,1e40,10\n",
      "row 2.isl: got '1e40'; expected a whole number of tokens from 1 to 100,000,000"),
     ('arrival_s,isl,osl\n0,"' + "x" * 200_000 + "\n",
@@ -263,8 +264,8 @@ def test_absurd_serve_options_are_refused(cli, args, message):
     (["--seq-len", "0"], "--seq-len: must be a whole number of tokens >= 1, got 0"),
     (["--global-batch", "0"], "--global-batch: must be a whole number >= 1, got 0"),
     (["--search", "--top", "0", "--json"], "--top: must be a whole number >= 1, got 0"),
-    (["--tp", "0"], "tp: must be a whole number >= 1, got 0"),       # was a ZeroDivisionError
-    (["--cp", "0"], "cp: must be a whole number >= 1, got 0"),
+    (["--tp", "0"], "--tp: must be a whole number >= 1, got 0"),     # was a ZeroDivisionError
+    (["--cp", "0"], "--cp: must be a whole number >= 1, got 0"),
 ])
 def test_zero_train_options_are_refused_not_taken_as_defaults(cli, args, message):
     code, _, err = cli("train", "llama2-7b", "dgx-a100", *args)

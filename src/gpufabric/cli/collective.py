@@ -7,7 +7,7 @@ import re
 
 import typer
 
-from gpufabric.cli.common import Progress, app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json, refuse_together, whole
 from gpufabric.cli.serve import validate_inference
 from gpufabric.errors import InputError
 
@@ -67,17 +67,18 @@ def _fmt_size(n: int) -> str:
 
 @app.command()
 def collective(
+    ctx: typer.Context,
     system: str = typer.Argument(..., help=SYSTEM_HELP),
     op: str = typer.Option("all_reduce", "--op", help="all_reduce, all_gather, reduce_scatter, "
                            "all_to_all, broadcast, reduce or send_recv."),
     min_size: str = typer.Option("8", "--min", "-b", help="Smallest size (bytes; K/M/G)."),
     max_size: str = typer.Option("8G", "--max", "-e", help="Largest size (bytes; K/M/G)."),
     step_factor: float = typer.Option(2.0, "--step-factor", "-f", help="Size multiplier."),
-    ranks: int | None = typer.Option(None, "--ranks", "-n",
+    ranks: int | None = typer.Option(None, "--ranks", "-n", callback=whole(1),
                                         help="GPUs taking part (default: all)."),
-    per_node: int | None = typer.Option(None, "--per-node",
+    per_node: int | None = typer.Option(None, "--per-node", callback=whole(1),
                                         help="Ranks on each node (default: fill nodes)."),
-    concurrent: int = typer.Option(1, "--concurrent",
+    concurrent: int = typer.Option(1, "--concurrent", callback=whole(1),
                                    help="Groups of this shape running at once on the same "
                                    "nodes' other GPUs (they share NICs, PCIe, fabric)."),
     algo: str = typer.Option("auto", "--algo", help="auto, ring, tree, nvls, nvls_tree, "
@@ -96,10 +97,9 @@ def collective(
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
     from gpufabric import collectives as C
     from gpufabric.topology.build import load
+    refuse_together(ctx, [("explain", "json", "the JSON rows hold each size's bottleneck")])
     lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
     sizes = _sizes(lo, hi, step_factor)
-    if ranks is not None and ranks < 1:
-        raise InputError(f"must be at least 1, got {ranks}", field="--ranks")
     try:
         opn = C.check_op(op)
         algo_n = C.check_algo(algo)

@@ -1,19 +1,36 @@
-"""Shared pieces of the CLI: the app, ``--version``, JSON output, progress of long runs."""
+"""Shared pieces of the CLI: the app, ``--version``, JSON output, progress of long runs, and
+the checks every command's options share (whole-number limits, flags that exclude or need
+each other)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import sys
 import time
 from types import TracebackType
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 import typer
 
 from gpufabric import __version__
+from gpufabric.errors import InputError
+
+
+def _click(module: str) -> Any:
+    """A module of the click that typer runs on: its own copy (typer 0.2x), else click."""
+    try:
+        return importlib.import_module(f"typer._click.{module}")
+    except ImportError:     # pragma: no cover - older typer runs on click itself
+        return importlib.import_module(f"click.{module}")
+
+
+ParameterSource = _click("core").ParameterSource
+ClickException = _click("exceptions").ClickException
+MissingParameter = _click("exceptions").MissingParameter
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Model how GPUs are connected and what that connection costs.")
@@ -30,6 +47,108 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
                                        is_eager=True, help="Print the version and exit.")
           ) -> None:
     """Model how GPUs are connected and what that connection costs."""
+
+
+def flag_name(param: Any) -> str:
+    """The long form of an option as the user types it (``--max-num-seqs``), else its name."""
+    opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+    return max(opts, key=len) if opts else str(getattr(param, "name", param))
+
+
+def whole(lo: int = 1, hi: int | None = None) -> Callable[..., Any]:
+    """A typer ``callback=`` that refuses a whole number outside ``lo``..``hi`` in one line.
+
+    Every count or limit option of the commands uses it, so that ``0`` or ``-1`` is refused
+    with the allowed range instead of being taken as "unset" or failing later.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as Param
+    >>> check = whole(1)
+    >>> check(Param(opts=["--max-num-seqs"]), 8)
+    8
+    >>> try:
+    ...     check(Param(opts=["--max-num-seqs"]), 0)
+    ... except InputError as e:
+    ...     print(e)
+    --max-num-seqs: must be a whole number >= 1, got 0
+    >>> try:
+    ...     whole(0, 3)(Param(opts=["--zero"]), 4)
+    ... except InputError as e:
+    ...     print(e)
+    --zero: must be a whole number from 0 to 3, got 4
+    """
+    allowed = f">= {lo}" if hi is None else f"from {lo} to {hi:,}"
+
+    def check(param: typer.CallbackParam, value: Any) -> Any:
+        if value is not None and (value < lo or (hi is not None and value > hi)):
+            raise InputError(f"must be a whole number {allowed}, got {value}",
+                             field=flag_name(param))
+        return value
+    return check
+
+
+def above(lo: float) -> Callable[..., Any]:
+    """A typer ``callback=`` that refuses a number not above ``lo`` (``nan`` included).
+
+    >>> from types import SimpleNamespace as Param
+    >>> try:
+    ...     above(0)(Param(opts=["--power-cap"]), float("nan"))
+    ... except InputError as e:
+    ...     print(e)
+    --power-cap: must be a number above 0, got nan
+    """
+    def check(param: typer.CallbackParam, value: Any) -> Any:
+        if value is not None and not value > lo:
+            raise InputError(f"must be a number above {lo:g}, got {value:g}",
+                             field=flag_name(param))
+        return value
+    return check
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option called ``name`` (the Python name) was given on the command line."""
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                              ParameterSource.ENVIRONMENT)
+
+
+def _flag(ctx: typer.Context, name: str) -> str:
+    for p in ctx.command.params:
+        if p.name == name:
+            return flag_name(p)
+    return name
+
+
+def refuse_together(ctx: typer.Context, pairs: Iterable[tuple[str, str, str]]) -> None:
+    """Refuse options that exclude each other, in one line naming both.
+
+    ``pairs`` holds ``(a, b, why)`` with the Python names of two options; when both were
+    given, the message is ``--a: cannot be used with --b (why)``. ``b`` may be a list of
+    names joined by ``|``: any of them given with ``a`` is refused.
+    """
+    for a, bs, why in pairs:
+        if not given(ctx, a):
+            continue
+        for b in bs.split("|"):
+            if given(ctx, b):
+                raise InputError(f"cannot be used with {_flag(ctx, b)} ({why})",
+                                 field=_flag(ctx, a))
+
+
+def refuse_alone(ctx: typer.Context, needs: Iterable[tuple[str, bool, str]]) -> None:
+    """Refuse an option given where it would change nothing: ``(name, applies, why)``,
+    the message ``--name: why`` (``why`` says what the option needs)."""
+    for a, applies, why in needs:
+        if given(ctx, a) and not applies:
+            raise InputError(why, field=_flag(ctx, a))
+
+
+def note(text: str) -> None:
+    """``gpufabric: note: ...`` on stderr, printed after the results (so that an error stays one
+    line): what a run used in place of what was asked (a stand-in trace, part of a trace, a
+    rounded count); nothing when ``text`` is empty."""
+    if text:
+        print(f"gpufabric: note: {text}", file=sys.stderr)
 
 
 def _default(obj: Any) -> Any:

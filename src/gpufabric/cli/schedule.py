@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import Progress, app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json, note, refuse_alone, whole
 from gpufabric.errors import InputError
 
 TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10; from "
@@ -24,13 +23,14 @@ NODES_HELP = ("gpu_node or all_node (openb node lists, found like TRACE; without
 
 @app.command()
 def schedule(
+    ctx: typer.Context,
     trace: str = typer.Argument(..., help=TRACE_HELP),
     nodes: str = typer.Option("gpu_node", "--nodes", help=NODES_HELP),
     policy: str = typer.Option("fgd", "--policy",
                                help="Placement policy, or 'all' to compare them all."),
     mode: str = typer.Option("arrival", "--mode", help="arrival (FGD paper protocol) or replay."),
     seed: int = typer.Option(42, "--seed", help="First seed; runs use seed, seed+1, ..."),
-    runs: int | None = typer.Option(None, "--runs",
+    runs: int | None = typer.Option(None, "--runs", callback=whole(1, 1000),
                                        help="Seeds to average (default: 10 arrival, 1 replay)."),
     failures: str | None = typer.Option(
         None, "--failures", help="replay: 'mtbf=500h[,repair=2h]', 'NODE@TIME[+REPAIR],...' "
@@ -67,14 +67,14 @@ def schedule(
     REGISTRY.get("routing", routing)
     if runs is None:
         runs = 10 if mode == "arrival" else 1
-    if not 1 <= runs <= 1000:
-        raise InputError(f"{runs} runs; allowed 1..1000", field="--runs")
     check_seed(seed)
     check_load(load)
     check_ratio(ratio)
-    if mode == "arrival" and failures:
-        raise InputError("failures apply to replay only", field="--failures")
-    cluster, jobs, note = _load(nodes, trace, data_dir)
+    refuse_alone(ctx, [(name, mode == "replay", "applies only with --mode replay")
+                       for name in ("failures", "queue", "checkpoint", "load", "jobs_out")]
+                 + [("ratio", mode == "arrival", "applies only with --mode arrival (the "
+                     "packing target)")])
+    cluster, jobs, stand_in = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
     if mode == "arrival":
         results = []
@@ -88,9 +88,9 @@ def schedule(
             emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
                                                      "nodes": cluster.source, "seeds": seeds,
                                                      "policies": out})
-            return _note(note)
+            return note(stand_in)
         _arrival_table(results, jobs, cluster, seeds)
-        return _note(note)
+        return note(stand_in)
 
     spec = parse_failures(failures, cluster.names) if failures else None
     ck = parse_duration(checkpoint, "--checkpoint")
@@ -110,9 +110,9 @@ def schedule(
                 d.pop("jobs")
             out.append(d)
         emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
-        return _note(note)
+        return note(stand_in)
     _replay_table(replays, span)
-    _note(note)
+    note(stand_in)
 
 
 def _load(nodes: str, trace: str, data_dir: str | None):
@@ -139,19 +139,13 @@ def _load(nodes: str, trace: str, data_dir: str | None):
 
     cluster = load_or_stand_in(load_nodes, nodes, NODE_LISTS, "node list", f"{NAME}:{nodes}")
     jobs = load_or_stand_in(load_jobs, trace, TRACES, "trace", NAME)
-    note = ""
+    text = ""
     if missing:
-        note = (f"openb {' and '.join(missing)} not found (--data-dir, $GPUFABRIC_DATA_DIR, "
+        text = (f"openb {' and '.join(missing)} not found (--data-dir, $GPUFABRIC_DATA_DIR, "
                 "or `gpufabric data fetch openb`); the results above are on the synthetic "
                 f"openb-like {'cluster and workload' if len(missing) == 2 else 'stand-in'} "
                 f"({NAME}, see docs/scheduler.md)")
-    return cluster, jobs, note
-
-
-def _note(note: str) -> None:
-    """After the results (so that an error stays one line): what stood in for missing data."""
-    if note:
-        print(f"gpufabric: note: {note}", file=sys.stderr)
+    return cluster, jobs, text
 
 
 def _arrival_json(r) -> dict:
@@ -180,25 +174,30 @@ def _arrival_table(results, jobs, cluster, seeds) -> None:
     for c in cols:
         t.add_column(f"{c}%", justify="right")
     t.add_column("skipped pods", justify="right")
+    t.add_column("unplaceable", justify="right")
     t.add_column("s/run", justify="right")
     for r in results:
         skipped = sum(x.skipped for x in r.runs) / len(r.runs)
+        never = sum(x.unplaceable for x in r.runs) / len(r.runs)
         sec = sum(x.time_s for x in r.runs) / len(r.runs)
-        t.add_row(r.policy, *[f"{r.at(c):.2f}" for c in cols], f"{skipped:.0f}", f"{sec:.1f}")
+        t.add_row(r.policy, *[f"{r.at(c):.2f}" for c in cols], f"{skipped:.0f}", f"{never:.0f}",
+                  f"{sec:.1f}")
     console.print(t)
 
 
 def _replay_table(results, span) -> None:
     console = _wide(150)
     t = Table(title="replay", box=None)
-    for c in ("policy", "seed", "done", "failed", "unsched", "JCT mean h", "wait mean s",
+    for c in ("policy", "seed", "done", "failed", "unsched", "unplace", "JCT mean h",
+              "wait mean s",
               "wait p95 s", "GPU util %", "frag %", "node fails", "preempt", "redone GPU-h",
               "avail min"):
         t.add_column(c, justify="left" if c == "policy" else "right")
     for r in results:
         s = r.summary
         t.add_row(r.policy, str(r.seed), str(s["completed"]), str(s["failed"]),
-                  str(s["unscheduled"]), f"{s['jct_mean_s'] / 3600:.2f}",
+                  str(s["unscheduled"]), str(s["unplaceable"]),
+                  f"{s['jct_mean_s'] / 3600:.2f}",
                   f"{s['wait_mean_s']:.0f}", f"{s['wait_p95_s']:.0f}",
                   f"{s['gpu_util_mean_pct_while_arriving']:.1f}",
                   f"{s['frag_mean_pct_of_free']:.1f}", str(s["node_failures"]),
@@ -209,6 +208,7 @@ def _replay_table(results, span) -> None:
     for r in results[:1]:
         for j in r.jobs:
             if j["state"] != "completed":
-                reasons.setdefault(j["state"], []).append(f"{j['name']}: {j['reason']}")
+                state = "unplaceable" if j.get("unplaceable") else j["state"]
+                reasons.setdefault(state, []).append(f"{j['name']}: {j['reason']}")
     for state, items in reasons.items():
         console.print(f"{state}: {len(items)} jobs, e.g. {items[0]}")

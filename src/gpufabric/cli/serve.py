@@ -6,7 +6,18 @@ from dataclasses import replace
 
 import typer
 
-from gpufabric.cli.common import Progress, app, emit_json
+from gpufabric.cli.common import (Progress, app, emit_json, note, refuse_alone, refuse_together,
+                                  whole)
+
+#: Options of `serve` that exclude each other: (option, options, why).
+CONFLICTS = (
+    ("rate", "concurrency", "arrivals at a rate, or a closed loop of users: give one"),
+    ("trace", "rate|burst_cv|concurrency|isl|osl", "the trace gives each request's arrival "
+     "and lengths"),
+    ("versus", "search|pd|decode_system|trace|rate|concurrency|tp|ep|dp_attention|replicas",
+     "--versus finds each system's best layout and highest rate within the SLO"),
+    ("search", "tp|replicas|pd", "--search tries the layouts itself"),
+)
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
@@ -63,22 +74,27 @@ def print_summary(r: dict) -> None:
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="A model name (see docs/training.md) or model file."),
     system: str = typer.Argument(..., help=SYSTEM_HELP),
-    tp: int = typer.Option(1, "--tp", help="Tensor parallelism of one instance."),
-    ep: int = typer.Option(1, "--ep", help="Expert parallelism inside the TP group (MoE)."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
-    dp_attention: int = typer.Option(1, "--dp-attention",
+    tp: int = typer.Option(1, "--tp", callback=whole(1),
+                           help="Tensor parallelism of one instance."),
+    ep: int = typer.Option(1, "--ep", callback=whole(1),
+                           help="Expert parallelism inside the TP group (MoE)."),
+    pp: int = typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
+    dp_attention: int = typer.Option(1, "--dp-attention", callback=whole(1),
                                      help="Attention data-parallel ranks inside the TP group."),
-    replicas: int | None = typer.Option(None, "--replicas",
+    replicas: int | None = typer.Option(None, "--replicas", callback=whole(1),
                                         help="Instances (default: all the system holds)."),
     rate: float | None = typer.Option(None, "--rate", help="Requests/s (Poisson); default "
                                       "offline: every request queued at once."),
     burst_cv: float | None = typer.Option(None, "--burst-cv", help="Bursty arrivals: gamma "
                                           "gaps with this coefficient of variation."),
-    concurrency: int | None = typer.Option(None, "--concurrency",
+    concurrency: int | None = typer.Option(None, "--concurrency", callback=whole(1),
                                            help="Closed loop with this many users."),
-    requests: int = typer.Option(1000, "--requests", help="Requests to simulate."),
+    requests: int | None = typer.Option(None, "--requests", help="Requests to simulate "
+                                        "(default 1000); with --trace, the trace's first N "
+                                        "arrivals (default: all of them)."),
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
@@ -90,11 +106,14 @@ def serve(
     kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8, "
                                         "fp4 (default fp8 with fp8/fp4 weights, else bf16)."),
     engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or tensorrt-llm."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Batch limit."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", callback=whole(1),
+                                            help="Batch limit."),
     max_batched_tokens: int | None = typer.Option(None, "--max-batched-tokens",
+                                                  callback=whole(1),
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the arrivals."),
+    seed: int = typer.Option(0, "--seed", callback=whole(0, 2**63 - 1),
+                             help="Random seed of the arrivals."),
     eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
                               "(32 redundant experts even out the EP ranks' mean loads)."),
     pd: str | None = typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
@@ -114,7 +133,12 @@ def serve(
     from gpufabric.errors import InputError
     from gpufabric.topology.build import load
     from gpufabric.workloads.inference.itertime import ENGINE_OVERHEAD_S, engine_key
-    from gpufabric.workloads.inference.serve import ServeConfig
+    from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
+    refuse_together(ctx, CONFLICTS)
+    refuse_alone(ctx, (
+        ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "
+         "arrivals)"),
+        ("ray", search, "applies only with --search (where its candidates run)")))
     if engine_key(engine) == "default":
         known = sorted(k for k in ENGINE_OVERHEAD_S if k != "default")
         raise InputError(f"unknown engine '{engine}'; allowed: {', '.join(known)}",
@@ -122,7 +146,8 @@ def serve(
     from gpufabric.workloads.inference.serve import serve as run
     cfg = ServeConfig(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention, replicas=replicas,
                       precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
-                      burst_cv=burst_cv, concurrency=concurrency, requests=requests, isl=isl,
+                      burst_cv=burst_cv, concurrency=concurrency, isl=isl,
+                      requests=requests if requests is not None or trace else DEFAULT_REQUESTS,
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb)
@@ -153,8 +178,9 @@ def serve(
                              progress=progress.told("layouts"))
         if json:
             emit_json(res)
-            return
-        print_search(res)
+        else:
+            print_search(res)
+        note(res["note"])
         return
     topo = load(system)
     if pd or decode_system:
@@ -166,8 +192,10 @@ def serve(
             r = run(model, topo, cfg, progress=progress.told("requests of one instance"))
     if json:
         emit_json(r)
-        return
-    print_summary(r)
+    else:
+        print_summary(r)
+    note(r["workload"].get("note", ""))
+
 
 
 def print_search(res: dict) -> None:

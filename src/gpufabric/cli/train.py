@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from gpufabric.cli.common import Progress, app, emit_json
+from gpufabric.cli.common import (Progress, above, app, emit_json, refuse_alone, refuse_together,
+                                  whole)
 from gpufabric.errors import InputError
+
+#: Options of `train` that --search would ignore (it tries the layouts itself).
+LAYOUT_OPTIONS = ("tp|pp|dp|cp|ep|etp|vpp|zero|fsdp|micro_batch|recompute|no_sp|ep_overlap|"
+                  "order|sac|power_cap")
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
@@ -59,23 +64,28 @@ def _print_result(r, rank: int | None = None) -> None:
 
 @app.command()
 def train(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="A model name (see `gpufabric models`) or a YAML "
                                 "file of the same shape."),
     system: str = typer.Argument(..., help=SYSTEM_HELP),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (inside a node)."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
-    dp: int | None = typer.Option(None, "--dp", help="Data-parallel size (default: the rest "
-                                  "of the GPUs)."),
-    cp: int = typer.Option(1, "--cp", help="Context-parallel size."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
-    etp: int = typer.Option(0, "--etp", help="Tensor parallelism inside each expert (MoE; 0: "
-                            "as --tp). Other than --tp, experts fold over tp x cp x dp "
-                            "(Megatron-Core MoE parallel folding)."),
-    vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages per rank (interleaved)."),
-    zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (1: distributed optimizer)."),
+    tp: int = typer.Option(1, "--tp", callback=whole(1),
+                           help="Tensor-parallel size (inside a node)."),
+    pp: int = typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
+    dp: int | None = typer.Option(None, "--dp", callback=whole(1), help="Data-parallel size "
+                                  "(default: the rest of the GPUs)."),
+    cp: int = typer.Option(1, "--cp", callback=whole(1), help="Context-parallel size."),
+    ep: int = typer.Option(1, "--ep", callback=whole(1), help="Expert-parallel size (MoE)."),
+    etp: int = typer.Option(0, "--etp", callback=whole(0), help="Tensor parallelism inside "
+                            "each expert (MoE; 0: as --tp). Other than --tp, experts fold over "
+                            "tp x cp x dp (Megatron-Core MoE parallel folding)."),
+    vpp: int = typer.Option(1, "--vpp", callback=whole(1),
+                            help="Virtual pipeline stages per rank (interleaved)."),
+    zero: int = typer.Option(1, "--zero", callback=whole(0, 3),
+                             help="ZeRO stage 0-3 (1: distributed optimizer)."),
     fsdp: str = typer.Option("", "--fsdp", help="FSDP: full or hybrid (overrides --zero)."),
-    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch."),
-    global_batch: int | None = typer.Option(None, "--global-batch",
+    micro_batch: int = typer.Option(1, "--micro-batch", callback=whole(1),
+                                    help="Sequences per micro-batch."),
+    global_batch: int | None = typer.Option(None, "--global-batch", callback=whole(1),
                                             help="Sequences per optimizer step."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence "
                                        "(default: the model's)."),
@@ -92,11 +102,12 @@ def train(
                               "first."),
     sac: str = typer.Option("attention", "--sac", help="What --recompute selective "
                             "recomputes: attention (Megatron) or op (torchtitan's op policy)."),
-    power_cap: float | None = typer.Option(None, "--power-cap", help="Board power limit in W "
-                                           "below the GPU's TDP (slower tensor clock)."),
+    power_cap: float | None = typer.Option(None, "--power-cap", callback=above(0),
+                                           help="Board power limit in W below the GPU's TDP "
+                                           "(slower tensor clock)."),
     search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
                                  "throughput instead of timing one."),
-    top: int = typer.Option(5, "--top", help="Layouts to print with --search."),
+    top: int = typer.Option(5, "--top", callback=whole(1), help="Layouts to print with --search."),
     ray: bool = typer.Option(False, "--ray", help="Run the search on a local Ray instance."),
     ray_address: str | None = typer.Option(None, "--ray-address",
                                            help="Run the search on this Ray cluster."),
@@ -107,11 +118,13 @@ def train(
     from gpufabric.workloads.parallel import Parallel
     from gpufabric.workloads.search import _topology, search
     from gpufabric.workloads.training import check_seq_len, predict_step
+    refuse_together(ctx, [("search_", LAYOUT_OPTIONS, "--search tries the layouts itself")])
+    refuse_alone(ctx, [(name, search_, f"applies only with --search ({what})")
+                       for name, what in (("top", "the layouts it prints"),
+                                          ("ray", "where its candidates run"),
+                                          ("ray_address", "where its candidates run"))])
     m = load_model(model)
     seq = check_seq_len(seq_len, m)
-    if global_batch is not None and global_batch < 1:
-        raise InputError(f"must be a whole number >= 1, got {global_batch}",
-                         field="--global-batch")
     if search_:
         topo = _topology(system)
         per_domain, domains = topo.scale_up()

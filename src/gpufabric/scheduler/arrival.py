@@ -5,7 +5,9 @@
    cluster's GPU capacity: when the list asks for less, append copies of pods drawn uniformly at
    random until the next copy would exceed the target; when it asks for more, remove pods drawn
    at random until it does not. Then shuffle. One seed drives all three draws.
-3. Schedule the pods one by one in that order; nothing leaves. A pod that fits nowhere is skipped.
+3. Schedule the pods one by one in that order; nothing leaves. A pod that fits nowhere is skipped;
+   one that would fit no node it may use even on an empty cluster is also counted as
+   ``unplaceable`` (larger than any node in GPUs, CPU or memory).
 4. Record the GPU allocation ratio (allocated / total milli-GPU, %) each time the arrived GPU
    request crosses another 1% of capacity, 0% to 130% (131 numbers; 0% is 0). A point the last
    pod does not reach (the list stops just short of the target) takes the final ratio.
@@ -30,7 +32,8 @@ import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import Cluster
-from gpufabric.scheduler.engine import BaseMasks, check_ratio, check_seed, place_gang
+from gpufabric.scheduler.engine import (BaseMasks, check_ratio, check_seed, place_gang,
+                                        unplaceable)
 from gpufabric.scheduler.jobs import JobSet
 from gpufabric.scheduler.policies import make_placement
 from gpufabric.scheduler.state import Request, State
@@ -50,6 +53,7 @@ class ArrivalRun:
     scheduled: int
     skipped: int
     time_s: float
+    unplaceable: int = 0      # skipped pods that fit no node they may use even when it is empty
 
 
 @dataclass
@@ -152,8 +156,9 @@ def run_arrival(cluster: Cluster, jobs: JobSet, policy: str, seed: int = 42,
             k += 1
     final = 100.0 * state.allocated_milli / cap
     curve[k:] = final
+    never = int(unplaceable(cluster, jobs, routing)[order].sum())
     return ArrivalRun(seed, [round(float(x), 4) for x in curve], len(js), scheduled,
-                      len(js) - scheduled, time.perf_counter() - t0)
+                      len(js) - scheduled, time.perf_counter() - t0, never)
 
 
 def run_arrivals(cluster: Cluster, jobs: JobSet, policy: str, seeds: list[int],

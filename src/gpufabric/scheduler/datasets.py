@@ -122,8 +122,9 @@ def fetch(dest: str | os.PathLike | None = None, *, base_url: str = OPENB_URL,
 
     A file already in ``dest`` (default :func:`cache_dir`) with the right sha256 is kept as
     is. Each download goes to a temporary file and is moved into place only when its sha256
-    matches. ``progress(name, bytes_done, bytes_total)`` is called as data arrives
-    (``bytes_total`` 0 when the server does not say).
+    matches. On failure nothing partial stays: the temporary file is removed, and so are the
+    directories this call created if they are empty. ``progress(name, bytes_done,
+    bytes_total)`` is called as data arrives (``bytes_total`` 0 when the server does not say).
 
     Raises
     ------
@@ -133,11 +134,33 @@ def fetch(dest: str | os.PathLike | None = None, *, base_url: str = OPENB_URL,
     """
     files = OPENB_FILES if files is None else files
     out = Path(dest) if dest is not None else cache_dir()
+    made = [d for d in (out, *out.parents) if not d.exists()]   # deepest first
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        _remove_empty(made)
         raise InputError(f"cannot create the directory: {exc.strerror}", file=str(out)
                          ) from None
+    try:
+        return _fetch_into(out, files, base_url, progress, timeout_s)
+    except BaseException:
+        _remove_empty(made)       # a failed fetch leaves no folder it made empty behind
+        raise
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the directories of ``dirs`` (deepest first) that are empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _fetch_into(out: Path, files: dict[str, str], base_url: str,
+                progress: Callable[[str, int, int], None] | None, timeout_s: float
+                ) -> list[Path]:
+    """:func:`fetch` once ``out`` exists: each file to a temporary one, kept when it checks."""
     got = []
     for name, want in files.items():
         target = out / name

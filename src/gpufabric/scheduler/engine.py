@@ -9,7 +9,7 @@ from gpufabric.scheduler.cluster import Cluster
 from gpufabric.scheduler.decide import pool_tiers
 from gpufabric.scheduler.jobs import KINDS, JobSet
 from gpufabric.scheduler.registry import REGISTRY
-from gpufabric.scheduler.state import Request, State
+from gpufabric.scheduler.state import MILLI, Request, State
 
 
 def check_seed(seed: int) -> None:
@@ -86,3 +86,68 @@ def place_gang(state: State, policy, r: Request, base, gang: int = 1
         state.place(sel[0], r, sel[1])
         done.append(sel)
     return done
+
+
+def fits_when_empty(state: State, tiers: list[np.ndarray], r: Request, gang: int = 1,
+                    only_up: bool = False) -> bool:
+    """Could all ``gang`` members of ``r`` run at once in one of the pools ``tiers`` (as
+    :meth:`BaseMasks.tiers` gives them; healthy nodes only when ``only_up``) if every node were
+    empty? A job for which this is False is unplaceable: larger than any node it may use, in
+    GPUs, CPU or memory. Members never span pools (as :func:`place_gang` places them).
+
+    Examples
+    --------
+    >>> from gpufabric.scheduler.cluster import load_nodes
+    >>> st = State(load_nodes("T4x2*2"))
+    >>> every = [np.ones(2, dtype=bool)]
+    >>> fits_when_empty(st, every, Request(1000, 1024, 2, 1000), gang=2)
+    True
+    >>> fits_when_empty(st, every, Request(1000, 1024, 4, 1000))
+    False
+    """
+    cluster = state.cluster
+    for base in (tiers[1:] or tiers):
+        ok = state.fits_empty(r, base, only_up)
+        if gang == 1 or not ok.any():
+            if ok.any():
+                return True
+            continue
+        big = np.iinfo(np.int64).max
+        per = np.full(len(cluster), big)
+        if r.cpu:
+            per = np.minimum(per, cluster.cpu // r.cpu)
+        if r.mem:
+            per = np.minimum(per, cluster.mem // r.mem)
+        if r.num_gpu:
+            slots = cluster.num_gpu * (MILLI // r.gpu_milli) if r.share else cluster.num_gpu
+            per = np.minimum(per, slots // (1 if r.share else r.num_gpu))
+        per = np.minimum(per, gang)
+        if int(per[ok].sum()) >= gang:
+            return True
+    return False
+
+
+def unplaceable(cluster: Cluster, jobs: JobSet, routing: str = "kind") -> np.ndarray:
+    """Which jobs fit no node they may use even when the cluster is empty
+    (:func:`fits_when_empty` of each distinct request, kind and accepted models).
+
+    Examples
+    --------
+    >>> from gpufabric.scheduler.cluster import load_nodes
+    >>> from gpufabric.scheduler.jobs import Job
+    >>> js = JobSet.from_jobs([Job("ok", 1000, 1024, 2), Job("huge", 1000, 1024, 16)])
+    >>> unplaceable(load_nodes("T4x2*2"), js).tolist()
+    [False, True]
+    """
+    masks, state = BaseMasks(cluster, jobs, routing), State(cluster)
+    out = np.zeros(len(jobs), dtype=bool)
+    seen: dict[tuple, bool] = {}
+    cols = (jobs.cpu.tolist(), jobs.mem.tolist(), jobs.num_gpu.tolist(),
+            jobs.gpu_milli.tolist(), jobs.gang.tolist(), jobs.spec.tolist(), jobs.kind.tolist())
+    for i, key in enumerate(zip(*cols, strict=True)):
+        bad = seen.get(key)
+        if bad is None:
+            r = Request(key[0], key[1], key[2], key[3])
+            bad = seen[key] = not fits_when_empty(state, masks.tiers(i), r, key[4])
+        out[i] = bad
+    return out

@@ -252,8 +252,12 @@ def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
     return header, [r for r in rows[1:] if r and any(x.strip() for x in r)]
 
 
+#: What a time column of a pod list allows.
+TIME_ALLOWED = "seconds from 0 up"
+
+
 def _num(row: list[str], col: int | None, name: str, line: int, path: Path, default=0,
-         cast=int, minimum=0):
+         cast=int, minimum=0, allowed: str = ""):
     if col is None or col >= len(row) or row[col].strip() == "":
         if col is not None and col >= len(row):
             raise InputError(f"row has {len(row)} fields, the header more", file=str(path),
@@ -269,7 +273,8 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
         raise InputError(f"'{text}' is not a finite number below {MAX_VALUE:.0e}",
                          file=str(path), field=f"line {line}.{name}")
     if v < minimum:
-        raise InputError(f"{v} is below {minimum}", file=str(path), field=f"line {line}.{name}")
+        raise InputError(f"got {text}; expected {allowed or f'a number >= {minimum}'}",
+                         file=str(path), field=f"line {line}.{name}")
     return v
 
 
@@ -283,6 +288,11 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
     Jobs get kind ``service`` when they ask no GPU and ``training`` otherwise, unless a ``kind``
     column says; priority comes from ``qos`` (:data:`QOS_PRIORITY`) unless a ``priority`` column
     says. Duration is ``deletion_time - scheduled_time`` (or ``- creation_time``).
+
+    Rows may come in any order of ``creation_time`` (the openb variants ``cpu050`` and
+    ``gpushare40`` are sampled out of order; replay takes the jobs in time order). What is
+    refused is a negative time and a row whose own times go backwards: scheduled before it was
+    created, deleted before it was created or scheduled.
 
     Raises
     ------
@@ -353,12 +363,21 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
         else:
             kind[k] = KINDS.index("training" if ngpu[k] else "service")
         gang[k] = _num(r, g("gang"), "gang", line, path, default=1, minimum=1)
-        c = _num(r, g("creation_time"), "creation_time", line, path, cast=float)
-        d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float)
+        c = _num(r, g("creation_time"), "creation_time", line, path, cast=float,
+                 allowed=TIME_ALLOWED)
+        d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float,
+                 allowed=TIME_ALLOWED)
         if d < c:
             raise InputError(f"{d:g} is before creation_time {c:g}; a pod is deleted after "
                              "it is created", file=p, field=f"line {line}.deletion_time")
-        s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float)
+        s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float,
+                 allowed=TIME_ALLOWED)
+        if s < c:
+            raise InputError(f"{s:g} is before creation_time {c:g}; a pod is scheduled after "
+                             "it is created", file=p, field=f"line {line}.scheduled_time")
+        if d < s:
+            raise InputError(f"{d:g} is before scheduled_time {s:g}; a pod is deleted after "
+                             "it is scheduled", file=p, field=f"line {line}.deletion_time")
         create[k] = c
         if cell(r, "duration_s"):
             dur[k] = _num(r, g("duration_s"), "duration_s", line, path, cast=float)

@@ -14,11 +14,14 @@ An event loop over one heap (arrivals, completions, node failures and repairs, s
   reason when no healthy node could ever host it. A gang restarts as a whole.
 
 Every job ends in exactly one state: ``completed``, ``failed`` or ``unscheduled`` (never
-started, with the reason). Results: job completion time (submit to end), queueing delay,
-time-averaged GPU utilization, fragmentation over time (share of free GPU milli the trace's
-typical jobs cannot use, :class:`~gpufabric.scheduler.policies.FragModel`), GPU-hours redone and
-each job's availability (useful work done / time from its first start to its end: lost work
-and time spent waiting after a failure or preemption lower it).
+started, with the reason). The summary's ``unplaceable`` counts the unscheduled jobs that fit
+no node of their pools even when the cluster is empty (larger than any node in GPUs, CPU or
+memory); the others were still waiting when the trace ended. Results: job completion time
+(submit to end), queueing delay, time-averaged GPU utilization, fragmentation over time
+(share of free GPU milli the trace's typical jobs cannot use,
+:class:`~gpufabric.scheduler.policies.FragModel`), GPU-hours redone and each job's
+availability (useful work done / time from its first start to its end: lost work and time
+spent waiting after a failure or preemption lower it).
 
 Examples
 --------
@@ -43,7 +46,8 @@ import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.scheduler.cluster import Cluster
-from gpufabric.scheduler.engine import BaseMasks, check_load, check_seed, place_gang
+from gpufabric.scheduler.engine import (BaseMasks, check_load, check_seed, fits_when_empty,
+                                        place_gang)
 from gpufabric.scheduler.failures import FailureSpec
 from gpufabric.scheduler.jobs import JobSet
 from gpufabric.scheduler.policies import FragModel, make_placement
@@ -161,6 +165,7 @@ class Replay:
                 self.push(self.t0 + k * step, _SAMPLE, k)
 
         self.preemptions = 0
+        self.never = [False] * n          # fits no node of its pools even when empty
         self.timeline: list[dict] = []
         self.util_area = 0.0
         self.util_t = self.t0
@@ -191,6 +196,7 @@ class Replay:
         if not self.could_ever_fit(i, only_up=False):
             self.status[i] = "unscheduled"
             self.reason[i] = self.unfit_reason(i)
+            self.never[i] = True
             return
         self.status[i] = "waiting"
         self.waiting.add(i)
@@ -303,27 +309,10 @@ class Replay:
 
     def could_ever_fit(self, i: int, only_up: bool) -> bool:
         """Could all members of job ``i`` run at once in one of its pools (healthy nodes only
-        when ``only_up``) if the nodes were empty? Members never span pools (as
-        :func:`~gpufabric.scheduler.engine.place_gang` places them)."""
-        tiers = self.masks.tiers(i)
-        return any(self._gang_fits_empty(i, tier, only_up) for tier in (tiers[1:] or tiers))
-
-    def _gang_fits_empty(self, i: int, base: np.ndarray, only_up: bool) -> bool:
-        r, cluster = self.req[i], self.cluster
-        ok = self.state.fits_empty(r, base, only_up)
-        if self.gang[i] == 1 or not ok.any():
-            return bool(ok.any())
-        big = np.iinfo(np.int64).max
-        per = np.full(len(cluster), big)
-        if r.cpu:
-            per = np.minimum(per, cluster.cpu // r.cpu)
-        if r.mem:
-            per = np.minimum(per, cluster.mem // r.mem)
-        if r.num_gpu:
-            slots = cluster.num_gpu * (MILLI // r.gpu_milli) if r.share else cluster.num_gpu
-            per = np.minimum(per, slots // (1 if r.share else r.num_gpu))
-        per = np.minimum(per, self.gang[i])
-        return int(per[ok].sum()) >= self.gang[i]
+        when ``only_up``) if the nodes were empty? (:func:`~gpufabric.scheduler.engine.
+        fits_when_empty`)"""
+        return fits_when_empty(self.state, self.masks.tiers(i), self.req[i], self.gang[i],
+                               only_up)
 
     def unfit_reason(self, i: int) -> str:
         g, spec = self.gang[i], self.jobs.specs[self.jobs.spec[i]]
@@ -439,6 +428,8 @@ class Replay:
                    "submit_s": self.creation[i], "priority": self.prio[i],
                    "gpus": self.gpus_of(i) / MILLI, "restarts": self.restarts[i],
                    "gpu_hours_redone": round(self.redo_h[i], 6)}
+            if self.never[i]:
+                rec["unplaceable"] = True
             if not math.isnan(self.first[i]):
                 rec["start_s"] = self.first[i]
                 rec["wait_s"] = self.first[i] - self.creation[i]
@@ -457,7 +448,7 @@ class Replay:
         avail = np.array([r["availability"] for r in records if "availability" in r])
         timeline = self.timeline
         summary = {
-            "jobs": len(self.jobs), **counts,
+            "jobs": len(self.jobs), **counts, "unplaceable": sum(self.never),
             "jct_mean_s": float(jct_a.mean()) if len(jct_a) else 0.0,
             "jct_p50_s": _pct(jct_a, 50), "jct_p95_s": _pct(jct_a, 95),
             "wait_mean_s": float(wait_a.mean()) if len(wait_a) else 0.0,

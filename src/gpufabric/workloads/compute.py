@@ -235,7 +235,7 @@ def power_capped(spec: GPUSpec, cap_W: float) -> GPUSpec:
     >>> round(g.tflops["bf16"])
     884
     """
-    if cap_W <= 0:
+    if not cap_W > 0:      # nan too (it would cap nothing, silently)
         raise InputError(f"got {cap_W:g}; a power limit is a positive number of watts",
                          field="power_cap_W")
     if not spec.tdp_W:

@@ -244,9 +244,48 @@ def capacity_GiB(gpu: str) -> float:
     return float(gpu_spec(gpu).memory_GB)
 
 
-def check_fits(mem: MemoryBreakdown) -> None:
+#: The cheap changes :func:`fit_hint` tries on a layout that does not fit, in order of what
+#: they cost in step time (ZeRO-2 shards gradients at ZeRO-1's traffic; ZeRO-3 gathers the
+#: weights each step; selective recomputation repeats attention, full repeats the forward).
+FIT_TRIES: tuple[dict, ...] = (
+    {"zero": 2}, {"recompute": "selective"}, {"zero": 2, "recompute": "selective"},
+    {"zero": 3}, {"zero": 3, "recompute": "selective"}, {"recompute": "full"},
+    {"zero": 2, "recompute": "full"}, {"zero": 3, "recompute": "full"})
+
+
+def fit_hint(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
+             precision: str = "bf16", flash: bool = True, gpus_per_node: int = 8) -> str:
+    """What would make a layout that does not fit fit, on the same GPUs: the first of
+    :data:`FIT_TRIES` that fits (with ``--micro-batch 1`` when the micro-batch is larger and
+    that is needed), else ``--search`` (other tp, pp and cp).
+
+    >>> from gpufabric.workloads.parallel import Parallel
+    >>> fit_hint("llama3-8b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
+    'fits with --zero 2 (79.9 GiB)'
+    >>> fit_hint("llama3-405b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
+    'no --zero, --recompute or --micro-batch setting fits this layout; try --search'
+    """
+    from dataclasses import replace
+    micro: list[dict] = [{}] + ([{"micro_batch": 1}] if par.micro_batch > 1 else [])
+    for mb in micro:
+        for t in ({},) + FIT_TRIES if mb else FIT_TRIES:
+            change = {**t, **mb}
+            if par.fsdp and "zero" in change:      # --fsdp sets the sharding
+                continue
+            if all(getattr(par, k) == v for k, v in change.items()) or any(
+                    k == "zero" and v < par.zero for k, v in change.items()):
+                continue
+            mem = training_memory(model, replace(par, **change), seq_len, gpu,
+                                  precision=precision, flash=flash, gpus_per_node=gpus_per_node)
+            if mem.fits:
+                flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in change.items())
+                return f"fits with {flags} ({mem.total_GiB:.1f} GiB)"
+    return "no --zero, --recompute or --micro-batch setting fits this layout; try --search"
+
+
+def check_fits(mem: MemoryBreakdown, hint: str = "") -> None:
     """Raise :class:`InputError` ("needs 92.1 GiB per GPU, H100-SXM has 80") when it does not
-    fit.
+    fit; ``hint`` (:func:`fit_hint`) follows after a semicolon.
 
     >>> from gpufabric.workloads.parallel import Parallel
     >>> check_fits(training_memory("llama3-70b", Parallel(dp=8), 8192, "H100-SXM"))
@@ -256,8 +295,8 @@ def check_fits(mem: MemoryBreakdown) -> None:
     """
     if not mem.fits:
         cap = f"{mem.capacity_GiB:g}"
-        raise InputError(f"needs {mem.total_GiB:.1f} GiB per GPU, {mem.gpu} has {cap}",
-                         field="memory")
+        raise InputError(f"needs {mem.total_GiB:.1f} GiB per GPU, {mem.gpu} has {cap}"
+                         + (f"; {hint}" if hint else ""), field="memory")
 
 
 def kv_cache_bytes_per_token(model: ModelSpec | str, *, tp: int = 1, elem_bytes: float = 2

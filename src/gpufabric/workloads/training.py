@@ -39,7 +39,8 @@ from gpufabric.workloads.compute import (
     power_capped, record,
 )
 from gpufabric.workloads.memory import (
-    MemoryBreakdown, check_fits, expert_shard, params_per_gpu, stage_layers, training_memory,
+    MemoryBreakdown, check_fits, expert_shard, fit_hint, params_per_gpu, stage_layers,
+    training_memory,
 )
 from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import Group, Parallel
@@ -320,8 +321,9 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
         raise InputError(f"{m.name} is a {m.arch}: data parallelism only (tp, pp, cp and ep "
                          "must be 1)", field="tp")
     mem = training_memory(m, par, seq, gname, precision=prec, flash=flash, gpus_per_node=gpn)
-    if check_memory:
-        check_fits(mem)
+    if check_memory and not mem.fits:
+        check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=flash,
+                                 gpus_per_node=gpn))
     groups = {k: par.group(k, gpn) for k in ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp")}
     comm = {k: 0.0 for k in ("tp", "cp", "ep", "pp", "dp", "zero3")}
     notes: list[str] = []

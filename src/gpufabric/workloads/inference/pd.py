@@ -45,7 +45,8 @@ from gpufabric.workloads.inference.itertime import StepModel
 from gpufabric.workloads.inference.serve import (ServeConfig, bottleneck, build_requests,
                                                  check_config, check_slo_possible,
                                                  scheduler_config, simulate_with_front_end,
-                                                 source_text, step_model, typical_breakdown)
+                                                 source_text, step_model, trace_fields,
+                                                 typical_breakdown)
 from gpufabric.workloads.inference.simulator import (SimResult, check_fits, simulate,
                                                      summarize)
 
@@ -326,7 +327,8 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
            "engine": sm_p.engine,
            "workload": {"source": source_text(cfg, full.source), "rate": cfg.rate,
                         "concurrency": None, "isl": float(full.isl.mean()),
-                        "osl": float(full.osl.mean()), "simulated_requests": int(n)},
+                        "osl": float(full.osl.mean()), "simulated_requests": int(n),
+                        **trace_fields(cfg, full)},
            "slo": {"ttft_ms": cfg.slo_ttft_ms, "tpot_ms": cfg.slo_tpot_ms},
            "memory": sm_d.memory(),
            "max_concurrency": sm_d.max_concurrency(int(full.isl.mean()),

@@ -22,7 +22,8 @@ import io
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from array import array
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,7 @@ class Requests:
     concurrency: int = 0
     source: str = ""
     total: int = 0          # requests of the whole stream this one was dealt from (0: itself)
+    rows: int = 0           # requests in the trace file it was read from (0: not a trace)
 
     def __len__(self) -> int:
         return int(self.isl.shape[0])
@@ -131,22 +133,25 @@ def _pick(row: dict, keys: tuple[str, ...]) -> str | None:
     return None
 
 
-def _time(text: str, path: str, where: str, key: str) -> float:
+def _time(text: str, path: str, where: str, key: str) -> tuple[float, str]:
+    """(seconds, form) of an arrival: a number of seconds from 0 up, or an ISO date-time
+    (without a zone it is UTC, so that a daylight-saving change does not move it)."""
     try:
         t = float(text)
     except (TypeError, ValueError):
         pass
     else:
-        if math.isfinite(t):
-            return t
-        raise InputError(f"got {text!r}; expected a finite number of seconds or an ISO "
-                         "date-time", file=path, field=f"{where}.{key}")
+        if math.isfinite(t) and t >= 0:
+            return t, "seconds"
+        raise InputError(f"got {text!r}; expected a finite number of seconds from 0 up or an "
+                         "ISO date-time", file=path, field=f"{where}.{key}")
     try:   # Azure traces: '2023-11-16 18:15:46.6805900' (7 fractional digits)
         s = str(text).strip()
         if "." in s:
             head, frac = s.rsplit(".", 1)
             s = f"{head}.{frac[:6]}"
-        return datetime.fromisoformat(s).timestamp()
+        d = datetime.fromisoformat(s)
+        return (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp(), "an ISO date-time"
     except (TypeError, ValueError):
         raise InputError(f"got {text!r}; expected seconds or an ISO date-time", file=path,
                          field=f"{where}.{key}") from None
@@ -166,15 +171,27 @@ def _tokens(text, path: str, where: str, key: str) -> int:
 def load_trace(path: str, limit: int | None = None) -> Requests:
     """Read a trace: CSV with a header, or JSON lines, one request per row.
 
-    Columns: arrival (one of ``arrival_s``, ``arrival``, ``timestamp``, ..., in seconds or an
-    ISO date-time), input length (``isl``, ``input_len``, ``ContextTokens``, ...) and output
-    length (``osl``, ``output_len``, ``GeneratedTokens``, ...). Arrivals are shifted to start at
-    0 and sorted. A bad row raises :class:`InputError` naming the file, the row and the field.
+    Columns: arrival (one of ``arrival_s``, ``arrival``, ``timestamp``, ..., in seconds from 0
+    up or an ISO date-time, one form for the whole column), input length (``isl``,
+    ``input_len``, ``ContextTokens``, ...) and output length (``osl``, ``output_len``,
+    ``GeneratedTokens``, ...). Every row is read and checked; a bad one raises
+    :class:`InputError` naming the file, the row and the field. The rows may come in any order
+    (logs of several front ends, merged): the requests are sorted by arrival and shifted to
+    start at 0. With ``limit``, the first ``limit`` arrivals are kept; ``rows`` of the result
+    says how many the trace holds. A trace of more than :data:`MAX_REQUESTS` rows is refused.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> f = os.path.join(tempfile.mkdtemp(), "t.csv")
+    >>> _ = open(f, "w").write("arrival_s,isl,osl\\n0.5,100,10\\n0.0,200,20\\n2.0,300,30\\n")
+    >>> r = load_trace(f, limit=2)
+    >>> r.arrival.tolist(), r.isl.tolist(), r.rows
+    ([0.0, 0.5], [200, 100], 3)
     """
     p = Path(path)
     text = read_text(path, what="a serving trace (CSV or JSON lines)")
     is_json = p.suffix.lower() in (".jsonl", ".json", ".ndjson")
-    cap = min(limit or MAX_REQUESTS, MAX_REQUESTS)
     with io.StringIO(text, newline="") as fh:
         try:
             if is_json:
@@ -186,16 +203,17 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
                     raise InputError("empty trace; expected a header row with arrival, input "
                                      "and output length columns", file=path)
                 records = ((i + 2, r) for i, r in enumerate(reader))
-            rows = _rows(records, path, cap)
+            t, isl, osl = _rows(records, path)
         except csv.Error as exc:      # an unclosed quote running past csv's field limit, ...
             raise InputError(f"not valid CSV: {exc}", file=path) from None
-    if not rows:
+    if not t:
         raise InputError("no requests in trace", file=path)
-    arr = np.array(rows, dtype=np.float64)
-    order = np.argsort(arr[:, 0], kind="stable")
-    arr = arr[order]
-    return Requests(arr[:, 0] - arr[0, 0], arr[:, 1].astype(np.int64),
-                    arr[:, 2].astype(np.int64), source=f"trace {p.name}")
+    arrival = np.frombuffer(t, dtype=np.float64)
+    order = np.argsort(arrival, kind="stable")[:limit]
+    arrival = arrival[order]
+    return Requests(arrival - arrival[0], np.frombuffer(isl, dtype=np.int64)[order],
+                    np.frombuffer(osl, dtype=np.int64)[order], source=f"trace {p.name}",
+                    rows=len(t))
 
 
 def _json_row(line: str, path: str, lineno: int) -> dict:
@@ -209,10 +227,11 @@ def _json_row(line: str, path: str, lineno: int) -> dict:
     return rec
 
 
-def _rows(records, path: str, cap: int) -> list[tuple[float, int, int]]:
-    """(arrival, isl, osl) of each record, checked; at most ``cap`` of them."""
-    rows: list[tuple[float, int, int]] = []
+def _rows(records, path: str) -> tuple[array, array, array]:
+    """Arrival (s), isl and osl of each record, checked (at most :data:`MAX_REQUESTS`)."""
+    t, isl, osl = array("d"), array("q"), array("q")
     keys: tuple[str | None, str | None, str | None] | None = None
+    form = first = ""
     for lineno, rec in records:
         where = f"row {lineno}"
         if keys is None:
@@ -226,8 +245,15 @@ def _rows(records, path: str, cap: int) -> list[tuple[float, int, int]]:
             if k not in rec or rec[k] in (None, ""):
                 raise InputError("missing value", file=path, field=f"{where}.{k}")
         assert ka is not None and ki is not None and ko is not None
-        rows.append((_time(rec[ka], path, where, ka), _tokens(rec[ki], path, where, ki),
-                     _tokens(rec[ko], path, where, ko)))
-        if len(rows) >= cap:
-            break
-    return rows
+        if len(t) >= MAX_REQUESTS:
+            raise InputError(f"more than {MAX_REQUESTS:,} requests; at most {MAX_REQUESTS:,} "
+                             "in one run (split the trace)", file=path)
+        arrival, kind = _time(rec[ka], path, where, ka)
+        if form and kind != form:
+            raise InputError(f"got {rec[ka]!r} ({kind}), but {first} gave {form}; expected one "
+                             "form in the whole column", file=path, field=f"{where}.{ka}")
+        form, first = form or kind, first or where
+        t.append(arrival)
+        isl.append(_tokens(rec[ki], path, where, ki))
+        osl.append(_tokens(rec[ko], path, where, ko))
+    return t, isl, osl

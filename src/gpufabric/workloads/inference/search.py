@@ -81,7 +81,7 @@ def _evaluate(item: tuple[str, str, dict, dict, str | None]) -> dict[str, Any]:
                 "slo_attainment": r["slo_attainment"],
                 "throughput_tokens_per_s_per_gpu": r["throughput_tokens_per_s_per_gpu"],
                 "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
-                "bottleneck": r["bottleneck"]})
+                "bottleneck": r["bottleneck"], "note": r["workload"].get("note", "")})
     return row
 
 
@@ -123,4 +123,5 @@ def search(model: str, topo_or_name, cfg: ServeConfig, *, tps=(1, 2, 4, 8), max_
     best_pd = next((r for r in ok if r["pd"]), None)
     return {"model": model, "system": topo.name, "candidates": len(rows), "ranked": ok,
             "refused": [r for r in rows if "error" in r], "best": ok[0],
-            "best_colocated": best_co, "best_disaggregated": best_pd}
+            "best_colocated": best_co, "best_disaggregated": best_pd,
+            "note": ok[0]["note"]}       # what a trace run used of the trace ("" if all)

@@ -100,7 +100,7 @@ class ServeConfig:
     rate: float | None = None            # requests/s for the whole deployment (None: offline)
     burst_cv: float | None = None        # gamma arrivals with this CV instead of Poisson
     concurrency: int | None = None       # closed loop with this many users (whole deployment)
-    requests: int = 1000
+    requests: int | None = 1000          # None: the whole trace (without one, 1000)
     isl: int = 1024
     osl: int = 256
     trace: str | None = None
@@ -117,9 +117,66 @@ class ServeConfig:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
 
 
+#: Requests of a run without a trace when ``requests`` is None.
+DEFAULT_REQUESTS = 1000
+
+
+def trace_note(rows: int, used: int, asked: int | None) -> str:
+    """What a trace run used of the trace, when not simply all of it ("" otherwise).
+
+    >>> trace_note(5000, 1000, 1000)
+    "using the first 1000 of the trace's 5000 requests (--requests)"
+    >>> trace_note(300, 300, 1000)
+    'the trace holds 300 requests, fewer than --requests 1000: using all 300'
+    >>> trace_note(300, 300, None)
+    ''
+    """
+    if used < rows:
+        return f"using the first {used} of the trace's {rows} requests (--requests)"
+    if asked is not None and asked > rows:
+        return f"the trace holds {rows} requests, fewer than --requests {asked}: using all {rows}"
+    return ""
+
+
+def split_note(cfg: ServeConfig, share: int) -> str:
+    """What dealing a run over ``share`` equal request streams (replicas x attention-DP ranks
+    x pipeline stages, one simulated) did to ``--requests`` and ``--concurrency`` ("" when
+    they divide evenly).
+
+    >>> split_note(ServeConfig(requests=50), 8)
+    'simulating 56 requests, 7 in each of 8 streams (--requests 50 rounded up)'
+    >>> split_note(ServeConfig(requests=48, concurrency=3), 8)
+    'simulating 8 users, 1 in each of 8 streams (--concurrency 3 rounded up)'
+    """
+    if cfg.trace:
+        return ""
+    parts = []
+    asked = cfg.requests or DEFAULT_REQUESTS
+    n = max(1, -(-asked // share))
+    if n * share != asked:
+        parts.append(f"{n * share} requests, {n} in each of {share} streams (--requests "
+                     f"{asked} rounded up)")
+    if cfg.concurrency:
+        u = max(1, cfg.concurrency // share)
+        if u * share != cfg.concurrency:
+            way = "up" if u * share > cfg.concurrency else "down"
+            parts.append(f"{u * share} users, {u} in each of {share} streams (--concurrency "
+                         f"{cfg.concurrency} rounded {way})")
+    return "simulating " + " and ".join(parts) if parts else ""
+
+
+def trace_fields(cfg: ServeConfig, reqs: R.Requests) -> dict:
+    """``trace_requests`` (rows of the trace) and ``note`` (:func:`trace_note`) of a trace run."""
+    if not cfg.trace:
+        return {}
+    return {"trace_requests": reqs.rows,
+            "note": trace_note(reqs.rows, reqs.total or len(reqs), cfg.requests)}
+
+
 def check_config(cfg: ServeConfig) -> None:
     """Check the run's numbers (one-line errors naming the option)."""
-    if not isinstance(cfg.requests, int) or not 1 <= cfg.requests <= R.MAX_REQUESTS:
+    if cfg.requests is not None and (not isinstance(cfg.requests, int)
+                                     or not 1 <= cfg.requests <= R.MAX_REQUESTS):
         raise InputError(f"must be an integer from 1 to {R.MAX_REQUESTS}, got {cfg.requests!r}",
                          field="--requests")
     if cfg.burst_cv is not None and not (math.isfinite(cfg.burst_cv)
@@ -132,6 +189,11 @@ def check_config(cfg: ServeConfig) -> None:
     if cfg.concurrency is not None and cfg.concurrency < 1:
         raise InputError(f"must be a positive integer, got {cfg.concurrency!r}",
                          field="--concurrency")
+    for name in ("max_num_seqs", "max_batched_tokens"):
+        v = getattr(cfg, name)
+        if v is not None and not (isinstance(v, int) and v >= 1):
+            raise InputError(f"must be a whole number >= 1, got {v!r}",
+                             field="--" + name.replace("_", "-"))
     if cfg.preemption not in ("recompute", "swap"):
         raise InputError(f"unknown preemption mode '{cfg.preemption}'; allowed: recompute, "
                          "swap", field="--preemption")
@@ -169,11 +231,11 @@ def check_slo_possible(sm: StepModel, cfg: ServeConfig, isl: int) -> None:
 def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
     """The request stream one of ``share`` equal instances sees."""
     if cfg.trace:
-        full = R.load_trace(cfg.trace, limit=cfg.requests if cfg.requests else None)
+        full = R.load_trace(cfg.trace, limit=cfg.requests)
         keep = np.arange(len(full)) % share == 0          # round-robin over the instances
         return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
-                          source=full.source, total=len(full))
-    n = max(1, -(-int(cfg.requests) // share))
+                          source=full.source, total=len(full), rows=full.rows)
+    n = max(1, -(-int(cfg.requests or DEFAULT_REQUESTS) // share))
     if cfg.concurrency:
         return R.closed_loop(max(1, cfg.concurrency // share), n, cfg.isl, cfg.osl)
     if cfg.rate is None:
@@ -244,7 +306,9 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
                "source": source_text(cfg, reqs.source), "rate": cfg.rate,
                "concurrency": cfg.concurrency,
                "isl": float(res.isl.mean()), "osl": float(res.osl.mean()),
-               "simulated_requests": int(res.osl.size)},
+               "simulated_requests": int(res.osl.size),
+               **(trace_fields(cfg, reqs) if cfg.trace else
+                  {"note": split_note(cfg, share)})},
            "slo": {"ttft_ms": cfg.slo_ttft_ms, "tpot_ms": cfg.slo_tpot_ms},
            "memory": sm.memory(),
            "max_concurrency": sm.max_concurrency(int(res.isl.mean()), int(res.osl.mean())),

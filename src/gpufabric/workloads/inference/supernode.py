@@ -43,7 +43,7 @@ def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float 
     the SLO, and the run at that rate. Each run offers at least ``duration_s`` seconds of
     arrivals (and ``cfg.requests`` requests), so queues have time to build."""
     def ok(rate: float) -> tuple[bool, dict]:
-        n = max(cfg.requests, int(rate * duration_s))
+        n = max(cfg.requests or 0, int(rate * duration_s))
         r = serve(model, topo, replace(cfg, rate=rate, requests=n))
         return r["slo_attainment"] >= attainment, r
     lo, best = 0.0, None

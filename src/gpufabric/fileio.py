@@ -22,6 +22,7 @@ DIR: is a directory; expected a file
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -39,6 +40,15 @@ MAX_TEXT_BYTES = 64 * 2**20
 MAX_YAML_BYTES = 8 * 2**20
 #: Largest YAML document, counted as values after aliases are expanded.
 MAX_YAML_VALUES = 1_000_000
+#: Longest key of a YAML mapping (characters). gpufabric's own keys are under 40 characters.
+MAX_KEY_CHARS = 256
+#: Longest text value of a YAML file (characters); the longest ``source`` note of the
+#: calibration files is about 1,000.
+MAX_TEXT_CHARS = 10_000
+#: Largest magnitude of a number in a YAML file. The largest the repository's data holds is
+#: 1.5e13 (tokens); sizes are at most a PiB (1.1e15). Past this, a number is a typo or an attack,
+#: and sums and products of it would overflow to infinity.
+MAX_NUMBER = 1e30
 #: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -153,13 +163,42 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     return data
 
 
+def _where(path: list[Any]) -> str | None:
+    """``['links', 1, 'bw_GBps']`` -> ``links[1].bw_GBps``; None for the document itself."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def _check_scalar(v: Any, name: str, path: list[Any]) -> None:
+    """A number must be finite and at most :data:`MAX_NUMBER` in magnitude; a text at most
+    :data:`MAX_TEXT_CHARS` long."""
+    if isinstance(v, bool):
+        return
+    if isinstance(v, float) and not math.isfinite(v):
+        shown = ".nan" if v != v else ("-.inf" if v < 0 else ".inf")
+        raise InputError(f"got {shown}; allowed: a finite number", file=name,
+                         field=_where(path))
+    if isinstance(v, (int, float)) and abs(v) > MAX_NUMBER:
+        shown = f"{v:.3g}" if isinstance(v, float) else f"an integer of {len(str(abs(v)))} digits"
+        raise InputError(f"got {shown}; allowed: numbers of magnitude at most {MAX_NUMBER:g}",
+                         file=name, field=_where(path))
+    if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
+        raise InputError(f"a text of {len(v):,} characters; allowed: at most "
+                         f"{MAX_TEXT_CHARS:,} characters", file=name, field=_where(path))
+
+
 def _check_size(data: Any, name: str, max_values: int) -> None:
-    """Refuse self-containing aliases and documents whose aliases expand past ``max_values``."""
+    """Refuse self-containing aliases, documents whose aliases expand past ``max_values``, and
+    values no file means: a non-finite or huge number, a huge text or key (named by field)."""
     sizes: dict[int, int] = {}
     open_: set[int] = set()
+    path: list[Any] = []
 
     def size(v: Any, depth: int) -> int:
         if not isinstance(v, (list, dict)):
+            _check_scalar(v, name, path)
             return 1
         key = id(v)
         if key in sizes:
@@ -170,10 +209,18 @@ def _check_size(data: Any, name: str, max_values: int) -> None:
         if depth > 100:
             raise InputError("nested more than 100 levels deep", file=name)
         open_.add(key)
-        items = list(v.keys()) + list(v.values()) if isinstance(v, dict) else v
+        pairs = v.items() if isinstance(v, dict) else enumerate(v)
         n = 1
-        for item in items:
+        for k, item in pairs:
+            if isinstance(v, dict):
+                if isinstance(k, str) and len(k) > MAX_KEY_CHARS:
+                    raise InputError(f"a key of {len(k):,} characters ({k[:20]!r}...); allowed: "
+                                     f"keys of at most {MAX_KEY_CHARS} characters", file=name,
+                                     field=_where(path))
+                n += size(k, depth + 1)
+            path.append(k if isinstance(k, (str, int)) and not isinstance(k, bool) else str(k))
             n += size(item, depth + 1)
+            path.pop()
             if n > max_values:
                 raise InputError(f"expands to more than {max_values} values (YAML aliases?); "
                                  "allowed: smaller documents", file=name)

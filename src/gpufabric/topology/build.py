@@ -730,7 +730,10 @@ def parse_inline(text: str) -> dict[str, Any]:
         key = key.strip()
         if not value.strip():
             raise InputError(f"no value after '=' in {part!r}", file=text, field=key or None)
-        val = parse_yaml(value, text)
+        try:
+            val = parse_yaml(value, text)
+        except InputError as exc:
+            raise exc.located(field_prefix=key.strip() or None) from None
         cur = spec
         *parents, leaf = key.split(".")
         if not all((*parents, leaf)):

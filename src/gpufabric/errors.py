@@ -137,4 +137,5 @@ def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None
     close = closest_name(name, known)
     hint = f"; did you mean '{close}'?" if close else ""
     listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
-    return InputError(f"unknown {kind} '{name}'{hint} (known: {listing})", file=file, field=field)
+    return InputError(f"unknown {kind} '{_clip(name, 100)}'{hint} (known: {listing})", file=file,
+                      field=field)

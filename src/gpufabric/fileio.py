@@ -22,8 +22,10 @@ DIR: is a directory; expected a file
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,49 @@ MAX_TEXT_CHARS = 10_000
 MAX_NUMBER = 1e30
 #: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _name_limits() -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) in bytes: the longest file name and path the OS takes."""
+    try:
+        return os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
+    except (AttributeError, OSError, ValueError):   # no pathconf (Windows)
+        return 255, 4096
+
+
+def names_a_path(text: str) -> bool:
+    """Whether ``text`` can name a file at all: not empty, no NUL byte, at most PATH_MAX bytes
+    and no part longer than NAME_MAX bytes (255 and 4096 on Linux). An argument that takes
+    "a preset, a file, or an inline spec" is never a file when this is false, and is not handed
+    to the OS (which would answer "File name too long").
+
+    Examples
+    --------
+    >>> names_a_path("box.yaml"), names_a_path("gpu=H100-SXM," * 400), names_a_path("a\\x00b")
+    (True, False, False)
+    """
+    if not text or "\x00" in text:
+        return False
+    name_max, path_max = _name_limits()
+    raw = os.fsencode(text)
+    return len(raw) < path_max and all(len(part) <= name_max for part in raw.split(b"/"))
+
+
+def path_kind(text: str) -> str | None:
+    """``"file"``, ``"dir"`` or ``"other"`` for an existing path; None when there is none or
+    ``text`` cannot name one (:func:`names_a_path`). Never raises.
+
+    >>> path_kind("."), path_kind("no/such/file.yaml"), path_kind("x" * 5000)
+    ('dir', None, None)
+    """
+    if not names_a_path(text):
+        return None
+    try:
+        st = os.stat(text)
+    except (OSError, ValueError):
+        return None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
 
 
 def read_text(path: str | os.PathLike[str], *, what: str = "a UTF-8 text file",

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import read_text
+from gpufabric.fileio import path_kind, read_text
 
 #: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
 KINDS = ("training", "inference", "service", "batch")
@@ -225,9 +225,10 @@ def resolve_trace(trace: str, data_dir: str | os.PathLike | None = None) -> Path
     if trace in TRACES:
         return bundled_path("pod_list", trace, data_dir)
     p = Path(trace)
-    if p.is_file():
+    kind = path_kind(trace)
+    if kind == "file":
         return p
-    if p.is_dir():
+    if kind == "dir":
         raise InputError("is a directory; expected a CSV file with the openb pod columns",
                          file=trace)
     if p.suffix.lower() == ".csv" or os.sep in trace:

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
-from gpufabric.fileio import MAX_YAML_BYTES, parse_yaml, read_text
+from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, path_kind, read_text
 from gpufabric.topology import fabric, schema
 from gpufabric.topology.model import (
     CPU,
@@ -790,8 +790,9 @@ def load(system: str, materialize_nodes: int | None = None, first_node: int = 0)
     if "/" not in system and presets.exists(system):
         return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
     path = Path(system)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        if not path.exists():
+    kind = path_kind(system)    # None too for what cannot be a file name (a long inline spec)
+    if names_a_path(system) and (path.suffix.lower() in (".yaml", ".yml", ".json") or kind):
+        if kind is None:
             raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
                              file=system)
         text = read_text(path, what=SYSTEM_FILE, max_bytes=MAX_YAML_BYTES)

@@ -24,7 +24,7 @@ from typing import Any
 
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import MAX_YAML_BYTES, parse_yaml, read_text
+from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, path_kind, read_text
 
 ARCHS = ("dense", "moe", "encoder", "cnn")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
@@ -351,7 +351,7 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
         return name_or_path
     text = str(name_or_path)
     p = Path(text)
-    if text.endswith((".yaml", ".yml")) or p.is_file():
+    if names_a_path(text) and (text.endswith((".yaml", ".yml")) or path_kind(text) == "file"):
         models = _parse(read_text(p, what="a model file (YAML)", max_bytes=MAX_YAML_BYTES), text)
         if len(models) != 1:
             raise InputError(f"holds {len(models)} models; give a file with one", file=text)

@@ -16,10 +16,10 @@ MAX_PART_CHARS = 200
 MAX_MESSAGE_CHARS = 2000
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int = 60) -> str:
     """``text`` cut to about ``limit`` characters, saying how long it was.
 
-    >>> _clip("gpu=H100-SXM," * 100, 40)
+    >>> clip("gpu=H100-SXM," * 100, 40)
     'gpu=H100-SXM,gpu=H100-SXM,gpu=... (1,300 characters)'
     """
     text = str(text)
@@ -53,9 +53,9 @@ class InputError(ValueError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        parts = [_clip(p, MAX_PART_CHARS) for p in (self.file, self.field) if p]
+        parts = [clip(p, MAX_PART_CHARS) for p in (self.file, self.field) if p]
         # one line of bounded length, whatever the input echoed back holds
-        line = ": ".join(parts + [_clip(self.message, MAX_MESSAGE_CHARS)])
+        line = ": ".join(parts + [clip(self.message, MAX_MESSAGE_CHARS)])
         return line.replace("\r", "\\r").replace("\n", "\\n")
 
     def located(self, file: str | None = None, field_prefix: str | None = None) -> InputError:
@@ -137,5 +137,5 @@ def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None
     close = closest_name(name, known)
     hint = f"; did you mean '{close}'?" if close else ""
     listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
-    return InputError(f"unknown {kind} '{_clip(name, 100)}'{hint} (known: {listing})", file=file,
+    return InputError(f"unknown {kind} '{clip(name, 100)}'{hint} (known: {listing})", file=file,
                       field=field)

@@ -234,6 +234,22 @@ def _check_scalar(v: Any, name: str, path: list[Any]) -> None:
                          f"{MAX_TEXT_CHARS:,} characters", file=name, field=_where(path))
 
 
+def check_key(key: Any, file: str, field: str | None = None) -> None:
+    """Refuse a key (of a YAML mapping, a CSV header, a JSON object) longer than
+    :data:`MAX_KEY_CHARS`.
+
+    >>> try:
+    ...     check_key("k" * 100_000, "t.csv", "header")
+    ... except InputError as e:
+    ...     print(e)
+    t.csv: header: a key of 100,000 characters ('kkkkkkkkkkkkkkkkkkkk'...); allowed: keys of \
+at most 256 characters
+    """
+    if isinstance(key, str) and len(key) > MAX_KEY_CHARS:
+        raise InputError(f"a key of {len(key):,} characters ({key[:20]!r}...); allowed: keys of "
+                         f"at most {MAX_KEY_CHARS} characters", file=file, field=field)
+
+
 def _check_size(data: Any, name: str, max_values: int) -> None:
     """Refuse self-containing aliases, documents whose aliases expand past ``max_values``, and
     values no file means: a non-finite or huge number, a huge text or key (named by field)."""
@@ -258,10 +274,7 @@ def _check_size(data: Any, name: str, max_values: int) -> None:
         n = 1
         for k, item in pairs:
             if isinstance(v, dict):
-                if isinstance(k, str) and len(k) > MAX_KEY_CHARS:
-                    raise InputError(f"a key of {len(k):,} characters ({k[:20]!r}...); allowed: "
-                                     f"keys of at most {MAX_KEY_CHARS} characters", file=name,
-                                     field=_where(path))
+                check_key(k, name, _where(path))
                 n += size(k, depth + 1)
             path.append(k if isinstance(k, (str, int)) and not isinstance(k, bool) else str(k))
             n += size(item, depth + 1)

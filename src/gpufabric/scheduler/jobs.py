@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufabric.errors import InputError, unknown_name
+from gpufabric.errors import InputError, clip, unknown_name
 from gpufabric.fileio import path_kind, read_text
 
 #: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
@@ -264,10 +264,10 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
     try:
         v = cast(float(text)) if cast is int and "." in text else cast(text)
     except (ValueError, OverflowError):
-        raise InputError(f"'{text}' is not a number", file=str(path),
+        raise InputError(f"'{clip(text)}' is not a number", file=str(path),
                          field=f"line {line}.{name}") from None
     if not math.isfinite(v) or abs(v) > MAX_VALUE:
-        raise InputError(f"'{text}' is not a finite number below {MAX_VALUE:.0e}",
+        raise InputError(f"'{clip(text)}' is not a finite number below {MAX_VALUE:.0e}",
                          file=str(path), field=f"line {line}.{name}")
     if v < minimum:
         raise InputError(f"{v} is below {minimum}", file=str(path), field=f"line {line}.{name}")

@@ -259,6 +259,9 @@ def _check(raw: Any, where: str) -> ModelSpec:
         n = _num(v)
         if isinstance(n, bool) or not isinstance(n, (int, float)):
             raise InputError(f"got {v!r}; expected a number", file=where, field=f"published.{k}")
+        if n <= 0:     # published counts (params, FLOPs per sample) are sizes
+            raise InputError(f"got {v!r}; expected a number > 0", file=where,
+                             field=f"published.{k}")
         vals["published"][str(k)] = float(n)
     if vals["arch"] == "cnn":
         for key in ("params_total", "flops_per_sample"):

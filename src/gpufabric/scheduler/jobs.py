@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError, clip, unknown_name
-from gpufabric.fileio import path_kind, read_text
+from gpufabric.fileio import check_key, path_kind, read_text
 
 #: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
 KINDS = ("training", "inference", "service", "batch")
@@ -245,6 +245,8 @@ def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
         raise InputError(f"empty file; expected a header with columns {','.join(allowed)}",
                          file=str(path))
     header = [h.strip() for h in rows[0]]
+    for h in header:
+        check_key(h, str(path), "header")
     missing = [c for c in required if c not in header]
     if missing:
         raise InputError(f"missing column '{missing[0]}'; expected columns "

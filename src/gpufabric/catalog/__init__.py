@@ -347,7 +347,7 @@ def most_nvlinks(gen: int | None = None) -> tuple[int, str]:
     best = (0, "")
     for name in names("gpu"):
         g = gpu(name)
-        if not (g.peer_link or "").startswith("nvlink"):
+        if g.peer_link is None or not g.peer_link.startswith("nvlink"):
             continue
         if gen is not None and peer_link(g.peer_link).gen != gen:
             continue

@@ -194,6 +194,21 @@ def test_spec_file_numbers_and_sizes(refused, tmp_path, text, message):
 def test_inline_spec_values_are_checked_like_a_file(refused):
     assert refused("show", "gpu=H100-SXM,nodes=.nan") == (
         "gpu=H100-SXM,nodes=.nan: nodes: got .nan; allowed: a finite number")
+    spec = "gpu=H100-SXM,nodes=" + "9" * 5000       # past the 4300 digits int() reads
+    assert refused("show", spec) == (
+        f"{spec[:190]}... (5,019 characters): nodes: an integer of 5,000 characters; allowed: "
+        "numbers of magnitude at most 1e+30")
+
+
+def test_integers_int_will_not_read_are_refused(refused, tmp_path):
+    f = tmp_path / "spec.yaml"
+    f.write_text("gpu: H100-SXM\nnodes: " + "9" * 5000 + "\n")
+    assert refused("show", str(f)) == (
+        f"{f}: line 2: an integer of 5,000 characters; allowed: numbers of magnitude at most 1e+30")
+    f.write_text("gpu: H100-SXM\nnodes: " + "9:" * 3000 + "1\n")      # YAML 1.1 base 60
+    assert refused("show", str(f)) == (
+        f"{f}: nodes: got an integer of more than 4,300 digits; allowed: numbers of magnitude at "
+        "most 1e+30")
 
 
 MODEL = """\

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -51,6 +52,8 @@ MAX_TEXT_CHARS = 10_000
 #: 1.5e13 (tokens); sizes are at most a PiB (1.1e15). Past this, a number is a typo or an attack,
 #: and sums and products of it would overflow to infinity.
 MAX_NUMBER = 1e30
+#: A plain YAML scalar that the loader reads as an integer (YAML 1.1: signs, digits, ``_``).
+_LONG_INT = re.compile(r"[-+]?(0b|0x|0o)?[0-9a-fA-F_]+\Z")
 #: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -192,10 +195,15 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     try:
         # count the parser's events first: a flat document too big to build is refused
         # before Python objects are made for it
-        for events, _ in enumerate(yaml.parse(text, Loader=_LOADER)):
+        for events, ev in enumerate(yaml.parse(text, Loader=_LOADER)):
             if events > max_values + 4:   # stream, document and root events aside
                 raise InputError(f"more than {max_values} values; allowed: smaller documents",
                                  file=name)
+            if (isinstance(ev, yaml.ScalarEvent) and not ev.style and len(ev.value) > 4000
+                    and _LONG_INT.match(ev.value)):   # int() refuses past 4300 digits
+                raise InputError(f"an integer of {len(ev.value):,} characters; allowed: numbers "
+                                 f"of magnitude at most {MAX_NUMBER:g}", file=name,
+                                 field=f"line {ev.start_mark.line + 1}")
         data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -204,6 +212,10 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
                          field=f"line {mark.line + 1}" if mark else None) from None
     except RecursionError:
         raise InputError("not valid YAML: nested too deeply", file=name) from None
+    except InputError:
+        raise
+    except ValueError as exc:   # a number int() will not read (a huge base-60 one, say)
+        raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}", file=name) from None
     _check_size(data, name, max_values)
     return data
 
@@ -216,6 +228,14 @@ def _where(path: list[Any]) -> str | None:
     return out or None
 
 
+def _digits(v: int) -> str:
+    """How many decimal digits ``v`` has (``str`` refuses past 4300)."""
+    try:
+        return f"{len(str(abs(v))):,}"
+    except ValueError:
+        return "more than 4,300"
+
+
 def _check_scalar(v: Any, name: str, path: list[Any]) -> None:
     """A number must be finite and at most :data:`MAX_NUMBER` in magnitude; a text at most
     :data:`MAX_TEXT_CHARS` long."""
@@ -226,7 +246,7 @@ def _check_scalar(v: Any, name: str, path: list[Any]) -> None:
         raise InputError(f"got {shown}; allowed: a finite number", file=name,
                          field=_where(path))
     if isinstance(v, (int, float)) and abs(v) > MAX_NUMBER:
-        shown = f"{v:.3g}" if isinstance(v, float) else f"an integer of {len(str(abs(v)))} digits"
+        shown = f"{v:.3g}" if isinstance(v, float) else f"an integer of {_digits(v)} digits"
         raise InputError(f"got {shown}; allowed: numbers of magnitude at most {MAX_NUMBER:g}",
                          file=name, field=_where(path))
     if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:

@@ -742,7 +742,9 @@ def parse_inline(text: str) -> dict[str, Any]:
             raise InputError(f"no value after '=' in {part!r}", file=text, field=key or None)
         try:
             val = parse_yaml(value, text)
-        except InputError as exc:
+        except InputError as exc:   # a value is one line: its line number says nothing
+            if (exc.field or "").startswith("line "):
+                exc = InputError(exc.message, file=exc.file)
             raise exc.located(field_prefix=key.strip() or None) from None
         cur = spec
         *parents, leaf = key.split(".")

@@ -201,9 +201,10 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
                                  file=name)
             if (isinstance(ev, yaml.ScalarEvent) and not ev.style and len(ev.value) > 4000
                     and _LONG_INT.match(ev.value)):   # int() refuses past 4300 digits
+                mark = ev.start_mark
                 raise InputError(f"an integer of {len(ev.value):,} characters; allowed: numbers "
                                  f"of magnitude at most {MAX_NUMBER:g}", file=name,
-                                 field=f"line {ev.start_mark.line + 1}")
+                                 field=f"line {mark.line + 1}" if mark else None)
         data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

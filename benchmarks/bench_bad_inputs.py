@@ -53,6 +53,27 @@ def main() -> None:
     (d / "flat.yaml").write_text("a: [" + "1, " * 1_200_000 + "1]\n")   # 3.6 MB, 1.2M values
     (d / "back.csv").write_text("arrival_s,isl,osl\n0,10,1\n-1,10,1\n")
     serve, train = ["serve", "llama3-8b", "hgx-h100"], ["train", "llama3-8b", "hgx-h100"]
+    nvsmi = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nvsmi"
+    (d / "nv9999.txt").write_text((nvsmi / "dgx_a100_nv12.txt").read_text()
+                                  .replace("NV12", "NV9999"))
+
+    def matrix(n: int, cell: str) -> str:
+        head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\n"
+        return head + "".join(f"GPU{i}\t" + "\t".join(" X " if i == j else cell
+                                                       for j in range(n)) + "\t0-63\n"
+                              for i in range(n))
+    (d / "gpus577.txt").write_text(matrix(577, "NV18"))        # one GPU past the limit
+    (d / "sys576.txt").write_text(matrix(576, "SYS"))          # 576 sockets
+    (d / "inf.yaml").write_text("gpu: H100-SXM\nnodes: 4\nnics_per_node: 8\n"
+                                "fabric: {oversubscription: .inf}\n")
+    (d / "bigint.yaml").write_text("devices: [{id: c, kind: cpu}, {id: g, kind: gpu}]\n"
+                                   "links: [{a: c, b: g, kind: pcie, lanes: " + "9" * 4000 + "}]\n")
+    (d / "longkey.yaml").write_text("gpu: H100-SXM\n? " + "k" * 100_000 + "\n: 1\n")
+    (d / "model.yaml").write_text("- {name: m, arch: dense, layers: .inf, hidden: 4096, heads: 32,"
+                                  " ffn: 11008, vocab: 32000, seq_len: 4096, source: x}\n")
+    (d / "points.yaml").write_text("- {id: x, system: {gpu: H100-SXM}, collective: all_reduce, "
+                                   "points: [{size: " + "1" * 4000 + ", busbw: .nan}]}\n")
+    (d / "t.csv").write_text("arrival_s,isl,osl," + "k" * 100_000 + "\n0,1,1,1\n")
     cases = [
         ("baseline (--version)", ["--version"]),
         ("65 MiB YAML file", ["show", str(d / "huge.yaml")]),
@@ -77,6 +98,21 @@ def main() -> None:
         ("flags: schedule --load arrival", ["schedule", "synthetic-openb", "--load", "2"]),
         ("trace arrival -1", serve + ["--trace", str(d / "back.csv")]),
         ("train layout over memory", train),
+        ("nvidia-smi NV9999", ["import", "nvidia-smi", str(d / "nv9999.txt"), "-o",
+                               str(d / "o.yaml")]),
+        ("nvidia-smi 577 GPUs", ["import", "nvidia-smi", str(d / "gpus577.txt"), "-o",
+                                 str(d / "o.yaml")]),
+        ("nvidia-smi 576 GPUs all SYS", ["import", "nvidia-smi", str(d / "sys576.txt"), "-o",
+                                         str(d / "o.yaml")]),
+        ("spec with .inf", ["show", str(d / "inf.yaml")]),
+        ("system file, 4000-digit int", ["show", str(d / "bigint.yaml")]),
+        ("YAML key of 100,000 chars", ["show", str(d / "longkey.yaml")]),
+        ("model file layers .inf", ["train", str(d / "model.yaml"), "dgx-a100"]),
+        ("measurements 4000 digits", ["validate", str(d / "points.yaml")]),
+        ("trace header 100,000 chars", ["serve", "llama2-7b", "dgx-a100", "--trace",
+                                        str(d / "t.csv")]),
+        ("inline spec of 5000 chars", ["show", "gpu=H100-SXM,nodes=.nan," + "x=1," * 1250]),
+        ("name of 5000 chars", ["show", "t" * 5000]),
     ]
     print(f"{'case':<30} {'exit':>4} {'wall s':>6} {'cpu s':>6} {'peak MiB':>8}  message")
     for name, args in cases:

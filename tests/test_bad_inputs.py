@@ -50,7 +50,8 @@ def test_nvidia_smi_output_saved_by_powershell_is_utf16_and_reads(cli, tmp_path)
     text = (Path(__file__).parent / "fixtures" / "nvsmi" / "dgx_a100_nv12.txt").read_text()
     f = tmp_path / "topo.txt"
     f.write_bytes(text.encode("utf-16"))     # PowerShell's `>` writes UTF-16 with a BOM
-    code, out, err = cli("import", "nvidia-smi", str(f), "-o", str(tmp_path / "a.yaml"))
+    code, out, err = cli("import", "nvidia-smi", str(f), "-o", str(tmp_path / "a.yaml"),
+                         "--gpu", "A100-SXM4-40GB")
     assert (code, err) == (0, "")
     assert out.startswith(f"wrote {tmp_path / 'a.yaml'}: 8 GPUs")
 
@@ -76,12 +77,15 @@ links:
 
 
 @pytest.mark.parametrize("link, message", [
-    ("bw_GBps: 0", "links[1].bw_GBps: got 0; allowed: a number above 0 GB/s per direction"),
-    ("bw_GBps: -5", "links[1].bw_GBps: got -5; allowed: a number above 0 GB/s per direction"),
-    ("bw_GBps: .nan", "links[1].bw_GBps: got nan; allowed: a number above 0 GB/s per direction"),
-    ("lanes: 0", "links[1].lanes: expected an integer >= 1, got 0"),
-    ("count: 0", "links[1].count: expected an integer >= 1, got 0"),
-    ("lat_us: -1", "links[1].lat_us: got -1; allowed: a number of microseconds >= 0"),
+    ("bw_GBps: 0", "links[1].bw_GBps: got 0; allowed: a number above 0 and at most 10,000 GB/s "
+     "per direction"),
+    ("bw_GBps: -5", "links[1].bw_GBps: got -5; allowed: a number above 0 and at most 10,000 GB/s "
+     "per direction"),
+    ("bw_GBps: .nan", "links[1].bw_GBps: got .nan; allowed: a finite number"),
+    ("lanes: 0", "links[1].lanes: expected an integer >= 1 and <= 32, got 0"),
+    ("count: 0", "links[1].count: expected an integer >= 1 and <= 1024, got 0"),
+    ("lat_us: -1", "links[1].lat_us: got -1; allowed: a number of microseconds >= 0 and <= "
+     "1,000,000"),
 ])
 @pytest.mark.parametrize("command", ["show", "p2p", "collective", "compare"])
 def test_zero_or_negative_link_bandwidth_is_refused(cli, tmp_path, link, message, command):

@@ -230,7 +230,7 @@ def test_a_model_file_is_read_like_every_other_file(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("arrival_s,isl,osl\n0,10,10\nnan,10,10\n",
-     "row 3.arrival_s: got 'nan'; expected a finite number of seconds from 0 up or an ISO "
+     "row 3.arrival_s: got 'nan'; expected a number of seconds from 0 to 1e+12 or an ISO "
      "date-time"),
     ("arrival_s,isl,osl\n0,1e40,10\n",
      "row 2.isl: got '1e40'; expected a whole number of tokens from 1 to 100,000,000"),

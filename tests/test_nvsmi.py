@@ -479,11 +479,16 @@ def pcie_systems(draw):
         links.extend({"a": g, "b": "nvsw", "kind": "nvlink", "count": count, "gen": 4}
                      for g in gpus)
     elif fabric == "pairs":
+        used = dict.fromkeys(gpus, 0)      # an NVLink 3 GPU has at most 12 links (A100)
         for i, a in enumerate(gpus):
             for b in gpus[i + 1:]:
                 if draw(st.booleans()):
-                    links.append({"a": a, "b": b, "kind": "nvlink", "gen": 3,
-                                  "count": draw(st.integers(1, 4))})
+                    count = draw(st.integers(1, 4))
+                    if max(used[a], used[b]) + count <= 12:
+                        used[a] += count
+                        used[b] += count
+                        links.append({"a": a, "b": b, "kind": "nvlink", "gen": 3,
+                                      "count": count})
     return {"name": "random", "devices": devices, "links": links}
 
 

@@ -23,8 +23,8 @@ from gpufabric.topology.build import from_spec
     ({"gpu": "H100-SXM", "fabric": {"topology": "mesh"}},
      "box.yaml: fabric.topology: got 'mesh'; allowed: rail-optimized, fat-tree"),
     ({"gpu": "H100-SXM", "fabric": {"oversubscription": 0.5}},
-     "box.yaml: fabric.oversubscription: expected a number >= 1 (downlinks:uplinks) or a list "
-     "[leaf, spine], got 0.5"),
+     "box.yaml: fabric.oversubscription: expected a number >= 1 and <= 511 (downlinks:uplinks) "
+     "or a list [leaf, spine], got 0.5"),
     ({"gpu": "H100-SXM", "host": 3}, "box.yaml: host: expected a mapping with keys cpu, sockets,"),
     ({"gpu": "H100-SXM", "host": {"sokets": 2, "cpus": 1}},
      "box.yaml: host.cpus: unknown key(s) cpus, sokets; allowed: cpu, sockets, pcie_switches"),

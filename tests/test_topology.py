@@ -201,7 +201,8 @@ def test_system_file_field_types_are_checked(tmp_path):
     f.write_text("devices:\n  - {id: g0, kind: gpu, model: H100-SXM, numa: zero}\nlinks: []\n")
     with pytest.raises(InputError) as e:
         load(str(f))
-    assert str(e.value) == f"{f}: devices[0].numa: expected an integer, got 'zero'"
+    assert str(e.value) == (
+        f"{f}: devices[0].numa: expected an integer >= -1 and <= 1023, got 'zero'")
 
 
 def test_p2p_follows_nccl_per_host_cpu_and_routing_agrees():

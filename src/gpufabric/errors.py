@@ -10,6 +10,24 @@ import re
 from collections.abc import Iterable
 
 
+#: Longest file name (or inline spec) and field an error line shows; longer ones are cut.
+MAX_PART_CHARS = 200
+#: Longest message an error line shows (a list of known names fits); longer ones are cut.
+MAX_MESSAGE_CHARS = 2000
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was.
+
+    >>> clip("gpu=H100-SXM," * 100, 40)
+    'gpu=H100-SXM,gpu=H100-SXM,gpu=... (1,300 characters)'
+    """
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 10]}... ({len(text):,} characters)"
+
+
 class InputError(ValueError):
     """Bad user input: a malformed file, an impossible design, an unknown name.
 
@@ -35,9 +53,10 @@ class InputError(ValueError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        parts = [p for p in (self.file, self.field) if p]
-        # one line, whatever the input echoed back holds
-        return ": ".join(parts + [self.message]).replace("\r", "\\r").replace("\n", "\\n")
+        parts = [clip(p, MAX_PART_CHARS) for p in (self.file, self.field) if p]
+        # one line of bounded length, whatever the input echoed back holds
+        line = ": ".join(parts + [clip(self.message, MAX_MESSAGE_CHARS)])
+        return line.replace("\r", "\\r").replace("\n", "\\n")
 
     def located(self, file: str | None = None, field_prefix: str | None = None) -> InputError:
         """Return a copy with the file set (if unset) and the field prefixed."""
@@ -118,4 +137,5 @@ def unknown_name(kind: str, name: str, known: Iterable[str], *, file: str | None
     close = closest_name(name, known)
     hint = f"; did you mean '{close}'?" if close else ""
     listing = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
-    return InputError(f"unknown {kind} '{name}'{hint} (known: {listing})", file=file, field=field)
+    return InputError(f"unknown {kind} '{clip(name, 100)}'{hint} (known: {listing})", file=file,
+                      field=field)

@@ -22,7 +22,11 @@ DIR: is a directory; expected a file
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,8 +43,62 @@ MAX_TEXT_BYTES = 64 * 2**20
 MAX_YAML_BYTES = 8 * 2**20
 #: Largest YAML document, counted as values after aliases are expanded.
 MAX_YAML_VALUES = 1_000_000
+#: Longest key of a YAML mapping (characters). gpufabric's own keys are under 40 characters.
+MAX_KEY_CHARS = 256
+#: Longest text value of a YAML file (characters); the longest ``source`` note of the
+#: calibration files is about 1,000.
+MAX_TEXT_CHARS = 10_000
+#: Largest magnitude of a number in a YAML file. The largest the repository's data holds is
+#: 1.5e13 (tokens); sizes are at most a PiB (1.1e15). Past this, a number is a typo or an attack,
+#: and sums and products of it would overflow to infinity.
+MAX_NUMBER = 1e30
+#: A plain YAML scalar that the loader reads as an integer (YAML 1.1: signs, digits, ``_``).
+_LONG_INT = re.compile(r"[-+]?(0b|0x|0o)?[0-9a-fA-F_]+\Z")
 #: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _name_limits() -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) in bytes: the longest file name and path the OS takes."""
+    try:
+        return os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
+    except (AttributeError, OSError, ValueError):   # no pathconf (Windows)
+        return 255, 4096
+
+
+def names_a_path(text: str) -> bool:
+    """Whether ``text`` can name a file at all: not empty, no NUL byte, at most PATH_MAX bytes
+    and no part longer than NAME_MAX bytes (255 and 4096 on Linux). An argument that takes
+    "a preset, a file, or an inline spec" is never a file when this is false, and is not handed
+    to the OS (which would answer "File name too long").
+
+    Examples
+    --------
+    >>> names_a_path("box.yaml"), names_a_path("gpu=H100-SXM," * 400), names_a_path("a\\x00b")
+    (True, False, False)
+    """
+    if not text or "\x00" in text:
+        return False
+    name_max, path_max = _name_limits()
+    raw = os.fsencode(text)
+    return len(raw) < path_max and all(len(part) <= name_max for part in raw.split(b"/"))
+
+
+def path_kind(text: str) -> str | None:
+    """``"file"``, ``"dir"`` or ``"other"`` for an existing path; None when there is none or
+    ``text`` cannot name one (:func:`names_a_path`). Never raises.
+
+    >>> path_kind("."), path_kind("no/such/file.yaml"), path_kind("x" * 5000)
+    ('dir', None, None)
+    """
+    if not names_a_path(text):
+        return None
+    try:
+        st = os.stat(text)
+    except (OSError, ValueError):
+        return None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
 
 
 def read_text(path: str | os.PathLike[str], *, what: str = "a UTF-8 text file",
@@ -137,10 +195,16 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     try:
         # count the parser's events first: a flat document too big to build is refused
         # before Python objects are made for it
-        for events, _ in enumerate(yaml.parse(text, Loader=_LOADER)):
+        for events, ev in enumerate(yaml.parse(text, Loader=_LOADER)):
             if events > max_values + 4:   # stream, document and root events aside
                 raise InputError(f"more than {max_values} values; allowed: smaller documents",
                                  file=name)
+            if (isinstance(ev, yaml.ScalarEvent) and not ev.style and len(ev.value) > 4000
+                    and _LONG_INT.match(ev.value)):   # int() refuses past 4300 digits
+                mark = ev.start_mark
+                raise InputError(f"an integer of {len(ev.value):,} characters; allowed: numbers "
+                                 f"of magnitude at most {MAX_NUMBER:g}", file=name,
+                                 field=f"line {mark.line + 1}" if mark else None)
         data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -149,17 +213,74 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
                          field=f"line {mark.line + 1}" if mark else None) from None
     except RecursionError:
         raise InputError("not valid YAML: nested too deeply", file=name) from None
+    except InputError:
+        raise
+    except ValueError as exc:   # a number int() will not read (a huge base-60 one, say)
+        raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}", file=name) from None
     _check_size(data, name, max_values)
     return data
 
 
+def _where(path: list[Any]) -> str | None:
+    """``['links', 1, 'bw_GBps']`` -> ``links[1].bw_GBps``; None for the document itself."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def _digits(v: int) -> str:
+    """How many decimal digits ``v`` has (``str`` refuses past 4300)."""
+    try:
+        return f"{len(str(abs(v))):,}"
+    except ValueError:
+        return "more than 4,300"
+
+
+def _check_scalar(v: Any, name: str, path: list[Any]) -> None:
+    """A number must be finite and at most :data:`MAX_NUMBER` in magnitude; a text at most
+    :data:`MAX_TEXT_CHARS` long."""
+    if isinstance(v, bool):
+        return
+    if isinstance(v, float) and not math.isfinite(v):
+        shown = ".nan" if v != v else ("-.inf" if v < 0 else ".inf")
+        raise InputError(f"got {shown}; allowed: a finite number", file=name,
+                         field=_where(path))
+    if isinstance(v, (int, float)) and abs(v) > MAX_NUMBER:
+        shown = f"{v:.3g}" if isinstance(v, float) else f"an integer of {_digits(v)} digits"
+        raise InputError(f"got {shown}; allowed: numbers of magnitude at most {MAX_NUMBER:g}",
+                         file=name, field=_where(path))
+    if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
+        raise InputError(f"a text of {len(v):,} characters; allowed: at most "
+                         f"{MAX_TEXT_CHARS:,} characters", file=name, field=_where(path))
+
+
+def check_key(key: Any, file: str, field: str | None = None) -> None:
+    """Refuse a key (of a YAML mapping, a CSV header, a JSON object) longer than
+    :data:`MAX_KEY_CHARS`.
+
+    >>> try:
+    ...     check_key("k" * 100_000, "t.csv", "header")
+    ... except InputError as e:
+    ...     print(e)
+    t.csv: header: a key of 100,000 characters ('kkkkkkkkkkkkkkkkkkkk'...); allowed: keys of \
+at most 256 characters
+    """
+    if isinstance(key, str) and len(key) > MAX_KEY_CHARS:
+        raise InputError(f"a key of {len(key):,} characters ({key[:20]!r}...); allowed: keys of "
+                         f"at most {MAX_KEY_CHARS} characters", file=file, field=field)
+
+
 def _check_size(data: Any, name: str, max_values: int) -> None:
-    """Refuse self-containing aliases and documents whose aliases expand past ``max_values``."""
+    """Refuse self-containing aliases, documents whose aliases expand past ``max_values``, and
+    values no file means: a non-finite or huge number, a huge text or key (named by field)."""
     sizes: dict[int, int] = {}
     open_: set[int] = set()
+    path: list[Any] = []
 
     def size(v: Any, depth: int) -> int:
         if not isinstance(v, (list, dict)):
+            _check_scalar(v, name, path)
             return 1
         key = id(v)
         if key in sizes:
@@ -170,10 +291,15 @@ def _check_size(data: Any, name: str, max_values: int) -> None:
         if depth > 100:
             raise InputError("nested more than 100 levels deep", file=name)
         open_.add(key)
-        items = list(v.keys()) + list(v.values()) if isinstance(v, dict) else v
+        pairs = v.items() if isinstance(v, dict) else enumerate(v)
         n = 1
-        for item in items:
+        for k, item in pairs:
+            if isinstance(v, dict):
+                check_key(k, name, _where(path))
+                n += size(k, depth + 1)
+            path.append(k if isinstance(k, (str, int)) and not isinstance(k, bool) else str(k))
             n += size(item, depth + 1)
+            path.pop()
             if n > max_values:
                 raise InputError(f"expands to more than {max_values} values (YAML aliases?); "
                                  "allowed: smaller documents", file=name)

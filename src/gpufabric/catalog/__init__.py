@@ -336,6 +336,26 @@ def gpu_variant(name: str, variant: str | None) -> str:
     return hit.name if hit is not None else part.name
 
 
+def most_nvlinks(gen: int | None = None) -> tuple[int, str]:
+    """The most NVLink links a GPU of the catalog has (of NVLink generation ``gen``, if given),
+    and that GPU: what bounds ``NV#`` in ``nvidia-smi topo -m`` and an NVLink link's ``count``
+    when the GPU model is unknown.
+
+    >>> most_nvlinks(), most_nvlinks(3), most_nvlinks(2)
+    ((18, 'H100-SXM'), (12, 'A100-SXM4-40GB'), (6, 'V100-SXM2-16GB'))
+    """
+    best = (0, "")
+    for name in names("gpu"):
+        g = gpu(name)
+        if g.peer_link is None or not g.peer_link.startswith("nvlink"):
+            continue
+        if gen is not None and peer_link(g.peer_link).gen != gen:
+            continue
+        if g.peer_links > best[0]:
+            best = (g.peer_links, g.name)
+    return best
+
+
 def peer_link(name: str, **kw) -> PeerLink:
     return get("peer_link", name, **kw)
 

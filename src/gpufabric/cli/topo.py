@@ -210,16 +210,26 @@ def import_nvidia_smi(
         name: str = typer.Option("", help="System name (default: the file's stem)."),
         json: bool = typer.Option(False, "--json", help="Also print the system as JSON.")) -> None:
     """Read `nvidia-smi topo -m` output into a system file."""
+    import sys
+
     from gpufabric import catalog
     from gpufabric.topology import nvsmi
-    from gpufabric.topology.build import from_system_file
+    from gpufabric.topology.build import from_yaml_text
     if gpu:
         gpu = catalog.gpu(gpu, field="--gpu").name
     text = read_text(file, what="the output of `nvidia-smi topo -m`")
-    m = nvsmi.parse(text, file=str(file))
-    data = nvsmi.to_system(m, name or file.stem, gpu_model=gpu)
-    from_system_file(data, data.get("name", ""), str(file))   # must build before we write
-    write_text_atomic(output, yaml.safe_dump(data, sort_keys=False), field="--output")
+    m = nvsmi.parse(text, file=str(file), gpu_model=gpu)
+    data = nvsmi.to_system(m, name or file.stem, gpu_model=gpu, file=str(file))
+    out = yaml.safe_dump(data, sort_keys=False)
+    from_yaml_text(out, str(file))   # read back as `show` reads the file, before it is written
+    write_text_atomic(output, out, field="--output")
+    gens = sorted({ln["gen"] for ln in data["links"] if ln["kind"] == "nvlink" and "gen" in ln})
+    if gens:   # no --gpu: the NVLink generation, and so every NVLink speed, is a guess
+        taken = ", ".join(f"NVLink {g} ({catalog.peer_link(f'nvlink{g}').per_link_GBps:g} GB/s "
+                          "per link per direction)" for g in gens)
+        print(f"gpufabric: warning: {file}: --gpu not given: GPU model unknown, NVLink links "
+              f"taken as {taken}; give --gpu MODEL (see `gpufabric catalog gpus`)",
+              file=sys.stderr)
     if json:
         emit_json(data)
     else:

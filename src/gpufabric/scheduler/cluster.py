@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufabric.fileio import path_kind
 from gpufabric.errors import InputError, unknown_name
 from gpufabric.scheduler import nodetopo
 from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
@@ -329,10 +330,8 @@ def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster
         from gpufabric.scheduler.synthetic import synthetic_nodes
         return synthetic_nodes(nodes.partition(":")[2] or "gpu_node")
     p = Path(nodes)
-    try:
-        is_dir, is_file = p.is_dir(), p.is_file()
-    except OSError:              # an inline spec longer than a file name may be
-        is_dir = is_file = False
+    kind = path_kind(nodes)      # None for an inline spec longer than a file name may be
+    is_dir, is_file = kind == "dir", kind == "file"
     if is_dir:
         raise InputError("is a directory; expected a CSV file with the openb node columns",
                          file=nodes)

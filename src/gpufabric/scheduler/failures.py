@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from gpufabric.errors import InputError
-from gpufabric.fileio import read_text
+from gpufabric.fileio import path_kind, read_text
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: Most node failures one replay draws (the openb replay at mtbf=1000h draws about 4,300).
@@ -103,8 +102,7 @@ def parse_failures(text: str, node_names: list[str]) -> FailureSpec:
     """Parse ``--failures`` (see the module doc); InputError names what is wrong."""
     text = text.strip()
     file = None
-    p = Path(text)
-    if "@" not in text and "=" not in text and p.is_file():
+    if "@" not in text and "=" not in text and path_kind(text) == "file":
         file = text
         text_of_file = read_text(text, what="a failures file (--failures)")
         lines = [ln.split("#")[0].strip() for ln in text_of_file.splitlines()]

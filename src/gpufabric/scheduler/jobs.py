@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import read_text
+from gpufabric.errors import InputError, clip, unknown_name
+from gpufabric.fileio import check_key, path_kind, read_text
 
 #: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
 KINDS = ("training", "inference", "service", "batch")
@@ -225,9 +225,10 @@ def resolve_trace(trace: str, data_dir: str | os.PathLike | None = None) -> Path
     if trace in TRACES:
         return bundled_path("pod_list", trace, data_dir)
     p = Path(trace)
-    if p.is_file():
+    kind = path_kind(trace)
+    if kind == "file":
         return p
-    if p.is_dir():
+    if kind == "dir":
         raise InputError("is a directory; expected a CSV file with the openb pod columns",
                          file=trace)
     if p.suffix.lower() == ".csv" or os.sep in trace:
@@ -244,6 +245,8 @@ def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
         raise InputError(f"empty file; expected a header with columns {','.join(allowed)}",
                          file=str(path))
     header = [h.strip() for h in rows[0]]
+    for h in header:
+        check_key(h, str(path), "header")
     missing = [c for c in required if c not in header]
     if missing:
         raise InputError(f"missing column '{missing[0]}'; expected columns "
@@ -267,10 +270,10 @@ def _num(row: list[str], col: int | None, name: str, line: int, path: Path, defa
     try:
         v = cast(float(text)) if cast is int and "." in text else cast(text)
     except (ValueError, OverflowError):
-        raise InputError(f"'{text}' is not a number", file=str(path),
+        raise InputError(f"'{clip(text)}' is not a number", file=str(path),
                          field=f"line {line}.{name}") from None
     if not math.isfinite(v) or abs(v) > MAX_VALUE:
-        raise InputError(f"'{text}' is not a finite number below {MAX_VALUE:.0e}",
+        raise InputError(f"'{clip(text)}' is not a finite number below {MAX_VALUE:.0e}",
                          file=str(path), field=f"line {line}.{name}")
     if v < minimum:
         raise InputError(f"got {text}; expected {allowed or f'a number >= {minimum}'}",

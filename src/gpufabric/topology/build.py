@@ -27,7 +27,7 @@ from typing import Any
 
 from gpufabric import catalog
 from gpufabric.errors import InputError
-from gpufabric.fileio import load_yaml, parse_yaml
+from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, path_kind, read_text
 from gpufabric.topology import fabric, schema
 from gpufabric.topology.model import (
     CPU,
@@ -556,15 +556,24 @@ def _entry(entry: Any, allowed: tuple[str, ...], required: tuple[str, ...], wher
                              field=f"{where}.{req}")
 
 
+#: Physical ranges of the numbers of a system file (docs/systems.md): node and index at most
+#: the GPUs of the largest fabric, NUMA nodes as Linux numbers them (-1: unknown, at most 1024),
+#: PCIe lanes up to x32, a bundle of at most 1024 parallel links, and per direction at most
+#: 10,000 GB/s (ten times a Blackwell GPU's 900 GB/s of NVLink) and 1 s of latency.
+SYSTEM_RANGES = {"node": (0, MAX_GPUS), "index": (0, MAX_GPUS), "numa": (-1, 1023),
+                 "lanes": (0, 32), "count": (1, 1024), "gen": (0, 99)}
+MAX_LINK_GBPS, MAX_LINK_LAT_US = 10_000.0, 1_000_000.0
+
+
 def _int(entry: dict[str, Any], key: str, default: int, where: str, file: str | None,
          minimum: int | None = None) -> int:
     value = entry.get(key, default)
-    if minimum is None:
-        return _want(value, int, f"{where}.{key}", "an integer", file)
-    _want(value, int, f"{where}.{key}", f"an integer >= {minimum}", file)
-    if value < minimum:
-        raise InputError(f"expected an integer >= {minimum}, got {value}", file=file,
-                         field=f"{where}.{key}")
+    lo, hi = SYSTEM_RANGES[key]
+    lo = lo if minimum is None else minimum
+    allowed = f"an integer >= {lo} and <= {hi}"
+    _want(value, int, f"{where}.{key}", allowed, file)
+    if not lo <= value <= hi:
+        raise InputError(f"expected {allowed}, got {value}", file=file, field=f"{where}.{key}")
     return value
 
 
@@ -666,16 +675,17 @@ def _complete_link(t: Topology, ln: dict[str, Any], kind: str, file: str | None,
         bw = 0.0
     _want(bw, (int, float), f"{where}.bw_GBps", "a number of GB/s per direction", file)
     graphics = kind in ("sli", "crossfire")   # a display bridge carries no compute traffic
-    if not math.isfinite(bw) or bw < 0 or (bw == 0 and not graphics):
+    if not math.isfinite(bw) or bw < 0 or (bw == 0 and not graphics) or bw > MAX_LINK_GBPS:
         given = "bw_GBps" in ln
         raise InputError(f"got {bw!r}{'' if given else ' (from lanes and gen)'}; allowed: "
-                         f"{'0 or more' if graphics else 'a number above 0'} GB/s per direction",
+                         f"{'0 or more' if graphics else 'a number above 0'} and at most "
+                         f"{MAX_LINK_GBPS:,.0f} GB/s per direction",
                          file=file, field=f"{where}.{'bw_GBps' if given else 'lanes'}")
     if lat is not None:
         _want(lat, (int, float), f"{where}.lat_us", "a number of microseconds >= 0", file)
-        if not math.isfinite(lat) or lat < 0:
-            raise InputError(f"got {lat!r}; allowed: a number of microseconds >= 0", file=file,
-                             field=f"{where}.lat_us")
+        if not math.isfinite(lat) or not 0 <= lat <= MAX_LINK_LAT_US:
+            raise InputError(f"got {lat!r}; allowed: a number of microseconds >= 0 and <= "
+                             f"{MAX_LINK_LAT_US:,.0f}", file=file, field=f"{where}.lat_us")
     return Link(a.id, b.id, kind, float(bw), float(lat or 0.0), count, lanes, gen, attrs)
 
 
@@ -730,7 +740,12 @@ def parse_inline(text: str) -> dict[str, Any]:
         key = key.strip()
         if not value.strip():
             raise InputError(f"no value after '=' in {part!r}", file=text, field=key or None)
-        val = parse_yaml(value, text)
+        try:
+            val = parse_yaml(value, text)
+        except InputError as exc:   # a value is one line: its line number says nothing
+            if (exc.field or "").startswith("line "):
+                exc = InputError(exc.message, file=exc.file)
+            raise exc.located(field_prefix=key.strip() or None) from None
         cur = spec
         *parents, leaf = key.split(".")
         if not all((*parents, leaf)):
@@ -742,6 +757,24 @@ def parse_inline(text: str) -> dict[str, Any]:
                 raise InputError(f"{p} is a value, not a section of keys", file=text, field=key)
         cur[leaf] = val
     return spec
+
+
+#: What a SYSTEM file is, in messages.
+SYSTEM_FILE = "a YAML spec or system file"
+
+
+def from_yaml_text(text: str, file: str, materialize_nodes: int | None = None,
+                   first_node: int = 0) -> Topology:
+    """A topology from the text of a YAML spec or system file named ``file``, with every check
+    :func:`load` makes of a file (its size, the YAML, the values, the design): what a command
+    writes as a system file is checked by this before it is written, so that it loads back.
+    """
+    size = len(text.encode("utf-8"))
+    if size > MAX_YAML_BYTES:
+        raise InputError(f"{size} bytes; at most {MAX_YAML_BYTES} bytes allowed for "
+                         f"{SYSTEM_FILE}", file=file)
+    return from_data(parse_yaml(text, file), Path(file).stem, file, materialize_nodes,
+                     first_node)
 
 
 def load(system: str, materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
@@ -759,12 +792,13 @@ def load(system: str, materialize_nodes: int | None = None, first_node: int = 0)
     if "/" not in system and presets.exists(system):
         return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
     path = Path(system)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        if not path.exists():
+    kind = path_kind(system)    # None too for what cannot be a file name (a long inline spec)
+    if names_a_path(system) and (path.suffix.lower() in (".yaml", ".yml", ".json") or kind):
+        if kind is None:
             raise InputError("no such file, and not a preset name (see `gpufabric systems`)",
                              file=system)
-        data = load_yaml(path, what="a YAML spec or system file")
-        return from_data(data, path.stem, system, materialize_nodes, first_node)
+        text = read_text(path, what=SYSTEM_FILE, max_bytes=MAX_YAML_BYTES)
+        return from_yaml_text(text, system, materialize_nodes, first_node)
     if "=" in system:
         return from_spec(parse_inline(system), file=system, materialize_nodes=materialize_nodes,
                          first_node=first_node)

@@ -26,7 +26,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufabric import catalog
 from gpufabric.errors import InputError
+from gpufabric.topology.schema import MAX_GPUS_PER_DOMAIN, MAX_NICS, MAX_SOCKETS
 
 #: Path types other than ``NV#`` (``X`` only on the diagonal).
 PATH_TYPES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -40,7 +42,7 @@ _ALLOWED = ("X (diagonal only), NV<n> (GPU pairs only), PIX, PXB, PHB, NODE, SYS
             "(or SOC, the old name of SYS)")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _NV = re.compile(r"^NV(\d+)$")
-_GPU = re.compile(r"^GPU(\d+)$")
+_GPU = re.compile(r"^GPU(\d{1,6})$")
 _NICN = re.compile(r"^NIC(\d+)$")
 _LEGEND_ENTRY = re.compile(r"^\s*(\S+):\s+(\S+)\s*$")
 
@@ -168,10 +170,37 @@ def _split_header(tokens: list[str], file: str) -> tuple[list[str], list[str]]:
             seen_nic = True
     if gpu_seen_after_nic:
         raise InputError("GPU columns must come before NIC columns", file=file, field="header")
+    n_gpu = sum(1 for ln in labels if _GPU.match(ln))
+    if n_gpu > MAX_GPUS_PER_DOMAIN:
+        raise InputError(f"{n_gpu} GPU columns; allowed: at most {MAX_GPUS_PER_DOMAIN} (the "
+                         "largest NVLink domain, gpus_per_node's bound in a spec)", file=file,
+                         field="header")
+    if len(labels) - n_gpu > MAX_NICS:
+        raise InputError(f"{len(labels) - n_gpu} NIC columns; allowed: at most {MAX_NICS} "
+                         "(nics_per_node's bound in a spec)", file=file, field="header")
     return labels, info
 
 
-def _check_cell(cell: str, row: str, col: str, diagonal: bool, file: str) -> str:
+def nvlink_bound(gpu_model: str = "") -> tuple[int, str]:
+    """The largest ``NV#`` a matrix may hold, and why: the NVLink links of ``gpu_model``, or
+    without a model the most any GPU of the catalog has.
+
+    >>> nvlink_bound("A100-SXM4-80GB"), nvlink_bound("RTX-4090")
+    ((12, 'A100-SXM4-80GB has 12'), (0, 'RTX-4090 has no NVLink'))
+    >>> nvlink_bound()
+    (18, 'no GPU in the catalog has more than 18, H100-SXM')
+    """
+    if gpu_model:
+        g = catalog.gpu(gpu_model)
+        if not (g.peer_link or "").startswith("nvlink") or not g.peer_links:
+            return 0, f"{g.name} has no NVLink"
+        return g.peer_links, f"{g.name} has {g.peer_links}"
+    most, name = catalog.most_nvlinks()
+    return most, f"no GPU in the catalog has more than {most}, {name}"
+
+
+def _check_cell(cell: str, row: str, col: str, diagonal: bool, file: str,
+                nv_bound: tuple[int, str] = (0, "")) -> str:
     where = f"row {row}, column {col}"
     if cell == "SOC":
         cell = "SYS"
@@ -181,8 +210,14 @@ def _check_cell(cell: str, row: str, col: str, diagonal: bool, file: str) -> str
         return cell
     m = _NV.match(cell)
     if m:
-        if not (_GPU.match(row) and _GPU.match(col)) or int(m.group(1)) < 1:
+        if not (_GPU.match(row) and _GPU.match(col)) or int(m.group(1)[:6]) < 1:
             raise InputError(f"'{cell}' is not a path type here; allowed: {_ALLOWED}",
+                             file=file, field=where)
+        most, why = nv_bound
+        if int(m.group(1)[:6]) > most:   # NV# counts bonded NVLinks: at most a GPU's links
+            allowed = f"NV1 to NV{most} (NV# counts bonded NVLinks; {why})" if most else \
+                f"no NV# cell ({why})"
+            raise InputError(f"'{cell}' is more NVLinks than a GPU has; allowed: {allowed}",
                              file=file, field=where)
         return cell
     if cell not in _LEVEL:
@@ -191,7 +226,7 @@ def _check_cell(cell: str, row: str, col: str, diagonal: bool, file: str) -> str
     return cell
 
 
-def parse(text: str, file: str = "<input>") -> TopoMatrix:
+def parse(text: str, file: str = "<input>", *, gpu_model: str = "") -> TopoMatrix:
     """Read the output of ``nvidia-smi topo -m``.
 
     Parameters
@@ -200,6 +235,9 @@ def parse(text: str, file: str = "<input>") -> TopoMatrix:
         The output, as printed or as pasted (see the module docstring for what is tolerated).
     file : str
         Where it came from, for error messages.
+    gpu_model : str
+        Catalog name of the GPUs, if known: ``NV#`` is at most its NVLink links (without it,
+        at most the most links of any GPU in the catalog, :func:`nvlink_bound`).
 
     Returns
     -------
@@ -225,6 +263,7 @@ def parse(text: str, file: str = "<input>") -> TopoMatrix:
                          "`nvidia-smi topo -m`", file=file, field="header")
     labels, info = _split_header(lines[start].split(), file)
     n = len(labels)
+    nv_bound = nvlink_bound(gpu_model)
     paths: list[list[str]] = []
     extra: dict[str, list[str]] = {c: [] for c in INFO_COLUMNS}
     i = start + 1
@@ -247,7 +286,7 @@ def parse(text: str, file: str = "<input>") -> TopoMatrix:
             raise InputError(f"{len(cells)} cells, expected {n} (one per column "
                              + " ".join(labels) + ")", file=file, field=f"row {row}")
         r = len(paths)
-        paths.append([_check_cell(c, row, labels[j], j == r, file)
+        paths.append([_check_cell(c, row, labels[j], j == r, file, nv_bound)
                       for j, c in enumerate(cells)])
         rest = tokens[1 + n:]
         if _GPU.match(row):
@@ -426,7 +465,7 @@ def _check_tree(m: TopoMatrix, cl: _Clusters, sockets: list[list[int]], file: st
 
 
 def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
-              nvlink_gen: int | None = None) -> dict[str, Any]:
+              nvlink_gen: int | None = None, file: str | None = None) -> dict[str, Any]:
     """A system file (docs/systems.md) that reproduces the matrix when built and classified.
 
     Structure is inferred from the path types: devices that are not ``SYS`` to each other share
@@ -434,12 +473,13 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
     socket, devices that are ``PHB`` or closer share a host bridge (``NODE`` otherwise); a
     ``PIX`` group hangs off one PCIe switch; groups joined by ``PXB`` sit under lower switches
     below one upper switch (a cascade). ``NV#`` between two GPUs becomes an NVLink link with
-    ``count`` #, or, when every GPU pair has the same ``NV#`` and there are more than 4 GPUs,
-    one ``nvswitch`` device linked to each GPU with that count. Affinity strings and NIC names
+    ``count`` #, or, when every GPU pair has the same ``NV#`` and there are more than 4 GPUs
+    (or direct bundles would need more links per GPU than a GPU has: four GPUs of an NVSwitch
+    baseboard, all NV18), one ``nvswitch`` device linked to each GPU with that count. Affinity strings and NIC names
     are kept verbatim in device attrs so that :func:`from_topology` prints the same matrix.
     Link speeds are not in the matrix: PCIe links are written as Gen :data:`DEFAULT_PCIE_GEN`
     x :data:`DEFAULT_PCIE_LANES`, and NVLink links of a GPU of unknown model get ``gen``
-    ``nvlink_gen`` (default: 4 when a pair has more than 12 links, else 3).
+    ``nvlink_gen`` (default: 4 when a GPU has more than 12 links, NVLink 3's most, else 3).
 
     Parameters
     ----------
@@ -450,6 +490,8 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
         Catalog name of the GPUs, or ``""`` if unknown.
     nvlink_gen : int, optional
         NVLink generation to assume when ``gpu_model`` is unknown.
+    file : str, optional
+        Where the matrix came from, for error messages (default: ``name``).
 
     Raises
     ------
@@ -469,7 +511,11 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
     n = len(m.labels)
     cl = _Clusters(m, list(range(n)))
     sockets = _socket_groups(m, cl)
-    _check_tree(m, cl, sockets, name)
+    if len(sockets) > MAX_SOCKETS:
+        raise InputError(f"the SYS paths put the devices on {len(sockets)} CPU sockets; allowed: "
+                         f"at most {MAX_SOCKETS} (host.sockets' bound in a spec)",
+                         file=file or name)
+    _check_tree(m, cl, sockets, file or name)
 
     gpu_labels, nic_labels = m.gpus, m.nics
     dev_id: dict[int, str] = {}
@@ -551,14 +597,21 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
     gidx = [m.labels.index(ln) for ln in gpu_labels]
     nv = {(a, b): int(_group(_NV, m.paths[a][b]))
           for x, a in enumerate(gidx) for b in gidx[x + 1:] if _NV.match(m.paths[a][b])}
+    # links per GPU if every NV# were a direct bundle; more than a GPU has means a switch
+    per_gpu = {a: sum(c for pair, c in nv.items() if a in pair) for a in gidx}
+    most = max(per_gpu.values(), default=0)
+    bound = nvlink_bound(gpu_model)[0] if gpu_model else catalog.most_nvlinks()[0]
+    pairs = len(gidx) * (len(gidx) - 1) // 2
+    switched = (len(nv) == pairs > 1 and len(set(nv.values())) == 1
+                and (len(gidx) > 4 or most > bound))
+
     def nvlink(a: str, b: str, count: int) -> dict[str, Any]:
         link: dict[str, Any] = {"a": a, "b": b, "kind": "nvlink", "count": count}
-        if not gpu_model:
-            link["gen"] = nvlink_gen or (4 if count > 12 else 3)
+        if not gpu_model:   # the generation whose GPUs have that many links
+            link["gen"] = nvlink_gen or (4 if (count if switched else most) > 12 else 3)
         return link
 
-    pairs = len(gidx) * (len(gidx) - 1) // 2
-    if len(gidx) > 4 and len(nv) == pairs and len(set(nv.values())) == 1:
+    if switched:
         count = next(iter(nv.values()))
         devices.append({"id": "nvsw", "kind": "nvswitch", "model": "", "numa": -1})
         nv_links = [nvlink(dev_id[a], "nvsw", count) for a in gidx]

@@ -96,6 +96,7 @@ def _check_switches(t: Topology, file: str | None) -> None:
 def _check_gpu_links(t: Topology, file: str | None) -> None:
     for g in t.of_kind(GPU):
         if not g.model:
+            _check_unknown_gpu_links(t, g.id, file)
             continue
         gpu = catalog.gpu(g.model)
         used = sum(ln.count for _, ln in t.neighbors(g.id) if ln.kind in ("nvlink", "xgmi")
@@ -105,6 +106,22 @@ def _check_gpu_links(t: Topology, file: str | None) -> None:
             raise InputError(f"{g.id} ({gpu.name}) uses {used} {what} links but has "
                              f"{gpu.peer_links}; allowed: at most {gpu.peer_links}",
                              file=file, field="nvlink_links")
+
+
+def _check_unknown_gpu_links(t: Topology, gpu_id: str, file: str | None) -> None:
+    """A GPU of unknown model has at most the NVLink links of the catalog's GPU with the most of
+    that generation (18 of NVLink 4 or 5, 12 of NVLink 3): ``count: 9999`` is a typo."""
+    nv = [ln for _, ln in t.neighbors(gpu_id) if ln.kind == "nvlink" and "bridge" not in ln.attrs]
+    if not nv:
+        return
+    gen = max(ln.gen for ln in nv) or None
+    most, name = catalog.most_nvlinks(gen)
+    used = sum(ln.count for ln in nv)
+    if used > most:
+        of = f"NVLink {gen}" if gen else "NVLink"
+        raise InputError(f"{gpu_id} (model unknown) uses {used} {of} links, but no GPU in the "
+                         f"catalog has more than {most} ({name}); allowed: at most {most}",
+                         file=file, field="nvlink_links")
 
 
 def _check_bridges(t: Topology, file: str | None) -> None:

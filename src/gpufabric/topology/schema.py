@@ -49,6 +49,9 @@ def _ints(minimum: int, maximum: int | None = None) -> Any:
 #: 32 (AWS p5: 32 EFA cards), the most CPU sockets of one server 36 (a 72-GPU Grace domain
 #: written as one node).
 MAX_GPUS_PER_DOMAIN, MAX_NICS, MAX_SOCKETS, MAX_PCIE_SWITCHES = 576, 64, 72, 64
+#: Most downlinks per uplink of a switch: 511 of the 512 ports of the catalog's largest switch
+#: (Spectrum-4 SN5600 at 100 GbE) down, one up.
+MAX_OVERSUBSCRIPTION = 511
 
 Pos: TypeAlias = Annotated[int, _ints(1)]
 DomainGPUs: TypeAlias = Annotated[int, _ints(1, MAX_GPUS_PER_DOMAIN)]
@@ -59,7 +62,9 @@ Links: TypeAlias = Annotated[int, _ints(1, 64)]
 Nics: TypeAlias = Annotated[int, _ints(0, MAX_NICS)]
 Tiers: TypeAlias = Annotated[int, _ints(1, 3)]
 Name = Annotated[str | int | float, Field(description="a catalog name")]
-Over = Annotated[float, Field(strict=False, ge=1, description="a number >= 1 (downlinks:uplinks)")]
+Over = Annotated[float, Field(strict=False, ge=1, le=MAX_OVERSUBSCRIPTION,
+                              description=f"a number >= 1 and <= {MAX_OVERSUBSCRIPTION} "
+                                          "(downlinks:uplinks)")]
 
 
 class _Section(BaseModel):
@@ -83,7 +88,8 @@ class Fabric(_Section):
 
     topology: Literal["rail-optimized", "fat-tree"] | None = None
     oversubscription: (Annotated[Over | list[Over], Field(
-        description="a number >= 1 (downlinks:uplinks) or a list [leaf, spine]")] | None) = None
+        description=f"a number >= 1 and <= {MAX_OVERSUBSCRIPTION} (downlinks:uplinks) "
+                    "or a list [leaf, spine]")] | None) = None
     switch: Name | None = None
     nodes_per_leaf: Pos | None = None
     rails_per_leaf: Pos | None = None

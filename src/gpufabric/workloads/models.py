@@ -24,7 +24,7 @@ from typing import Any
 
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import MAX_YAML_BYTES, parse_yaml, read_text
+from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, path_kind, read_text
 
 ARCHS = ("dense", "moe", "encoder", "cnn")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
@@ -259,6 +259,9 @@ def _check(raw: Any, where: str) -> ModelSpec:
         n = _num(v)
         if isinstance(n, bool) or not isinstance(n, (int, float)):
             raise InputError(f"got {v!r}; expected a number", file=where, field=f"published.{k}")
+        if n <= 0:     # published counts (params, FLOPs per sample) are sizes
+            raise InputError(f"got {v!r}; expected a number > 0", file=where,
+                             field=f"published.{k}")
         vals["published"][str(k)] = float(n)
     if vals["arch"] == "cnn":
         for key in ("params_total", "flops_per_sample"):
@@ -351,7 +354,7 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
         return name_or_path
     text = str(name_or_path)
     p = Path(text)
-    if text.endswith((".yaml", ".yml")) or p.is_file():
+    if names_a_path(text) and (text.endswith((".yaml", ".yml")) or path_kind(text) == "file"):
         models = _parse(read_text(p, what="a model file (YAML)", max_bytes=MAX_YAML_BYTES), text)
         if len(models) != 1:
             raise InputError(f"holds {len(models)} models; give a file with one", file=text)

@@ -381,8 +381,33 @@ def power_cap(system: dict[str, Any]) -> float | None:
     return float(mm.group(1)) if mm else None
 
 
+#: keys of a point's system and layout that count something: a whole number >= 0 where given
+#: as a number (0 or null: not stated)
+COUNT_KEYS = ("gpus", "nodes", "gpus_per_node", "nics_per_node", "tp", "pp", "dp", "cp", "ep",
+              "etp", "vpp", "model_parallel", "micro_batch", "global_batch", "grad_accum",
+              "seq_len", "zero")
+
+
+def _check_numbers(e: dict[str, Any], pt: dict[str, Any]) -> None:
+    """A count below 0 or not whole, or a measured figure <= 0, refuses the point (naming the
+    field) instead of being passed over."""
+    sections = [(name, e.get(name)) for name in ("system", "model", "parallelism", "result")]
+    for section, d in [*sections, ("points", pt)]:
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if k in COUNT_KEYS and (v < 0 or v != int(v)):
+                raise InputError(f"got {v!r}; expected a whole number >= 1 (0: not stated)",
+                                 field=f"{section}.{k}")
+            if (k in METRICS or k == "tokens_trained") and v <= 0:
+                raise InputError(f"got {v!r}; expected a number > 0", field=f"{section}.{k}")
+
+
 def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any],
          stated: dict[str, Any]) -> tuple[str, float, StepResult] | str:
+    _check_numbers(e, pt)
     sysd = dict(e["system"])
     sysd["gpu"] = catalog.gpu_variant(sysd["gpu"], sysd.get("gpu_variant"))
     par = dict(stated)

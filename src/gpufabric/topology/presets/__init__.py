@@ -43,7 +43,9 @@ def names() -> list[str]:
 
 def exists(name: str) -> bool:
     """True if ``name`` is a preset (checks the file, parses nothing)."""
-    return resources.files("gpufabric.topology.presets").joinpath(f"{name}.yaml").is_file()
+    from gpufabric.fileio import names_a_path
+    return names_a_path(f"{name}.yaml") and "/" not in name and \
+        resources.files("gpufabric.topology.presets").joinpath(f"{name}.yaml").is_file()
 
 
 def describe(name: str) -> str:

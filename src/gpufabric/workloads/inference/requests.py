@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufabric.errors import InputError
-from gpufabric.fileio import read_text
+from gpufabric.errors import InputError, clip
+from gpufabric.fileio import check_key, read_text
 
 #: Column names a trace may use, first match wins (Azure LLM inference traces use the last ones).
 ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "time_s", "timestamp", "TIMESTAMP")
@@ -44,6 +44,8 @@ MAX_BURST_CV = 100.0
 #: Longest prompt or output one request may give (tokens); contexts of today's models are at
 #: most a few million tokens.
 MAX_TOKENS = 100_000_000
+#: Largest arrival time of a trace, seconds, either sign: a Unix time of the year 9999 is 2.5e11.
+MAX_ARRIVAL_S = 1e12
 
 
 @dataclass
@@ -141,10 +143,11 @@ def _time(text: str, path: str, where: str, key: str) -> tuple[float, str]:
     except (TypeError, ValueError):
         pass
     else:
-        if math.isfinite(t) and t >= 0:
+        if math.isfinite(t) and 0 <= t <= MAX_ARRIVAL_S:
             return t, "seconds"
-        raise InputError(f"got {text!r}; expected a finite number of seconds from 0 up or an "
-                         "ISO date-time", file=path, field=f"{where}.{key}")
+        raise InputError(f"got {clip(repr(text))}; expected a number of seconds from 0 to "
+                         f"{MAX_ARRIVAL_S:g} or an ISO date-time", file=path,
+                         field=f"{where}.{key}")
     try:   # Azure traces: '2023-11-16 18:15:46.6805900' (7 fractional digits)
         s = str(text).strip()
         if "." in s:
@@ -153,8 +156,8 @@ def _time(text: str, path: str, where: str, key: str) -> tuple[float, str]:
         d = datetime.fromisoformat(s)
         return (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp(), "an ISO date-time"
     except (TypeError, ValueError):
-        raise InputError(f"got {text!r}; expected seconds or an ISO date-time", file=path,
-                         field=f"{where}.{key}") from None
+        raise InputError(f"got {clip(repr(text))}; expected seconds or an ISO date-time",
+                         file=path, field=f"{where}.{key}") from None
 
 
 def _tokens(text, path: str, where: str, key: str) -> int:
@@ -163,7 +166,7 @@ def _tokens(text, path: str, where: str, key: str) -> int:
     except (TypeError, ValueError):
         v = float("nan")
     if not math.isfinite(v) or v < 1 or v != int(v) or v > MAX_TOKENS:
-        raise InputError(f"got {text!r}; expected a whole number of tokens from 1 to "
+        raise InputError(f"got {clip(repr(text))}; expected a whole number of tokens from 1 to "
                          f"{MAX_TOKENS:,}", file=path, field=f"{where}.{key}")
     return int(v)
 
@@ -202,6 +205,8 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
                 if not reader.fieldnames:
                     raise InputError("empty trace; expected a header row with arrival, input "
                                      "and output length columns", file=path)
+                for k in reader.fieldnames:
+                    check_key(k, path, "header")
                 records = ((i + 2, r) for i, r in enumerate(reader))
             t, isl, osl = _rows(records, path)
         except csv.Error as exc:      # an unclosed quote running past csv's field limit, ...
@@ -224,6 +229,8 @@ def _json_row(line: str, path: str, lineno: int) -> dict:
     if not isinstance(rec, dict):
         raise InputError("expected an object with arrival, input and output lengths",
                          file=path, field=f"row {lineno}")
+    for k in rec:
+        check_key(k, path, f"row {lineno}")
     return rec
 
 

@@ -44,7 +44,7 @@ MAX_BURST_CV = 100.0
 #: Longest prompt or output one request may give (tokens); contexts of today's models are at
 #: most a few million tokens.
 MAX_TOKENS = 100_000_000
-#: Largest arrival time of a trace, seconds, either sign: a Unix time of the year 9999 is 2.5e11.
+#: Largest arrival time of a trace, seconds (a Unix time of the year 9999 is 2.5e11).
 MAX_ARRIVAL_S = 1e12
 
 

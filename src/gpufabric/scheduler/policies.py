@@ -310,14 +310,14 @@ class FGDPlacement(Placement):
         none = np.zeros(len(sids), np.int64)
         if r.num_gpu == 0:
             f, before = self._frags(sids, cpu, model, left)
-            return self._score((f - before) / self.fm.cum), none
+            return self._score(f - before), none
         if not r.share:
             after = left.copy()
             # sorted ascending: the wholly free GPUs are last; take r.num_gpu of them
             after[:, self.g - r.num_gpu:] -= MILLI
             after = np.where(after < 0, after + MILLI, after)  # guard (never for feasible)
             f, before = self._frags(sids, cpu, model, after)
-            return self._score((f - before) / self.fm.cum), none
+            return self._score(f - before), none
         u, g = left.shape
         cand = np.repeat(left[:, None, :], g, axis=1)                 # U x G(option) x G
         diag = np.arange(g)
@@ -325,20 +325,19 @@ class FGDPlacement(Placement):
         valid = left >= r.gpu_milli                                   # U x G
         f, before = self._frags(sids, np.repeat(cpu, g), np.repeat(model, g),
                                 np.where(cand < 0, 0, cand).reshape(u * g, g))
-        sc = np.where(valid, self._score((f.reshape(u, g) - before[:, None]) / self.fm.cum),
+        sc = np.where(valid, self._score(f.reshape(u, g) - before[:, None]),
                       -1.0)
         best = sc.max(axis=1)
         hit = valid & (sc == best[:, None])
         bits = (hit * self.bit).sum(axis=1) if self.bit is not None else none
         return best, bits
 
-    @staticmethod
-    def _score(delta: np.ndarray) -> np.ndarray:
-        """The FGD node score: int(100 * sigmoid(-delta / 1 GPU)) for a growth ``delta``."""
-        # float noise in a sum of weighted terms must not move an exact 0 across 50
-        delta = np.round(delta, 6)
-        with np.errstate(over="ignore"):
-            return np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
+    def _score(self, grown: np.ndarray) -> np.ndarray:
+        """The FGD node score: int(100 * sigmoid(-delta / 1 GPU)) for a growth ``delta`` of
+        fragmentation (milli-GPU), given as ``grown`` = delta times ``cum`` (exact integers)."""
+        delta = np.round(grown / self.fm.cum, 6)
+        # past 700 GPUs of growth the score is 0 either way; exp stays finite
+        return np.floor(100.0 / (1.0 + np.exp(np.minimum(delta, 7e5) / 1000.0)))
 
     def _share_gpu(self, state: State, node: int, r: Request, bits: int) -> int:
         """The lowest-numbered GPU of ``node`` whose choice gives the node's best score."""
@@ -357,7 +356,7 @@ class FGDPlacement(Placement):
             after = row.copy()
             after[gi] -= r.gpu_milli
             f, before = self._frags(sids, cpu, model, after[None, :])
-            s = float(self._score((f - before) / self.fm.cum)[0])
+            s = float(self._score(f - before)[0])
             if s > best:
                 best, pick = s, gi
         return pick
@@ -381,7 +380,9 @@ class FGDPlacement(Placement):
         vals = score[sids]
         miss = np.isnan(vals)
         if miss.any():
-            ms = np.unique(sids[miss])
+            ms = sids[miss]
+            if len(ms) > 1:
+                ms = np.unique(ms)
             score[ms], choice[ms] = self._compute(ms, r)
             vals = score[sids]
         return vals, choice

@@ -232,7 +232,8 @@ class FGDPlacement(Placement):
       this order 95.21% at 100% arrived and 95.40% at 130% (the paper: 95.23 and 95.39).
 
     Node states are deduplicated (CPU free, model, sorted GPU free) and the score of each
-    (state, request shape) pair is computed once, vectorized, and cached.
+    (state, request shape) pair is computed once, vectorized, and cached; fragmentation is
+    compared in exact integers (:meth:`FragModel.frag_scaled`).
     """
 
     name = "fgd"
@@ -325,8 +326,7 @@ class FGDPlacement(Placement):
         valid = left >= r.gpu_milli                                   # U x G
         f, before = self._frags(sids, np.repeat(cpu, g), np.repeat(model, g),
                                 np.where(cand < 0, 0, cand).reshape(u * g, g))
-        sc = np.where(valid, self._score(f.reshape(u, g) - before[:, None]),
-                      -1.0)
+        sc = np.where(valid, self._score(f.reshape(u, g) - before[:, None]), -1.0)
         best = sc.max(axis=1)
         hit = valid & (sc == best[:, None])
         bits = (hit * self.bit).sum(axis=1) if self.bit is not None else none

@@ -2,13 +2,16 @@
 
 Prints, for each trace and policy, the mean GPU allocation % over seeds 42..51 when 100% and
 130% of the cluster's GPU capacity has arrived, next to the FGD paper's published figures, the
-wall time per arrival run, and the time of one replay of the default trace.
+wall and CPU time per arrival run, and the time of one replay of the default trace. CPU time
+(user + sys of this process, ``time.process_time``) is the figure to compare on a shared,
+loaded machine; compare two versions by running them back to back.
 
 Usage::
 
     python benchmarks/bench_scheduler.py                 # all traces, random/best-fit/fgd
     python benchmarks/bench_scheduler.py --traces default --policies all --runs 3
     python benchmarks/bench_scheduler.py --data-dir ../shared/traces/openb
+    python benchmarks/bench_scheduler.py --traces default --policies fgd --no-replay
 
 The openb files are found as ``gpufabric schedule`` finds them: ``--data-dir``, then
 ``$GPUFABRIC_DATA_DIR``, then the cache ``gpufabric data fetch openb`` fills; without them the
@@ -46,6 +49,7 @@ def main() -> None:
     ap.add_argument("--policies", default="random,best-fit,fgd")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--data-dir", default=None, help="directory with the openb CSV files")
+    ap.add_argument("--no-replay", action="store_true", help="arrival runs only")
     args = ap.parse_args()
     policies = (REGISTRY.names("placement") if args.policies == "all"
                 else args.policies.split(","))
@@ -59,17 +63,21 @@ def main() -> None:
     print(f"# arrival on openb gpu_node ({len(cluster)} nodes, {int(cluster.num_gpu.sum())} "
           f"GPUs), seeds {seeds[0]}..{seeds[-1]}")
     print(f"{'trace':<11} {'policy':<12} {'@100%':>7} {'paper':>7} {'diff':>6} {'@130%':>7} "
-          f"{'s/run':>6}")
+          f"{'s/run':>6} {'cpu/run':>7}")
     for trace in args.traces.split(","):
         jobs = load_jobs(trace, args.data_dir)
         for p in policies:
+            c0 = time.process_time()
             r = run_arrivals(cluster, jobs, p, seeds)
+            cpu = (time.process_time() - c0) / len(seeds)
             paper = PAPER.get(trace, {}).get(p)
             ps = f"{paper:7.2f}" if paper else f"{'':>7}"
             ds = f"{r.at(100) - paper:+6.2f}" if paper else f"{'':>6}"
             sec = float(np.mean([x.time_s for x in r.runs]))
-            print(f"{trace:<11} {p:<12} {r.at(100):7.2f} {ps} {ds} {r.at(130):7.2f} {sec:6.2f}",
-                  flush=True)
+            print(f"{trace:<11} {p:<12} {r.at(100):7.2f} {ps} {ds} {r.at(130):7.2f} {sec:6.2f} "
+                  f"{cpu:7.2f}", flush=True)
+    if args.no_replay:
+        return
     jobs = load_jobs("default", args.data_dir)
     for p in ("best-fit", "fgd"):
         t0 = time.perf_counter()

@@ -54,16 +54,17 @@ def test_catalog_unknown_section(cli):
                    "gpus, links, nics, switches)\n")
 
 
-def test_progress_is_a_line_per_step_when_not_a_terminal(cli, monkeypatch):
+def test_progress_is_a_line_now_and_then_when_not_a_terminal(cli, monkeypatch):
     monkeypatch.setenv("GPUFABRIC_PROGRESS", "0")      # show it from the start
     code, out, err = cli("compare", "dgx-a100", "hgx-h100", "--no-html", "--json")
     assert code == 0 and [r["name"] for r in json.loads(out)["systems"]] == ["dgx-a100",
                                                                              "hgx-h100"]
     lines = err.splitlines()
-    assert len(lines) == 3          # each system, then the training-scaling section
+    # the first step, then a line at most every 5 s (the middle one only on a slow machine),
+    # and the last step: each system, then the training-scaling section
+    assert 2 <= len(lines) <= 3
     assert re.fullmatch(r"gpufabric: compare: 1/3 dgx-a100 \(\d+\.\d s\)", lines[0])
-    assert re.fullmatch(r"gpufabric: compare: 2/3 hgx-h100 \(\d+\.\d s\)", lines[1])
-    assert re.fullmatch(r"gpufabric: compare: 3/3 training scaling \(\d+\.\d s\)", lines[2])
+    assert re.fullmatch(r"gpufabric: compare: 3/3 training scaling \(\d+\.\d s\)", lines[-1])
 
 
 def test_progress_waits_two_seconds_and_can_be_turned_off(monkeypatch):

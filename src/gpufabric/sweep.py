@@ -18,7 +18,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from gpufabric.errors import InputError
@@ -87,6 +87,25 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
     return out
 
 
+def each(items: Iterable[T], progress: Callable[[int, int], None] | None,
+         total: int) -> Iterator[T]:
+    """Each of ``items``, telling ``progress(1, total)`` as the loop over them asks for the next
+    one (and at its end): a loop's progress, told after each item's work whatever way its body
+    ends (``continue`` included).
+
+    >>> told = []
+    >>> for x in each("ab", lambda n, total: told.append((x, n, total)), 2):
+    ...     if x == "a":
+    ...         continue
+    >>> told
+    [('a', 1, 2), ('b', 1, 2)]
+    """
+    for x in items:
+        yield x
+        if progress:
+            progress(1, total)
+
+
 def _probe(address: str, timeout_s: float = 5.0) -> None:
     """Fail fast (one line, no hang) when nothing listens at a Ray address ``[ray://]host:port``.
 
@@ -108,4 +127,4 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
                          f"({exc.strerror or exc})", field="--ray-address") from None
 
 
-__all__ = ["run"]
+__all__ = ["each", "run"]

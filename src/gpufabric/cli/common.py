@@ -169,28 +169,53 @@ def emit_json(obj: Any) -> None:
 #: Seconds a run may take before it shows progress; ``GPUFABRIC_PROGRESS`` overrides it
 #: (a number of seconds, or ``off``).
 PROGRESS_AFTER_S = 2.0
+#: Off a terminal, the least time between two progress lines (seconds).
+PROGRESS_INTERVAL_S = 5.0
+#: On a terminal, the least time between two redraws of the bar (seconds).
+BAR_INTERVAL_S = 0.1
 
 
 class Progress:
     """Progress of a run's steps on stderr, shown once the run has taken 2 seconds.
 
     On a terminal it is a bar that disappears when the run ends; elsewhere (a log, CI, a
-    pipe) one line per step: ``gpufabric: compare: 3/18 dgx-a100 (2.4 s)``. Standard output
-    (tables, ``--json``) is never touched.
+    pipe) a line at most every 5 seconds, and one for the last step:
+    ``gpufabric: compare: 3/18 dgx-a100 (2.4 s)``. Standard output (tables, ``--json``) is
+    never touched. A run of many steps costs one clock reading per step.
+
+    Parameters
+    ----------
+    label : str
+        The run, as the lines name it (``compare``, ``serve --versus``).
+    total : int, optional
+        Steps planned (unknown: the lines give the count alone).
+    after_s : float, optional
+        Seconds before anything is shown (default ``PROGRESS_AFTER_S``, or
+        ``GPUFABRIC_PROGRESS``).
+    interval_s : float, optional
+        Off a terminal, the least seconds between two lines (default ``PROGRESS_INTERVAL_S``).
+    stream : file, optional
+        Where to write (default stderr).
+    clock : callable, optional
+        Seconds now (default :func:`time.monotonic`; tests give a fake one).
 
     Examples
     --------
     >>> import io
     >>> err = io.StringIO()
-    >>> with Progress("compare", 2, after_s=0, stream=err) as p:
+    >>> with Progress("compare", 3, after_s=0, stream=err) as p:
     ...     p.step("dgx-a100")
     ...     p.step("hgx-h100")
+    ...     p.step("gb200-nvl72")
     >>> [line.split(" (")[0] for line in err.getvalue().splitlines()]
-    ['gpufabric: compare: 1/2 dgx-a100', 'gpufabric: compare: 2/2 hgx-h100']
+    ['gpufabric: compare: 1/3 dgx-a100', 'gpufabric: compare: 3/3 gb200-nvl72']
+
+    The first line, then none for 5 seconds, then the last step's.
     """
 
     def __init__(self, label: str, total: int | None = None, *, after_s: float | None = None,
-                 stream: TextIO | None = None):
+                 interval_s: float | None = None, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.label, self.total, self.done = label, total, 0
         env = os.environ.get("GPUFABRIC_PROGRESS", "")
         if after_s is None:
@@ -201,7 +226,11 @@ class Progress:
         self.after_s = None if env == "off" else after_s
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
-        self.start = time.monotonic()
+        self.interval_s = ((PROGRESS_INTERVAL_S if interval_s is None else interval_s)
+                           if not self.tty else BAR_INTERVAL_S)
+        self.clock = clock
+        self.start = clock()
+        self._shown: float | None = None       # when the last line or redraw was
         self._bar: Any = None
         self._task: Any = None
 
@@ -215,18 +244,52 @@ class Progress:
 
     def told(self, what: str = "") -> Callable[[int, int], None]:
         """A ``progress(n, total)`` callback for the library (:func:`gpufabric.sweep.run`):
-        ``n`` more of ``total`` steps done, each named ``what``."""
+        ``n`` more of ``total`` steps done, each named ``what``. The library's steps are
+        the whole run's."""
         def tell(n: int, total: int) -> None:
             self.total = total
+            self.step(what, n)
+        return tell
+
+    def part(self, what: str = "") -> Callable[[int, int], None]:
+        """A ``progress(n, total)`` callback for one of the planned steps that the library
+        runs in ``total`` steps of its own: they replace that one step in the count, so the
+        run's progress goes on where it was instead of starting over.
+
+        >>> import io
+        >>> err = io.StringIO()
+        >>> with Progress("compare", 3, after_s=0, interval_s=0, stream=err) as p:
+        ...     p.step("dgx-a100")
+        ...     tell = p.part("inference")
+        ...     tell(1, 4); tell(3, 4)
+        ...     p.step("report")
+        >>> [line.split(" (")[0] for line in err.getvalue().splitlines()]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['gpufabric: compare: 1/3 dgx-a100', 'gpufabric: compare: 2/6 inference',
+         'gpufabric: compare: 5/6 inference', 'gpufabric: compare: 6/6 report']
+        """
+        planned = False
+
+        def tell(n: int, total: int) -> None:
+            nonlocal planned
+            if not planned and self.total is not None:
+                self.total += total - 1
+            planned = True
             self.step(what, n)
         return tell
 
     def step(self, what: str = "", n: int = 1) -> None:
         """Count ``n`` steps done; ``what`` names the last one."""
         self.done += n
-        elapsed = time.monotonic() - self.start
-        if self.after_s is None or elapsed < self.after_s:
+        if self.after_s is None:
             return
+        now = self.clock()
+        elapsed = now - self.start
+        last = self.total is not None and self.done >= self.total
+        if elapsed < self.after_s or (self._shown is not None and not last
+                                      and now - self._shown < self.interval_s):
+            return
+        self._shown = now
         if not self.tty:
             of = f"/{self.total}" if self.total else ""
             self.stream.write(f"gpufabric: {self.label}: {self.done}{of} {what} "
@@ -243,4 +306,4 @@ class Progress:
                             console=Console(file=self.stream), transient=True)
             self._bar.start()
             self._task = self._bar.add_task(what, total=self.total, completed=self.done)
-        self._bar.update(self._task, completed=self.done, description=what)
+        self._bar.update(self._task, total=self.total, completed=self.done, description=what)

@@ -159,7 +159,9 @@ def serve(
             cfg = replace(cfg, slo_ttft_ms=VERSUS_SLO_MS[0], slo_tpot_ms=VERSUS_SLO_MS[1])
         gpus = min(gpu_count(a)[0], gpu_count(b)[0])
         gpus = gpus // 8 * 8 or gpus
-        res = supernode_vs_servers(model, a, b, cfg, gpus)
+        with Progress("serve --versus") as progress:
+            res = supernode_vs_servers(model, a, b, cfg, gpus,
+                                       progress=progress.told("layouts of both systems"))
         if json:
             emit_json(res)
             return
@@ -222,7 +224,8 @@ def validate_inference(file: str, json: bool) -> bool:
     from gpufabric.workloads.inference import validate as V
     if not V.is_inference_file(file):
         return False
-    res = V.validate(file)
+    with Progress("validate") as progress:
+        res = V.validate(file, progress=progress.told("points"))
     if json:
         emit_json(res)
         return True

@@ -296,8 +296,7 @@ def compare(systems_: list[str] | None = typer.Argument(
             progress.step("training scaling")
         serving = None
         if inference:
-            serving = inf.section()
-            progress.step("inference serving")
+            serving = inf.section(progress=progress.part("inference serving"))
         if not no_html:
             from gpufabric.report.html import render_report
             write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training,

@@ -180,7 +180,8 @@ def is_training_file(path: str) -> bool:
 
 def validate_training(path: str, json: bool) -> None:
     from gpufabric.workloads.validate import validate
-    rep = validate(path)
+    with Progress("validate") as progress:
+        rep = validate(path, progress=progress.told("points"))
     if json:
         emit_json(rep.to_dict())
         return

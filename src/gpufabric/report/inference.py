@@ -14,6 +14,7 @@ Examples
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,17 +23,34 @@ from gpufabric.topology.build import from_spec, load
 from gpufabric.workloads.inference.serve import (ServeConfig, build_requests, scheduler_config,
                                                  step_model)
 from gpufabric.workloads.inference.simulator import simulate, summarize
-from gpufabric.workloads.inference.supernode import supernode_vs_servers
+from gpufabric.workloads.inference.supernode import supernode_vs_servers, versus_layouts
 
 SYSTEM = "gpu=H100-SXM,gpus_per_node=8"
 MODEL = "llama3-8b"
+#: The models, GPU count and systems of the supernode-against-servers table.
+VERSUS_MODELS = ("llama3-70b", "deepseek-v3")
+VERSUS_GPUS = 16
 
 
 def section(model: str = MODEL, system: str = SYSTEM, rates=(4.0, 8.0, 16.0, 24.0, 32.0),
-            requests: int = 600, isl: int = 1000, osl: int = 200, versus: bool = True
-            ) -> dict[str, Any]:
-    """The section's data (plain, JSON-ready)."""
+            requests: int = 600, isl: int = 1000, osl: int = 200, versus: bool = True,
+            progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The section's data (plain, JSON-ready).
+
+    ``progress(n, total)`` is told as each request rate, then each layout of the supernode
+    comparison, is done (see :func:`gpufabric.sweep.run`).
+    """
     topo = load(system)
+    total = len(rates)
+    if versus:
+        sup = load("gb200-nvl72")
+        srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+        total += sum(len(a) + len(b) for a, b in
+                     (versus_layouts(m, srv, VERSUS_GPUS) for m in VERSUS_MODELS))
+
+    def tell(n: int, _: int) -> None:
+        if progress:
+            progress(n, total)
     cfg = ServeConfig(tp=1, replicas=1, precision="fp8", isl=isl, osl=osl, requests=requests,
                       slo_ttft_ms=500, slo_tpot_ms=25)
     sm = step_model(model, topo, cfg)
@@ -53,15 +71,15 @@ def section(model: str = MODEL, system: str = SYSTEM, rates=(4.0, 8.0, 16.0, 24.
                    "ttft_ms": np.quantile(ttft, q).round(2).tolist(),
                    "tpot_ms": np.quantile(tpot, q).round(3).tolist()}
             kv = {"rate": rate, "t_s": s["kv_cache"]["t_s"], "use": s["kv_cache"]["use"]}
+        tell(1, total)
     out: dict[str, Any] = {"model": model, "system": topo.name, "precision": "fp8",
                            "isl": isl, "osl": osl, "sweep": sweep, "cdf": cdf, "kv": kv}
     if versus:
-        sup = load("gb200-nvl72")
-        srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
         vcfg = ServeConfig(precision="fp8", requests=200, isl=1000, osl=200,
                            slo_ttft_ms=2000, slo_tpot_ms=60)
-        out["versus"] = [supernode_vs_servers(m, sup, srv, vcfg, 16, duration_s=4.0)
-                         for m in ("llama3-70b", "deepseek-v3")]
+        out["versus"] = [supernode_vs_servers(m, sup, srv, vcfg, VERSUS_GPUS, duration_s=4.0,
+                                              progress=tell)
+                         for m in VERSUS_MODELS]
     return out
 
 

@@ -158,6 +158,9 @@ class FragModel:
     >>> fm = FragModel(c, JobSet.from_jobs([Job("a", 1000, 1, 1, 500)]))
     >>> float(fm.frag(np.array([8000]), c.model_id[:1], np.array([[1000, 300]]))[0])
     300.0
+
+    :meth:`frag_scaled` gives the same times the shapes' job count (``cum``), in integers:
+    exact, whatever the order of the sums.
     """
 
     def __init__(self, cluster: Cluster, jobs: JobSet, threshold: float = 0.95):
@@ -179,7 +182,9 @@ class FragModel:
             cum += v
         gpu = [(k, v) for k, v in chosen if k[1] > 0]
         self.shapes = [(k, v / cum) for k, v in chosen]
+        self.cum = cum
         self.p = np.array([v / cum for _, v in gpu])
+        self.jobs_of = np.array([v for _, v in gpu], dtype=np.int64)   # p times cum
         self.cpu = np.array([k[0] for k, _ in gpu], dtype=np.int64)
         self.num = np.array([k[1] for k, _ in gpu], dtype=np.int64)
         self.milli = np.array([k[2] for k, _ in gpu], dtype=np.int64)
@@ -188,19 +193,27 @@ class FragModel:
             [[(not jobs.specs[k[3]]) or m in jobs.specs[k[3]] for m in cluster.models]
              for k, _ in gpu], dtype=bool).reshape(len(gpu), len(cluster.models))
         self.mvals, self.midx = np.unique(self.milli, return_inverse=True)
+        # the same as columns, for broadcasting over states
+        self._m = self.mvals[:, None, None]
+        self._num, self._cpu = self.num[:, None], self.cpu[:, None]
 
     def frag(self, cpu: np.ndarray, model: np.ndarray, left: np.ndarray) -> np.ndarray:
         """Fragmentation (milli-GPU) of states given as arrays: CPU free, model id, GPU free."""
-        total = left.sum(axis=1).astype(float)
-        if len(self.p) == 0:
+        return self.frag_scaled(cpu, model, left) / self.cum
+
+    def frag_scaled(self, cpu: np.ndarray, model: np.ndarray, left: np.ndarray) -> np.ndarray:
+        """:meth:`frag` times ``cum`` (the target workload's job count), exact in integers."""
+        left = np.asarray(left, dtype=np.int64)
+        total = np.add.reduce(left, axis=1) * self.cum
+        if len(self.jobs_of) == 0:
             return total
-        ge = left[None, :, :] >= self.mvals[:, None, None]          # M x U x G
-        cnt = ge.sum(axis=2)                                          # M x U
-        sge = (left[None, :, :] * ge).sum(axis=2)                     # M x U
-        ok = (self.acc[:, model]
-              & (cnt[self.midx] >= self.num[:, None])
-              & (cpu[None, :] >= self.cpu[:, None]))                  # T x U
-        return total - (self.p[:, None] * ok * sge[self.midx]).sum(axis=0)
+        ge = left >= self._m                                          # M x U x G
+        cnt = np.add.reduce(ge, axis=2)                               # M x U
+        sge = np.add.reduce(left * ge, axis=2)                        # M x U
+        ok = self.acc[:, model]                                       # T x U
+        ok &= cnt[self.midx] >= self._num
+        ok &= cpu >= self._cpu
+        return total - self.jobs_of @ (ok * sge[self.midx])
 
 
 @register("placement", "fgd")
@@ -219,7 +232,8 @@ class FGDPlacement(Placement):
       this order 95.21% at 100% arrived and 95.40% at 130% (the paper: 95.23 and 95.39).
 
     Node states are deduplicated (CPU free, model, sorted GPU free) and the score of each
-    (state, request shape) pair is computed once, vectorized, and cached.
+    (state, request shape) pair is computed once, vectorized, and cached; fragmentation is
+    compared in exact integers (:meth:`FragModel.frag_scaled`).
     """
 
     name = "fgd"
@@ -236,7 +250,7 @@ class FGDPlacement(Placement):
         self.st_cpu = np.zeros(cap, np.int64)
         self.st_model = np.zeros(cap, np.int64)
         self.st_left = np.zeros((cap, g), np.int64)
-        self.st_frag = np.zeros(cap)
+        self.st_frag = np.full(cap, -1, np.int64)    # frag_scaled; -1: not computed yet
         self.n_states = 0
         self.node_sid = np.full(n, -1, np.int64)
         self.seen = np.full(n, -1, np.int64)
@@ -256,9 +270,7 @@ class FGDPlacement(Placement):
                 self.st_left = np.resize(self.st_left, (2 * sid, self.g))
                 self.st_frag = np.resize(self.st_frag, 2 * sid)
             self.st_cpu[sid], self.st_model[sid], self.st_left[sid] = cpu, model, srt
-            self.st_frag[sid] = self.fm.frag(self.st_cpu[sid:sid + 1],
-                                             self.st_model[sid:sid + 1],
-                                             self.st_left[sid:sid + 1])[0]
+            self.st_frag[sid] = -1        # computed with the state's first scores (_frags)
             self.sid_of[key] = sid
             self.n_states += 1
         return sid
@@ -271,6 +283,22 @@ class FGDPlacement(Placement):
                                               state.gpu_left[i])
             self.seen[i] = state.version[i]
 
+    def _frags(self, sids: np.ndarray, cpu: np.ndarray, model: np.ndarray,
+               left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``frag_scaled`` of the given rows, and of the states ``sids`` (distinct): those not
+        yet known are computed in the same call and kept."""
+        before = self.st_frag[sids]
+        new = np.flatnonzero(before < 0)
+        if len(new) == 0:
+            return self.fm.frag_scaled(cpu, model, left), before
+        ns = sids[new]
+        f = self.fm.frag_scaled(np.concatenate([cpu, self.st_cpu[ns]]),
+                                np.concatenate([model, self.st_model[ns]]),
+                                np.concatenate([left, self.st_left[ns]]))
+        k = len(f) - len(new)
+        self.st_frag[ns] = before[new] = f[k:]
+        return f[:k], before
+
     def _compute(self, sids: np.ndarray, r: Request) -> tuple[np.ndarray, np.ndarray]:
         """Integer score of each state for ``r``, and for a share which GPUs reach it.
 
@@ -280,55 +308,55 @@ class FGDPlacement(Placement):
         cpu = self.st_cpu[sids] - r.cpu
         model = self.st_model[sids]
         left = self.st_left[sids]
-        before = self.st_frag[sids]
         none = np.zeros(len(sids), np.int64)
         if r.num_gpu == 0:
-            return self._score(self.fm.frag(cpu, model, left) - before), none
+            f, before = self._frags(sids, cpu, model, left)
+            return self._score(f - before), none
         if not r.share:
             after = left.copy()
             # sorted ascending: the wholly free GPUs are last; take r.num_gpu of them
             after[:, self.g - r.num_gpu:] -= MILLI
             after = np.where(after < 0, after + MILLI, after)  # guard (never for feasible)
-            return self._score(self.fm.frag(cpu, model, after) - before), none
+            f, before = self._frags(sids, cpu, model, after)
+            return self._score(f - before), none
         u, g = left.shape
         cand = np.repeat(left[:, None, :], g, axis=1)                 # U x G(option) x G
         diag = np.arange(g)
         cand[:, diag, diag] -= r.gpu_milli
         valid = left >= r.gpu_milli                                   # U x G
-        f = self.fm.frag(np.repeat(cpu, g), np.repeat(model, g),
-                         np.where(cand < 0, 0, cand).reshape(u * g, g)).reshape(u, g)
-        sc = np.where(valid, self._score(f - before[:, None]), -1.0)
+        f, before = self._frags(sids, np.repeat(cpu, g), np.repeat(model, g),
+                                np.where(cand < 0, 0, cand).reshape(u * g, g))
+        sc = np.where(valid, self._score(f.reshape(u, g) - before[:, None]), -1.0)
         best = sc.max(axis=1)
         hit = valid & (sc == best[:, None])
         bits = (hit * self.bit).sum(axis=1) if self.bit is not None else none
         return best, bits
 
-    @staticmethod
-    def _score(delta: np.ndarray) -> np.ndarray:
-        """The FGD node score: int(100 * sigmoid(-delta / 1 GPU)) for a growth ``delta``."""
-        # float noise in a sum of weighted terms must not move an exact 0 across 50
-        delta = np.round(delta, 6)
-        with np.errstate(over="ignore"):
-            return np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
+    def _score(self, grown: np.ndarray) -> np.ndarray:
+        """The FGD node score: int(100 * sigmoid(-delta / 1 GPU)) for a growth ``delta`` of
+        fragmentation (milli-GPU), given as ``grown`` = delta times ``cum`` (exact integers)."""
+        delta = np.round(grown / self.fm.cum, 6)
+        # past 700 GPUs of growth the score is 0 either way; exp stays finite
+        return np.floor(100.0 / (1.0 + np.exp(np.minimum(delta, 7e5) / 1000.0)))
 
     def _share_gpu(self, state: State, node: int, r: Request, bits: int) -> int:
         """The lowest-numbered GPU of ``node`` whose choice gives the node's best score."""
         row = state.gpu_left[node]
-        fits = row >= r.gpu_milli
+        sid = self.node_sid[node]
         if self.bit is not None:
-            srt = self.st_left[self.node_sid[node]]
-            good = srt[(np.asarray(bits) >> np.arange(self.g)) & 1 == 1]
-            ok = np.flatnonzero(fits & np.isin(row, good))
-            if len(ok):
-                return int(ok[0])
+            good = {v for k, v in enumerate(self.st_left[sid].tolist()) if bits >> k & 1}
+            for gi, v in enumerate(row.tolist()):
+                if v >= r.gpu_milli and v in good:
+                    return gi
         # more than 62 GPUs on a node: score each GPU directly
         cpu, model = np.array([state.cpu_free[node] - r.cpu]), self.cluster.model_id[node:node + 1]
-        before = self.st_frag[self.node_sid[node]]
+        sids = np.array([sid])
         best, pick = -2.0, -1
-        for gi in np.flatnonzero(fits).tolist():
+        for gi in np.flatnonzero(row >= r.gpu_milli).tolist():
             after = row.copy()
             after[gi] -= r.gpu_milli
-            s = float(self._score(self.fm.frag(cpu, model, after[None, :]) - before)[0])
+            f, before = self._frags(sids, cpu, model, after[None, :])
+            s = float(self._score(f - before)[0])
             if s > best:
                 best, pick = s, gi
         return pick
@@ -352,7 +380,9 @@ class FGDPlacement(Placement):
         vals = score[sids]
         miss = np.isnan(vals)
         if miss.any():
-            ms = np.unique(sids[miss])
+            ms = sids[miss]
+            if len(ms) > 1:
+                ms = np.unique(ms)
             score[ms], choice[ms] = self._compute(ms, r)
             vals = score[sids]
         return vals, choice

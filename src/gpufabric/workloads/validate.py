@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from typing import Any
 from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
+from gpufabric.sweep import each
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
 from gpufabric.workloads.parallel import Parallel
 from gpufabric.workloads.training import StepResult, predict_step
@@ -255,21 +257,30 @@ def _measured(res: dict[str, Any], gpus: int, tokens_per_seq: int, batch: int,
 
 
 def validate(path: str, *, only: tuple[str, ...] = (),
-             topo_cache: dict[str, Any] | None = None) -> Report:
+             topo_cache: dict[str, Any] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> Report:
     """Run every entry and point of a training measurements file (``only``: ids starting with
-    one of these prefixes)."""
+    one of these prefixes). ``progress(n, total)`` is told as each point is done (see
+    :func:`gpufabric.sweep.run`)."""
     entries = load(path)
     if only:
         entries = [e for e in entries if str(e["id"]).startswith(only)]
     points: list[Point] = []
     skipped: list[dict[str, str]] = []
     topo_cache = {} if topo_cache is None else topo_cache
+
+    def n_points(e: dict[str, Any]) -> int:
+        pts = e.get("points") or [{}]
+        return len(pts) if isinstance(pts, list) else 1
+    total = sum(n_points(e) for e in entries)
     for e in entries:
         eid = str(e["id"])
         m = resolve_model(e["model"])
         if m is None:
             skipped.append({"id": eid, "reason": "model shape not given and no built-in model "
                             "by that name"})
+            if progress:
+                progress(n_points(e), total)
             continue
         stated = _assumed(e)      # the entry's parallelism and what ASSUMED adds, once
         if stated.get("parallel_block") and m.is_transformer:
@@ -277,7 +288,7 @@ def validate(path: str, *, only: tuple[str, ...] = (),
         pts = e.get("points") or [{}]
         if not isinstance(pts, list):
             raise InputError("expected a list of mappings", file=path, field=f"{eid}.points")
-        for j, pt in enumerate(pts):
+        for j, pt in each(enumerate(pts), progress, total):
             if not isinstance(pt, dict):
                 raise InputError("expected a mapping", file=path, field=f"{eid}.points[{j}]")
             try:

@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -65,29 +66,42 @@ def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float 
     return lo, best
 
 
+def _layout_row(model: str, topo: Topology, cfg: ServeConfig, lay: dict, gpus: int,
+                duration_s: float) -> dict[str, Any] | None:
+    """One layout's best rate within the SLO and its figures, the reason it has none, or
+    None for a layout wider than ``gpus``."""
+    full = {"tp": 1, "ep": 1, "dp_attention": 1, **lay}
+    if full["tp"] > gpus:
+        return None
+    # as many instances as fit; per-GPU figures count all ``gpus``, idle ones included
+    c = replace(cfg, tp=full["tp"], ep=full["ep"], dp_attention=full["dp_attention"],
+                replicas=gpus // full["tp"])
+    try:
+        rate, r = max_rate(model, topo, c, duration_s=duration_s)
+    except InputError as exc:
+        return {"layout": _name(full), "error": str(exc)}
+    if r is None:
+        return {"layout": _name(full), "error": "the SLO is not met at any rate"}
+    return {"layout": _name(full), "rate": rate, "gpus_used": r["gpus"],
+            "tokens_per_s_per_gpu": r["throughput_tokens_per_s"] / gpus,
+            "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
+            "breakdown_ms": r["breakdown_ms"], "bottleneck": r["bottleneck"]}
+
+
 def best_under_slo(model: str, topo: Topology, cfg: ServeConfig, layouts: list[dict],
-                   gpus: int, duration_s: float = 30.0) -> dict[str, Any]:
-    """The layout of ``gpus`` GPUs with the most output tokens/s per GPU within the SLO."""
+                   gpus: int, duration_s: float = 30.0,
+                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The layout of ``gpus`` GPUs with the most output tokens/s per GPU within the SLO.
+
+    ``progress(n, total)`` is told as each layout is done (see :func:`gpufabric.sweep.run`).
+    """
     rows: list[dict[str, Any]] = []
     for lay in layouts:
-        full = {"tp": 1, "ep": 1, "dp_attention": 1, **lay}
-        if full["tp"] > gpus:
-            continue
-        # as many instances as fit; per-GPU figures count all ``gpus``, idle ones included
-        c = replace(cfg, tp=full["tp"], ep=full["ep"], dp_attention=full["dp_attention"],
-                    replicas=gpus // full["tp"])
-        try:
-            rate, r = max_rate(model, topo, c, duration_s=duration_s)
-        except InputError as exc:
-            rows.append({"layout": _name(full), "error": str(exc)})
-            continue
-        if r is None:
-            rows.append({"layout": _name(full), "error": "the SLO is not met at any rate"})
-            continue
-        rows.append({"layout": _name(full), "rate": rate, "gpus_used": r["gpus"],
-                     "tokens_per_s_per_gpu": r["throughput_tokens_per_s"] / gpus,
-                     "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
-                     "breakdown_ms": r["breakdown_ms"], "bottleneck": r["bottleneck"]})
+        row = _layout_row(model, topo, cfg, lay, gpus, duration_s)
+        if row is not None:
+            rows.append(row)
+        if progress:
+            progress(1, len(layouts))
     ok = [x for x in rows if "error" not in x]
     if not ok:
         if rows and all("does not fit" in x["error"] for x in rows):
@@ -138,13 +152,28 @@ def default_layouts(model: str, per_node_servers: int, gpus: int) -> tuple[list,
     return [{"tp": w} for w in tps], [{"tp": w} for w in tps if w <= per_node_servers]
 
 
-def supernode_vs_servers(model: str, supernode: Topology, servers: Topology, cfg: ServeConfig,
-                         gpus: int, duration_s: float = 30.0) -> dict[str, Any]:
-    """Throughput per GPU within the SLO, supernode against servers, with the reason."""
+def versus_layouts(model: str, servers: Topology, gpus: int) -> tuple[list, list]:
+    """The candidate layouts :func:`supernode_vs_servers` tries on the supernode and on the
+    servers (:func:`default_layouts` for the servers' GPUs per node)."""
     per_node = len([g for g in servers.gpus() if g.node == servers.gpus()[0].node])
-    lay_sup, lay_srv = default_layouts(model, per_node, gpus)
-    a = best_under_slo(model, supernode, cfg, lay_sup, gpus, duration_s)
-    b = best_under_slo(model, servers, cfg, lay_srv, gpus, duration_s)
+    return default_layouts(model, per_node, gpus)
+
+
+def supernode_vs_servers(model: str, supernode: Topology, servers: Topology, cfg: ServeConfig,
+                         gpus: int, duration_s: float = 30.0,
+                         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Throughput per GPU within the SLO, supernode against servers, with the reason.
+
+    ``progress(n, total)`` is told as each layout of either system is done: one count over
+    both systems' layouts."""
+    lay_sup, lay_srv = versus_layouts(model, servers, gpus)
+    total = len(lay_sup) + len(lay_srv)
+
+    def tell(n: int, _: int) -> None:
+        if progress:
+            progress(n, total)
+    a = best_under_slo(model, supernode, cfg, lay_sup, gpus, duration_s, tell)
+    b = best_under_slo(model, servers, cfg, lay_srv, gpus, duration_s, tell)
     ratio = a["tokens_per_s_per_gpu"] / b["tokens_per_s_per_gpu"]
     return {"model": model, "gpus": gpus, "slo": {"ttft_ms": cfg.slo_ttft_ms,
                                                   "tpot_ms": cfg.slo_tpot_ms},

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 
@@ -27,6 +28,7 @@ from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.params import matches_fitted
+from gpufabric.sweep import each
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
                                                     ENGINE_REQUEST_S, EXPERT_LOAD_CV, FP4_EFF,
@@ -280,15 +282,19 @@ def _predicted(r: dict, key: str, gpus: int) -> float | None:
     return float(v)
 
 
-def validate(path: str) -> dict:
-    """Every comparable figure of every entry: measured, predicted, error; and a summary."""
+def validate(path: str, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Every comparable figure of every entry: measured, predicted, error; and a summary.
+
+    ``progress(n, total)`` is told as each point is done (see :func:`gpufabric.sweep.run`).
+    """
     entries = load_entries(path)
     rows: list[dict] = []
     skipped: list[dict] = []
+    total = sum(len(e.get("points") or [{}]) for e in entries)
     for e in entries:
         eid = str(e["id"])
         pts = e.get("points") or [{}]
-        for j, pt in enumerate(pts):
+        for j, pt in each(enumerate(pts), progress, total):
             meas_src = {**(e.get("result") or {}), **pt}
             keys = [k for k in METRICS if _num(meas_src.get(k))]
             if not keys:

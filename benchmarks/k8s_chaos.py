@@ -63,6 +63,7 @@ class Record:
     retries: int = 0             # calls that failed (restart, lost race) and were tried again
     chaos: dict[str, int] = field(default_factory=dict)     # chaos kind -> answers by status
     bad_status: list[str] = field(default_factory=list)     # answers a client did not expect
+    good_s: float = 0.0          # seconds until the last good client was done
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def note(self, kind: str, status: int) -> None:
@@ -206,7 +207,7 @@ def chaos_client(target: Target, names: list[str], end_s: float, rec: Record, se
         if target.restarts != generation:
             status = -1                      # the server restarted meanwhile: cut off
         rec.note(kind, status)
-        time.sleep(rng.uniform(0.0, 0.02))
+        time.sleep(rng.uniform(0.05, 0.15))   # about 10 hostile requests a second each
 
 
 def run(target: Target, names: list[str], restart: Callable[[], None], *, good: int = 4,
@@ -215,7 +216,8 @@ def run(target: Target, names: list[str], restart: Callable[[], None], *, good: 
     """Drive ``good`` kube-scheduler-like clients (``rate_s`` requests a second in all) and
     ``chaos`` hostile ones; call ``restart()`` once ``restart_after`` pods have been bound."""
     rec = Record()
-    end = time.perf_counter() + seconds
+    start = time.perf_counter()
+    end = start + seconds
     rng = random.Random(seed)
     workers = [threading.Thread(target=good_client, args=(
         target, names, good_pods(c, pods_each, rng), rate_s / good, end, rec))
@@ -231,6 +233,7 @@ def run(target: Target, names: list[str], restart: Callable[[], None], *, good: 
             restart()
             restarted = True
         time.sleep(0.02)
+    rec.good_s = time.perf_counter() - start
     if not restarted:
         target.restarts += 1
         restart()

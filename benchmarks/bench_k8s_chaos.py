@@ -9,7 +9,8 @@ port from its state file; the clients carry on.
 Goals: p99 of one filter + prioritize pair under 50 ms at 200 requests/s; afterwards no pod bound
 twice, no GPU given past its capacity, every pod a bind said yes to in the state file.
 
-Run: .venv/bin/python benchmarks/bench_k8s_chaos.py [--seconds 30] [--rate 200] [--good 4] [--chaos 4]
+Run: .venv/bin/python benchmarks/bench_k8s_chaos.py [--seconds 30] [--rate 200] [--good 4]
+     [--chaos 4]
 """
 
 from __future__ import annotations

@@ -168,9 +168,10 @@ def chaos_client(target: Target, names: list[str], end_s: float, rec: Record, se
     """Hostile requests until ``end_s``: each kind's answers are counted by status."""
     rng = random.Random(seed)
     few = names[:50]
+    stalls: list[threading.Thread] = []
     for k in range(max_calls):
         if time.perf_counter() > end_s or target.done.is_set():
-            return
+            break
         generation = target.restarts
         kind = rng.choice(["bad-pod", "not-json", "deep", "text", "verb", "huge", "stall",
                            "hangup", "bind-junk"])
@@ -190,12 +191,13 @@ def chaos_client(target: Target, names: list[str], end_s: float, rec: Record, se
                 status = _raw(target, _post("/score", b"{}"))
             elif kind == "huge":
                 status = _raw(target, _post("/filter", b"{", length=2**40))
-            elif kind == "stall":           # half a body, then nothing: the server times out
-                with socket.create_connection(("127.0.0.1", target.port), timeout=30) as s:
-                    s.sendall(_post("/filter", b'{"Pod":', length=1000))
-                    s.settimeout(stall_s + 10)
-                    got = s.recv(4096)
-                    status = int(got.split(b" ", 2)[1]) if got else 0
+            elif kind == "stall":           # in the background: this client goes on meanwhile
+                if len(stalls) < 3:
+                    stalls.append(threading.Thread(target=_stall, args=(
+                        target, rec, stall_s, generation), daemon=True))
+                    stalls[-1].start()
+                stalls[:] = [t for t in stalls if t.is_alive()]
+                continue
             elif kind == "hangup":          # half a body, then the connection closes
                 status = _raw(target, _post("/filter", b'{"Pod":', length=1000), read=False)
             else:
@@ -208,6 +210,21 @@ def chaos_client(target: Target, names: list[str], end_s: float, rec: Record, se
             status = -1                      # the server restarted meanwhile: cut off
         rec.note(kind, status)
         time.sleep(rng.uniform(0.05, 0.15))   # about 10 hostile requests a second each
+    for t in stalls:
+        t.join(stall_s + 15)
+
+
+def _stall(target: Target, rec: Record, stall_s: float, generation: int) -> None:
+    """Half a body, then nothing: the server must answer 408 once its deadline passes."""
+    try:
+        with socket.create_connection(("127.0.0.1", target.port), timeout=30) as s:
+            s.sendall(_post("/filter", b'{"Pod":', length=1000))
+            s.settimeout(stall_s + 10)
+            got = s.recv(4096)
+            status = int(got.split(b" ", 2)[1]) if got else 0
+    except OSError:
+        status = -1
+    rec.note("stall", -1 if target.restarts != generation else status)
 
 
 def run(target: Target, names: list[str], restart: Callable[[], None], *, good: int = 4,

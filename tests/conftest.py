@@ -1,6 +1,8 @@
 """Shared test fixtures."""
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,55 @@ def cli(capsys, monkeypatch):
         out = capsys.readouterr()
         return code, out.out, out.err
     return run
+
+
+# -- bounds for hostile-input tests -------------------------------------------------------------
+# Modules that feed the tool hostile input use these (``pytestmark = pytest.mark.usefixtures(
+# "bounded_memory", "deadline")``): a runaway allocation or a hang fails that test alone.
+
+@pytest.fixture(scope="module")
+def bounded_memory():
+    """The address space may grow by 4 GiB at most, so a runaway allocation is a MemoryError
+    (a failed test), not the out-of-memory killer."""
+    statm = Path("/proc/self/statm")
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        size = int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError):
+        yield                                   # not Linux: no guard
+        return
+    limit = size + 4 * 2**30
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+#: Longest one hostile-input test may run (the slowest takes a few seconds).
+DEADLINE_S = 60
+
+
+@pytest.fixture
+def deadline():
+    """Fail a test that runs past :data:`DEADLINE_S` (a hang) instead of stalling the suite."""
+    main = threading.current_thread() is threading.main_thread()
+    if not hasattr(signal, "setitimer") or not main:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"test ran past {DEADLINE_S} s")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 # -- the openb trace ----------------------------------------------------------------------------

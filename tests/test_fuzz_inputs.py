@@ -46,31 +46,11 @@ settings.register_profile("fuzz", max_examples=40, derandomize=True, database=No
                                                  HealthCheck.data_too_large])
 settings.register_profile("fuzz-long", parent=settings.get_profile("fuzz"), max_examples=2000,
                           derandomize=False)
+pytestmark = pytest.mark.usefixtures("bounded_memory")
+
 FUZZ = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "fuzz")
                             if os.environ.get("HYPOTHESIS_PROFILE", "").startswith("fuzz")
                             else "fuzz")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def bounded_memory():
-    """Fuzzing must not take the machine down: the address space may grow by 4 GiB at most, so
-    a runaway allocation is a MemoryError (a failed example), not the out-of-memory killer."""
-    statm = Path("/proc/self/statm")
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        size = int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (ImportError, OSError, ValueError):
-        yield                                   # not Linux: no guard
-        return
-    limit = size + 4 * 2**30
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def ends_well(fn, *args, **kw) -> Any:

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from gpufabric.errors import InputError
 from gpufabric.workloads.inference.requests import load_trace
 from gpufabric.workloads.models import load_model
-from test_fuzz_inputs import FUZZ, VALUES, bounded_memory, ends_well, mutate
+from test_fuzz_inputs import FUZZ, VALUES, ends_well, mutate
 
-__all__ = ["bounded_memory"]          # the module-wide memory guard, used here too
+pytestmark = pytest.mark.usefixtures("bounded_memory")     # conftest.py
 
 HERE = Path(__file__).parent
 MODELS = Path(load_model.__code__.co_filename).parent / "data" / "models"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("bounded_memory", "deadline")   # conftest.py
+
 FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
 #: every case here ends well within this (a loaded CI machine included)
 DEADLINE_S = 10.0

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gpufabric.k8s.extender import Extender
 from gpufabric.k8s.http import ExtenderServer
@@ -21,6 +22,8 @@ from gpufabric.scheduler.state import MILLI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import k8s_chaos as chaos  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("bounded_memory", "deadline")   # conftest.py
 
 
 def test_chaos_on_a_thousand_nodes_with_a_restart(tmp_path, capfd):

@@ -26,6 +26,8 @@ from gpufabric.k8s.objects import amount, parse_pod, quantity
 from gpufabric.k8s.statefile import StateFile
 from gpufabric.topology import presets
 
+pytestmark = pytest.mark.usefixtures("bounded_memory", "deadline")   # conftest.py
+
 ROOT = Path(__file__).resolve().parents[1]
 NODES = "V100M32x8*2+T4x4*2+cpu*1"
 NAMES = [n.name for n in load_node_infos(NODES)]

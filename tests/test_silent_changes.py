@@ -20,6 +20,8 @@ from gpufabric.scheduler.jobs import Job, JobSet, load_jobs
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.requests import load_trace
 
+pytestmark = pytest.mark.usefixtures("bounded_memory", "deadline")   # conftest.py
+
 OPENB = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
 POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
               "deletion_time,scheduled_time\n")

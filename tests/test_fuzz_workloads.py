@@ -236,6 +236,12 @@ def test_a_model_file_is_read_like_every_other_file(tmp_path):
      "row 2.isl: got '1e40'; expected a whole number of tokens from 1 to 100,000,000"),
     ('arrival_s,isl,osl\n0,"' + "x" * 200_000 + "\n",
      "not valid CSV: field larger than field limit (131072)"),
+    ("arrival_s,isl,osl\n0,10,1\n-1,10,1\n",
+     "row 3.arrival_s: got '-1'; expected a number of seconds from 0 to 1e+12 or an ISO "
+     "date-time"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n5,396,109\n",
+     "row 3.TIMESTAMP: got '5' (seconds), but row 2 gave an ISO date-time; expected one form "
+     "in the whole column"),
 ])
 def test_a_trace_with_a_bad_value_is_refused(tmp_path, text, message):
     f = tmp_path / "t.csv"

@@ -5,7 +5,6 @@ Four classes: `nvidia-smi topo -m` output that no machine prints, non-finite or 
 and huge keys or texts in the files users write, and arguments longer than a file name can be.
 """
 
-import time
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,14 @@ import pytest
 pytestmark = pytest.mark.usefixtures("bounded_memory", "deadline")   # conftest.py
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
-#: every case here ends well within this (a loaded CI machine included)
-DEADLINE_S = 10.0
 
 
 @pytest.fixture
 def refused(cli):
-    """``refused(*args) -> message``: the command exits 2 with one line, within the deadline."""
+    """``refused(*args) -> message``: the command exits 2 with one line (a hang fails the
+    test at conftest's deadline)."""
     def run(*args: str) -> str:
-        t0 = time.monotonic()
         code, _, err = cli(*args)
-        assert time.monotonic() - t0 < DEADLINE_S, args
         assert code == 2, (args[:3], err[:300])
         assert err.count("\n") == 1 and "Traceback" not in err, err[:300]
         assert err.startswith("gpufabric: error: "), err[:300]

@@ -27,14 +27,6 @@ POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phas
               "deletion_time,scheduled_time\n")
 
 
-@pytest.fixture
-def bounded():
-    """Each example ends in well under the bound (a hang would fail here, not stall CI)."""
-    t0 = time.monotonic()
-    yield
-    assert time.monotonic() - t0 < 10
-
-
 def _trace(tmp_path: Path, n: int, name: str = "t.csv") -> Path:
     f = tmp_path / name
     f.write_text("arrival_s,isl,osl\n" + "".join(f"{i * 0.05:.2f},64,4\n" for i in range(n)))
@@ -51,7 +43,7 @@ def error(cli, *args: str) -> str:
 
 # -- 1. a trace longer than --requests ---------------------------------------------------------
 
-def test_a_trace_runs_all_its_requests_when_requests_is_not_given(cli, tmp_path, bounded):
+def test_a_trace_runs_all_its_requests_when_requests_is_not_given(cli, tmp_path):
     f = _trace(tmp_path, 1200)
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--replicas", "1",
                          "--json")
@@ -61,7 +53,7 @@ def test_a_trace_runs_all_its_requests_when_requests_is_not_given(cli, tmp_path,
     assert r["workload"]["note"] == ""
 
 
-def test_a_smaller_requests_says_how_much_of_the_trace_it_uses(cli, tmp_path, bounded):
+def test_a_smaller_requests_says_how_much_of_the_trace_it_uses(cli, tmp_path):
     f = _trace(tmp_path, 1200)
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--replicas", "1",
                          "--requests", "1000", "--json")
@@ -77,7 +69,7 @@ def test_a_smaller_requests_says_how_much_of_the_trace_it_uses(cli, tmp_path, bo
     assert err == f"gpufabric: note: {note}\n"
 
 
-def test_search_and_pd_runs_say_it_too(cli, tmp_path, bounded):
+def test_search_and_pd_runs_say_it_too(cli, tmp_path):
     f = _trace(tmp_path, 40)
     note = "gpufabric: note: using the first 20 of the trace's 40 requests (--requests)\n"
     code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=2", "--trace", str(f),
@@ -89,7 +81,7 @@ def test_search_and_pd_runs_say_it_too(cli, tmp_path, bounded):
     assert (code, err) == (0, note) and json.loads(out)["workload"]["trace_requests"] == 40
 
 
-def test_a_larger_requests_says_the_trace_is_shorter(cli, tmp_path, bounded):
+def test_a_larger_requests_says_the_trace_is_shorter(cli, tmp_path):
     f = _trace(tmp_path, 30)
     code, out, err = cli("serve", "llama3-8b", "hgx-h100", "--trace", str(f), "--replicas", "1",
                          "--requests", "5000", "--json")
@@ -104,7 +96,7 @@ def test_a_larger_requests_says_the_trace_is_shorter(cli, tmp_path, bounded):
     (("--requests", "48", "--concurrency", "12"),
      "simulating 8 users, 1 in each of 8 streams (--concurrency 12 rounded down)"),
 ])
-def test_a_run_dealt_over_replicas_says_how_it_rounded(cli, args, note, bounded):
+def test_a_run_dealt_over_replicas_says_how_it_rounded(cli, args, note):
     # one of the 8 replicas is simulated: the requests and users are dealt evenly to them
     code, out, err = cli(*SERVE, *args, "--isl", "64", "--osl", "4", "--json")
     assert (code, err) == (0, f"gpufabric: note: {note}\n")
@@ -132,22 +124,6 @@ def test_the_request_cap_still_holds(cli):
 
 
 # -- 2. times that go backwards or below zero ----------------------------------------------------
-
-@pytest.mark.parametrize("text, message", [
-    ("arrival_s,isl,osl\n0,10,1\n-1,10,1\n",
-     "row 3.arrival_s: got '-1'; expected a number of seconds from 0 to 1e+12 or an ISO "
-     "date-time"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n5,396,109\n",
-     "row 3.TIMESTAMP: got '5' (seconds), but row 2 gave an ISO date-time; expected one form "
-     "in the whole column"),
-])
-def test_a_serving_trace_with_a_negative_or_mixed_time_is_refused(tmp_path, text, message):
-    f = tmp_path / "t.csv"
-    f.write_text(text)
-    with pytest.raises(InputError) as e:
-        load_trace(str(f))
-    assert str(e.value) == f"{f}: {message}"
-
 
 def test_iso_times_without_a_zone_are_utc_across_a_clock_change(tmp_path, monkeypatch):
     # New York turns its clocks back at 02:00 on 2023-11-05; two requests 2 minutes apart
@@ -243,7 +219,7 @@ TRAIN = ("train", "llama3-8b", "hgx-h100")
      "--failures: applies only with --mode replay"),
 ])
 def test_flags_that_exclude_each_other_are_refused_naming_both(cli, tmp_path, monkeypatch,
-                                                               args, message, bounded):
+                                                               args, message):
     monkeypatch.chdir(tmp_path)
     _trace(tmp_path, 3)
     assert error(cli, *args) == message
@@ -277,7 +253,7 @@ def test_flags_that_exclude_each_other_are_refused_naming_both(cli, tmp_path, mo
     (("schedule", "synthetic-openb", "--runs", "0"),
      "--runs: must be a whole number from 1 to 1,000, got 0"),
 ])
-def test_zero_or_negative_limits_are_refused_with_the_range(cli, args, message, bounded):
+def test_zero_or_negative_limits_are_refused_with_the_range(cli, args, message):
     assert error(cli, *args) == message
 
 
@@ -291,7 +267,7 @@ def test_the_library_refuses_a_zero_batch_limit_too():
 
 # -- 5. a job larger than any node ---------------------------------------------------------------
 
-def test_replay_counts_a_job_larger_than_any_node_as_unplaceable(cli, tmp_path, bounded):
+def test_replay_counts_a_job_larger_than_any_node_as_unplaceable(cli, tmp_path):
     f = tmp_path / "pods.csv"
     f.write_text(POD_HEADER + "small,1000,1024,1,1000,,LS,Running,0,100,0\n"
                  "eight,1000,1024,8,1000,,LS,Running,5,100,5\n"
@@ -318,7 +294,7 @@ def test_arrival_counts_unplaceable_pods_among_the_skipped():
 
 # -- 6. a failed download leaves nothing behind --------------------------------------------------
 
-def test_a_failed_fetch_leaves_no_folder_or_partial_file(cli, tmp_path, monkeypatch, bounded):
+def test_a_failed_fetch_leaves_no_folder_or_partial_file(cli, tmp_path, monkeypatch):
     def half_then_fail(url, fh, h, name, progress, timeout_s):
         fh.write(b"name,cpu_milli\n")      # part of a file arrived, then the link dropped
         raise InputError("cannot download (connection reset)", file=url)
@@ -354,14 +330,14 @@ def test_a_fetch_from_an_unreachable_loopback_port_leaves_the_cache_unmade(cli, 
 
 # -- 7. a training layout that does not fit says what would -------------------------------------
 
-def test_a_layout_that_does_not_fit_names_the_first_change_that_fits(cli, bounded):
+def test_a_layout_that_does_not_fit_names_the_first_change_that_fits(cli):
     assert error(cli, *TRAIN) == ("memory: needs 107.4 GiB per GPU, H100-SXM has 80; fits with "
                                   "--zero 2 (79.9 GiB)")
     code, out, _ = cli(*TRAIN, "--zero", "2")
     assert code == 0 and "zero 2" in out
 
 
-def test_a_layout_no_cheap_change_fixes_points_to_search(cli, bounded):
+def test_a_layout_no_cheap_change_fixes_points_to_search(cli):
     assert error(cli, "train", "llama3-70b", "hgx-h100", "--tp", "8") == (
         "memory: needs 182.1 GiB per GPU, H100-SXM has 80; no --zero, --recompute or "
         "--micro-batch setting fits this layout; try --search")

@@ -40,7 +40,7 @@ from typing import Any
 
 from gpufabric import catalog
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.scheduler.cluster import MAX_GPUS
+from gpufabric.scheduler.cluster import MAX_GPUS, node_system
 from gpufabric.scheduler.jobs import KINDS
 from gpufabric.scheduler.state import MILLI, Request
 
@@ -226,13 +226,12 @@ def _gpus(res: dict, key: str, where: str) -> int:
 def _system_gpus(text: str) -> int | str:
     """GPUs per node of a ``gpufabric.dev/system`` annotation (a preset or an inline spec),
     or why it cannot be read. Never a file: an annotation is not a path on this host."""
-    from gpufabric.scheduler.cluster import _system
     from gpufabric.topology import presets
     if text not in presets.names() and "=" not in text:
         return (f"'{text[:60]}' is not a system preset or inline spec (known presets: "
                 f"{', '.join(presets.names())})")
     try:
-        g = _system(text).gpus()
+        g = node_system(text).gpus()
     except InputError as exc:
         return str(exc)
     return len([d for d in g if d.node == g[0].node]) if g else 0

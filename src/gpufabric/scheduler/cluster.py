@@ -118,7 +118,7 @@ class Cluster:
     def topology(self, i: int):
         """The internal :class:`~gpufabric.topology.model.Topology` of node ``i``."""
         if i in self.presets:
-            return _system(self.presets[i])
+            return node_system(self.presets[i])
         return nodetopo.build_node(self.model(i), int(self.num_gpu[i]), name=self.names[i])
 
     def gpu_tables(self, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +257,7 @@ def _pool_rows(name: str, count: int, start: int, spec: str) -> tuple[list, str 
     from gpufabric.topology import presets
     known = presets.names()
     if name in known or "=" in name or name.lower().endswith((".yaml", ".yml")):
-        topo = _system(name)
+        topo = node_system(name)
         if topo.meta.get("nodes", 1) > 1:
             raise InputError(f"pool '{name}' describes {topo.meta['nodes']} nodes; a pool is "
                              "one node type, its node count goes after '*' (NAME*COUNT)",
@@ -296,7 +296,7 @@ def _pool_count(part: str, spec: str) -> tuple[str, int]:
     return name, int(count)
 
 
-def _system(name: str):
+def node_system(name: str):
     """A system preset, spec file or inline ``k=v,...`` spec, built by the topology layer.
 
     Only its first node is built (a pool is one node type); an inline spec's size is checked

@@ -340,6 +340,10 @@ def test_a_restart_rebuilds_the_state_from_the_state_file(tmp_path, server):
     before = {u: (b.node, b.gpus) for u, b in ext.bound.items()}
     free = ext._state.gpu_left.copy()
     with path.open("a") as fh:
+        fh.write('{"bind": "x", "node": "n", "gpus": [0], "pod": {"uid": "x", "namespace": "t", '
+                 '"name": "x", "request": {"cpu": 0, "mem": 0, "num_gpu": -4, "gpu_milli": '
+                 '1000}, "models": [], "kind": "training", "priority": 0, "group": "", '
+                 '"gang": 1, "node": "n", "gpu_index": [], "min_bw_GBps": 0}}\n')  # edited by hand
         fh.write('{"bind": "half-writ')                     # killed mid-line
     again = Extender(load_node_infos(NODES), state_file=StateFile(path))
     assert {u: (b.node, b.gpus) for u, b in again.bound.items()} == before

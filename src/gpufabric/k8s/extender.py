@@ -230,8 +230,7 @@ class Extender:
     # -- the records (bound pods, gangs' places), journaled when a state file is given ------
     def _bind_record(self, uid: str, b: Bound) -> None:
         self.bound[uid] = b
-        self._journal({"bind": uid, "pod": pod_record(b.pod), "node": b.node,
-                       "gpus": list(b.gpus)})
+        self._journal(self._bind_json(uid, b))
 
     def _unbind(self, uid: str) -> Bound | None:
         b = self.bound.pop(uid, None)
@@ -248,6 +247,10 @@ class Extender:
             self._journal({"ungang": key})
 
     @staticmethod
+    def _bind_json(uid: str, b: Bound) -> dict:
+        return {"bind": uid, "pod": pod_record(b.pod), "node": b.node, "gpus": list(b.gpus)}
+
+    @staticmethod
     def _gang_json(key: str, g: Gang) -> dict:
         return {"gang": key, "request": asdict(g.request),
                 "slots": [[n, list(gp)] for n, gp in g.slots], "taken": g.taken}
@@ -260,8 +263,7 @@ class Extender:
             return
         f.write(rec)
         if f.lines > max(10_000, 4 * (len(self.bound) + len(self.gangs))):
-            f.compact([{"bind": u, "pod": pod_record(b.pod), "node": b.node,
-                        "gpus": list(b.gpus)} for u, b in self.bound.items()],
+            f.compact([self._bind_json(u, b) for u, b in self.bound.items()],
                       [self._gang_json(k, g) for k, g in self.gangs.items()])
 
     def _restore(self) -> None:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpufabric.errors import InputError
-from gpufabric.k8s.objects import PodInfo
-from gpufabric.scheduler.state import Request
+from gpufabric.k8s.objects import MAX_GPUS_PER_NODE, PodInfo
+from gpufabric.scheduler.state import MILLI, Request
 
 #: The journal's first line, naming its format.
 HEADER = {"gpufabric": "extender-state", "version": 1}
@@ -36,11 +36,26 @@ def pod_record(pod: PodInfo) -> dict:
 
 
 def pod_from(rec: dict) -> PodInfo:
+    """A pod record read back; ValueError if its request is not one a pod can make (the same
+    bounds :func:`~gpufabric.k8s.objects.parse_pod` enforces)."""
     r = dict(rec)
-    r["request"] = Request(**r["request"])
+    q = Request(**r["request"])
+    ints = (q.cpu, q.mem, q.num_gpu, q.gpu_milli)
+    if not all(isinstance(v, int) and v >= 0 for v in ints) or q.num_gpu > MAX_GPUS_PER_NODE \
+            or q.gpu_milli > MILLI or (q.num_gpu and not q.gpu_milli):
+        raise ValueError(f"request {q} is not one a pod can make")
+    r["request"] = q
     r["models"] = tuple(r["models"])
     r["gpu_index"] = tuple(r["gpu_index"])
     return PodInfo(**r)
+
+
+def gpus_from(value: Any) -> tuple[int, ...]:
+    """A record's GPU indices; ValueError unless distinct whole numbers below a node's limit."""
+    if not isinstance(value, list) or len(set(value)) < len(value) or not all(
+            isinstance(g, int) and 0 <= g < MAX_GPUS_PER_NODE for g in value):
+        raise ValueError(f"GPUs {str(value)[:60]} are not distinct indices")
+    return tuple(value)
 
 
 class StateFile:
@@ -98,11 +113,14 @@ class StateFile:
             raise ValueError("not a record")
         if "bind" in rec:
             pod_from(rec["pod"])                     # readable, or the line is skipped
+            gpus_from(rec["gpus"])
             binds[rec["bind"]] = rec
         elif "forget" in rec:
             binds.pop(rec["forget"], None)
         elif "gang" in rec:
             Request(**rec["request"])
+            for _node, gpus in rec["slots"]:
+                gpus_from(gpus)
             gangs[rec["gang"]] = rec
         elif "ungang" in rec:
             gangs.pop(rec["ungang"], None)

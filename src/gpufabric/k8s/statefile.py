@@ -97,13 +97,19 @@ class StateFile:
                     raise InputError("not a gpufabric extender state file (its first line "
                                      f"is not {json.dumps(HEADER)})", file=str(self.path),
                                      field="--state")
+                skipped = 0
                 for k, line in enumerate(fh, start=2):
                     try:
                         rec = json.loads(line)
                         self._replay(rec, binds, gangs)
                     except (ValueError, TypeError, KeyError) as exc:
-                        print(f"gpufabric extender: {self.path}: line {k} skipped ({exc})",
-                              file=sys.stderr)
+                        skipped += 1
+                        if skipped <= 5:
+                            print(f"gpufabric extender: {self.path}: line {k} skipped "
+                                  f"({str(exc)[:200]})", file=sys.stderr)
+                if skipped > 5:
+                    print(f"gpufabric extender: {self.path}: {skipped} lines skipped in all",
+                          file=sys.stderr)
         self.compact(binds.values(), gangs.values())
         return binds, gangs
 

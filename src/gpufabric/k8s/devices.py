@@ -2,8 +2,9 @@
 
 Either way the result is a :class:`DeviceSet`: device IDs, NUMA nodes, health, and the pair
 tables (bottleneck GB/s, links crossed) of :func:`gpufabric.scheduler.nodetopo.tables` on the
-node's :class:`~gpufabric.topology.model.Topology`. From NVML (read by :mod:`gpufabric.measure.nvml`) the topology is built the way
-``gpufabric import nvidia-smi`` builds it: an ``nvidia-smi topo -m`` matrix (NVLink counts per
+node's :class:`~gpufabric.topology.model.Topology`. From NVML (read by
+:mod:`gpufabric.measure.nvml`) the topology is built the way ``gpufabric import nvidia-smi``
+builds it: an ``nvidia-smi topo -m`` matrix (NVLink counts per
 pair from each link's remote PCI bus ID, PCIe levels from the common ancestor) handed to
 :func:`gpufabric.topology.nvsmi.to_system`. NVML queries degrade to "not available" (None)
 instead of failing: no library, no driver, no GPU.

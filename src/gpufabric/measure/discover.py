@@ -15,9 +15,10 @@ adds one note and is otherwise skipped:
 
 Examples
 --------
->>> d = discover("tests/fixtures/sysfs/kvm-epyc-2cpu")
->>> [(x["id"], x["kind"]) for x in d.system["devices"]]
-[('cpu0', 'cpu'), ('nic0', 'nic')]
+>>> import tempfile
+>>> d = discover(tempfile.mkdtemp())     # an empty tree: no CPU files, no PCI bus, no GPU
+>>> [(x["id"], x["kind"]) for x in d.system["devices"]], d.notes[-1]
+([('cpu0', 'cpu')], 'gpu: no GPU found: the system file describes the CPUs and NICs only')
 """
 
 from __future__ import annotations
@@ -163,14 +164,14 @@ def host_system(d: Discovery, name: str) -> dict[str, Any]:
                 devices.append({"id": switches[sw], "kind": "pcie_switch", "model": "",
                                 "numa": devices[ids.index(parent)]["numa"],
                                 "attrs": {"pci": sw}})
-                link = {"a": parent, "b": switches[sw], "kind": "pcie"}
-                _set_link(link, *sysfs.link_of(d.pci[sw], d.pci))
-                links.append(link)
+                up: dict[str, Any] = {"a": parent, "b": switches[sw], "kind": "pcie"}
+                _set_link(up, *sysfs.link_of(d.pci[sw], d.pci))
+                links.append(up)
             parent = switches[sw]
         devices.append({"id": f"nic{k}", "kind": "nic", "model": "", "index": k,
                         "numa": n.numa if n.numa >= 0 else devices[ids.index(cpu_id[socket])]
                         ["numa"], "attrs": _nic_attrs(n)})
-        link = {"a": parent, "b": f"nic{k}", "kind": "pcie"}
+        link: dict[str, Any] = {"a": parent, "b": f"nic{k}", "kind": "pcie"}
         if p is not None:
             gen, lanes = sysfs.link_of(p, d.pci)
             _set_link(link, gen, lanes)

@@ -110,6 +110,19 @@ def test_an_nvidia_smi_output_without_a_gpu_model_says_nvlink_speeds_are_guessed
                            "(see `gpufabric catalog gpus`)")
 
 
+def test_a_cpu_model_whose_lanes_the_design_exceeds_is_left_out_with_a_note(monkeypatch):
+    import dataclasses
+    kvm = cpu.read(KVM)
+    monkeypatch.setattr(cpu, "read", lambda root: dataclasses.replace(kvm,
+                                                                      model="Xeon-Gold-6226R"))
+    d = discover.discover(KVM, nvidia_smi=FIX / "nvsmi" / "l40s_8gpu_node_sys.txt", gpu="L40S")
+    assert d.notes[-1] == (
+        "CPU model Xeon-Gold-6226R left out: with it the design does not build (socket 0 of "
+        "node 0 needs 64 PCIe lanes but a Xeon-Gold-6226R socket provides 48 in this host; "
+        "spread devices over the sockets or add PCIe switches)")
+    assert {x["model"] for x in d.system["devices"] if x["kind"] == "cpu"} == {""}
+
+
 def _script(tmp_path, body):
     exe = tmp_path / "nvidia-smi"
     exe.write_text("#!/bin/sh\n" + body)
@@ -267,6 +280,10 @@ def test_discover_refuses_bad_input_in_one_line_and_writes_nothing(cli, tmp_path
     code, _, err = cli("discover", "--root", str(KVM), "-o", str(tmp_path / "no" / "x.yaml"))
     assert code == 2 and err == (f"gpufabric: error: {tmp_path}/no/x.yaml: --output: directory "
                                  f"'{tmp_path}/no' does not exist; create it first\n")
+    code, _, err = cli("discover", "--root", str(tmp_path / "nowhere"))
+    assert code == 2 and err == (f"gpufabric: error: {tmp_path}/nowhere: --root: no such "
+                                 "directory; expected / or a recorded tree "
+                                 "(tools/capture_sysfs.py)\n")
     code, _, err = cli("discover", "--root", str(KVM), "--gpu", "H100-SMX")
     assert code == 2 and err.startswith("gpufabric: error: --gpu: unknown GPU 'H100-SMX'; "
                                         "did you mean 'H100-SXM'?")

@@ -9,6 +9,7 @@ import typer
 import yaml
 
 from gpufabric.cli.common import app, emit_json
+from gpufabric.errors import InputError
 from gpufabric.fileio import check_output, write_text_atomic
 
 
@@ -38,6 +39,9 @@ def discover(
     from gpufabric.topology.build import from_yaml_text
     if gpu:
         gpu = catalog.gpu(gpu, field="--gpu").name
+    if not root.is_dir():
+        raise InputError("no such directory; expected / or a recorded tree "
+                         "(tools/capture_sysfs.py)", file=str(root), field="--root")
     if output is not None:
         check_output(output, field="--output")
     d = run(root, name=name or (output.stem if output else ""), nvidia_smi=nvidia_smi, gpu=gpu)

@@ -31,8 +31,9 @@ def discover(
                                        "tree); NVML and nvidia-smi are then not asked.")) -> None:
     """Describe this machine (GPUs, NVLink, PCIe, CPUs, NUMA, NICs) as a system file.
 
-    Each source (NVML, nvidia-smi, sysfs, the CPU) is optional: one that is absent adds one
-    note on stderr. The file is checked by the loader every command uses before it is written.
+    Each source (NVML, nvidia-smi, sysfs, the CPU) is optional; a missing one is one note.
+
+    The file is checked by the loader every command uses before it is written.
     """
     from gpufabric import catalog
     from gpufabric.measure.discover import discover as run
@@ -58,6 +59,8 @@ def discover(
         typer.echo(text, nl=False)
     else:
         kinds = [x["kind"] for x in d.system["devices"]]
-        typer.echo(f"wrote {output}: {kinds.count('gpu')} GPUs, {kinds.count('cpu')} CPU "
-                   f"sockets, {kinds.count('nic')} NICs, {kinds.count('pcie_switch')} PCIe "
-                   "switches")
+        counts = [(kinds.count(k), what) for k, what in (
+            ("gpu", "GPU"), ("cpu", "CPU socket"), ("nic", "NIC"), ("pcie_switch", "PCIe switch"))]
+        typer.echo(f"wrote {output}: " + ", ".join(
+            f"{n} {what}{'' if n == 1 else ('es' if what.endswith('h') else 's')}"
+            for n, what in counts))

@@ -258,7 +258,8 @@ def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path |
             model = gpu or rep.model
             matrix = _add_nics(rep.matrix, rep.gpus, d.nics, d.pci, notes)
         else:
-            sources["nvml"] = nvml.why_not() if nv is None else "no GPU answered"
+            sources["nvml"] = (nvml.why_not() if nv is None
+                               else "NVML lists no GPU, or does not answer about one")
             notes.append(f"nvml: {sources['nvml']}")
             matrix, src, why = smi.topo_matrix(None, gpu)
             sources["nvidia-smi"] = f"used: {src}" if matrix is not None else why

@@ -232,6 +232,23 @@ def test_nvml_gpus_with_sysfs_nics_placed_by_the_pci_tree(tmp_path, monkeypatch)
     assert (up.gen, up.lanes) == (4, 16)
 
 
+def test_sysfs_nics_that_break_nvmls_pcie_tree_are_left_out_with_a_note(tmp_path, monkeypatch):
+    _tree(tmp_path)
+
+    def no_nvlink(h, ln):
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+    nv = FakeNVML()
+    nv.nvmlDeviceGetNvLinkState = no_nvlink
+    nv.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 10     # NVML: one switch (PIX)
+    monkeypatch.setattr(nvml, "init", lambda: nv)
+    d = discover.discover(tmp_path, live=True)
+    assert d.notes[-1] == (
+        "sysfs: RDMA NICs left out: with them the matrix is not one PCIe tree (GPU1-NIC0 is SYS, "
+        "but the other paths put the two where a PCIe tree gives PIX; the matrix does not "
+        "describe one PCIe tree per socket)")
+    assert [x["id"] for x in d.system["devices"]] == ["cpu0", "sw0", "gpu0", "gpu1"]
+
+
 def test_no_pynvml_is_one_note_naming_the_extra(monkeypatch):
     import builtins
     real = builtins.__import__

@@ -200,6 +200,28 @@ def _checked(data: dict[str, Any], name: str, notes: list[str]) -> dict[str, Any
         return data
 
 
+def _to_system(matrix: nvsmi.TopoMatrix, plain: nvsmi.TopoMatrix | None, name: str, model: str,
+               saved: str | Path | None, notes: list[str]) -> dict[str, Any] | None:
+    """The system file of a matrix; a saved output that is not one PCIe tree is the user's
+    input (an error), a live one a note: without the sysfs NICs, else without GPUs (None)."""
+    try:
+        return nvsmi.to_system(matrix, name, model, file=str(saved or name))
+    except InputError as exc:
+        if saved is not None:
+            raise
+        why = exc.message
+    if plain is not None and plain is not matrix:
+        try:
+            data = nvsmi.to_system(plain, name, model, file=name)
+            notes.append(f"sysfs: RDMA NICs left out: with them the matrix is not one PCIe "
+                         f"tree ({why})")
+            return data
+        except InputError as exc:
+            why = exc.message
+    notes.append(f"gpu: the GPUs' matrix is not one PCIe tree ({why}): GPUs left out")
+    return None
+
+
 def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path | None = None,
              gpu: str = "", live: bool | None = None) -> Discovery:
     """Describe the machine under ``root`` (``/``: this one) as a system file.
@@ -236,6 +258,7 @@ def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path |
     d.nics = sysfs.nics(root, d.pci)
 
     matrix: nvsmi.TopoMatrix | None = None
+    plain: nvsmi.TopoMatrix | None = None      # NVML's matrix before the sysfs NICs joined
     model = gpu
     if nvidia_smi is not None:
         matrix, src, _ = smi.topo_matrix(nvidia_smi, gpu)
@@ -256,6 +279,7 @@ def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path |
             sources["nvidia-smi"] = "not asked: NVML answered"
             d.gpus, d.gpu_name, d.driver = rep.gpus, rep.name, rep.driver
             model = gpu or rep.model
+            plain = rep.matrix
             matrix = _add_nics(rep.matrix, rep.gpus, d.nics, d.pci, notes)
         else:
             sources["nvml"] = (nvml.why_not() if nv is None
@@ -267,16 +291,19 @@ def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path |
                 notes.append(f"nvidia-smi: {why}")
             elif not gpu:
                 model, d.gpu_name = smi.gpu_model()
+    data: dict[str, Any] | None = None
     if matrix is not None:
         if not model:
             notes.append("gpu: GPU model unknown"
                          + (f" (the driver calls it {d.gpu_name!r})" if d.gpu_name else "")
                          + ": NVLink speeds are guessed; give --gpu MODEL "
                            "(see `gpufabric catalog gpus`)")
-        data = nvsmi.to_system(matrix, name, model, file=str(nvidia_smi or name))
+        data = _to_system(matrix, plain, name, model, nvidia_smi, notes)
+    if data is not None:
         _enrich(data, d)
     else:
-        notes.append("gpu: no GPU found: the system file describes the CPUs and NICs only")
+        if matrix is None:
+            notes.append("gpu: no GPU found: the system file describes the CPUs and NICs only")
         data = host_system(d, name)
     d.system = _checked(data, name, notes)
     return d

@@ -43,6 +43,22 @@ def test_the_recorded_kvm_guest_pci_bus_and_its_one_nic():
     assert sysfs.nics(KVM, pci) == [sysfs.Nic("eth0", "0000:00:03.0", -1, None)]
 
 
+def test_pci_path_classes_follow_the_tree_as_nvidia_smi_names_them():
+    def dev(addr, parents, host="pci0000:00", numa=0):
+        return sysfs.PciDevice(addr, 0x030200, "0x10de", "0x2330", numa, parents,
+                               host_bridge=host)
+    root_port, up, down = "0000:00:01.0", "0000:01:00.0", "0000:02:00.0"
+    gpu = dev("0000:03:00.0", [root_port, up, down])
+    assert sysfs.level(gpu, dev("0000:03:00.1", [root_port, up, down])) == "PIX"
+    assert sysfs.level(gpu, dev("0000:04:00.0", [root_port, up, "0000:02:01.0"])) == "PIX"
+    # below a second switch (upstream port 05:00.0, downstream port 06:00.0)
+    assert sysfs.level(gpu, dev("0000:07:00.0", [root_port, up, "0000:02:01.0", "0000:05:00.0",
+                                                 "0000:06:00.0"])) == "PXB"
+    assert sysfs.level(gpu, dev("0000:11:00.0", ["0000:00:03.0"])) == "PHB"
+    assert sysfs.level(gpu, dev("0000:41:00.0", ["0000:40:01.0"], "pci0000:40")) == "NODE"
+    assert sysfs.level(gpu, dev("0000:81:00.0", ["0000:80:01.0"], "pci0000:80", 1)) == "SYS"
+
+
 def test_the_recorded_kvm_guest_becomes_a_cpu_and_a_nic():
     d = discover.discover(KVM)
     assert d.system == {

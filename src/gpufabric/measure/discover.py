@@ -106,8 +106,10 @@ def _enrich(data: dict[str, Any], d: Discovery) -> None:
     by_id = {x["id"]: x for x in data["devices"]}
     up = {ln["b"]: ln for ln in data["links"] if ln["kind"] == "pcie"}
     for dev in data["devices"]:
-        if dev["kind"] == "cpu" and d.cpu and d.cpu.model:
+        if dev["kind"] == "cpu" and d.cpu:
             dev["model"] = d.cpu.model
+            if d.cpu.model_name:
+                dev.setdefault("attrs", {})["model_name"] = d.cpu.model_name
     for g in d.gpus:
         dev = by_id.get(f"gpu{g.index}")
         if dev is None:

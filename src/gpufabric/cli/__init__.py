@@ -2,7 +2,7 @@
 
 Each module registers its commands on :data:`app` when imported:
 ``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate),
-``schedule`` (schedule), ``catalog`` (catalog).
+``schedule`` (schedule), ``catalog`` (catalog), ``measure`` (discover).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from gpufabric.cli import catalog as _catalog  # noqa: F401,E402
 from gpufabric.cli import collective as _collective  # noqa: F401,E402
 from gpufabric.cli import data as _data  # noqa: F401,E402
 from gpufabric.cli import k8s as _k8s  # noqa: F401,E402
+from gpufabric.cli import measure as _measure  # noqa: F401,E402
 from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
 from gpufabric.cli import serve as _serve  # noqa: F401,E402
 from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)

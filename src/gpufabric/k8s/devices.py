@@ -2,8 +2,9 @@
 
 Either way the result is a :class:`DeviceSet`: device IDs, NUMA nodes, health, and the pair
 tables (bottleneck GB/s, links crossed) of :func:`gpufabric.scheduler.nodetopo.tables` on the
-node's :class:`~gpufabric.topology.model.Topology`. From NVML the topology is built the way
-``gpufabric import nvidia-smi`` builds it: an ``nvidia-smi topo -m`` matrix (NVLink counts per
+node's :class:`~gpufabric.topology.model.Topology`. From NVML (read by
+:mod:`gpufabric.measure.nvml`) the topology is built the way ``gpufabric import nvidia-smi``
+builds it: an ``nvidia-smi topo -m`` matrix (NVLink counts per
 pair from each link's remote PCI bus ID, PCIe levels from the common ancestor) handed to
 :func:`gpufabric.topology.nvsmi.to_system`. NVML queries degrade to "not available" (None)
 instead of failing: no library, no driver, no GPU.
@@ -16,13 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpufabric import catalog
 from gpufabric.errors import InputError
+from gpufabric.measure import nvml
 from gpufabric.scheduler.nodetopo import tables
 from gpufabric.topology.paths import domain_gpus, gpu_nic_levels
 from gpufabric.topology.build import from_data, load
@@ -36,8 +36,7 @@ UNHEALTHY = "Unhealthy"
 #: stopped processing, 45 preemptive cleanup, 68 video processor exception, 109 context switch
 #: timeout.
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-#: NVML topology levels (nvmlGpuTopologyLevel_t) -> nvidia-smi path class.
-NVML_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+NVML_LEVELS = nvml.NVML_LEVELS   # NVML topology level -> nvidia-smi path class
 
 
 @dataclass
@@ -103,30 +102,9 @@ class DeviceSet:
         return True
 
 
-# -- NVML ----------------------------------------------------------------------------------
-def _nvml() -> Any:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:
-        return None
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _numa(nv: Any, h: Any, bus: str) -> int:
-    try:
-        return int(nv.nvmlDeviceGetNumaNodeId(h))
-    except Exception:
-        pass
-    sysfs = Path("/sys/bus/pci/devices") / bus.lower()[-12:] / "numa_node"
-    try:
-        return max(0, int(sysfs.read_text().strip()))
-    except (OSError, ValueError):
-        return 0
+# -- NVML (gpufabric.measure.nvml reads it; ``_nvml`` stays a name tests can replace) ------
+_nvml = nvml.init
+_text = nvml.text
 
 
 def nvml_matrix() -> tuple[TopoMatrix, list[str], str] | None:
@@ -136,55 +114,12 @@ def nvml_matrix() -> tuple[TopoMatrix, list[str], str] | None:
     if nv is None:
         return None
     try:
-        n = nv.nvmlDeviceGetCount()
-        if n == 0:
-            return None
-        hs = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-        uuids = [_text(nv.nvmlDeviceGetUUID(h)) for h in hs]
-        buses = [_text(nv.nvmlDeviceGetPciInfo(h).busId).lower() for h in hs]
-        name = _text(nv.nvmlDeviceGetName(hs[0]))
-        links: list[dict[str, int]] = []
-        for h in hs:
-            cnt: dict[str, int] = {}
-            for ln in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
-                try:
-                    if nv.nvmlDeviceGetNvLinkState(h, ln):
-                        rb = _text(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, ln).busId).lower()
-                        cnt[rb] = cnt.get(rb, 0) + 1
-                except Exception:
-                    break
-            links.append(cnt)
-        paths = [["X"] * n for _ in range(n)]
-        for i in range(n):
-            for j in range(n):
-                if i == j:
-                    continue
-                direct = links[i].get(buses[j], 0)
-                to_switch_i = sum(c for b, c in links[i].items() if b not in buses)
-                to_switch_j = sum(c for b, c in links[j].items() if b not in buses)
-                if direct:
-                    paths[i][j] = f"NV{direct}"
-                elif to_switch_i and to_switch_j:
-                    paths[i][j] = f"NV{min(to_switch_i, to_switch_j)}"
-                else:
-                    try:
-                        lvl = int(nv.nvmlDeviceGetTopologyCommonAncestor(hs[i], hs[j]))
-                    except Exception:
-                        lvl = 50
-                    paths[i][j] = NVML_LEVELS.get(lvl, "SYS")
-        numa = [str(_numa(nv, h, b)) for h, b in zip(hs, buses, strict=True)]
-        try:
-            model = catalog.gpu(name).name
-        except InputError:
-            model = ""
-        return TopoMatrix([f"GPU{i}" for i in range(n)], paths, numa_affinity=numa), uuids, model
-    except Exception:
-        return None
+        got = nvml.read(nv)
     finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:
-            pass
+        nvml.shutdown(nv)
+    if got is None:
+        return None
+    return got.matrix, [g.uuid for g in got.gpus], got.model
 
 
 def from_nvml() -> DeviceSet | None:

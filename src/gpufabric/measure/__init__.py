@@ -1,0 +1,12 @@
+"""Measuring the machine gpufabric runs on: what it is (:mod:`~gpufabric.measure.discover`).
+
+Each source of facts is a small adapter that answers "not available" with a note instead of
+failing, and reads under a root path (``"/"`` by default) so that a recorded tree of a real
+machine can stand in for the live one:
+
+* :mod:`~gpufabric.measure.nvml`: NVML through nvidia-ml-py (GPUs, NVLink peers, PCIe levels,
+  link generation and width, NUMA, MIG);
+* :mod:`~gpufabric.measure.smi`: the ``nvidia-smi`` command (``topo -m`` and the GPU name);
+* :mod:`~gpufabric.measure.sysfs`: Linux sysfs (the PCI tree, NICs, InfiniBand ports);
+* :mod:`~gpufabric.measure.cpu`: CPU sockets, cores and NUMA nodes (sysfs, /proc/cpuinfo).
+"""

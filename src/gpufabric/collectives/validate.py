@@ -130,10 +130,12 @@ def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
 
 
 def validate_entries(entries: list[dict], path: str,
-                     on_entry: Callable[[str], None] | None = None) -> dict:
+                     on_entry: Callable[[str], None] | None = None,
+                     system: str | None = None) -> dict:
     """:func:`validate` of entries already read by :func:`load_entries` (all of a file's, or
     some of them: the points ``gpufabric calibrate`` holds out); ``path`` names the file in
-    messages."""
+    messages; ``system`` (what :func:`gpufabric.topology.build.load` takes) replaces every
+    entry's own."""
     rows: list[dict] = []
     skipped: list[dict] = []
     first_error: InputError | None = None
@@ -141,7 +143,7 @@ def validate_entries(entries: list[dict], path: str,
         # an entry whose system this model cannot build (a GPU not in the catalog...) is
         # reported and skipped, so one exotic entry does not hide the others
         try:
-            preds, note = predict_entry(e, path)
+            preds, note = predict_entry(e, path, system)
         except InputError as exc:
             err = entry_error(e, path, exc)
             first_error = first_error or err
@@ -161,17 +163,21 @@ def validate_entries(entries: list[dict], path: str,
     return {"file": path, "summary": headline(rows), "points": rows, "skipped": skipped}
 
 
-def predict_entry(e: dict, path: str) -> tuple[list, str]:
+def predict_entry(e: dict, path: str, system: str | None = None) -> tuple[list, str]:
     """The model's predictions for every point of one entry (of :func:`load_entries`), and a
     note when its forced algorithm is not modelled there (the automatic choice is used).
-    The system is built anew, so the model reads the parameters as they are now."""
-    from gpufabric.topology.build import from_spec
-    topo = from_spec(dict(e["system"]), name=e["id"], file=path,
-                     materialize_nodes=Model.SAMPLE_NODES)
+    The system (the entry's, or ``system`` as :func:`gpufabric.topology.build.load` takes it)
+    is built anew, so the model reads the parameters as they are now."""
+    from gpufabric.topology.build import from_spec, load
+    if system is not None:
+        topo = load(system, materialize_nodes=Model.SAMPLE_NODES)
+    else:
+        topo = from_spec(dict(e["system"]), name=e["id"], file=path,
+                         materialize_nodes=Model.SAMPLE_NODES)
     m = model(topo)
     algo = e["algorithm"]
     note = ""
-    if algo != "auto":
+    if algo != "auto" and e["points"]:
         try:
             m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
                       e["protocol"], per_node=e["per_node"])

@@ -1,0 +1,1 @@
+"""Measuring real machines and fitting the model to them."""

@@ -291,7 +291,7 @@ USABLE_RATE_SCALE = record(
     "USABLE_RATE_SCALE", _capacity.USABLE_RATE_SCALE, "x catalog NCCL-usable rate",
     "transport (nvlink, pcie, net): factor on the catalog's NCCL-usable rate of its links; a "
     "calibration profile sets it for one machine (never above the link's raw rate)",
-    "prior: 1, the catalog's NCCL-usable rates as they are "
+    "estimate: 1, the catalog's NCCL-usable rates as they are "
     "(network.capacity.USABLE_RATE_SCALE)")
 
 NET_FALLBACK = record(

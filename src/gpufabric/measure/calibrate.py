@@ -206,13 +206,15 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
         raise InputError("no points to fit (none has a measured time)", file=path)
 
     # which candidates the fitted points constrain, and which they tell apart
-    cols, chosen, unpinned = [], [], []
+    cols: list[np.ndarray] = []
+    chosen: list[str] = []
+    unpinned: list[dict] = []
     moved_by: dict[str, list[dict]] = {}
     rows0 = [r for r in fit.rows({}) if r["measured_time_us"]]
     for name in _candidates(topos, fit.entries):
         old = _value(name)
         trial = old * (1 + STEP) if old > 0 else STEP
-        lo, lo_in, hi = _bounds(name, topos)
+        hi = _bounds(name, topos)[2]
         if trial > hi:
             trial = old * (1 - STEP)
         d = fit.residuals({name: trial}) - base
@@ -247,18 +249,18 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
         "params": [], "unpinned": unpinned, "before": None, "after": None}
     fitted: dict[str, float] = {}
     if chosen:
-        old = np.array([_value(n) for n in chosen])
-        scale = np.where(old > 0, old, 1.0)
+        olds = np.array([_value(n) for n in chosen])
+        scale = np.where(olds > 0, olds, 1.0)
         bnds = [_bounds(n, topos) for n in chosen]
-        lo = np.array([(b[0] if b[1] else b[0] + 1e-6 * s) / s
-                       for b, s in zip(bnds, scale, strict=True)])
-        hi = np.array([b[2] / s for b, s in zip(bnds, scale, strict=True)])
-        x0 = np.clip(old / scale, lo, hi)
+        lows = np.array([(b[0] if b[1] else b[0] + 1e-6 * s) / s
+                         for b, s in zip(bnds, scale, strict=True)])
+        highs = np.array([b[2] / s for b, s in zip(bnds, scale, strict=True)])
+        x0 = np.clip(olds / scale, lows, highs)
 
         def fun(x: np.ndarray) -> np.ndarray:
             return fit.residuals(dict(zip(chosen, (x * scale).tolist(), strict=True)))
 
-        sol = least_squares(fun, x0, bounds=(lo, hi), method="trf", diff_step=1e-4,
+        sol = least_squares(fun, x0, bounds=(lows, highs), method="trf", diff_step=1e-4,
                             x_scale=1.0, xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=200)
         new = sol.x * scale
         fitted = {n: float(f"{v:.6g}") for n, v in zip(chosen, new.tolist(), strict=True)}

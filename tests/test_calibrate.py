@@ -123,6 +123,14 @@ def test_profile_env_and_params_shows_old_and_new(cli, tmp_path, monkeypatch):
     assert P.HOP_LAT_US["net"]["Simple"] == 14.0
 
 
+def test_a_refused_option_after_the_profile_leaves_nothing_applied(cli, tmp_path):
+    prof = tmp_path / "p.yaml"
+    prof.write_text("params:\n  HOP_LAT_US.net.Simple: 21.0\n")
+    for bad in (["--ranks", "0"], ["--step-factor", "x"], ["--explain", "--json"]):
+        code, _, _ = cli("collective", "dgx-a100", "--profile", str(prof), *bad)
+        assert code == 2 and P.HOP_LAT_US["net"]["Simple"] == 14.0, bad
+
+
 def test_overrides_reach_every_alias_and_come_back():
     from gpufabric.network import capacity
     with profile.overrides({"USABLE_RATE_SCALE.net": 0.9, "SHM_HOP_LAT_US.LL": 3.0,

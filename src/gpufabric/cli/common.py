@@ -65,7 +65,7 @@ def profile_option() -> Any:
     ``profile: str | None = profile_option()``."""
     from gpufabric.measure.profile import ENV
     return typer.Option(None, "--profile", envvar=ENV, callback=_use_profile,
-                        show_envvar=True,
+                        show_envvar=True, metavar="FILE",
                         help="A calibration profile (gpufabric calibrate -o FILE): use its "
                              "parameter values.")
 

@@ -219,3 +219,43 @@ def test_calibrate_refuses_bad_input_in_one_line(cli, tmp_path):
         else:
             assert "unknown GPU 'H100-SXMX'" in err
     assert not out_p.exists()
+
+
+def test_a_forced_protocol_pins_its_efficiency(tmp_path):
+    """Entries forcing LL128 next to Simple ones: LL128's efficiency is told apart from the
+    NVLink share (Simple's points fix the share), and LL's, which no entry forces, is no
+    candidate at all."""
+    raw = _entries()[:1]
+    raw.append({**raw[0], "id": "h100-1node-ll128", "protocol": "LL128"})
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    truth = {"USABLE_RATE_SCALE.nvlink": 0.9, "PROTO_EFFICIENCY.LL128": 0.92 * 0.9}
+    with profile.overrides(truth):
+        for e, r in zip(load_entries(str(path)), raw, strict=True):
+            r["points"] = [{"size": p.size, "time_us": p.time_us}
+                           for p in predict_entry(e, str(path))[0]]
+    path.write_text(yaml.safe_dump(raw))
+    res = cal.calibrate(str(path), hold_out="none")
+    new = {p["name"]: p["new"] for p in res["params"]}
+    for name, value in truth.items():
+        assert new[name] == pytest.approx(value, rel=0.02), name
+    assert "PROTO_EFFICIENCY.LL" not in new | {u["name"]: 0 for u in res["unpinned"]}
+    assert res["before"] is None and res["held_out_points"] == 0
+
+
+def test_hold_out_ops_and_system_option(cli, tmp_path):
+    raw = _entries()[:1]
+    raw.append({**raw[0], "id": "h100-1node-allgather", "collective": "all_gather"})
+    for r in raw:
+        del r["system"]
+        r["system"] = {"gpu": "H100-SXM"}          # replaced by --system
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    prof = tmp_path / "p.yaml"
+    code, out, err = cli("calibrate", str(path), "--system", "hgx-h100", "--hold-out", "ops",
+                         "-o", str(prof), "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["system"] == "hgx-h100" and res["held_out"] == "every all_gather point"
+    assert res["held_out_points"] == len(SIZES) and res["fitted_points"] == len(SIZES)
+    assert res["before"]["points"] == res["after"]["points"] == len(SIZES)

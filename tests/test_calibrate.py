@@ -259,3 +259,18 @@ def test_hold_out_ops_and_system_option(cli, tmp_path):
     assert res["system"] == "hgx-h100" and res["held_out"] == "every all_gather point"
     assert res["held_out_points"] == len(SIZES) and res["fitted_points"] == len(SIZES)
     assert res["before"]["points"] == res["after"]["points"] == len(SIZES)
+
+
+def test_train_reads_a_workloads_parameter_from_a_profile(cli, tmp_path):
+    """A profile sets any recorded parameter the models read, the workloads' records too."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text("params:\n  KERNEL_US: 40.0\n")
+
+    def step(*extra):
+        code, out, err = cli("train", "resnet-50", "dgx-a100", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)["step_time_s"]
+
+    shipped = step()
+    assert step("--profile", str(prof)) > shipped
+    assert step() == shipped and shared.REGISTRY["KERNEL_US"].value == 4.0

@@ -16,8 +16,10 @@ and ``residual_pct`` (the fit's median absolute error on those points)::
 :func:`apply` checks every name and value before changing anything (an unknown name, a value
 of the wrong shape, not finite or outside the parameter's :func:`bounds` is one
 :class:`~gpufabric.errors.InputError` naming the file and the field), then sets the value in
-the registry and in every module attribute the models read, and puts back the shipped
-values when its ``with`` block ends.
+the registry and in every module attribute the models read (the constant itself, as the
+collectives' ``P.NAME``, or its record, as the workloads' ``KERNEL_US.value``; a dict key is
+set in place, so every alias of the dict sees it), and puts back the shipped values when its
+``with`` block ends. A parameter no model reads from a module is refused.
 
 Examples
 --------
@@ -181,6 +183,9 @@ def check(values: Mapping[str, Any], file: str = "profile") -> list[tuple[str, t
             raise InputError("missing value; expected a number or {value: number, ...}",
                              file=file, field=field)
         shipped = reg[base].value
+        if not _homes(base, shipped) and not _holders(reg[base]):
+            raise InputError(f"no model reads {base} from a module constant; a profile cannot "
+                             f"set it", file=file, field=field)
         for k in keys:
             if not isinstance(shipped, Mapping) or k not in map(str, shipped):
                 allowed = list(map(str, shipped)) if isinstance(shipped, Mapping) else []
@@ -221,6 +226,21 @@ def _homes(base: str, shipped: Any) -> list[tuple[Any, str]]:
     return out
 
 
+def _holders(record: _params.Param) -> list[tuple[str, Any, Any]]:
+    """Where the models hold the record itself (they read its ``.value``): ``("attr", module,
+    name)`` or ``("item", dict, key)`` of a module-level dict (GEMM_EFF[hopper])."""
+    out: list[tuple[str, Any, Any]] = []
+    for mname, mod in list(sys.modules.items()):
+        if not mname.startswith("gpufabric.") or mod is None:
+            continue
+        for attr, v in list(vars(mod).items()):
+            if v is record:
+                out.append(("attr", mod, attr))
+            elif isinstance(v, dict) and any(x is record for x in v.values()):
+                out += [("item", v, k) for k, x in v.items() if x is record]
+    return out
+
+
 def _get(container: Any, keys: tuple) -> Any:
     for k in keys:
         container = container[k]
@@ -254,12 +274,19 @@ def overrides(values: Mapping[str, Any], file: str = "profile") -> Iterator[list
                     parent[keys[-1]] = new
             else:
                 old = p.value
+                rec = dataclasses.replace(p, value=new)
                 for mod, attr in _homes(base, p.value):
                     undo.append(("attr", mod, attr, getattr(mod, attr)))
                     setattr(mod, attr, new)
+                for kind, obj, key in _holders(p):
+                    undo.append((kind, obj, key, p))
+                    if kind == "item":
+                        obj[key] = rec
+                    else:
+                        setattr(obj, key, rec)
                 for r in (reg, _params.layer_registry(p.layer)):
                     undo.append(("item", r, base, r[base]))
-                    r[base] = dataclasses.replace(r[base], value=new)
+                    r[base] = rec
             changes.append({"name": name, "old": old, "new": new})
         yield changes
     finally:

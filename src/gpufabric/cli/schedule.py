@@ -9,8 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import (Progress, app, emit_json, note, profile_option, refuse_alone,
-                                  whole)
+from gpufabric.cli.common import Progress, app, emit_json, note, refuse_alone, whole
 from gpufabric.errors import InputError
 
 TRACE_HELP = ("An openb pod list (default, cpu050, gpushare40, multigpu20, gpuspec10; from "
@@ -50,7 +49,6 @@ def schedule(
                                         "CSV files (default: $GPUFABRIC_DATA_DIR, then the "
                                         "cache `gpufabric data fetch openb` fills)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
-    profile: str | None = profile_option(),
 ) -> None:
     """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
     from gpufabric.scheduler import REGISTRY

@@ -158,8 +158,7 @@ def _print_fabric(fab: dict) -> None:
 @app.command()
 def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
         node: int = typer.Option(0, help="Which server of a cluster."),
-        json: bool = typer.Option(False, "--json", help="Print JSON."),
-        profile: str | None = profile_option()) -> None:
+        json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """GPU-pair bandwidth matrix (bottleneck GB/s per direction; * = no peer-to-peer)."""
     from gpufabric.report.summary import path_table
     with Progress("p2p", 2) as progress:

@@ -192,6 +192,9 @@ def test_calibrate_refuses_bad_input_in_one_line(cli, tmp_path):
     empty = tmp_path / "empty.yaml"
     empty.write_text("- {id: x, system: {gpu: H100-SXM}, collective: all_reduce, points: []}\n")
     training = Path(__file__).parent / "data" / "calibration" / "training.yaml"
+    bad_gpu = tmp_path / "gpu.yaml"
+    bad_gpu.write_text("- {id: x, system: {gpu: H100-SXMX}, collective: all_reduce, points: "
+                       "[{size: 8, time_us: 10}]}\n")
     one_op = tmp_path / "one.yaml"
     one_op.write_text(yaml.safe_dump(_entries()[:1]))
     cases = [
@@ -203,6 +206,7 @@ def test_calibrate_refuses_bad_input_in_one_line(cli, tmp_path):
          f"file of nccl-tests points (docs/calibration.md)"),
         (("calibrate", str(DATA), "--system", "gpu=H100-SXMX", "-o", str(out_p)),
          None),
+        (("calibrate", str(bad_gpu), "-o", str(out_p)), None),
         (("calibrate", str(one_op), "--hold-out", "ops", "-o", str(out_p)),
          f"{one_op}: --hold-out: the file measures one collective (all_reduce); hold out "
          f"sizes or none"),

@@ -165,14 +165,16 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
     them."""
     from scipy.optimize import least_squares
 
-    from gpufabric.cli.train import is_training_file
+    from gpufabric.fileio import load_yaml
     from gpufabric.topology.build import from_spec, load
     from gpufabric.workloads.inference.validate import is_inference_file
+    from gpufabric.workloads.validate import is_training_file
     if hold_out not in HOLD_OUT:
         raise InputError(f"unknown hold-out '{hold_out}'; allowed: {', '.join(HOLD_OUT)}",
                          field="--hold-out")
+    data = load_yaml(path, what="a measurements file (YAML)")
     kind = ("an inference" if is_inference_file(path) else
-            "a training" if is_training_file(path) else None)
+            "a training" if is_training_file(data) else None)
     if kind:
         raise InputError(f"{kind} measurements file; calibrate fits the collective model: a "
                          f"file of nccl-tests points (docs/calibration.md)", file=path)
@@ -181,19 +183,24 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
         load(system)          # a system that does not build: its own one-line error
     # the systems, once: entries that cannot be built are left out, as validate skips them
     topos, usable, skipped = [], [], []
+    first: InputError | None = None
     for e in entries:
+        if not e["points"]:
+            continue
         try:
-            if not e["points"]:
-                continue
-            topos.append(load(system) if system is not None else
-                         from_spec(dict(e["system"]), name=e["id"], file=path))
+            topo = (load(system) if system is not None else
+                    from_spec(dict(e["system"]), name=e["id"], file=path))
             predict_entry(e, path, system)
-            usable.append(e)
         except InputError as exc:
-            skipped.append(str(entry_error(e, path, exc)))
+            err = entry_error(e, path, exc)
+            first = first or err
+            skipped.append(str(err))
+            continue
+        topos.append(topo)
+        usable.append(e)
     if not usable:
-        if skipped:
-            raise InputError(skipped[0].split(": ", 1)[-1], file=path)
+        if first is not None:
+            raise first
         raise InputError("no points to fit; expected entries with points: [{size, busbw | "
                          "time_us}, ...]", file=path)
     fit_entries, held_entries, held_what = _split(usable, hold_out, path)

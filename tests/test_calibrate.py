@@ -278,3 +278,18 @@ def test_train_reads_a_workloads_parameter_from_a_profile(cli, tmp_path):
     shipped = step()
     assert step("--profile", str(prof)) > shipped
     assert step() == shipped and shared.REGISTRY["KERNEL_US"].value == 4.0
+
+
+def test_every_shipped_value_is_a_valid_profile_value():
+    """The bounds hold the shipped constants: a profile of them all is accepted (and no-op)."""
+    reg = profile._load_registry()
+    ok = {name: (list(p.value) if isinstance(p.value, tuple) else p.value)
+          for name, p in reg.items()
+          if not (isinstance(p.value, dict) and any(
+              isinstance(v, tuple) and any(isinstance(x, tuple) for x in v)
+              for v in p.value.values()))}
+    assert len(ok) >= 70
+    before = _snapshot()
+    with profile.overrides(ok) as changes:
+        assert all(c["old"] == c["new"] for c in changes)
+    assert _snapshot() == before

@@ -85,7 +85,7 @@ def split(name: str) -> tuple[str, tuple[str, ...]]:
 
 def bounds(name: str) -> tuple[float, bool, float]:
     """``(low, low_included, high)`` a value of parameter ``name`` (profile syntax) must
-    respect, from physics and its unit: a share of a rate in (0, 1]; a latency in
+    respect, from physics and its unit: a share or fraction of a rate in (0, 1]; a latency in
     [0, :data:`LAT_CEILING_US`]; :data:`~gpufabric.network.capacity.USABLE_RATE_SCALE` above
     0 and at most raw / NCCL-usable rate of the catalog's fastest-to-saturate link of the
     transport (no link above its raw rate); anything else finite and >= 0.
@@ -99,7 +99,7 @@ def bounds(name: str) -> tuple[float, bool, float]:
         return 0.0, False, rate_scale_ceiling(keys[0] if keys else "")
     if p.unit == "us":
         return 0.0, True, LAT_CEILING_US
-    if p.unit.startswith("share of"):
+    if p.unit.startswith(("share of", "fraction of")):
         return 0.0, False, 1.0
     return 0.0, True, math.inf
 
@@ -178,10 +178,6 @@ def check(values: Mapping[str, Any], file: str = "profile") -> list[tuple[str, t
         base, keys = split(str(name))
         if base not in reg:
             raise unknown_name("parameter", base, list(reg)).located(file, field)
-        value = raw.get("value") if isinstance(raw, Mapping) else raw
-        if isinstance(raw, Mapping) and "value" not in raw:
-            raise InputError("missing value; expected a number or {value: number, ...}",
-                             file=file, field=field)
         shipped = reg[base].value
         if not _homes(base, shipped) and not _holders(reg[base]):
             raise InputError(f"no model reads {base} from a module constant; a profile cannot "
@@ -194,6 +190,15 @@ def check(values: Mapping[str, Any], file: str = "profile") -> list[tuple[str, t
                                      file=file, field=field)
                 raise unknown_name(f"key of {base}", k, allowed).located(file, field)
             shipped = shipped[next(s for s in shipped if str(s) == k)]
+        # {value: ..., fitted_on: ...} as calibrate writes it, else the value itself (a
+        # mapping of keys for a dict-valued parameter)
+        if isinstance(raw, Mapping) and "value" in raw:
+            value = raw["value"]
+        elif isinstance(raw, Mapping) and not isinstance(shipped, Mapping):
+            raise InputError("missing value; expected a number or {value: number, ...}",
+                             file=file, field=field)
+        else:
+            value = raw
         real_keys = _real_keys(reg[base].value, keys)
         for leaf_keys, v in _leaves(value, shipped, real_keys, file, field, str(name)):
             _check_bounds(".".join((base,) + tuple(map(str, leaf_keys))), v, file, field)

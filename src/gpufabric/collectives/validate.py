@@ -163,18 +163,26 @@ def validate_entries(entries: list[dict], path: str,
     return {"file": path, "summary": headline(rows), "points": rows, "skipped": skipped}
 
 
-def predict_entry(e: dict, path: str, system: str | None = None) -> tuple[list, str]:
-    """The model's predictions for every point of one entry (of :func:`load_entries`), and a
-    note when its forced algorithm is not modelled there (the automatic choice is used).
-    The system (the entry's, or ``system`` as :func:`gpufabric.topology.build.load` takes it)
-    is built anew, so the model reads the parameters as they are now."""
+def entry_model(e: dict, path: str, system: str | None = None) -> Model:
+    """A new collective model of an entry's system (the entry's own, or ``system`` as
+    :func:`gpufabric.topology.build.load` takes it), reading the parameters as they are now."""
     from gpufabric.topology.build import from_spec, load
     if system is not None:
         topo = load(system, materialize_nodes=Model.SAMPLE_NODES)
     else:
         topo = from_spec(dict(e["system"]), name=e["id"], file=path,
                          materialize_nodes=Model.SAMPLE_NODES)
-    m = model(topo)
+    return model(topo)
+
+
+def predict_entry(e: dict, path: str, system: str | None = None,
+                  m: Model | None = None) -> tuple[list, str]:
+    """The model's predictions for every point of one entry (of :func:`load_entries`), and a
+    note when its forced algorithm is not modelled there (the automatic choice is used).
+    The model is ``m``, else :func:`entry_model`'s (built anew, so it reads the parameters as
+    they are now)."""
+    if m is None:
+        m = entry_model(e, path, system)
     algo = e["algorithm"]
     note = ""
     if algo != "auto" and e["points"]:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from gpufabric.collectives import params as P
-from gpufabric.collectives.validate import (entry_error, entry_rows, load_entries,
+from gpufabric.collectives.validate import (entry_error, entry_model, entry_rows, load_entries,
                                             predict_entry, validate_entries)
 from gpufabric.errors import InputError
 from gpufabric.measure import profile
@@ -130,17 +130,39 @@ def _value(name: str) -> float:
 
 
 class _Fit:
-    """The fitted points and their residuals under trial parameter values."""
+    """The fitted points and their residuals under trial parameter values.
+
+    The models of the entries are kept per value of the transports' rate shares (the only
+    candidates the network's link capacities and the planner's simulations depend on); the
+    plans, which hold the latencies, are made again at every evaluation."""
+
+    #: rate-share settings whose models are kept (the fit's Jacobian moves one at a time)
+    KEEP = 4
 
     def __init__(self, entries: list[dict], path: str, system: str | None):
         self.entries, self.path, self.system = entries, path, system
         self.evals = 0
+        self._models: dict[tuple, list] = {}
+
+    def _models_for(self, values: dict[str, float]) -> list:
+        key = tuple(sorted((k, v) for k, v in values.items()
+                           if k.startswith("USABLE_RATE_SCALE.")))
+        ms = self._models.pop(key, None)
+        if ms is None:
+            ms = [entry_model(e, self.path, self.system) for e in self.entries]
+        else:
+            for m in ms:
+                m._plans.clear()
+        self._models[key] = ms                      # most recently used last
+        while len(self._models) > self.KEEP:
+            self._models.pop(next(iter(self._models)))
+        return ms
 
     def rows(self, values: dict[str, float]) -> list[dict]:
         with profile.overrides(values, file=self.path):
             out = []
-            for e in self.entries:
-                preds, note = predict_entry(e, self.path, self.system)
+            for e, m in zip(self.entries, self._models_for(values), strict=True):
+                preds, note = predict_entry(e, self.path, self.system, m)
                 out += entry_rows(e, preds, note)
         self.evals += 1
         return out
@@ -268,7 +290,7 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
             return fit.residuals(dict(zip(chosen, (x * scale).tolist(), strict=True)))
 
         sol = least_squares(fun, x0, bounds=(lows, highs), method="trf", diff_step=1e-4,
-                            x_scale=1.0, xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=200)
+                            x_scale=1.0, xtol=1e-8, ftol=1e-8, gtol=1e-8, max_nfev=200)
         new = sol.x * scale
         fitted = {n: float(f"{v:.6g}") for n, v in zip(chosen, new.tolist(), strict=True)}
     after_rows = fit.rows(fitted)

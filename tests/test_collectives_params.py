@@ -39,6 +39,7 @@ def test_the_network_uses_the_recorded_values():
     assert capacity.OTHER_EFFICIENCY == P.OTHER_EFFICIENCY
     assert capacity.NVLINK_FALLBACK == P.NVLINK_FALLBACK
     assert capacity.PCIE_FALLBACK == P.PCIE_FALLBACK
+    assert capacity.USABLE_RATE_SCALE is P.USABLE_RATE_SCALE
 
 
 def test_fitted_ids_are_calibration_entries():

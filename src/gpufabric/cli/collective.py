@@ -7,7 +7,8 @@ import re
 
 import typer
 
-from gpufabric.cli.common import Progress, app, emit_json, refuse_together, whole
+from gpufabric.cli.common import (Progress, app, emit_json, profile_option, refuse_together,
+                                  whole)
 from gpufabric.cli.serve import validate_inference
 from gpufabric.errors import InputError
 
@@ -93,6 +94,7 @@ def collective(
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     explain: bool = typer.Option(False, "--explain",
                                  help="Name the bottleneck link and how busy it is."),
+    profile: str | None = profile_option(),
 ) -> None:
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
     from gpufabric import collectives as C
@@ -152,6 +154,7 @@ def validate(
                   "files are also summarized together."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points} (several "
                               "files: {files, summary})."),
+    profile: str | None = profile_option(),
 ) -> None:
     """Predicted against measured for every point of a measurements file, with a summary.
 
@@ -221,10 +224,12 @@ def _print_summary(s: dict, label: str) -> None:
 
 @app.command()
 def params(
+    ctx: typer.Context,
     layer: str = typer.Option("collectives", "--layer",
                               help="Whose constants: collectives (the network's and collective "
                                    "models'), workloads (training and inference) or all."),
     json: bool = typer.Option(False, "--json", help="Print JSON: a list of records."),
+    profile: str | None = profile_option(),
 ) -> None:
     """Every fitted or estimated constant of the models, with its source (NCCL version) or the
     calibration ids it was fitted on."""
@@ -237,9 +242,17 @@ def params(
         raise InputError(f"--layer: unknown layer '{layer}'; expected one of "
                          f"{', '.join(shared.LAYERS)} or all")
     rows = shared.table(None if layer == "all" else layer)
+    applied = ctx.meta.get("profile")
+    changes = [{**c, "old": _plain(c["old"]), "new": _plain(c["new"])}
+               for c in (applied[1] if applied else [])]
     if json:
-        emit_json({"nccl_version": P.NCCL_VERSION, "params": rows})
+        emit_json({"nccl_version": P.NCCL_VERSION, "params": rows}
+                  | ({"profile": {"file": applied[0], "changes": changes}} if applied else {}))
         return
+    if applied:
+        typer.echo(f"# profile {applied[0]}: {len(changes)} values changed (old -> new)")
+        for c in changes:
+            typer.echo(f"{c['name']:<30} {c['old']} -> {c['new']}")
     typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
                f"{P.NCCL_VERSION})")
     for r in rows:
@@ -248,6 +261,11 @@ def params(
         typer.echo(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} {r['applies_to']}")
         typer.echo(f"{'':<26} value: {_short(r['value'])}")
         typer.echo(f"{'':<26} from: {where}")
+
+
+def _plain(v):
+    """A value as JSON and the table print it (tuples as lists)."""
+    return list(v) if isinstance(v, tuple) else v
 
 
 def _short(v) -> str:

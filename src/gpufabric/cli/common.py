@@ -1,6 +1,6 @@
-"""Shared pieces of the CLI: the app, ``--version``, JSON output, progress of long runs, and
-the checks every command's options share (whole-number limits, flags that exclude or need
-each other)."""
+"""Shared pieces of the CLI: the app, ``--version``, ``--profile``, JSON output, progress of
+long runs, and the checks every command's options share (whole-number limits, flags that
+exclude or need each other)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,27 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
                                        is_eager=True, help="Print the version and exit.")
           ) -> None:
     """Model how GPUs are connected and what that connection costs."""
+
+
+def _use_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
+    """Apply the profile for the rest of the command (undone when the command ends); its
+    changes are kept in ``ctx.meta['profile']`` (``gpufabric params`` shows them)."""
+    if value:
+        from gpufabric.measure import profile
+        ctx.meta["profile"] = (value, ctx.with_resource(profile.apply(value)))
+    return value
+
+
+def profile_option() -> Any:
+    """The ``--profile FILE`` option of every prediction command (or ``GPUFABRIC_PROFILE``):
+    a calibration profile (``gpufabric calibrate``) whose parameter values the command's
+    models use, for that command only. Add it to a command as
+    ``profile: str | None = profile_option()``."""
+    from gpufabric.measure.profile import ENV
+    return typer.Option(None, "--profile", envvar=ENV, callback=_use_profile,
+                        show_envvar=True, metavar="FILE",
+                        help="A calibration profile (gpufabric calibrate -o FILE): use its "
+                             "parameter values.")
 
 
 def flag_name(param: Any) -> str:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import typer
 
-from gpufabric.cli.common import (Progress, app, emit_json, note, refuse_alone, refuse_together,
-                                  whole)
+from gpufabric.cli.common import (Progress, app, emit_json, note, profile_option, refuse_alone,
+                                  refuse_together, whole)
 
 #: Options of `serve` that exclude each other: (option, options, why).
 CONFLICTS = (
@@ -128,6 +128,7 @@ def serve(
                                       "tokens/s per GPU within the SLO, each at its best "
                                       "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
+    profile: str | None = profile_option(),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
     from gpufabric.errors import InputError

@@ -9,7 +9,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import Progress, app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json, profile_option
 from gpufabric.fileio import check_output, read_text, write_text_atomic
 
 console = Console()
@@ -270,7 +270,8 @@ def compare(systems_: list[str] | None = typer.Argument(
                                              help="Leave out the training-scaling section."),
             inference: bool = typer.Option(False, "--inference", help="Add the inference "
                                            "serving section (~30 s)."),
-            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+            json: bool = typer.Option(False, "--json", help="Print JSON."),
+            profile: str | None = profile_option()) -> None:
     """Put ways of connecting GPUs side by side, and write an HTML report with drawings."""
     heat_op = _parse_heat(heat)
     from gpufabric.report import compare as cmp

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from gpufabric.cli.common import (Progress, above, app, emit_json, refuse_alone, refuse_together,
-                                  whole)
+from gpufabric.cli.common import (Progress, above, app, emit_json, profile_option, refuse_alone,
+                                  refuse_together, whole)
 from gpufabric.errors import InputError
 
 #: Options of `train` that --search would ignore (it tries the layouts itself).
@@ -112,6 +112,7 @@ def train(
     ray_address: str | None = typer.Option(None, "--ray-address",
                                            help="Run the search on this Ray cluster."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
+    profile: str | None = profile_option(),
 ) -> None:
     """Step time of a training job with its breakdown, tokens/s, MFU, memory, bottleneck."""
     from gpufabric.workloads.models import load_model

@@ -29,6 +29,7 @@ from typing import Any
 
 from gpufabric import catalog as _catalog
 from gpufabric import params as _shared
+from gpufabric.network import capacity as _capacity
 from gpufabric.params import Param
 
 NCCL_VERSION = "2.28.3"
@@ -285,6 +286,13 @@ EFA_V1_EFFICIENCY = record(
     "fitted: 2 p4dn.24xlarge all_reduce 1 GiB (NVIDIA/nccl issue 527); its 3- and 4-node "
     "points are held out. NVIDIA/nccl issue 235 (p3dn) gives 50-60 Gb/s per card on 8-32 nodes",
     fitted_on=("p4dn-2node-efa",))
+
+USABLE_RATE_SCALE = record(
+    "USABLE_RATE_SCALE", _capacity.USABLE_RATE_SCALE, "x catalog NCCL-usable rate",
+    "transport (nvlink, pcie, net): factor on the catalog's NCCL-usable rate of its links; a "
+    "calibration profile sets it for one machine (never above the link's raw rate)",
+    "estimate: 1, the catalog's NCCL-usable rates as they are "
+    "(network.capacity.USABLE_RATE_SCALE)")
 
 NET_FALLBACK = record(
     "NET_FALLBACK", 0.95, "share of raw rate", "a network port whose speed is not in the catalog",

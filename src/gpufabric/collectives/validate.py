@@ -126,64 +126,33 @@ def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
     >>> r["summary"]["large_median_abs_pct"] <= 10                   # doctest: +SKIP
     True
     """
-    from gpufabric.topology.build import from_spec
+    return validate_entries(load_entries(path), path, on_entry)
+
+
+def validate_entries(entries: list[dict], path: str,
+                     on_entry: Callable[[str], None] | None = None,
+                     system: str | None = None) -> dict:
+    """:func:`validate` of entries already read by :func:`load_entries` (all of a file's, or
+    some of them: the points ``gpufabric calibrate`` holds out); ``path`` names the file in
+    messages; ``system`` (what :func:`gpufabric.topology.build.load` takes) replaces every
+    entry's own."""
     rows: list[dict] = []
     skipped: list[dict] = []
     first_error: InputError | None = None
-    for e in load_entries(path):
+    for e in entries:
         # an entry whose system this model cannot build (a GPU not in the catalog...) is
         # reported and skipped, so one exotic entry does not hide the others
         try:
-            topo = from_spec(dict(e["system"]), name=e["id"], file=path,
-                             materialize_nodes=Model.SAMPLE_NODES)
-            m = model(topo)
-            algo = e["algorithm"]
-            note = ""
-            if algo != "auto":
-                try:
-                    m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
-                              e["protocol"], per_node=e["per_node"])
-                except InputError as exc:
-                    if exc.field != "algorithm":
-                        raise
-                    note = f"algorithm {algo} not modelled here; auto used"
-                    algo = "auto"
-            preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
-                               e["protocol"], per_node=e["per_node"])
-                     for pt in e["points"]]
+            preds, note = predict_entry(e, path, system)
         except InputError as exc:
-            sub = exc.field or ""
-            if sub in ("ranks", "size", "op", "algorithm", "proto", "per_node"):
-                field = f"{e['where']}.{'protocol' if sub == 'proto' else sub}"
-            else:
-                field = f"{e['where']}.system" + (f".{sub}" if sub else "")
-            err = InputError(exc.message, file=path, field=field)
+            err = entry_error(e, path, exc)
             first_error = first_error or err
             skipped.append({"id": e["id"], "error": str(err),
                             **({"needs": e["needs"]} if e["needs"] else {})})
             if on_entry:
                 on_entry(e["id"])
             continue
-        for pt, p in zip(e["points"], preds, strict=True):
-            n = p.ranks
-            f = busbw_factor(e["collective"], n)
-            if pt["busbw"] is not None:
-                meas_bus = float(pt["busbw"])
-                meas_t = pt["size"] * f / (meas_bus * 1e9) * 1e6 if f else None
-            else:
-                meas_t = float(pt["time_us"])
-                meas_bus = pt["size"] / (meas_t * 1e-6) / 1e9 * f
-            row = {"id": e["id"], "collective": e["collective"], "ranks": n,
-                   "size": pt["size"], "algo": p.algo, "proto": p.proto,
-                   "measured_busbw": meas_bus, "predicted_busbw": p.busbw,
-                   "measured_time_us": meas_t, "predicted_time_us": p.time_us,
-                   "measured": "busbw" if pt["busbw"] is not None else "time_us",
-                   "note": note}
-            row["busbw_err_pct"] = (p.busbw - meas_bus) / meas_bus * 100 if meas_bus else None
-            row["time_err_pct"] = ((p.time_us - meas_t) / meas_t * 100) if meas_t else None
-            row["err_pct"] = row["busbw_err_pct"] if row["measured"] == "busbw" \
-                else row["time_err_pct"]
-            rows.append(row)
+        rows.extend(entry_rows(e, preds, note))
         if on_entry:
             on_entry(e["id"])
     if not rows and first_error is not None:
@@ -192,6 +161,79 @@ def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
     for r in rows:
         r["fitted"] = r["id"] in fitted
     return {"file": path, "summary": headline(rows), "points": rows, "skipped": skipped}
+
+
+def entry_model(e: dict, path: str, system: str | None = None) -> Model:
+    """A new collective model of an entry's system (the entry's own, or ``system`` as
+    :func:`gpufabric.topology.build.load` takes it), reading the parameters as they are now."""
+    from gpufabric.topology.build import from_spec, load
+    if system is not None:
+        topo = load(system, materialize_nodes=Model.SAMPLE_NODES)
+    else:
+        topo = from_spec(dict(e["system"]), name=e["id"], file=path,
+                         materialize_nodes=Model.SAMPLE_NODES)
+    return model(topo)
+
+
+def predict_entry(e: dict, path: str, system: str | None = None,
+                  m: Model | None = None) -> tuple[list, str]:
+    """The model's predictions for every point of one entry (of :func:`load_entries`), and a
+    note when its forced algorithm is not modelled there (the automatic choice is used).
+    The model is ``m``, else :func:`entry_model`'s (built anew, so it reads the parameters as
+    they are now)."""
+    if m is None:
+        m = entry_model(e, path, system)
+    algo = e["algorithm"]
+    note = ""
+    if algo != "auto" and e["points"]:
+        try:
+            m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
+                      e["protocol"], per_node=e["per_node"])
+        except InputError as exc:
+            if exc.field != "algorithm":
+                raise
+            note = f"algorithm {algo} not modelled here; auto used"
+            algo = "auto"
+    preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
+                       e["protocol"], per_node=e["per_node"])
+             for pt in e["points"]]
+    return preds, note
+
+
+def entry_error(e: dict, path: str, exc: InputError) -> InputError:
+    """The error of an entry that cannot be predicted, naming the entry's field."""
+    sub = exc.field or ""
+    if sub in ("ranks", "size", "op", "algorithm", "proto", "per_node"):
+        field = f"{e['where']}.{'protocol' if sub == 'proto' else sub}"
+    else:
+        field = f"{e['where']}.system" + (f".{sub}" if sub else "")
+    return InputError(exc.message, file=path, field=field)
+
+
+def entry_rows(e: dict, preds: list, note: str = "") -> list[dict]:
+    """One row per point of an entry: measured and predicted busbw and time, and the errors."""
+    rows = []
+    for pt, p in zip(e["points"], preds, strict=True):
+        n = p.ranks
+        f = busbw_factor(e["collective"], n)
+        if pt["busbw"] is not None:
+            meas_bus = float(pt["busbw"])
+            meas_t = pt["size"] * f / (meas_bus * 1e9) * 1e6 if f else None
+        else:
+            meas_t = float(pt["time_us"])
+            meas_bus = pt["size"] / (meas_t * 1e-6) / 1e9 * f
+        row = {"id": e["id"], "collective": e["collective"], "ranks": n,
+               "size": pt["size"], "algo": p.algo, "proto": p.proto,
+               "measured_busbw": meas_bus, "predicted_busbw": p.busbw,
+               "measured_time_us": meas_t, "predicted_time_us": p.time_us,
+               "measured": "busbw" if pt["busbw"] is not None else "time_us",
+               "note": note}
+        row["busbw_err_pct"] = (p.busbw - meas_bus) / meas_bus * 100 if meas_bus else None
+        row["time_err_pct"] = ((p.time_us - meas_t) / meas_t * 100) if meas_t else None
+        row["err_pct"] = row["busbw_err_pct"] if row["measured"] == "busbw" \
+            else row["time_err_pct"]
+        rows.append(row)
+    return rows
 
 
 def validate_many(paths: list[str], on_entry: Callable[[str], None] | None = None) -> dict:

@@ -10,6 +10,9 @@ The rule is one per link *type*, never per machine:
 - ``net``: the raw rate x the fabric speed's ``NetSpeed.efficiency`` (headers, flow control);
 - ``c2c`` and links with no catalog rate: the raw rate x :data:`OTHER_EFFICIENCY`;
 - ``sli`` / ``crossfire``: 0 (graphics bridges carry no compute traffic).
+
+``nvlink`` (and ``xgmi``), ``pcie`` and ``net`` rates are then multiplied by
+:data:`USABLE_RATE_SCALE` of their transport (1 unless a calibration profile sets it).
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ OTHER_EFFICIENCY = 0.8
 #: Used when a link's generation is unknown: usable / raw of the most common generations.
 NVLINK_FALLBACK = 0.82
 PCIE_FALLBACK = 0.76
+
+#: Factor on the usable rate of each collective transport (``nvlink``, ``pcie``, ``net``): 1 is
+#: the catalog's NCCL-usable rate. A calibration profile sets it for one machine's links
+#: (``gpufabric calibrate``); it never brings a link above its raw rate.
+USABLE_RATE_SCALE = {"nvlink": 1.0, "pcie": 1.0, "net": 1.0}
 
 
 def _peer_family(link: Link, topo: Topology | None):
@@ -116,13 +124,13 @@ def usable_GBps(link: Link, topo: Topology) -> float:
     """
     k = link.kind
     if k in ("nvlink", "xgmi"):
-        return _nvlink(link, topo)
+        return _nvlink(link, topo) * USABLE_RATE_SCALE["nvlink"]
     if k == "pcie":
-        return _pcie(link)
+        return _pcie(link) * USABLE_RATE_SCALE["pcie"]
     if k == "cpu":
         return _cpu(link, topo)
     if k == "net":
-        return _net(link, topo)
+        return _net(link, topo) * USABLE_RATE_SCALE["net"]
     if k in ("sli", "crossfire"):
         return 0.0
     return link.bw_GBps * OTHER_EFFICIENCY

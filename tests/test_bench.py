@@ -168,3 +168,35 @@ def test_torch_backend_over_loopback(cli, tmp_path):
                             "--timeout", "120", "-o", str(out))
     assert code == 0, err
     assert [len(e["points"]) for e in load_entries(str(out))] == [8]
+
+
+def test_nccl_tests_backend_runs_the_binaries_on_path(cli, tmp_path, monkeypatch):
+    """A stand-in all_reduce_perf on PATH prints the fixture: bench parses it, prints the
+    table and writes an entry validate predicts (its system is the spec given)."""
+    exe = tmp_path / "bin" / "all_reduce_perf"
+    exe.parent.mkdir()
+    exe.write_text(f"#!/bin/sh\ncat '{FIX / 'all_reduce_perf_h100x8.txt'}'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
+    monkeypatch.setattr(b, "gpu_count", lambda: 8)
+    out = tmp_path / "m.yaml"
+    code, stdout, err = cli("bench", "gpu=H100-SXM,gpus_per_node=8", "--op", "all_reduce",
+                            "--ranks", "8", "--max", "1G", "-o", str(out))
+    assert code == 0, err
+    assert "  1073741824    268435456   float   4011.3  267.68  468.44" in stdout
+    assert stdout.splitlines()[-1] == f"# wrote {out} (1 entries, 7 points)"
+    import yaml
+    [e] = yaml.safe_load(out.read_text())
+    assert e["system"]["gpu"] == "H100-SXM" and e["system"]["gpus_per_node"] == 8
+    env = e["software"].pop("environment")
+    assert e["software"] == {"backend": "nccl-tests", "nccl_tests": "2.13.11",
+                             "nccl": "2.21.5+cuda12.4"}
+    assert env["NCCL_PROTO"] == "Simple"
+    code, vout, verr = cli("validate", str(out))
+    assert code == 0, verr
+    assert "# summary: 7 points;" in vout
+    # one rank per GPU
+    code, _, err = cli("bench", "--backend", "nccl-tests", "--ranks", "9", "-o", str(out))
+    assert err == ("gpufabric: error: --ranks: got 9; this machine has 8 GPU(s) and nccl-tests "
+                   "runs one rank per GPU\n")

@@ -111,7 +111,7 @@ def bench(
     if json:
         emit_json({"backend": res.backend, "ranks": ranks, "iterations": iters,
                    "warmup": warmup, "complete": res.complete, "software": res.software,
-                   "rows": res.rows, "output": output})
+                   "rows": res.rows, "notes": res.notes, "output": output})
         return
     sw = res.software
     lib = sw.get("mpi_library") or sw.get("nccl") or sw.get("torch") or ""

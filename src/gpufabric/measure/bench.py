@@ -92,9 +92,14 @@ def mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
+def gpu_count() -> int:
+    """NVIDIA GPU device nodes present (``/dev/nvidia0``, ...: the driver is loaded)."""
+    return sum(1 for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit())
+
+
 def has_gpu() -> bool:
-    """An NVIDIA GPU device node is present (the driver is loaded)."""
-    return any(Path("/dev").glob("nvidia[0-9]*"))
+    """An NVIDIA GPU is present."""
+    return gpu_count() > 0
 
 
 def _importable(name: str) -> bool:
@@ -160,6 +165,10 @@ def check_bounds(ranks: int, max_size: int, backend: str,
     if not 1 <= ranks <= MAX_RANKS:
         raise InputError(f"got {ranks}; expected 1 to {MAX_RANKS} ranks", field="--ranks")
     if backend == "nccl-tests" or (backend == "torch" and has_gpu()):
+        gpus = gpu_count()
+        if ranks > gpus:
+            raise InputError(f"got {ranks}; this machine has {gpus} GPU(s) and {backend} runs "
+                             f"one rank per GPU", field="--ranks")
         return    # buffers on the GPUs
     need = 2 * max_size * ranks
     avail = mem_available(meminfo)
@@ -266,8 +275,12 @@ def _run_nccl_tests(ops: list[str], sizes: list[int], factor: float, ranks: int,
                "-g", str(ranks), "-n", str(iters), "-w", str(warmup), "-d", "float"]
         env = dict(os.environ)
         env.setdefault("NCCL_DEBUG", "VERSION")
-        out, finished, _ = _communicate(cmd, env, left)
+        out, finished, rc = _communicate(cmd, env, left)
         rows, info = parse_nccl_tests(out, op, ranks)
+        if finished and rc != 0 and not rows:
+            last = [x for x in out.splitlines() if x.strip()]
+            raise InputError(f"{NCCL_TESTS_BIN[op]} failed (exit status {rc}): "
+                             f"{last[-1].strip() if last else 'no output'}", field="--backend")
         res.software.update({k: v for k, v in info.items() if k != "ranks"})
         for r in rows:
             res.rows.append(r)
@@ -389,6 +402,8 @@ def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", ite
         for rec in recs:
             if "software" in rec:
                 res.software.update(rec["software"])
+            elif "note" in rec:
+                res.notes.append(str(rec["note"]))
             else:
                 r = row(rec["op"], rec["size"], rec["count"], rec["time_us"], ranks)
                 res.rows.append(r)

@@ -10,7 +10,7 @@ import typer
 import yaml
 
 from gpufabric.cli.collective import _sizes, parse_size
-from gpufabric.cli.common import app, emit_json
+from gpufabric.cli.common import Progress, app, emit_json
 from gpufabric.errors import InputError
 
 
@@ -99,7 +99,9 @@ def bench(
     b.check_bounds(ranks, sizes[-1], chosen)
     name, gpus, spec, facts = _machine(system)
     sys_entry, needs = b.system_entry(gpus, spec)
-    res = b.run(ops, sizes, ranks, chosen, iters, warmup, timeout, step_factor)
+    with Progress("bench", len(ops) * len(sizes)) as progress:
+        res = b.run(ops, sizes, ranks, chosen, iters, warmup, timeout, step_factor,
+                    on_point=lambda r: progress.step(f"{r['op']} {r['size']} B"))
     if not res.rows:
         raise InputError(f"nothing measured in {timeout:g} s (raise --timeout or lower --max)",
                          field="--timeout")

@@ -301,19 +301,30 @@ def _kill(p: subprocess.Popen) -> None:
     p.wait()
 
 
-def _communicate(cmd: list[str], env: dict[str, str],
-                 timeout: float) -> tuple[str, bool, int]:
+def _wait(procs: list[subprocess.Popen], deadline: float,
+          tick: Callable[[], None] | None = None) -> bool:
+    """Wait for every process until ``deadline`` (time.monotonic), calling ``tick`` between
+    looks; False when the deadline came first (they are then killed)."""
+    while any(p.poll() is None for p in procs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            for p in procs:
+                _kill(p)
+            return False
+        time.sleep(min(left, 0.05))
+        if tick:
+            tick()
+    return True
+
+
+def _communicate(cmd: list[str], env: dict[str, str], timeout: float,
+                 tick: Callable[[], None] | None = None) -> tuple[str, bool, int]:
     """Run ``cmd`` in its own process group: its output, False when it was killed at
     ``timeout`` seconds, and its exit status."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
-        try:
-            p.wait(timeout=max(timeout, 0.1))
-            finished = True
-        except subprocess.TimeoutExpired:
-            _kill(p)
-            finished = False
+        finished = _wait([p], time.monotonic() + max(timeout, 0.1), tick)
         out.seek(0)
         return out.read(), finished, p.returncode
 
@@ -331,14 +342,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(backend: str, plan_path: str, ranks: int, timeout: float) -> tuple[bool, int, str]:
+def _launch(backend: str, plan_path: str, ranks: int, timeout: float,
+            tick: Callable[[], None] | None = None) -> tuple[bool, int, str]:
     """Start the ranks; (finished before ``timeout``, exit status, last line of output)."""
     env = _worker_env()
     worker = [sys.executable, "-m", "gpufabric.measure.bench_worker", backend, plan_path]
     if backend == "mpi":
         exe = mpiexec()
         assert exe is not None
-        out, finished, rc = _communicate([exe, "-n", str(ranks)] + worker, env, timeout)
+        out, finished, rc = _communicate([exe, "-n", str(ranks)] + worker, env, timeout, tick)
         lines = [x for x in out.splitlines() if x.strip()]
         return finished, rc, lines[-1] if lines else ""
     port = str(_free_port())
@@ -351,18 +363,8 @@ def _launch(backend: str, plan_path: str, ranks: int, timeout: float) -> tuple[b
         logs.append(log)
         procs.append(subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=e,
                                       start_new_session=True))
-    deadline = time.monotonic() + timeout
-    finished = True
-    for p in procs:
-        try:
-            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            finished = False
-            break
-    if not finished:
-        for p in procs:
-            _kill(p)
-    rc = max((p.returncode or 0) for p in procs) if finished else -9
+    finished = _wait(procs, time.monotonic() + timeout, tick)
+    rc = max(abs(p.returncode or 0) for p in procs) if finished else -9
     logs[0].seek(0)
     lines = [x for x in logs[0].read().splitlines() if x.strip()]
     for log in logs:
@@ -391,24 +393,36 @@ def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", ite
             plan = os.path.join(tmp, "plan.json")
             Path(plan).write_text(json.dumps({"ops": ops, "sizes": sizes, "iters": iters,
                                               "warmup": warmup, "out": out}), encoding="utf-8")
-            finished, rc, last = _launch(backend, plan, ranks, timeout)
-            recs = []
-            if os.path.exists(out):
-                for line in Path(out).read_text(encoding="utf-8").splitlines():
+            pos = 0
+
+            def tick() -> None:
+                """Read the points written since the last call (whole lines only)."""
+                nonlocal pos
+                try:
+                    with open(out, "rb") as f:
+                        f.seek(pos)
+                        chunk = f.read()
+                except OSError:
+                    return
+                whole = chunk[:chunk.rfind(b"\n") + 1]
+                pos += len(whole)
+                for line in whole.decode("utf-8", "replace").splitlines():
                     try:
-                        recs.append(json.loads(line))
+                        rec = json.loads(line)
                     except ValueError:
-                        pass    # a line cut by the kill
-        for rec in recs:
-            if "software" in rec:
-                res.software.update(rec["software"])
-            elif "note" in rec:
-                res.notes.append(str(rec["note"]))
-            else:
-                r = row(rec["op"], rec["size"], rec["count"], rec["time_us"], ranks)
-                res.rows.append(r)
-                if on_point:
-                    on_point(r)
+                        continue
+                    if "op" in rec:
+                        r = row(rec["op"], rec["size"], rec["count"], rec["time_us"], ranks)
+                        res.rows.append(r)
+                        if on_point:
+                            on_point(r)
+                    elif "software" in rec:
+                        res.software.update(rec["software"])
+                    elif "note" in rec:
+                        res.notes.append(str(rec["note"]))
+
+            finished, rc, last = _launch(backend, plan, ranks, timeout, tick)
+            tick()
         res.complete = finished and rc == 0
         if not finished:
             res.notes.append(f"stopped at the time limit ({timeout:g} s): "

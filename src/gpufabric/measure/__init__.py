@@ -1,6 +1,7 @@
-"""Real machines in the loop: what the machine is (:mod:`~gpufabric.measure.discover`), and the
-model fitted to measurements of it (:mod:`~gpufabric.measure.calibrate`, applied through
-:mod:`~gpufabric.measure.profile`).
+"""Real machines in the loop: what the machine is (:mod:`~gpufabric.measure.discover`), its
+collectives measured with a real backend (:mod:`~gpufabric.measure.bench`, ranks of
+:mod:`~gpufabric.measure.bench_worker`), and the model fitted to measurements of it
+(:mod:`~gpufabric.measure.calibrate`, applied through :mod:`~gpufabric.measure.profile`).
 
 Each source of facts is a small adapter that answers "not available" with a note instead of
 failing, and reads under a root path (``"/"`` by default) so that a recorded tree of a real

@@ -60,38 +60,42 @@ def _run_mpi(plan: dict[str, Any]) -> None:
             "mpi4py": mpi4py.__version__,
             "mpi_library": " ".join(MPI.Get_library_version().split("\n")[0].split()),
             "mpi_standard": "{}.{}".format(*MPI.Get_version())}})
+    for op, count, share in _cases(plan, n):
+        send = np.ones(share if op == "all_gather" else count, np.float32)
+        recv = np.empty(share if op == "reduce_scatter" else count, np.float32)
+        call: Callable[[], Any]
+        if op == "all_reduce":
+            call = partial(comm.Allreduce, send, recv, op=MPI.SUM)
+        elif op == "all_gather":
+            call = partial(comm.Allgather, send, recv)
+        elif op == "reduce_scatter":
+            call = partial(comm.Reduce_scatter_block, send, recv, op=MPI.SUM)
+        elif op == "broadcast":
+            call = partial(comm.Bcast, send, root=0)
+        else:   # all_to_all
+            call = partial(comm.Alltoall, send, recv)
+        for _ in range(plan["warmup"]):
+            call()
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(plan["iters"]):
+            call()
+        dt = (MPI.Wtime() - t0) / plan["iters"]
+        worst = comm.reduce(dt, op=MPI.MAX, root=0)
+        if rank == 0 and worst is not None:
+            _emit(plan["out"], {"op": op, "size": count * WORD, "count": count,
+                                "time_us": worst * 1e6})
+        del send, recv
+    comm.Barrier()
+
+
+def _cases(plan: dict[str, Any], n: int) -> Any:
+    """(op, elements, elements per rank) of every measurement of the plan on ``n`` ranks."""
     for op in plan["ops"]:
         for size in plan["sizes"]:
             count = elements(op, size, n)
-            if count == 0:
-                continue
-            share = count // n
-            send = np.ones(share if op == "all_gather" else count, np.float32)
-            recv = np.empty(share if op == "reduce_scatter" else count, np.float32)
-            call: Callable[[], Any]
-            if op == "all_reduce":
-                call = partial(comm.Allreduce, send, recv, op=MPI.SUM)
-            elif op == "all_gather":
-                call = partial(comm.Allgather, send, recv)
-            elif op == "reduce_scatter":
-                call = partial(comm.Reduce_scatter_block, send, recv, op=MPI.SUM)
-            elif op == "broadcast":
-                call = partial(comm.Bcast, send, root=0)
-            else:   # all_to_all
-                call = partial(comm.Alltoall, send, recv)
-            for _ in range(plan["warmup"]):
-                call()
-            comm.Barrier()
-            t0 = MPI.Wtime()
-            for _ in range(plan["iters"]):
-                call()
-            dt = (MPI.Wtime() - t0) / plan["iters"]
-            worst = comm.reduce(dt, op=MPI.MAX, root=0)
-            if rank == 0 and worst is not None:
-                _emit(plan["out"], {"op": op, "size": count * WORD, "count": count,
-                                    "time_us": worst * 1e6})
-            del send, recv
-    comm.Barrier()
+            if count:
+                yield op, count, count // n
 
 
 def _run_torch(plan: dict[str, Any]) -> None:   # pragma: no cover - needs torch
@@ -115,47 +119,42 @@ def _run_torch(plan: dict[str, Any]) -> None:   # pragma: no cover - needs torch
     def sync() -> None:
         if gpu:
             torch.cuda.synchronize()
-    for op in plan["ops"]:
-        for size in plan["sizes"]:
-            count = elements(op, size, n)
-            if count == 0:
-                continue
-            share = count // n
-            buf = torch.ones(count, dtype=torch.float32, device=dev)
-            part = torch.ones(share, dtype=torch.float32, device=dev)
-            out = torch.empty_like(buf)
-            tcall: Callable[[], Any]
-            if op == "all_reduce":
-                tcall = partial(dist.all_reduce, buf)
-            elif op == "all_gather":
-                tcall = partial(dist.all_gather_into_tensor, out, part)
-            elif op == "reduce_scatter":
-                tcall = partial(dist.reduce_scatter_tensor, part, buf)
-            elif op == "broadcast":
-                tcall = partial(dist.broadcast, buf, src=0)
-            else:
-                tcall = partial(dist.all_to_all_single, out, buf)
-            try:
-                tcall()      # a collective this process group lacks (Gloo's reduce_scatter)
-            except RuntimeError as exc:
-                if rank == 0:
-                    why = " ".join(str(exc).split())[:200]
-                    _emit(plan["out"], {"note": f"torch {backend}: {op} not measured: {why}"})
-                break
-            for _ in range(plan["warmup"]):
-                tcall()
-            sync()
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(plan["iters"]):
-                tcall()
-            sync()
-            dt = torch.tensor([(time.perf_counter() - t0) / plan["iters"]], dtype=torch.float64,
-                              device=dev)
-            dist.reduce(dt, dst=0, op=dist.ReduceOp.MAX)
+    for op, count, share in _cases(plan, n):
+        buf = torch.ones(count, dtype=torch.float32, device=dev)
+        part = torch.ones(share, dtype=torch.float32, device=dev)
+        out = torch.empty_like(buf)
+        tcall: Callable[[], Any]
+        if op == "all_reduce":
+            tcall = partial(dist.all_reduce, buf)
+        elif op == "all_gather":
+            tcall = partial(dist.all_gather_into_tensor, out, part)
+        elif op == "reduce_scatter":
+            tcall = partial(dist.reduce_scatter_tensor, part, buf)
+        elif op == "broadcast":
+            tcall = partial(dist.broadcast, buf, src=0)
+        else:
+            tcall = partial(dist.all_to_all_single, out, buf)
+        try:
+            tcall()      # a collective this process group lacks (Gloo's reduce_scatter)
+        except RuntimeError as exc:
             if rank == 0:
-                _emit(plan["out"], {"op": op, "size": count * WORD, "count": count,
-                                    "time_us": float(dt.item()) * 1e6})
+                why = " ".join(str(exc).split())[:200]
+                _emit(plan["out"], {"note": f"torch {backend}: {op} not measured: {why}"})
+            break
+        for _ in range(plan["warmup"]):
+            tcall()
+        sync()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(plan["iters"]):
+            tcall()
+        sync()
+        dt = torch.tensor([(time.perf_counter() - t0) / plan["iters"]], dtype=torch.float64,
+                          device=dev)
+        dist.reduce(dt, dst=0, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            _emit(plan["out"], {"op": op, "size": count * WORD, "count": count,
+                                "time_us": float(dt.item()) * 1e6})
     dist.barrier()
     dist.destroy_process_group()
 

@@ -119,7 +119,10 @@ def _run_torch(plan: dict[str, Any]) -> None:   # pragma: no cover - needs torch
     def sync() -> None:
         if gpu:
             torch.cuda.synchronize()
+    lacking: set[str] = set()
     for op, count, share in _cases(plan, n):
+        if op in lacking:
+            continue
         buf = torch.ones(count, dtype=torch.float32, device=dev)
         part = torch.ones(share, dtype=torch.float32, device=dev)
         out = torch.empty_like(buf)
@@ -140,7 +143,8 @@ def _run_torch(plan: dict[str, Any]) -> None:   # pragma: no cover - needs torch
             if rank == 0:
                 why = " ".join(str(exc).split())[:200]
                 _emit(plan["out"], {"note": f"torch {backend}: {op} not measured: {why}"})
-            break
+            lacking.add(op)      # its other sizes too; the next collective goes on
+            continue
         for _ in range(plan["warmup"]):
             tcall()
         sync()

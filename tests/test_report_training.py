@@ -48,3 +48,17 @@ def test_compare_json_and_report_carry_the_training_section(cli, tmp_path):
     assert "Training: data-parallel scaling" in rep.read_text()
     code, out, _ = cli("compare", "hgx-h100", "--no-html", "--no-training", "--json")
     assert json.loads(out)["training"] is None
+
+
+def test_compare_tables_fit_the_terminal_width():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "COLUMNS": "80", "GPUFABRIC_PROGRESS": "off"}
+    out = subprocess.run([sys.executable, "-c", "from gpufabric.cli import main; main()",
+                          "compare", "hgx-h100", "pcie-switch-dual-root", "--no-html"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any("pcie-switch-dual" in line for line in lines)     # names wrap, not vanish

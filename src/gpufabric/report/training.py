@@ -190,7 +190,7 @@ def table(data: dict[str, Any]) -> Any:
                "against its smallest size that fits", box=None, caption=footnote(data) or None,
                caption_justify="left")
     for col in ("system", "model", "GPUs", "efficiency", "bottleneck"):
-        tb.add_column(col, no_wrap=col not in ("bottleneck", "system"),
+        tb.add_column(col, no_wrap=col in ("model", "GPUs"), overflow="fold",
                       justify="right" if col == "GPUs" else "left")
     for r in table_rows(data):
         tb.add_row(*r)

@@ -45,6 +45,8 @@ def log_ticks(values: Sequence[float]) -> list[tuple[float, str]]:
     """Tick positions and labels of a log axis over ``values`` (positive): 1-2-3-5 or 1-2-5
     steps per decade, or one tick a decade over a wide range, every label a plain number.
 
+    Examples
+    --------
     >>> [t for _, t in log_ticks([6.2, 5800])]
     ['10', '100', '1,000']
     >>> [t for _, t in log_ticks([6.2, 58])]

@@ -34,8 +34,9 @@ def main() -> int:
     report = args.report
     if report is None:
         report = str(Path(tempfile.mkdtemp()) / "report.html")
-        subprocess.run([sys.executable, "-c", "from gpufabric.cli import main; main()", "compare", *SYSTEMS, "--inference",
-                        "-o", report], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-c", "from gpufabric.cli import main; main()",
+                        "compare", *SYSTEMS, "--inference", "-o", report], check=True,
+                       stdout=subprocess.DEVNULL)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright

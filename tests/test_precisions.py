@@ -21,7 +21,7 @@ def test_the_existing_names_keep_their_bytes_and_compute():
     assert DTYPE_BYTES["int4"] == 0.5 + 2 / 128          # an FP16 scale per 128
     assert COMPUTE_CHAIN["int4"] == ("bf16", "fp16")     # weight-only
     assert COMPUTE_CHAIN["fp4"] == ("fp4", "fp8", "bf16", "fp16")
-    assert DTYPES == ("fp16", "bf16", "fp8", "int4", "fp4")
+    assert DTYPES == ("fp16", "bf16", "fp8", "fp4", "int4")
 
 
 def test_group_scales_and_zero_points_set_the_bytes():

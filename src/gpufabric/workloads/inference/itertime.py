@@ -34,7 +34,7 @@ Examples
 >>> round(float(m(0, 0, 0, 1, 1000)) * 1e3, 2)     # one decode token at 1000 tokens of context
 11.19
 >>> m.kv_blocks
-77163
+85264
 """
 
 from __future__ import annotations
@@ -620,7 +620,7 @@ class StepModel:
         >>> m = StepModel("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 1}),
         ...               ServeLayout())
         >>> m.max_concurrency(1000, 1000)
-        198
+        218
         """
         per = -(-(isl + osl) // self.block_size)
         return int(self.kv_blocks // per)

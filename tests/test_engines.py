@@ -157,3 +157,16 @@ def test_a_deployment_that_cannot_run_is_refused_with_the_figures():
                  "activations and workspace", "non-torch memory 2.5 GiB",
                  "320.0 KiB per token", "leaving -"):
         assert part in msg, part
+
+
+def test_serve_takes_the_memory_fraction_and_refuses_a_bad_one(cli):
+    sys70 = "gpu=H100-SXM,gpus_per_node=2"
+    code, out, err = cli("serve", "llama2-70b", sys70, "--tp", "2", "--precision", "fp16",
+                         "--gpu-memory-utilization", "0.95", "--requests", "20", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["memory"]["memory_utilization"] == 0.95 and r["memory"]["kv_tokens"] > 40_000
+    code, out, err = cli("serve", "llama2-70b", sys70, "--tp", "2",
+                         "--gpu-memory-utilization", "1.5", "--requests", "10")
+    assert code == 2 and err.count("\n") == 1
+    assert "--gpu-memory-utilization: must be a fraction above 0 and at most 1" in err

@@ -118,6 +118,9 @@ def serve(
                                                   callback=whole(1),
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, "--gpu-memory-utilization", help="Fraction of GPU memory the engine uses "
+        "(default: the engine profile's, vLLM 0.9 of the total)."),
     seed: int = typer.Option(0, "--seed", callback=whole(0, 2**63 - 1),
                              help="Random seed of the arrivals."),
     eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
@@ -157,7 +160,8 @@ def serve(
                       requests=requests if requests is not None or trace else DEFAULT_REQUESTS,
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                      preemption=preemption, seed=seed, eplb=eplb)
+                      preemption=preemption, seed=seed, eplb=eplb,
+                      gpu_memory_utilization=gpu_memory_utilization)
     if versus:
         from gpufabric.workloads.inference.pd import gpu_count
         from gpufabric.workloads.inference.supernode import supernode_vs_servers

@@ -76,6 +76,7 @@ class ServeConfig:
     preemption: str = "recompute"
     seed: int = 0
     eplb: bool = False                   # MoE: redundant experts balance the EP ranks
+    gpu_memory_utilization: float | None = None   # None: the engine profile's
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -158,6 +159,10 @@ def check_config(cfg: ServeConfig) -> None:
         if v is not None and not (isinstance(v, int) and v >= 1):
             raise InputError(f"must be a whole number >= 1, got {v!r}",
                              field="--" + name.replace("_", "-"))
+    u = cfg.gpu_memory_utilization
+    if u is not None and not (math.isfinite(u) and 0 < u <= 1):
+        raise InputError(f"must be a fraction above 0 and at most 1, got {u!r}",
+                         field="--gpu-memory-utilization")
     if cfg.preemption not in ("recompute", "swap"):
         raise InputError(f"unknown preemption mode '{cfg.preemption}'; allowed: recompute, "
                          "swap", field="--preemption")
@@ -214,7 +219,8 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = N
     tok, _ = engine_batched_tokens(cfg.engine, gpu or topo.gpus()[0].model)
     return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                      engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
-                     block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb)
+                     block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb,
+                     mem_utilization=cfg.gpu_memory_utilization)
 
 
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:

@@ -221,8 +221,10 @@ def _transfers(done_p: np.ndarray, xfer: np.ndarray, pos: np.ndarray, full: R.Re
 
 
 def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
-             decode_topo: Topology | None = None) -> dict:
-    """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
+             decode_topo: Topology | None = None, overlap: bool = False) -> dict:
+    """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``, and
+    ``pd.pools``: the pools' steady throughput (:func:`pool_figures`; ``overlap``: two-batch
+    overlap)."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
     check_config(cfg)
     sm_p = step_model(model, topo, cfg)
@@ -344,7 +346,12 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                   "kv_wait_ms": {k: float(v) for k, v in zip(
                       ("p50", "p90", "p99"), np.percentile(np.maximum(wait, 0.0).round(9) * 1e3,
                                                            [50, 90, 99]), strict=True)},
-                  "link_sharing": sharing}}
+                  "link_sharing": sharing,
+                  "pools": pool_figures(sm_p, sm_d, float(full.isl.mean()),
+                                        float(full.osl.mean()), cfg.slo_tpot_ms,
+                                        overlap=overlap,
+                                        per_node=(_node_gpus(topo),
+                                                  _node_gpus(decode_topo or topo)))}}
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
@@ -449,8 +456,7 @@ def _step(sm: StepModel, phase: str, tokens: float, attn: float, ctx: float,
     total = (max(compute, comm) if overlap else compute + comm) + p["overhead_s"]
     return {"iteration_ms": total * 1e3, "compute_ms": compute * 1e3, "comm_ms": comm * 1e3,
             "overhead_ms": p["overhead_s"] * 1e3,
-            "bound": ("communication" if comm > compute else "computation") if overlap
-            else ("communication" if comm > compute else "computation"),
+            "bound": "communication" if comm > compute else "computation",
             "overlap": overlap}
 
 
@@ -551,3 +557,30 @@ def decode_pool(sm: StepModel, kv_len: int, batch: int | None = None,
             "kv_capacity_requests": cap, **st,
             "output_tokens_per_s_per_user": 1e3 / st["iteration_ms"],
             "output_tokens_per_s_per_gpu": g, "output_tokens_per_s_per_node": g * gpus_per_node}
+
+
+def _node_gpus(topo: Topology) -> int:
+    n = topo.meta.get("gpus_per_node")
+    return int(n) if n else gpu_count(topo)[1]
+
+
+def pool_figures(sm_p: StepModel, sm_d: StepModel, isl: float, osl: float,
+                 slo_tpot_ms: float | None = None, *, overlap: bool = False,
+                 per_node: tuple[int, int] = (8, 8)) -> dict:
+    """Both pools of a disaggregated deployment at steady state: the prefill pool at its
+    token budget on ``isl``-token prompts, the decode pool at an average KV length of
+    ``isl + osl / 2`` with the largest batch that keeps ``slo_tpot_ms`` (or, without one, the
+    largest the KV cache holds). A pool the layout cannot run says why under ``error``."""
+    out: dict = {}
+    try:
+        out["prefill"] = prefill_pool(sm_p, max(1, round(isl)), overlap=overlap,
+                                      gpus_per_node=per_node[0])
+    except InputError as exc:
+        out["prefill"] = {"error": str(exc)}
+    try:
+        out["decode"] = decode_pool(sm_d, max(1, round(isl + osl / 2.0)),
+                                    per_user=1e3 / slo_tpot_ms if slo_tpot_ms else None,
+                                    overlap=overlap, gpus_per_node=per_node[1])
+    except InputError as exc:
+        out["decode"] = {"error": str(exc)}
+    return out

@@ -439,13 +439,12 @@ def _step(sm: StepModel, phase: str, tokens: float, attn: float, ctx: float,
     """
     n = 2 if overlap else 1
 
-    def parts(f: float) -> dict:
+    def parts(f: float) -> dict[str, float]:
         if phase == "prefill":
-            p = sm.parts(tokens * f, attn * f, ctx * f, 0, 0)
+            p = {k: float(v) for k, v in sm.parts(tokens * f, attn * f, ctx * f, 0, 0).items()}
             p["ep_comm_s"] = _ep_comm_prefill(sm, tokens * f)
-        else:
-            p = sm.parts(0, 0, 0, tokens * f, ctx * f)
-        return {k: float(v) for k, v in p.items()}
+            return p
+        return {k: float(v) for k, v in sm.parts(0, 0, 0, tokens * f, ctx * f).items()}
 
     p = parts(1.0 / n)
     compute = n * (p["gemm_compute_s"] + p["weight_read_s"] + p["attention_s"])

@@ -352,7 +352,7 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
              "pool_input_tokens_per_s_per_gpu": p["input_tokens_per_s_per_gpu"]}
     else:
         per_user = _num(wl.get("output_tokens_per_s_per_user"))
-        p = decode_pool(sm, _int(round(kv_len), "avg_kv_len"),
+        p = decode_pool(sm, _int(round(kv_len or 0.0), "avg_kv_len"),
                         _int(batch, "batch") if batch else None,
                         None if batch else per_user, overlap=overlap, gpus_per_node=per_node)
         r = {"pool_output_tokens_per_s_per_node": p["output_tokens_per_s_per_node"],

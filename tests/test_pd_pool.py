@@ -117,3 +117,23 @@ def test_bad_phase_is_an_error(tmp_path, cli):
     assert code == 2
     assert "phase" in err and "allowed: prefill, decode" in err
     assert "Traceback" not in err
+
+
+def test_serve_pd_reports_the_pools(cli):
+    from gpufabric.workloads.inference.pd import serve_pd
+    from gpufabric.workloads.inference.serve import ServeConfig
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    cfg = ServeConfig(tp=2, rate=4.0, requests=40, isl=2000, osl=100, slo_tpot_ms=25)
+    r = serve_pd("llama3-8b", topo, cfg, "2P2D", overlap=True)
+    pools = r["pd"]["pools"]
+    assert pools["prefill"]["isl"] == 2000 and pools["prefill"]["overlap"] is True
+    assert pools["decode"]["avg_kv_len"] == 2050
+    # the largest batch that keeps the TPOT target of 25 ms: 40 tokens/s per user
+    assert pools["decode"]["output_tokens_per_s_per_user"] >= 40.0
+    code, out, _ = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=8,nodes=2,nic=ib-ndr",
+                       "--tp", "2", "--pd", "2P2D", "--rate", "4", "--requests", "40",
+                       "--isl", "2000", "--osl", "100")
+    assert code == 0 and "# prefill pool:" in out and "# decode pool:" in out
+    code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=8", "--tp", "2",
+                       "--two-batch-overlap", "--isl", "100", "--osl", "10")
+    assert code == 2 and "--two-batch-overlap" in err and "Traceback" not in err

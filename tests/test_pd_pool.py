@@ -139,3 +139,12 @@ def test_serve_pd_reports_the_pools(cli):
     code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=8", "--tp", "2",
                        "--two-batch-overlap", "--isl", "100", "--osl", "10")
     assert code == 2 and "--two-batch-overlap" in err and "Traceback" not in err
+
+
+def test_pool_figures_at_a_batch_limit(h800_ep32):
+    from gpufabric.workloads.inference.pd import pool_figures
+    p = pool_figures(h800_ep32, h800_ep32, 4096, 200, batch=64)
+    assert p["decode"]["batch_per_rank"] == 64 and p["decode"]["avg_kv_len"] == 4196
+    assert p["prefill"]["tokens_per_rank"] == 16384
+    big = pool_figures(h800_ep32, h800_ep32, 4096, 200, batch=10**6)
+    assert big["decode"]["batch_per_rank"] == big["decode"]["kv_capacity_requests"]

@@ -351,7 +351,8 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                                         float(full.osl.mean()), cfg.slo_tpot_ms,
                                         overlap=overlap,
                                         per_node=(_node_gpus(topo),
-                                                  _node_gpus(decode_topo or topo)))}}
+                                                  _node_gpus(decode_topo or topo)),
+                                        batch=cfg.max_num_seqs)}}
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
@@ -565,20 +566,25 @@ def _node_gpus(topo: Topology) -> int:
 
 def pool_figures(sm_p: StepModel, sm_d: StepModel, isl: float, osl: float,
                  slo_tpot_ms: float | None = None, *, overlap: bool = False,
-                 per_node: tuple[int, int] = (8, 8)) -> dict:
+                 per_node: tuple[int, int] = (8, 8), batch: int | None = None) -> dict:
     """Both pools of a disaggregated deployment at steady state: the prefill pool at its
     token budget on ``isl``-token prompts, the decode pool at an average KV length of
-    ``isl + osl / 2`` with the largest batch that keeps ``slo_tpot_ms`` (or, without one, the
-    largest the KV cache holds). A pool the layout cannot run says why under ``error``."""
+    ``isl + osl / 2`` with ``batch`` requests per attention rank (as many as the KV cache
+    holds, at most), or else the largest batch that keeps ``slo_tpot_ms`` (or, without one,
+    the largest the KV cache holds). A pool the layout cannot run says why under ``error``."""
     out: dict = {}
     try:
         out["prefill"] = prefill_pool(sm_p, max(1, round(isl)), overlap=overlap,
                                       gpus_per_node=per_node[0])
     except InputError as exc:
         out["prefill"] = {"error": str(exc)}
+    kv = max(1, round(isl + osl / 2.0))
     try:
-        out["decode"] = decode_pool(sm_d, max(1, round(isl + osl / 2.0)),
-                                    per_user=1e3 / slo_tpot_ms if slo_tpot_ms else None,
+        if batch:
+            cap = min(int(sm_d.kv_blocks * sm_d.block_size // kv), sm_d.max_tokens)
+            batch = max(1, min(batch, cap))
+        out["decode"] = decode_pool(sm_d, kv, batch,
+                                    None if batch or not slo_tpot_ms else 1e3 / slo_tpot_ms,
                                     overlap=overlap, gpus_per_node=per_node[1])
     except InputError as exc:
         out["decode"] = {"error": str(exc)}

@@ -48,13 +48,20 @@ def test_file_keys_parse():
 
 def test_every_pool_point_is_predicted_or_skipped_with_a_reason(result):
     rows, skipped = result["points"], result["skipped"]
-    # 14 points with a setting the model runs; the production prefill (no prompt length)
+    # 15 figures with a setting the model runs; the production prefill (no prompt length)
     # and GB200 prefill instances that hold the weights only by offloading them are skipped
-    assert len(rows) == 14
+    assert len(rows) == 15
     assert {r["metric"] for r in rows} == {"input_tokens_per_s_per_node",
                                            "input_tokens_per_s_per_gpu",
                                            "output_tokens_per_s_per_node",
-                                           "output_tokens_per_s_per_gpu"}
+                                           "output_tokens_per_s_per_gpu",
+                                           "output_tokens_per_s_per_user"}
+    # a per-user speed that set the batch is not compared; one measured at a concurrency is
+    by = {(r["id"], r["metric"]) for r in rows}
+    assert ("deepseek-v3-service-decode-h800-ep144", "output_tokens_per_s_per_user") not in by
+    assert ("rtp-llm-deepseek-v3-h800-decode-ep144", "output_tokens_per_s_per_user") in by
+    rtp = next(r for r in rows if r["id"] == "rtp-llm-deepseek-v3-h800-decode-ep144")
+    assert rtp["batch"] == 92            # 13,200 in flight over 144 attention ranks
     reasons = {s["id"]: s["reason"] for s in skipped}
     assert "prompt length" in reasons["deepseek-v3-service-prefill-h800-ep32"]
     assert "does not fit" in reasons["sglang-gb200-part2-deepseek-prefill"]

@@ -332,6 +332,9 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     isl, kv_len = _num(wl.get("isl")), _num(wl.get("avg_kv_len"))
     tokens = _num(wl.get("tokens_per_rank"))
     batch = _num(wl.get("batch"))
+    conc = _num(wl.get("concurrency"))
+    if phase == "decode" and not batch and conc:   # in flight over the attention ranks
+        batch = float(max(1, round(conc / adp)))
     if phase == "prefill" and not isl:
         raise Skip("prefill pool without the prompt length (isl)")
     if phase == "decode" and not kv_len:

@@ -483,15 +483,12 @@ def prefill_pool(sm: StepModel, isl: int, tokens: int | None = None, *, overlap:
     if T > sm.max_tokens:
         raise InputError(f"{int(T)} tokens per rank exceed the iteration budget "
                          f"{sm.max_tokens}", field="tokens")
-    # chunks of a long prompt attend to the prompt so far: ~isl/2 keys per query either way
-    attn = T * (min(isl, T) + 1) / 2.0 if T < isl else T * (isl + 1) / 2.0
+    # whole prompts, or chunks of one longer than the budget attending to the prompt so far:
+    # on average a query meets (isl + 1) / 2 keys either way
+    attn = T * (isl + 1) / 2.0
     ctx = max(T, float(isl))
     st = _step(sm, "prefill", T, attn, ctx, overlap)
     g = _per_gpu(sm, T / (st["iteration_ms"] * 1e-3))
-    if T < isl:        # a prompt longer than the budget is chunked: attention over the prefix
-        attn = T * (isl + 1) / 2.0
-        st = _step(sm, "prefill", T, attn, ctx, overlap)
-        g = _per_gpu(sm, T / (st["iteration_ms"] * 1e-3))
     return {"phase": "prefill", "isl": int(isl), "tokens_per_rank": int(T), **st,
             "input_tokens_per_s_per_gpu": g, "input_tokens_per_s_per_node": g * gpus_per_node}
 

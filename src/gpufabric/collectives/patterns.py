@@ -429,10 +429,14 @@ class Planner:
         each domain); 0 when the domain is one rack."""
         hub = self._switch_of(gpu)
         racks = int(self.topo.devices[hub].attrs.get("racks") or 1) if hub else 1
-        trays = int((self.topo.meta.get("supernode") or {}).get("trays") or 0)
-        if racks <= 1 or trays < racks:
+        sup = self.topo.meta.get("supernode") or {}
+        trays = int(sup.get("trays") or 0)
+        # the whole domain's trays set the racks' split (a system on part of a domain holds
+        # its first trays)
+        whole = int(sup.get("domain_trays") or trays)
+        if racks <= 1 or whole < racks or not trays:
             return 0
-        return (self.topo.devices[gpu].node % trays) // (trays // racks)
+        return (self.topo.devices[gpu].node % trays) // (whole // racks)
 
     def cross_rack(self, order: list[str]) -> int:
         """Consecutive GPUs of ``order`` in different racks of one NVLink domain: each such

@@ -101,6 +101,17 @@ NET_REF_WIRE_US = record(
     "estimate: NIC to NIC through one InfiniBand NDR leaf (catalog ib-ndr lat_us); a fabric's "
     "own latency beyond it is added per network hop")
 
+NET_SIMPLE_FLUSH = record(
+    "NET_SIMPLE_FLUSH", 1.0, "x the NIC's latency beyond NET_REF_WIRE_US",
+    "network hop received with the Simple protocol: the receiver's flush (a read of the "
+    "received buffer through its own NIC, so the GPU sees the data) pays the NIC's own "
+    "latency once more; LL and LL128 carry flags with the data and need no flush",
+    f"{_TUNING} ncclTopoTuneModel (interLat = hwLat[NET] + latencyInter, and for Simple "
+    "'Also add the flush extra latency': interLat += latencyInter once more); NCCL "
+    "src/transport/net.cc (flush after a GPUDirect RDMA receive, Simple only). The NIC's "
+    "latency beyond InfiniBand's, as per network hop (catalog net_speeds lat_us - "
+    "NET_REF_WIRE_US, at least 0)", nccl=True)
+
 LL_MULTINODE_INTRA = record(
     "LL_MULTINODE_INTRA", 1.8, "x", "LL intra-node hops when the kernel also drives the network",
     f"{_TUNING} (intraLat *= 1.8 for LL across nodes)", nccl=True)

@@ -27,7 +27,10 @@ def test_every_record_says_where_it_comes_from():
         if p.kind == "nccl":
             assert p.nccl_version == "2.28.3" and "NCCL" in p.source
     assert P.REGISTRY["NVLS_EFFICIENCY"].value == {"nvlink4": 0.85, "nvlink5": 0.74}
-    assert P.REGISTRY["SHM_HOP_LAT_US"].fitted_on == ("rtx4090-8gpu-small-latency",)
+    # two machines: an 8-GPU dual-socket ring and a 4-GPU single-socket ring
+    assert P.REGISTRY["SHM_HOP_LAT_US"].fitted_on == ("rtx4090-8gpu-small-latency",
+                                                      "rtx5090-4gpu-genoa-no-p2p")
+    assert P.REGISTRY["SHM_CROSS_SOCKET_US"].fitted_on == P.REGISTRY["SHM_HOP_LAT_US"].fitted_on
     with pytest.raises(ValueError, match="recorded twice"):
         P.record("NVLS_LAT_US", 1.0, "us", "x", "y")
 

@@ -387,8 +387,10 @@ class Model:
                 if (protos is not None and p not in protos) or p not in net_ok:
                     continue
                 t = impl.time_us(self, op, plan, p, lay, size)
-                # NCCL's tuner does not see a pipeline's fill: choose without it
-                chosen = t - impl.fill_us(self, op, plan, p, lay, size)
+                # NCCL's tuner does not see a pipeline's fill, nor a bounce across the
+                # sockets: choose without them
+                chosen = (t - impl.fill_us(self, op, plan, p, lay, size)
+                          - plan.unseen_lat_us.get(p, 0.0))
                 if best is None or chosen < best[3]:
                     best = (t, plan, p, chosen)
         if best is None:

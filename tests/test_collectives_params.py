@@ -47,12 +47,14 @@ def test_the_network_uses_the_recorded_values():
 
 def test_fitted_ids_are_calibration_entries():
     import yaml
-    ids = {e["id"] for f in ("collectives.yaml", "holdout.yaml", "holdout2.yaml")
+    ids = {e["id"] for f in ("collectives.yaml", "holdout.yaml", "holdout2.yaml",
+                             "holdout4.yaml")
            for e in yaml.safe_load((DATA / f).read_text())}
     assert P.fitted_ids() <= ids
     assert P.fitted_ids() == {"rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
                               "rtx5090-pcie5-dual-xeon", "hgx-h100-allreduce-290",
-                              "azure-nd-h200-v5", "p4dn-2node-efa"}
+                              "azure-nd-h200-v5", "p4dn-2node-efa",
+                              "rtx5090-4gpu-genoa-no-p2p"}
 
 
 def test_validate_reports_the_error_over_unfitted_entries():

@@ -60,7 +60,7 @@ def test_cli_params_by_layer(cli):
     assert (kv["value"], kv["kind"], kv["fitted_on"]) == (
         0.81, "fitted", ["mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer"])
     code, out, _ = cli("params", "--layer", "all")
-    assert code == 0 and out.startswith("# gpufabric params: 77 constants")
+    assert code == 0 and out.startswith("# gpufabric params: 79 constants")
     assert "KERNEL_US                  prior    workloads    us" in out
     code, _, err = cli("params", "--layer", "scheduler")
     assert code == 2 and "--layer: unknown layer 'scheduler'" in err

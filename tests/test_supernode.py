@@ -63,6 +63,9 @@ def test_supernode_section_checks_the_switch_ports():
     ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 6}, "nvlink_domain"),
     ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 16}, "nvlink_domain"),
     ({"gpu": "H100-SXM", "scale_up": "pcie", "nodes": 2, "nvlink_domain": 16}, "scale_up"),
+    # part of a larger domain: whole trays of it, on NVLink switches
+    ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 2, "nvlink_domain": 70}, "nvlink_domain"),
+    ({"gpu": "H100-SXM", "scale_up": "pcie", "nvlink_domain": 16}, "scale_up"),
     ({"gpu": "GB200", "gpus_per_node": 70}, "gpus_per_node"),
     ({"gpu": "H100-SXM", "nodes": 1000000}, "nodes"),
 ])

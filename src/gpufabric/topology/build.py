@@ -184,10 +184,28 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     gpus = [catalog.gpu(str(g), file=file, field="gpu") for g in raw_gpus]
     g0 = gpus[0]
     s: dict[str, Any] = {"gpu": [g.name for g in gpus] if len(gpus) > 1 else g0.name}
+    sup = {k: v for k, v in (spec.get("supernode") or {}).items() if v is not None}
+    full = _size(spec, s, sup, gpus, file)
+    _scale_up(spec, s, g0, full, file)
+    _host(spec, s, gpus, file)
+    _network(spec, s, file)
+    if s["nodes"] * s["gpus_per_node"] > s["nvlink_domain"] and s["nics_per_node"] == 0:
+        raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
+                         "nics_per_node >= 1", file=file, field="nics_per_node")
+    s["supernode"] = (_supernode(s, sup, g0, file, full) if full > s["gpus_per_node"] else None)
+    for k in ("name", "description"):
+        if k in spec:
+            s[k] = str(spec[k])
+    return s
+
+
+def _size(spec: dict[str, Any], s: dict[str, Any], sup: dict[str, Any], gpus: list,
+          file: str | None) -> int:
+    """GPUs per node, nodes and the NVLink domain into ``s``; returns the whole domain's GPUs
+    (larger than the system when it is some trays of one domain)."""
     s["gpus_per_node"] = spec.get("gpus_per_node", len(gpus) if len(gpus) > 1 else 8)
     s["nodes"] = spec.get("nodes", 1)
     _check_size(s["nodes"], s["gpus_per_node"], file)
-    sup = {k: v for k, v in (spec.get("supernode") or {}).items() if v is not None}
     if "gpus_per_tray" in sup:
         tray = sup["gpus_per_tray"]
         if "gpus_per_node" in spec and spec["gpus_per_node"] != tray:
@@ -208,7 +226,12 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                          f"({s['gpus_per_node']}) that divides the {total} GPUs or exceeds "
                          f"them, got {full}", file=file, field="nvlink_domain")
     s["nvlink_domain"] = dom
+    return int(full)
 
+
+def _scale_up(spec: dict[str, Any], s: dict[str, Any], g0: catalog.GPU, full: int,
+              file: str | None) -> None:
+    """How GPUs inside a node talk (NVSwitch, a mesh, a bridge, PCIe) into ``s``."""
     default_up = ("nvswitch" if g0.peer_link and g0.peer_links >= 8 and g0.form_factor == "sxm"
                   and g0.peer_link.startswith("nvlink") else
                   "xgmi" if g0.peer_link and g0.peer_link.startswith("xgmi") else "pcie")
@@ -229,6 +252,10 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                              f"{', '.join(g0.bridges) or 'none'})", file=file, field="scale_up")
         s["bridge"] = fits[0]
 
+
+def _host(spec: dict[str, Any], s: dict[str, Any], gpus: list, file: str | None) -> None:
+    """The CPU side into ``s``: CPU, sockets, PCIe generation, switches, P2P."""
+    g0 = gpus[0]
     host = {k: v for k, v in (spec.get("host") or {}).items() if v is not None}
     want_gen = spec.get("pcie_gen", g0.pcie_gen)
     catalog.pcie_gen(want_gen, file=file, field="pcie_gen")
@@ -265,8 +292,13 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     }
     s["p2p"] = spec.get("p2p", all(g.p2p_pcie for g in gpus))
 
+
+def _network(spec: dict[str, Any], s: dict[str, Any], file: str | None) -> None:
+    """NICs per node, their kind and the fabric (switches by name, the default leaf switch
+    sized to the cluster) into ``s``."""
     # rack-scale trays carry one NIC per GPU (GB200 NVL72: 4 ConnectX-7 per compute tray)
-    nic_default = 0 if s["nodes"] == 1 else 8 if dom == s["gpus_per_node"] else s["gpus_per_node"]
+    nic_default = (0 if s["nodes"] == 1 else 8 if s["nvlink_domain"] == s["gpus_per_node"]
+                   else s["gpus_per_node"])
     s["nics_per_node"] = spec.get("nics_per_node", nic_default)
     s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
     fab = {k: v for k, v in (spec.get("fabric") or {}).items() if v is not None}
@@ -289,14 +321,6 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                                                    field="fabric.switch").name
     else:      # the default, or a larger one of its kind where the cluster needs it
         s["fabric"]["switch"] = fabric.default_switch(s, file)
-    if total > dom and s["nics_per_node"] == 0:
-        raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
-                         "nics_per_node >= 1", file=file, field="nics_per_node")
-    s["supernode"] = (_supernode(s, sup, g0, file, full) if full > s["gpus_per_node"] else None)
-    for k in ("name", "description"):
-        if k in spec:
-            s[k] = str(spec[k])
-    return s
 
 
 # --------------------------------------------------------------------------------------------

@@ -294,9 +294,11 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     micro-batch's compute (DeepSeek's DualPipe, Megatron's EP-communication overlap); only
     what is longer than that compute stays exposed. ``sac``: what ``recompute="selective"``
     recomputes (:data:`SAC_POLICIES`: ``attention``, Megatron's; ``op``, torchtitan's).
-    ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the gradient reduce-scatter run
-    between the kernels instead of under them (DeepSpeed with ``overlap_comm`` off, its
-    default). ``power_cap_W``: the GPUs run under this board power limit, below their TDP
+    ``dp_overlap=False``: the data-parallel gradient reduction (and a distributed optimizer's
+    parameter gather) runs after the backward pass instead of under it (Megatron without
+    ``--overlap-grad-reduce``). ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the
+    gradient reduce-scatter run between the kernels instead of under them (DeepSpeed with
+    ``overlap_comm`` off). ``power_cap_W``: the GPUs run under this board power limit, below their TDP
     (:func:`gpufabric.workloads.compute.power_capped`).
     """
     if sac not in SAC_POLICIES:
@@ -370,7 +372,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     comm["dp"] = dp_t + dp_ag
     # gradients reduce under the last micro-batch's backward, parameters gather under the
     # next step's first forward; with virtual stages, chunk by chunk (chunked_exposure)
-    overlap = dp_overlap and (zero3_overlap or z < 3)
+    # (ZeRO-3/FSDP: the reduce-scatter rides the same prefetching streams as the gathers)
+    overlap = zero3_overlap if z >= 3 else dp_overlap
     if overlap:
         group = min(par.pp, mbs)
         dp_e = (chunked_exposure(dp_t, v, (bwd + tp_e + ep_e) / v, group)

@@ -147,7 +147,8 @@ def test_validation_on_the_published_runs():
     # the peak figure is a key of the entry, quoted from its source
     assert "up to 147 TFLOP/s" in reasons["opt-175b-992-a100"]
     err = {(_g(p, "id"), _g(p, "index")): _g(p, "error_pct") for p in pts}
-    mega = [e for (i, _), e in err.items() if i.startswith("megascale-megatron-baseline-175b-bs6144")]
+    mega = [e for (i, _), e in err.items()
+            if i.startswith("megascale-megatron-baseline-175b-bs6144")]
     # Megatron-LM without --overlap-grad-reduce (its default): the gradient reduction over
     # RoCE is exposed, so the large-DP rows stay within 15% (a bound, not today's value)
     assert max(abs(e) for e in mega) <= 15

@@ -298,8 +298,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     parameter gather) runs after the backward pass instead of under it (Megatron without
     ``--overlap-grad-reduce``). ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the
     gradient reduce-scatter run between the kernels instead of under them (DeepSpeed with
-    ``overlap_comm`` off). ``power_cap_W``: the GPUs run under this board power limit, below their TDP
-    (:func:`gpufabric.workloads.compute.power_capped`).
+    ``overlap_comm`` off). ``power_cap_W``: the GPUs run under this board power limit, below
+    their TDP (:func:`gpufabric.workloads.compute.power_capped`).
     """
     if sac not in SAC_POLICIES:
         raise InputError(f"got {sac!r}; allowed: {', '.join(SAC_POLICIES)}", field="sac")

@@ -116,3 +116,21 @@ def test_a_users_profile_file(tmp_path):
     f.write_text("name: mine\ndefaults:\n  sp: {value: false}\n")
     with pytest.raises(InputError, match="every default names its source"):
         load_profile(str(f))
+
+
+def test_recompute_modules_recompute_only_those_submodules():
+    from gpufabric.workloads.parallel import Parallel
+    from gpufabric.workloads.training import predict_step
+    par = Parallel(tp=1, pp=1, dp=16, micro_batch=1, global_batch=16, recompute="selective")
+    attn = predict_step("llama3-8b", SYSTEM, par, 4096)
+    mlp = predict_step("llama3-8b", SYSTEM, par, 4096, recompute_modules=("mlp",))
+    none = predict_step("llama3-8b", SYSTEM, par.with_(recompute="none"), 4096)
+    # the MLP's three GEMMs cost more to recompute than the flash-attention core at 4096
+    assert none.breakdown_s["compute"] < attn.breakdown_s["compute"] < \
+        mlp.breakdown_s["compute"]
+    with pytest.raises(InputError, match="recompute_modules: got 'mlps'; allowed: core_attn"):
+        predict_step("llama3-8b", SYSTEM, par, 4096, recompute_modules=("mlps",))
+    assert step_options({"recompute_modules": ["mlp", "moe_act"]})["recompute_modules"] == \
+        ("mlp", "moe_act")
+    with pytest.raises(InputError, match="parallelism.recompute_modules: got"):
+        run_settings({"recompute_modules": ["attention"]})

@@ -62,6 +62,9 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "sac": (("attention", "op"), "what selective recomputation recomputes: attention "
                                  "(Megatron: the attention core) or op (torchtitan's op-level "
                                  "policy)"),
+    "recompute_modules": (list, "what selective recomputation recomputes, as Megatron-Core's "
+                                "--recompute-modules names it: a list of core_attn, mlp, "
+                                "moe_act, moe, shared_experts, mla_up_proj, layernorm"),
     "pp_microbatches": (("micro_batch", "stages"), "how a pipeline splits a data-parallel "
                         "rank's batch: into micro_batch-sized micro-batches, or into as many "
                         "micro-batches as pipeline stages (torchtitan)"),
@@ -112,6 +115,12 @@ def check_setting(key: str, value: Any, *, file: str | None = None,
     if allowed is bool:
         if not isinstance(value, bool):
             raise InputError(f"got {value!r}; expected true or false", file=file, field=where)
+    elif allowed is list:
+        from gpufabric.workloads.training import RECOMPUTE_MODULES
+        if not isinstance(value, list) or not value or \
+                any(v not in RECOMPUTE_MODULES for v in value):
+            raise InputError(f"got {value!r}; expected a list of "
+                             f"{', '.join(RECOMPUTE_MODULES)}", file=file, field=where)
     elif allowed is int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InputError(f"got {value!r}; expected a whole number >= 0", file=file,
@@ -197,6 +206,8 @@ def step_options(settings: dict[str, Any]) -> dict[str, Any]:
                      ("sac", "sac")):
         if key in settings:
             out[arg] = settings[key]
+    if settings.get("recompute_modules"):
+        out["recompute_modules"] = tuple(settings["recompute_modules"])
     if "attention" in settings:
         out["flash"] = settings["attention"] != "unfused"
         out["attn_kernel"] = "fa2" if settings["attention"] == "sdpa" else "native"

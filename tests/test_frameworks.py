@@ -134,3 +134,17 @@ def test_recompute_modules_recompute_only_those_submodules():
         ("mlp", "moe_act")
     with pytest.raises(InputError, match="parallelism.recompute_modules: got"):
         run_settings({"recompute_modules": ["attention"]})
+
+
+def test_nccl_algo_and_proto_are_honoured():
+    from gpufabric.workloads.parallel import Parallel
+    from gpufabric.workloads.training import predict_step
+    par = Parallel(tp=8, pp=1, dp=2, micro_batch=1, global_batch=2)
+    auto = predict_step("llama3-8b", SYSTEM, par, 4096)
+    ring = predict_step("llama3-8b", SYSTEM, par, 4096, nccl_algo="ring")
+    ll = predict_step("llama3-8b", SYSTEM, par, 4096, nccl_algo="ring", nccl_proto="LL")
+    # forcing the low-latency protocol on megabyte TP collectives costs bandwidth
+    assert ll.comm_s["tp"] > ring.comm_s["tp"] >= auto.comm_s["tp"] * 0.999
+    assert step_options(run_settings({"nccl_algo": "ring"}))["nccl_algo"] == "ring"
+    with pytest.raises(InputError, match="parallelism.nccl_proto: got 'll'; allowed: LL, LL128"):
+        run_settings({"nccl_proto": "ll"})

@@ -73,10 +73,10 @@ SETTINGS: dict[str, tuple[Any, str]] = {
                              "PaLM parallel block)"),
     "eval_every_samples": (int, "a timed run evaluates after this many trained sequences"),
     "eval_samples": (int, "sequences per evaluation"),
-    "nccl_algo": (("ring", "tree", "nvls", "nvlstree", "collnet"), "NCCL_ALGO of the run "
-                  "(recorded; the step model chooses NCCL's algorithm itself)"),
-    "nccl_proto": (("simple", "ll", "ll128"), "NCCL_PROTO of the run (recorded; the step "
-                   "model chooses NCCL's protocol itself)"),
+    "nccl_algo": (("ring", "tree", "nvls", "nvls_tree", "pat"), "NCCL_ALGO of the run: the "
+                  "algorithm of its all-reduces, all-gathers and reduce-scatters"),
+    "nccl_proto": (("LL", "LL128", "Simple"), "NCCL_PROTO of the run: the protocol of those "
+                   "collectives"),
 }
 
 
@@ -206,6 +206,9 @@ def step_options(settings: dict[str, Any]) -> dict[str, Any]:
                      ("sac", "sac")):
         if key in settings:
             out[arg] = settings[key]
+    for key in ("nccl_algo", "nccl_proto"):
+        if settings.get(key):
+            out[key] = settings[key]
     if settings.get("recompute_modules"):
         out["recompute_modules"] = tuple(settings["recompute_modules"])
     if "attention" in settings:

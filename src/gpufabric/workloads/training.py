@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -134,10 +135,18 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return dense + attn
 
 
+#: the NCCL algorithm and protocol a job forces (``NCCL_ALGO`` / ``NCCL_PROTO``) for the
+#: collectives that take one (all-reduce, all-gather, reduce-scatter); set per predict_step call
+_NCCL: ContextVar[tuple[str | None, str | None]] = ContextVar("_NCCL", default=(None, None))
+_NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
 def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
     if g.ranks <= 1 or size <= 0:
         return 0.0
-    p = C.predict(topo, op, int(size), g.ranks, per_node=g.per_node, concurrent=g.concurrent)
+    algo, proto = _NCCL.get() if op in _NCCL_OPS else (None, None)
+    p = C.predict(topo, op, int(size), g.ranks, algo, proto, per_node=g.per_node,
+                  concurrent=g.concurrent)
     return p.time_us * 1e-6
 
 
@@ -299,7 +308,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                  tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
                  attn_kernel: str = "native", ep_overlap: bool = False,
                  sac: str = "attention", recompute_modules: tuple[str, ...] = (),
-                 zero3_overlap: bool = True,
+                 zero3_overlap: bool = True, nccl_algo: str | None = None,
+                 nccl_proto: str | None = None,
                  power_cap_W: float | None = None, check_memory: bool = False) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
 
@@ -319,8 +329,27 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     ``--overlap-grad-reduce``). ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the
     gradient reduce-scatter run between the kernels instead of under them (DeepSpeed with
     ``overlap_comm`` off). ``power_cap_W``: the GPUs run under this board power limit, below
-    their TDP (:func:`gpufabric.workloads.compute.power_capped`).
+    their TDP (:func:`gpufabric.workloads.compute.power_capped`). ``nccl_algo`` /
+    ``nccl_proto``: the algorithm and protocol the job forces (``NCCL_ALGO`` / ``NCCL_PROTO``)
+    for its all-reduces, all-gathers and reduce-scatters; None: NCCL's own choice.
     """
+    token = _NCCL.set((nccl_algo, nccl_proto))
+    try:
+        return _predict_step(model, system, par, seq_len, precision=precision, flash=flash,
+                             tp_overlap=tp_overlap, dp_overlap=dp_overlap, fused=fused,
+                             attn_kernel=attn_kernel, ep_overlap=ep_overlap, sac=sac,
+                             recompute_modules=recompute_modules,
+                             zero3_overlap=zero3_overlap, power_cap_W=power_cap_W,
+                             check_memory=check_memory)
+    finally:
+        _NCCL.reset(token)
+
+
+def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                  seq_len: int | None, *, precision: str, flash: bool, tp_overlap: bool,
+                  dp_overlap: bool, fused: bool, attn_kernel: str, ep_overlap: bool, sac: str,
+                  recompute_modules: tuple[str, ...], zero3_overlap: bool,
+                  power_cap_W: float | None, check_memory: bool) -> StepResult:
     if sac not in SAC_POLICIES:
         raise InputError(f"got {sac!r}; allowed: {', '.join(SAC_POLICIES)}", field="sac")
     modules = tuple(recompute_modules)

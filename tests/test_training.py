@@ -235,3 +235,16 @@ def test_hybrid_fsdp_gathers_inside_the_node_and_reduces_across(h100):
                                         "concurrent": 8}
     assert hyb.comm_s["zero3"] < full.comm_s["zero3"]        # NVSwitch instead of the NICs
     assert hyb.memory["optimizer_GiB"] > full.memory["optimizer_GiB"]   # sharded 8-way only
+
+
+def test_context_parallel_ranks_do_their_share_of_causal_attention():
+    from gpufabric.workloads.compute import layer_ops
+    from gpufabric.workloads.models import load_model
+    m = load_model("llama3-405b")
+
+    def attn_flops(seq, cp):
+        ops = layer_ops(m, 0, 1, seq, tp=8, cp=cp)
+        return next(o.flops for o in ops if o.name == "attn_core")
+    # a causal sequence of 131072 tokens over 16 ranks in load-balanced chunks: each rank does
+    # 1/16 of the whole sequence's causal attention (half of its queries x all keys)
+    assert attn_flops(131072, 16) == attn_flops(131072, 1) / 16

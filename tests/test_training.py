@@ -148,7 +148,7 @@ def test_validation_on_the_published_runs():
     held = [abs(_g(p, "error_pct")) for p in pts
             if (_g(p, "status") == "held-out" if isinstance(p, dict)
                 else not p.fitted and p.id not in looked)]
-    assert len(held) >= 18
+    assert len(held) >= 15
     assert statistics.median(held) <= 10
     skipped = {(x["id"].split("#")[0]) for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",

@@ -33,6 +33,25 @@ def _fmt(d: dict | None) -> str:
     return f"p50 {d['p50']:,.1f}  p90 {d['p90']:,.1f}  p99 {d['p99']:,.1f}"
 
 
+def pool_lines(pools: dict) -> list[str]:
+    """One line per pool of a disaggregated run: its steady throughput."""
+    out = []
+    p, d = pools.get("prefill"), pools.get("decode")
+    if p:
+        out.append(f"# prefill pool: {p['error']}" if "error" in p else
+                   f"# prefill pool: {p['input_tokens_per_s_per_node']:,.0f} input tokens/s per "
+                   f"node ({p['input_tokens_per_s_per_gpu']:,.0f} per GPU) at isl {p['isl']}, "
+                   f"{p['tokens_per_rank']:,} tokens per rank, {p['bound']}-bound")
+    if d:
+        out.append(f"# decode pool: {d['error']}" if "error" in d else
+                   f"# decode pool: {d['output_tokens_per_s_per_node']:,.0f} output tokens/s per "
+                   f"node ({d['output_tokens_per_s_per_gpu']:,.0f} per GPU) at batch "
+                   f"{d['batch_per_rank']} per rank, KV {d['avg_kv_len']:,} tokens, "
+                   f"{d['output_tokens_per_s_per_user']:.1f} tokens/s per user, "
+                   f"{d['bound']}-bound")
+    return out
+
+
 def print_summary(r: dict) -> None:
     """The human-readable summary of one run (a co-located or a disaggregated one)."""
     lay = r["layout"]
@@ -46,6 +65,8 @@ def print_summary(r: dict) -> None:
                    f"{pd['decode']['instances']} x {pd['decode']['gpus_per_instance']} "
                    f"{pd['decode']['gpu']}; KV transfer {pd['kv_transfer_ms']['p50']:.2f} ms "
                    f"p50 over {pd['kv_link']}, queueing p99 {pd['kv_wait_ms']['p99']:.2f} ms")
+        for line in pool_lines(pd.get("pools") or {}):
+            typer.echo(line)
     else:
         typer.echo(f"# layout {par}, {r['replicas']} replica(s); KV cache "
                    f"{r['memory']['kv_tokens']:,} tokens per instance "
@@ -102,16 +123,25 @@ def serve(
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
     slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
     precision: str = typer.Option("bf16", "--precision",
-                                  help="Weights: fp16, bf16, fp8, fp4 or int4."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8, "
-                                        "fp4 (default fp8 with fp8/fp4 weights, else bf16)."),
-    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or tensorrt-llm."),
+                                  help="Weights: fp16, bf16, fp8, fp8-per-channel, w8a8-int8, "
+                                  "int8-weight-only, int4, int4-awq, int4-gptq-g128, fp4 "
+                                  "(NVFP4), mxfp4, or an engine's spelling (awq, W4A16_AWQ, "
+                                  "nvfp4...)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8 "
+                                        "(fp8_e4m3, fp8_e5m2), fp4 (NVFP4), int8, int4 (default "
+                                        "fp8 with fp8/fp4 weights, else bf16)."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, tensorrt-llm, lmdeploy, "
+                               "llama.cpp, fastertransformer (or an alias), or an engine "
+                               "profile file (.yaml)."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", callback=whole(1),
                                             help="Batch limit."),
     max_batched_tokens: int | None = typer.Option(None, "--max-batched-tokens",
                                                   callback=whole(1),
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, "--gpu-memory-utilization", help="Fraction of GPU memory the engine uses "
+        "(default: the engine profile's, vLLM 0.9 of the total)."),
     seed: int = typer.Option(0, "--seed", callback=whole(0, 2**63 - 1),
                              help="Random seed of the arrivals."),
     eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
@@ -120,6 +150,9 @@ def serve(
                                   "instances of the layout (e.g. 2P1D)."),
     decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
                                              "pool on this system (another GPU kind)."),
+    two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", help="With --pd: "
+                                           "the pool figures with two micro-batches, one's "
+                                           "all-to-all under the other's computation."),
     search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
                                 "of the system's GPUs by goodput per GPU under the SLO."),
     ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
@@ -131,19 +164,21 @@ def serve(
     profile: str | None = profile_option(),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
-    from gpufabric.errors import InputError
     from gpufabric.topology.build import load
-    from gpufabric.workloads.inference.itertime import ENGINE_OVERHEAD_S, engine_key
+    from gpufabric.workloads.inference.engines import check as check_engine
+    from gpufabric.workloads.inference.precisions import lookup as check_format
     from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
     refuse_together(ctx, CONFLICTS)
     refuse_alone(ctx, (
         ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "
          "arrivals)"),
-        ("ray", search, "applies only with --search (where its candidates run)")))
-    if engine_key(engine) == "default":
-        known = sorted(k for k in ENGINE_OVERHEAD_S if k != "default")
-        raise InputError(f"unknown engine '{engine}'; allowed: {', '.join(known)}",
-                         field="--engine")
+        ("ray", search, "applies only with --search (where its candidates run)"),
+        ("two_batch_overlap", bool(pd or decode_system),
+         "applies only with --pd or --decode-system (the pool figures)")))
+    check_engine(engine)
+    check_format(precision, "weights")
+    if kv_dtype is not None:
+        check_format(kv_dtype, "kv")
     from gpufabric.workloads.inference.serve import serve as run
     cfg = ServeConfig(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention, replicas=replicas,
                       precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
@@ -151,7 +186,8 @@ def serve(
                       requests=requests if requests is not None or trace else DEFAULT_REQUESTS,
                       osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                      preemption=preemption, seed=seed, eplb=eplb)
+                      preemption=preemption, seed=seed, eplb=eplb,
+                      gpu_memory_utilization=gpu_memory_utilization)
     if versus:
         from gpufabric.workloads.inference.pd import gpu_count
         from gpufabric.workloads.inference.supernode import supernode_vs_servers
@@ -189,7 +225,8 @@ def serve(
     if pd or decode_system:
         from gpufabric.workloads.inference.pd import serve_pd
         r = serve_pd(model, topo, cfg, pd or "1P1D",
-                     load(decode_system) if decode_system else None)
+                     load(decode_system) if decode_system else None,
+                     overlap=two_batch_overlap)
     else:
         with Progress("serve") as progress:
             r = run(model, topo, cfg, progress=progress.told("requests of one instance"))

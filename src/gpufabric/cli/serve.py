@@ -244,26 +244,3 @@ def print_inference(res: dict) -> None:
         reasons[f"{sk['id']}: {sk['reason']}"] = reasons.get(f"{sk['id']}: {sk['reason']}", 0) + 1
     for k, n in reasons.items():
         typer.echo(f"# skipped {k}" + (f" ({n} points)" if n > 1 else ""))
-    typer.echo(f"# gpufabric validate {file} (inference serving)")
-    typer.echo(f"# {'id':<52} {'pt':>2} {'metric':<28} {'measured':>10} {'predicted':>10} "
-               f"{'error':>8}")
-    for r in res["points"]:
-        mark = "*" if r["fitted"] else " "
-        typer.echo(f"  {r['id']:<52} {r['point']:>2} {r['metric']:<28} {r['measured']:>10.1f} "
-                   f"{r['predicted']:>10.1f} {r['err_pct']:>+7.1f}%{mark}")
-    reasons: dict[str, int] = {}
-    for sk in res["skipped"]:
-        reasons[f"{sk['id']}: {sk['reason']}"] = reasons.get(f"{sk['id']}: {sk['reason']}", 0) + 1
-    for k, n in reasons.items():
-        typer.echo(f"# skipped {k}" + (f" ({n} points)" if n > 1 else ""))
-    s = res["summary"]
-
-    def f(x):
-        return "n/a" if x is None else f"{x:.1f}%"
-    typer.echo(f"# summary: {s['points']} points, median |error| {f(s['median_abs_pct'])}, max "
-               f"{f(s['max_abs_pct'])}; on entries nothing was fitted on: "
-               f"{s['holdout_points']} points, median {f(s['holdout_median_abs_pct'])} "
-               "(* = entry used for fitting)")
-    for k, v in s["by_metric"].items():
-        typer.echo(f"#   {k:<18} {v['points']:>4} points, median {f(v['median_abs_pct'])}")
-    return True

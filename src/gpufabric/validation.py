@@ -28,7 +28,7 @@ Examples
 --------
 >>> ps = [point("a", 0, "busbw", 100.0, 110.0, HELD_OUT),
 ...       point("b", 0, "busbw", 100.0, 95.0, FITTED)]
->>> ps[0]["error_pct"]
+>>> round(ps[0]["error_pct"], 6)
 10.0
 >>> s = summarize(ps)
 >>> s["median_abs_pct"], s["points"], s["fitted"]["points"], s["looked_at"]["points"]

@@ -228,7 +228,7 @@ def entry_rows(e: dict, preds: list, note: str = "") -> list[dict]:
         if pt["busbw"] is not None:
             metric, meas, pred, err = "busbw", meas_bus, p.busbw, busbw_err
         else:
-            metric, meas, pred, err = "time_us", meas_t, p.time_us, time_err
+            metric, meas, pred, err = "time_us", float(pt["time_us"]), p.time_us, time_err
         rows.append(validation.point(
             e["id"], j, metric, meas, pred, st, error_pct=err, notes=note,
             collective=e["collective"], ranks=n, size=pt["size"], algo=p.algo, proto=p.proto,

@@ -360,7 +360,7 @@ def print_validation_summary(s: dict, label: str) -> None:
         for metric, m in s["by_metric"].items():
             mb = m if key is None else m[key]
             if mb["points"]:
-                typer.echo(f"#   {metric:<28} {_figures(mb)}")
+                typer.echo(f"#   {metric:<30} {_figures(mb)}")
         for size, text in _SIZES if "by_size" in block else ():
             if block["by_size"][size]["points"]:
-                typer.echo(f"#   {text:<28} {_figures(block['by_size'][size])}")
+                typer.echo(f"#   {text:<30} {_figures(block['by_size'][size])}")

@@ -178,7 +178,9 @@ def validate(
             with Progress("validate", len(load_entries(f))) as progress:
                 res = validate_file(f, on_entry=progress.step) | {"kind": "collectives"}
         results.append(res)
-    pooled = validation.pooled(results, by_size)
+    # the large / small split where collective files are among them
+    pooled = validation.pooled(results, by_size if any(r["kind"] == "collectives"
+                                                       for r in results) else None)
     if json:
         emit_json(results[0] if len(files) == 1 else {"files": results, "summary": pooled})
         return

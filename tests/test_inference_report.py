@@ -11,5 +11,5 @@ def test_inference_section_renders_its_figures():
     page = section_html(d)
     # four charts (CDFs, throughput, p90 latencies, KV use), drawn by plotly
     assert page.count('class="plotly-graph-div"') == 4
-    assert "KV cache use over time at 12 requests/s" in page
-    assert "Latency CDFs at 12 requests/s" in page
+    assert "KV cache use over time at 12 requests" in page
+    assert "Latency CDFs at 12 requests" in page

@@ -152,11 +152,12 @@ def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
 class Iteration:
     """One iteration's batch as the scheduler forms it (see :class:`BatchState`)."""
 
-    dmask: np.ndarray          # running requests that decode this iteration
+    dmask: np.ndarray | None   # running requests that decode this iteration (None: all)
     all_dec: bool              # every running request decodes
     d_n: int                   # decode tokens
     d_ctx: int                 # KV tokens the decodes read (their new token included)
     budget: int                # token budget left for prefill chunks
+    nrun: int = 0              # running requests before admission
     swap_t: float = 0.0        # seconds of KV swapping (out and in) it waits for
     chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (position, start, len)
     adm: list[int] = field(default_factory=list)      # requests admitted into the batch
@@ -238,6 +239,7 @@ class BatchState:
         self.macro = 0
         self.pre_done = 0
         self.told, self.tell_every = 0, max(1, n // 100)
+        self.decoding = True        # every running request is past its prefill
 
     # -- phases --------------------------------------------------------------------------------
     def arrive(self) -> None:
@@ -276,9 +278,13 @@ class BatchState:
         token; the newest requests are preempted while the cache has too few."""
         swap_t = 0.0
         B = self.B
+        dmask: np.ndarray | None = None
         while True:
-            dmask = self.r_kv >= self.r_pt
-            all_dec = bool(dmask.all())
+            if self.decoding:
+                all_dec = True
+            else:
+                dmask = self.r_kv >= self.r_pt
+                all_dec = bool(dmask.all())
             if all_dec:
                 need = (self.r_kv >= self.r_bl * B).astype(np.int64)
             else:
@@ -291,13 +297,20 @@ class BatchState:
         if tot:
             self.r_bl = self.r_bl + need
         nrun = self.r_id.size
-        d_n = nrun if all_dec else int(dmask.sum())
-        d_ctx = int((self.r_kv if all_dec else self.r_kv[dmask]).sum()) + d_n
-        return Iteration(dmask, all_dec, d_n, d_ctx, self.cfg.max_batched_tokens - d_n, swap_t)
+        if all_dec:
+            self.decoding, dmask = True, None
+            d_n = nrun
+            d_ctx = int(self.r_kv.sum()) + d_n
+        else:
+            assert dmask is not None
+            d_n = int(dmask.sum())
+            d_ctx = int(self.r_kv[dmask].sum()) + d_n
+        return Iteration(dmask, all_dec, d_n, d_ctx, self.cfg.max_batched_tokens - d_n,
+                         nrun=nrun, swap_t=swap_t)
 
     def prefill_running(self, it: Iteration) -> None:
         """Prefill chunks of running requests whose prompt is not done, in batch order."""
-        if it.all_dec:
+        if it.dmask is None:
             return
         B = self.B
         for pos in np.flatnonzero(~it.dmask).tolist():
@@ -359,6 +372,7 @@ class BatchState:
             it.adm.append(i)
             it.adm_bl.append(nb)
         if it.adm:
+            self.decoding = False
             a = np.array(it.adm, np.int64)
             self.r_id = np.concatenate([self.r_id, a])
             self.r_kv = np.concatenate([self.r_kv, self.g_kv[a]])
@@ -369,11 +383,12 @@ class BatchState:
 
     def step_time(self, it: Iteration) -> float:
         """Seconds of one iteration with prefill chunks (and any swapping it waits for)."""
-        cs = np.array([c[1] for c in it.chunks], np.int64)
-        cc = np.array([c[2] for c in it.chunks], np.int64)
-        p_tok = int(cc.sum())
-        p_attn = float((cc * (cs + (cc + 1) / 2.0)).sum())
-        p_ctx = int((cs + cc).sum())
+        p_tok = p_ctx = 0
+        p_attn = 0.0
+        for _, s, c in it.chunks:
+            p_tok += c
+            p_attn += c * (s + (c + 1) / 2.0)
+            p_ctx += s + c
         return float(self.cost(p_tok, p_attn, p_ctx, it.d_n, it.d_ctx)) + it.swap_t
 
     def _fits(self, j: int) -> bool:
@@ -381,10 +396,11 @@ class BatchState:
         base = int(self.r_bl.sum())
         return int(_ceil_div(self.r_kv + j, self.B).sum()) - base <= self.free
 
-    def _stretch(self, it: Iteration) -> int:
+    def _stretch(self, it: Iteration) -> tuple[int, int]:
         """Decode-only iterations that can run as they are: up to the first request that
-        finishes, and while the KV cache holds every step's new token."""
-        k = int((self.r_osl - self.r_gen).min())
+        finishes, and while the KV cache holds every step's new token: (steps, steps to the
+        first request's end)."""
+        k = kmin = int((self.r_osl - self.r_gen).min())
         nrun = self.r_id.size
         if k > 1 and self.free < nrun * (k // self.B + 1) and not self._fits(k):
             lo, hi = 1, k
@@ -395,12 +411,13 @@ class BatchState:
                 else:
                     hi = mid
             k = lo
-        return k
+        return k, kmin
 
-    def decode(self, it: Iteration) -> None:
+    def decode(self, it: Iteration) -> bool:
         """Decode-only iterations, advanced together up to the next event: a request
-        finishing, the KV cache running out, or (with nobody waiting) the next arrival."""
-        k = self._stretch(it)
+        finishing, the KV cache running out, or (with nobody waiting) the next arrival.
+        True when a request finishes at its end."""
+        k, kmin = self._stretch(it)
         d_n, d0 = it.d_n, it.d_ctx
         stop = self.arrival[self.nxt] - self.t if not self.waiting and self.nxt < self.released \
             else None
@@ -435,22 +452,26 @@ class BatchState:
         self.r_bl = newb
         self.steps += k
         self.macro += 1
+        return k >= kmin
 
     def prefill(self, it: Iteration) -> None:
         """One iteration with prefill chunks: decodes advance a token, chunks fill the KV
         cache, and requests whose prompt is done produce their first token."""
         dt = self.step_time(it)
         self.t += dt
-        nrun = it.dmask.size
-        step = it.dmask.astype(np.int64) if not it.all_dec else 1
-        if it.adm:
-            step = np.concatenate([np.broadcast_to(step, (nrun,)),
-                                   np.zeros(len(it.adm), np.int64)])
+        nrun = it.nrun
+        self.decoding = False
+        # r_kv and r_gen are this state's own arrays (fancy-indexed or concatenated copies)
+        if it.dmask is not None:
+            step = it.dmask.astype(np.int64)
+            self.r_kv[:nrun] += step
+            self.r_gen[:nrun] += step
+        elif it.d_n:
+            self.r_kv[:nrun] += 1
+            self.r_gen[:nrun] += 1
         cp = np.array([c[0] for c in it.chunks], np.int64)
-        cc = np.array([c[2] for c in it.chunks], np.int64)
-        self.r_kv = self.r_kv + step
-        self.r_gen = self.r_gen + step
-        self.r_kv[cp] += cc
+        p_tok = sum(c[2] for c in it.chunks)
+        self.r_kv[cp] += np.array([c[2] for c in it.chunks], np.int64)
         done_pre = cp[self.r_kv[cp] >= self.r_pt[cp]]
         if done_pre.size:
             self.pre_done += int(done_pre.size)
@@ -458,14 +479,14 @@ class BatchState:
             ids = self.r_id[done_pre]
             newf = ids[np.isnan(self.first[ids])]
             self.first[newf] = self.t
-        self.log.append((dt, 0.0, 1, it.d_n, int(cc.sum())))
+        self.log.append((dt, 0.0, 1, it.d_n, p_tok))
         self.steps += 1
 
-    def retire(self) -> None:
+    def retire(self, check: bool = True) -> None:
         """Finished requests leave and free their blocks; in a closed loop, their users send
-        the next requests now."""
-        fmask = self.r_gen >= self.r_osl
-        if fmask.any():
+        the next requests now. ``check``: False when no request can have finished."""
+        fmask = self.r_gen >= self.r_osl if check else None
+        if fmask is not None and fmask.any():
             fin = self.r_id[fmask]
             self.finish[fin] = self.t
             self.g_gen[fin] = self.r_gen[fmask]
@@ -507,10 +528,10 @@ class BatchState:
             self.t = max(self.t, float(self.arrival[self.nxt])) if self.nxt < self.n else self.t
             return
         if not it.chunks and not it.adm and it.swap_t == 0.0 and it.all_dec:
-            self.decode(it)
+            self.retire(self.decode(it))
         else:
             self.prefill(it)
-        self.retire()
+            self.retire()
 
     def run(self, max_passes: int = 50_000_000) -> SimResult:
         """Step until every request has finished; the run's :class:`SimResult`."""

@@ -31,3 +31,87 @@ def test_outputs_match_the_record(name, golden):
             np.testing.assert_allclose(got[f], want, rtol=1e-9, atol=1e-9, err_msg=f"{name}/{f}")
         else:
             np.testing.assert_array_equal(got[f], want, err_msg=f"{name}/{f}")
+
+
+def _state(reqs, **kw):
+    return BatchState(reqs, COST, SchedulerConfig(**{"num_blocks": 1000, **kw}))
+
+
+def test_arrive_queues_what_has_arrived():
+    st = _state(R.Requests(np.array([0.0, 0.5, 2.0]), np.full(3, 64), np.full(3, 8)))
+    st.t = 1.0
+    st.arrive()
+    assert list(st.waiting) == [0, 1] and st.nxt == 2
+
+
+def test_admit_takes_the_budget_first_come_first_served():
+    st = _state(R.offline(3, isl=300, osl=4), max_batched_tokens=500)
+    st.arrive()
+    it = st.reserve_decode()
+    st.admit(it)
+    # 300 tokens of the first prompt, a 200-token chunk of the second; the third waits
+    assert it.chunks == [(0, 0, 300), (1, 0, 200)] and list(st.waiting) == [2]
+    assert st.free == 1000 - 300 // 16 - 1 - 200 // 16 - 1
+
+
+def test_prefill_then_decode_stretch_then_retire():
+    st = _state(R.offline(2, isl=32, osl=10))
+    st.arrive()
+    it = st.reserve_decode()
+    st.admit(it)
+    assert st.step_time(it) == pytest.approx(0.01 + 64 * 1e-4 + 64 * 1e-7)
+    st.prefill(it)
+    assert st.r_gen.tolist() == [1, 1] and not np.isnan(st.first).any()
+    st.retire()
+    it = st.reserve_decode()
+    assert it.all_dec and it.d_n == 2 and it.d_ctx == 2 * 33
+    t0 = st.t
+    assert st.decode(it)                 # nine steps: both requests finish at its end
+    # nine steps of a + b * ctx, the context growing by 2 tokens a step
+    a, b = COST.decode_line(2)
+    assert st.t - t0 == pytest.approx(sum(a + b * (66 + 2 * j) for j in range(9)))
+    st.retire()
+    assert st.done == 2 and st.free == 1000 and st.r_id.size == 0
+
+
+def test_decode_stops_at_the_next_arrival():
+    st = _state(R.Requests(np.array([0.0, 0.3]), np.array([16, 16]), np.array([200, 5])))
+    st.step()                            # prefill of the first request
+    st.step()                            # decode until the second arrives
+    dt = COST.decode_line(1)[0] + 1e-7 * 17
+    assert st.t >= 0.3 - dt and st.t < 0.3 + dt
+    assert st.r_gen.tolist()[0] < 200
+
+
+def test_preempt_recompute_and_swap():
+    st = _state(R.offline(2, isl=40, osl=50))
+    st.arrive()
+    it = st.reserve_decode()
+    st.admit(it)
+    st.prefill(it)
+    assert st.preempt(recompute=True) == 0.0
+    assert list(st.waiting) == [1] and st.g_pt[1] == 40 + 1 and st.npre[1] == 1
+    st2 = BatchState(R.offline(2, isl=40, osl=50), COST,
+                     SchedulerConfig(num_blocks=1000, preemption="swap", swap_s_per_token=1e-6))
+    st2.arrive()
+    it = st2.reserve_decode()
+    st2.admit(it)
+    st2.prefill(it)
+    assert st2.preempt(recompute=False) == pytest.approx(40 * 1e-6)
+    assert st2.swapped[1] and st2.g_kv[1] == 40
+
+
+def test_steps_before_matches_a_running_sum():
+    first, slope = 0.01, 3e-5
+    cum = np.cumsum(first + slope * np.arange(500))
+    for x in (0.0, 0.005, 0.01, 0.37, 1.0, 4.0, 100.0):
+        assert _steps_before(first, slope, 499, x) == int((cum[:-1] < x).sum())
+
+
+def test_pure_generation_and_front_end():
+    # no prompt: the start token is prefilled; the front end adds to TTFT, not to the steps
+    r = R.closed_loop(2, 6, isl=0, osl=8)
+    res = simulate(r, COST, SchedulerConfig(num_blocks=100), front_end_s=0.05)
+    assert res.isl.tolist() == [0] * 6 and np.isfinite(res.finish).all()
+    ttft = res.first_token - res.arrival
+    assert ttft.min() >= 0.05

@@ -145,8 +145,11 @@ ENGINE_LAYER_S: dict[str, Param] = {
                                 "0-200 us: median error 24.8% at 0, 8.6% at 100 us)",
                                 "fastertransformer-gpt-20b-a100-tp-sweep"),
 }
+#: (NVIDIA NIM's LLM containers run TensorRT-LLM engines on the GPUs they ship profiles for:
+#: NIM for LLMs docs, "Model Profiles")
 ENGINE_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt-llm": "tensorrt-llm", "trt-llm":
-                  "tensorrt-llm", "nim": "tensorrt-llm", "vllm": "vllm", "sglang": "sglang",
+                  "tensorrt-llm", "nim": "tensorrt-llm", "nvidia nim": "tensorrt-llm",
+                  "vllm": "vllm", "sglang": "sglang",
                   "fastertransformer": "fastertransformer", "mooncake": "vllm"}
 
 #: Fraction of GPU memory an engine lets itself use (vLLM gpu_memory_utilization, TensorRT-LLM

@@ -186,7 +186,8 @@ class BatchState:
 
     def __init__(self, reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                  prefilled: bool = False,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None,
+                 front_end_s: float = 0.0):
         check_fits(reqs, cfg)
         self.cost, self.cfg, self.progress = cost, cfg, progress
         n = self.n = len(reqs)
@@ -195,15 +196,19 @@ class BatchState:
         self.osl = reqs.osl.astype(np.int64)
         self.need_max = _ceil_div(self.isl + self.osl, B)
         self.closed = reqs.concurrency > 0
+        # arrival: when a request reaches the scheduler, after the engine's front end
+        self.front_end_s = fe = float(front_end_s)
         if self.closed:
             self.arrival = np.full(n, np.inf)
-            self.arrival[: reqs.concurrency] = 0.0
-            self.released = min(reqs.concurrency, n)
+            c = min(reqs.concurrency, n)
+            self.arrival[:c] = np.arange(c) * (float(reqs.ramp_s) / c) + fe
+            self.released = c
         else:
-            self.arrival = reqs.arrival.astype(np.float64).copy()
+            self.arrival = reqs.arrival.astype(np.float64) + fe
             self.released = n
-        # per-request state (read when a request is admitted, written back when it leaves)
-        self.g_pt = self.isl.copy()           # tokens to prefill (prompt; + output on recompute)
+        # per-request state (read when a request is admitted, written back when it leaves);
+        # a request without a prompt (pure generation) prefills its start token
+        self.g_pt = np.maximum(self.isl, 1)   # tokens to prefill (prompt; + output on recompute)
         self.g_kv = np.zeros(n, np.int64)     # tokens whose KV is stored
         self.g_gen = np.zeros(n, np.int64)    # tokens generated
         self.first = np.full(n, np.nan)
@@ -270,7 +275,7 @@ class BatchState:
             self.g_kv[v] = kv_v
             return kv_v * self.swap_s
         self.g_kv[v] = 0
-        self.g_pt[v] = self.isl[v] + gen_v
+        self.g_pt[v] = max(int(self.isl[v]), 1) + gen_v
         return 0.0
 
     def reserve_decode(self) -> Iteration:
@@ -500,7 +505,7 @@ class BatchState:
                 self.told = self.done
             if self.closed and self.released < self.n:
                 m = min(int(fin.size), self.n - self.released)
-                self.arrival[self.released: self.released + m] = self.t
+                self.arrival[self.released: self.released + m] = self.t + self.front_end_s
                 self.released += m
         self.kv_t.append(self.t)
         self.kv_u.append(self.cfg.num_blocks - self.free)
@@ -554,7 +559,7 @@ class BatchState:
             pre = np.repeat(runs[:, 4].astype(np.int64), counts)
         else:
             dt, dec, pre = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return SimResult(arrival=self.arrival, first_token=self.first, finish=self.finish,
+        return SimResult(arrival=self.arrival - self.front_end_s, first_token=self.first, finish=self.finish,
                          isl=self.isl, osl=self.osl, preemptions=self.npre,
                          generated=self.g_gen, iter_time_s=dt, iter_decode=dec,
                          iter_prefill=pre, kv_t=np.array(self.kv_t),
@@ -590,7 +595,8 @@ def _steps_before(first: float, slope: float, most: int, x: float) -> int:
 
 def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
              max_iterations: int = 50_000_000, prefilled: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> SimResult:
+             progress: Callable[[int, int], None] | None = None,
+             front_end_s: float = 0.0) -> SimResult:
     """Run ``reqs`` through one serving instance whose iterations cost ``cost``
     (a :class:`BatchState` stepped to the end).
 
@@ -599,10 +605,13 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
 
     ``progress(n, total)`` is told as requests finish, at most once per 1% of them.
 
+    ``front_end_s``: seconds each request spends in the engine's front end (API server,
+    tokenizer) before the scheduler sees it; latencies count from the client's send.
+
     Raises :class:`InputError` when a single request cannot fit in the KV cache.
     """
-    return BatchState(reqs, cost, cfg, prefilled=prefilled, progress=progress).run(
-        max_iterations)
+    return BatchState(reqs, cost, cfg, prefilled=prefilled, progress=progress,
+                      front_end_s=front_end_s).run(max_iterations)
 
 
 def percentiles(x: np.ndarray) -> dict:

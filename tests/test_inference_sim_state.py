@@ -115,3 +115,17 @@ def test_pure_generation_and_front_end():
     assert res.isl.tolist() == [0] * 6 and np.isfinite(res.finish).all()
     ttft = res.first_token - res.arrival
     assert ttft.min() >= 0.05
+
+
+def test_serve_closed_loop_counts_the_front_end_and_ramps_the_users():
+    from gpufabric.topology.build import from_spec
+    from gpufabric.workloads.inference.itertime import ENGINE_REQUEST_S
+    from gpufabric.workloads.inference.serve import ServeConfig, serve
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
+    r = serve("llama3-8b", topo, ServeConfig(concurrency=8, requests=48, isl=256, osl=32,
+                                             engine="vllm"))
+    fe_ms = ENGINE_REQUEST_S["vllm"].value * 1e3
+    # every request passes the front end, the first ones too
+    assert r["ttft_ms"]["p50"] > fe_ms
+    # users spread over one request's time: no burst of 8 prefills sharing the first iteration
+    assert r["ttft_ms"]["p99"] < 2 * r["ttft_ms"]["p50"]

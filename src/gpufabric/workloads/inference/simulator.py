@@ -290,10 +290,10 @@ class BatchState:
             else:
                 dmask = self.r_kv >= self.r_pt
                 all_dec = bool(dmask.all())
-            if all_dec:
-                need = (self.r_kv >= self.r_bl * B).astype(np.int64)
-            else:
-                need = ((self.r_kv >= self.r_bl * B) & dmask).astype(np.int64)
+            need = self.r_kv >= self.r_bl * B
+            if not all_dec:
+                need &= self.r_kv >= self.r_pt
+            need = need.astype(np.int64)
             tot = int(need.sum())
             if tot <= self.free:
                 break
@@ -559,7 +559,8 @@ class BatchState:
             pre = np.repeat(runs[:, 4].astype(np.int64), counts)
         else:
             dt, dec, pre = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return SimResult(arrival=self.arrival - self.front_end_s, first_token=self.first, finish=self.finish,
+        return SimResult(arrival=self.arrival - self.front_end_s, first_token=self.first,
+                         finish=self.finish,
                          isl=self.isl, osl=self.osl, preemptions=self.npre,
                          generated=self.g_gen, iter_time_s=dt, iter_decode=dec,
                          iter_prefill=pre, kv_t=np.array(self.kv_t),

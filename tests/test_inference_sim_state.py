@@ -66,12 +66,20 @@ def test_prefill_then_decode_stretch_then_retire():
     it = st.reserve_decode()
     assert it.all_dec and it.d_n == 2 and it.d_ctx == 2 * 33
     t0 = st.t
-    assert st.decode(it)                 # nine steps: both requests finish at its end
+    st.decode(it)                        # nine steps: both requests finish, and retire
     # nine steps of a + b * ctx, the context growing by 2 tokens a step
     a, b = COST.decode_line(2)
     assert st.t - t0 == pytest.approx(sum(a + b * (66 + 2 * j) for j in range(9)))
-    st.retire()
     assert st.done == 2 and st.free == 1000 and st.r_id.size == 0
+
+
+def test_decode_runs_through_completions_until_an_arrival():
+    # three requests finishing at different times, the next arrival far later: one pass
+    st = _state(R.Requests(np.array([0.0, 0.0, 0.0, 50.0]), np.full(4, 16),
+                           np.array([5, 9, 30, 4])))
+    st.step()                            # prefill of all three
+    st.step()                            # decode: 4, 8 and 29 steps, retiring each
+    assert st.done == 3 and st.passes == 2 and st.r_id.size == 0
 
 
 def test_decode_stops_at_the_next_arrival():

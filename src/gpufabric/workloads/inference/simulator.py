@@ -335,10 +335,12 @@ class BatchState:
         """Admit waiting requests first come, first served while the budget, ``max_num_seqs``
         and the KV cache (a watermark kept free, or whole requests reserved) allow; a swapped
         request comes back with its KV cache and decodes next iteration."""
+        waiting = self.waiting
+        if not waiting:
+            return
         cfg, B = self.cfg, self.B
         nrun = self.r_id.size
         room = cfg.max_num_seqs - nrun
-        waiting = self.waiting
         while waiting and it.budget > 0 and len(it.adm) < room:
             i = waiting[0]
             floor = self.wm if (nrun or it.adm) else 0
@@ -418,12 +420,35 @@ class BatchState:
             k = lo
         return k, kmin
 
-    def decode(self, it: Iteration) -> bool:
-        """Decode-only iterations, advanced together up to the next event: a request
-        finishing, the KV cache running out, or (with nobody waiting) the next arrival.
-        True when a request finishes at its end."""
+    def decode(self, it: Iteration) -> None:
+        """Decode-only iterations, advanced together from event to event: a stretch runs up to
+        a request finishing, the KV cache running out, or (with nobody waiting) the next
+        arrival; finished requests retire, and while nothing else changes (nobody waiting,
+        no arrival due, a block for every next token) the next stretch follows at once."""
+        while True:
+            finished = self._advance(it)
+            self.retire(finished)
+            nrun = self.r_id.size
+            if not finished or self.waiting or not nrun:
+                return
+            if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
+                return
+            need = self.r_kv >= self.r_bl * self.B
+            tot = int(np.count_nonzero(need))
+            if tot > self.free:
+                return              # a full pass preempts
+            if tot:
+                self.free -= tot
+                self.r_bl = self.r_bl + need
+            it = Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
+                           self.cfg.max_batched_tokens - nrun, nrun=nrun)
+
+    def _advance(self, it: Iteration) -> bool:
+        """One stretch of decode-only iterations (see :meth:`decode`); True when a request
+        finishes at its end."""
         k, kmin = self._stretch(it)
         d_n, d0 = it.d_n, it.d_ctx
+        logged = False
         stop = self.arrival[self.nxt] - self.t if not self.waiting and self.nxt < self.released \
             else None
         if k > 1:
@@ -434,7 +459,7 @@ class BatchState:
                 if stop is not None:
                     k = 1 + _steps_before(first, slope, k - 1, stop)
                 total = k * first + slope * (k * (k - 1) / 2.0)
-            else:
+            else:       # a cost without a decode line: its steps one by one
                 dts = np.asarray(self.cost(0, 0, 0, d_n, d0 + d_n * np.arange(k)),
                                  dtype=np.float64)
                 cum = np.cumsum(dts)
@@ -442,14 +467,15 @@ class BatchState:
                     # stop before the first step that starts after the next arrival
                     k = 1 + int(np.searchsorted(cum[:-1], stop, side="left"))
                     dts, cum = dts[:k], cum[:k]
-                first = float(dts[0])
-                slope = float(dts[1] - dts[0]) if k > 1 else 0.0
-                total = float(cum[-1])
+                self.log.extend((float(dt), 0.0, 1, d_n, 0) for dt in dts)
+                first, slope, total = 0.0, 0.0, float(cum[-1])
+                logged = True
         else:
             first = total = float(self.cost(0, 0, 0, d_n, d0))
             slope = 0.0
         self.t += total
-        self.log.append((first, slope, k, d_n, 0))
+        if not logged:
+            self.log.append((first, slope, k, d_n, 0))
         self.r_kv = self.r_kv + k
         self.r_gen = self.r_gen + k
         newb = _ceil_div(self.r_kv, self.B)
@@ -533,7 +559,7 @@ class BatchState:
             self.t = max(self.t, float(self.arrival[self.nxt])) if self.nxt < self.n else self.t
             return
         if not it.chunks and not it.adm and it.swap_t == 0.0 and it.all_dec:
-            self.retire(self.decode(it))
+            self.decode(it)
         else:
             self.prefill(it)
             self.retire()

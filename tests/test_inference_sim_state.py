@@ -77,15 +77,14 @@ def test_decode_runs_through_completions_until_an_arrival():
     # three requests finishing at different times, the next arrival far later: one pass
     st = _state(R.Requests(np.array([0.0, 0.0, 0.0, 50.0]), np.full(4, 16),
                            np.array([5, 9, 30, 4])))
-    st.step()                            # prefill of all three
-    st.step()                            # decode: 4, 8 and 29 steps, retiring each
-    assert st.done == 3 and st.passes == 2 and st.r_id.size == 0
+    st.step()       # prefill of all three, then decode: 4, 8 and 29 steps, retiring each
+    assert st.done == 3 and st.passes == 1 and st.r_id.size == 0
 
 
 def test_decode_stops_at_the_next_arrival():
     st = _state(R.Requests(np.array([0.0, 0.3]), np.array([16, 16]), np.array([200, 5])))
-    st.step()                            # prefill of the first request
-    st.step()                            # decode until the second arrives
+    st.step()                            # prefill of the first request, decode until the
+    #                                      second arrives
     dt = COST.decode_line(1)[0] + 1e-7 * 17
     assert st.t >= 0.3 - dt and st.t < 0.3 + dt
     assert st.r_gen.tolist()[0] < 200

@@ -245,6 +245,7 @@ class BatchState:
         self.pre_done = 0
         self.told, self.tell_every = 0, max(1, n // 100)
         self.decoding = True        # every running request is past its prefill
+        self.lines: dict[int, tuple[float, float] | None] = {}    # decode lines by batch size
 
     # -- phases --------------------------------------------------------------------------------
     def arrive(self) -> None:
@@ -428,20 +429,33 @@ class BatchState:
         while True:
             finished = self._advance(it)
             self.retire(finished)
-            nrun = self.r_id.size
-            if not finished or self.waiting or not nrun:
+            nxt = self._next_decode() if finished else None
+            if nxt is None:
                 return
-            if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
-                return
-            need = self.r_kv >= self.r_bl * self.B
-            tot = int(np.count_nonzero(need))
-            if tot > self.free:
-                return              # a full pass preempts
-            if tot:
-                self.free -= tot
-                self.r_bl = self.r_bl + need
-            it = Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
-                           self.cfg.max_batched_tokens - nrun, nrun=nrun)
+            it = nxt
+
+    def _next_decode(self) -> Iteration | None:
+        """The next iteration when it can only be decode-only and needs no preemption: every
+        running request past its prefill, nobody waiting, no arrival due, a block for every
+        next token (taken here). None otherwise: a full pass forms the batch."""
+        nrun = self.r_id.size
+        if self.waiting or not nrun:
+            return None
+        if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
+            return None
+        if not self.decoding:
+            if not bool((self.r_kv >= self.r_pt).all()):
+                return None
+            self.decoding = True
+        need = self.r_kv >= self.r_bl * self.B
+        tot = int(np.count_nonzero(need))
+        if tot > self.free:
+            return None             # a full pass preempts
+        if tot:
+            self.free -= tot
+            self.r_bl = self.r_bl + need
+        return Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
+                         self.cfg.max_batched_tokens - nrun, nrun=nrun)
 
     def _advance(self, it: Iteration) -> bool:
         """One stretch of decode-only iterations (see :meth:`decode`); True when a request
@@ -452,7 +466,10 @@ class BatchState:
         stop = self.arrival[self.nxt] - self.t if not self.waiting and self.nxt < self.released \
             else None
         if k > 1:
-            line = decode_line(self.cost, d_n)
+            if d_n in self.lines:
+                line = self.lines[d_n]
+            else:
+                line = self.lines[d_n] = decode_line(self.cost, d_n)
             if line is not None:
                 a, b = line
                 first, slope = a + b * d0, b * d_n
@@ -563,6 +580,9 @@ class BatchState:
         else:
             self.prefill(it)
             self.retire()
+            nxt = self._next_decode()
+            if nxt is not None:
+                self.decode(nxt)
 
     def run(self, max_passes: int = 50_000_000) -> SimResult:
         """Step until every request has finished; the run's :class:`SimResult`."""

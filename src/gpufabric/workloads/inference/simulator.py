@@ -517,16 +517,18 @@ class BatchState:
         elif it.d_n:
             self.r_kv[:nrun] += 1
             self.r_gen[:nrun] += 1
-        cp = np.array([c[0] for c in it.chunks], np.int64)
-        p_tok = sum(c[2] for c in it.chunks)
-        self.r_kv[cp] += np.array([c[2] for c in it.chunks], np.int64)
-        done_pre = cp[self.r_kv[cp] >= self.r_pt[cp]]
-        if done_pre.size:
-            self.pre_done += int(done_pre.size)
-            self.r_gen[done_pre] += 1
-            ids = self.r_id[done_pre]
-            newf = ids[np.isnan(self.first[ids])]
-            self.first[newf] = self.t
+        p_tok = 0
+        r_kv, r_pt, r_gen, r_id, first = self.r_kv, self.r_pt, self.r_gen, self.r_id, self.first
+        for pos, _, c in it.chunks:      # a few per iteration: element by element
+            p_tok += c
+            kv = int(r_kv[pos]) + c
+            r_kv[pos] = kv
+            if kv >= r_pt[pos]:          # prompt done: the first token comes out
+                self.pre_done += 1
+                r_gen[pos] += 1
+                i = r_id[pos]
+                if math.isnan(first[i]):
+                    first[i] = self.t
         self.log.append((dt, 0.0, 1, it.d_n, p_tok))
         self.steps += 1
 

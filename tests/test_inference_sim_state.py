@@ -136,3 +136,15 @@ def test_serve_closed_loop_counts_the_front_end_and_ramps_the_users():
     assert r["ttft_ms"]["p50"] > fe_ms
     # users spread over one request's time: no burst of 8 prefills sharing the first iteration
     assert r["ttft_ms"]["p99"] < 2 * r["ttft_ms"]["p50"]
+
+
+def test_validate_runs_a_pure_generation_static_batch(tmp_path):
+    from gpufabric.workloads.inference.validate import validate
+    f = tmp_path / "tg.yaml"
+    f.write_text("- id: tg\n  source: test\n  system: {gpu: H100-SXM, gpus: 1}\n"
+                 "  engine: {name: llama.cpp}\n  model: {name: Llama 3 8B, precision: bf16}\n"
+                 "  workload: {mode: static-batch, isl: 0, osl: 128}\n"
+                 "  points:\n    - {batch_size: 4, output_tokens_per_s: 400}\n")
+    out = validate(str(f))
+    assert not out["skipped"] and len(out["points"]) == 1
+    assert out["points"][0]["predicted"] > 0

@@ -255,7 +255,7 @@ def test_a_trace_with_a_bad_value_is_refused(tmp_path, text, message):
     # checked before the unloaded TTFT is summed chunk by chunk (10**12 tokens: a hang)
     (["--isl", "10000000"], "--isl/--osl: a request of 10000000 + 256 tokens needs 625016 KV "
                             "blocks of 16 tokens; the cache holds "),
-    (["--isl", str(10**12)], "--isl: must be from 1 to 100,000,000 tokens, got 1000000000000"),
+    (["--isl", str(10**12)], "--isl: must be from 0 to 100,000,000 tokens, got 1000000000000"),
     (["--rate", "1", "--burst-cv", "1e308"],        # was an OverflowError
      "--burst-cv: must be a number above 0 and at most 100, got 1e+308"),
     (["--requests", str(10**12)],                  # named the number per replica

@@ -588,6 +588,14 @@ class StepModel:
                              self._c_pctx * np.asarray(p_ctx, dtype=np.float64))
                 + self._c_dctx * np.asarray(d_ctx, dtype=np.float64))
 
+    def decode_line(self, d_n: int) -> tuple[float, float]:
+        """A decode-only iteration of ``d_n`` requests reading ``d_ctx`` KV tokens costs
+        ``a + b * d_ctx`` seconds: (a, b), so the simulator sums a run of them in closed form."""
+        if "_fixed" not in self.__dict__:
+            self._fuse()
+        n = float(d_n)
+        return self._interp(n, self._fixed_l) + self._interp(n, self._logit_l), self._c_dctx
+
     def with_shared_links(self, tp_s_per_token: float, ep_s_per_token: float) -> StepModel:
         """A copy whose collectives take this much longer per token of the batch: their links
         carry other traffic part of the time (a disaggregated decode pool receiving KV caches).

@@ -53,7 +53,8 @@ class Requests:
     """A request stream: ``arrival`` (s, sorted), ``isl`` and ``osl`` (tokens) per request.
 
     ``concurrency`` > 0 marks a closed loop: arrivals are set by the simulator (the first
-    ``concurrency`` at 0 s, each later one when an earlier one finishes).
+    ``concurrency`` spread evenly over ``ramp_s`` seconds from 0, each later one when an
+    earlier one finishes).
     """
 
     arrival: np.ndarray
@@ -63,16 +64,18 @@ class Requests:
     source: str = ""
     total: int = 0          # requests of the whole stream this one was dealt from (0: itself)
     rows: int = 0           # requests in the trace file it was read from (0: not a trace)
+    ramp_s: float = 0.0     # closed loop: the users' first requests spread over this time
 
     def __len__(self) -> int:
         return int(self.isl.shape[0])
 
 
-def _lengths(value, n: int, field: str) -> np.ndarray:
+def _lengths(value, n: int, field: str, least: int = 1) -> np.ndarray:
     raw = np.asarray(value)
-    if raw.size and (raw.min() < 1 or raw.max() > MAX_TOKENS):
-        bad = raw.min() if raw.min() < 1 else raw.max()
-        raise InputError(f"must be from 1 to {MAX_TOKENS:,} tokens, got {bad}", field=field)
+    if raw.size and (raw.min() < least or raw.max() > MAX_TOKENS):
+        bad = raw.min() if raw.min() < least else raw.max()
+        raise InputError(f"must be from {least} to {MAX_TOKENS:,} tokens, got {bad}",
+                         field=field)
     return np.broadcast_to(raw.astype(np.int64), (n,)).copy()
 
 
@@ -94,7 +97,7 @@ def poisson(rate: float, n: int, isl=512, osl=128, seed: int = 0) -> Requests:
     """``n`` requests arriving as a Poisson process at ``rate`` requests/s (exponential gaps)."""
     n, rate = _count(n), _rate(rate)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
-    return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl"),
+    return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl", 0),
                     _lengths(osl, n, "--osl"), source=f"poisson {rate:g}/s")
 
 
@@ -107,25 +110,32 @@ def bursty(rate: float, n: int, isl=512, osl=128, cv: float = 2.0, seed: int = 0
                          field="--burst-cv")
     shape = 1.0 / cv**2
     gaps = np.random.default_rng(seed).gamma(shape, 1.0 / (rate * shape), n)
-    return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl"),
+    return Requests(np.cumsum(gaps) - gaps[0], _lengths(isl, n, "--isl", 0),
                     _lengths(osl, n, "--osl"), source=f"bursty {rate:g}/s cv {cv:g}")
 
 
 def offline(n: int, isl=512, osl=128) -> Requests:
     """All ``n`` requests queued at time 0 (maximum-throughput runs)."""
     n = _count(n)
-    return Requests(np.zeros(n), _lengths(isl, n, "--isl"), _lengths(osl, n, "--osl"),
+    return Requests(np.zeros(n), _lengths(isl, n, "--isl", 0), _lengths(osl, n, "--osl"),
                     source="offline")
 
 
-def closed_loop(concurrency: int, n: int, isl=512, osl=128) -> Requests:
-    """``concurrency`` users, each sending its next request when the last one ends."""
+def closed_loop(concurrency: int, n: int, isl=512, osl=128, ramp_s: float = 0.0) -> Requests:
+    """``concurrency`` users, each sending its next request when the last one ends; their first
+    requests go out evenly over ``ramp_s`` seconds (0: all at once, a static batch).
+
+    >>> r = closed_loop(4, 8, isl=0, osl=32, ramp_s=2.0)
+    >>> r.concurrency, int(r.isl[0]), r.ramp_s
+    (4, 0, 2.0)
+    """
     n = _count(n)
     if not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
         raise InputError(f"must be a positive integer, got {concurrency!r}",
                          field="--concurrency")
-    return Requests(np.zeros(n), _lengths(isl, n, "--isl"), _lengths(osl, n, "--osl"),
-                    concurrency=int(concurrency), source=f"closed loop x{concurrency}")
+    return Requests(np.zeros(n), _lengths(isl, n, "--isl", 0), _lengths(osl, n, "--osl"),
+                    concurrency=int(concurrency), source=f"closed loop x{concurrency}",
+                    ramp_s=float(ramp_s))
 
 
 def _pick(row: dict, keys: tuple[str, ...]) -> str | None:

@@ -260,6 +260,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     sched = scheduler_config(sm, cfg)
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
+    if reqs.concurrency:
+        reqs.ramp_s = user_cycle_s(sm, reqs)
     res = simulate_with_front_end(reqs, sm, sched, progress=progress)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
@@ -296,15 +298,19 @@ def front_end_s(sm: StepModel) -> float:
 
 def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerConfig,
                             **kw) -> SimResult:
-    """:func:`simulate`, the requests reaching the engine after its front end; latencies
-    are counted from the original arrivals."""
-    fe = front_end_s(sm)
-    if fe <= 0 or reqs.concurrency:
-        return simulate(reqs, sm, sched, **kw)
-    res = simulate(R.Requests(reqs.arrival + fe, reqs.isl, reqs.osl, source=reqs.source),
-                   sm, sched, **kw)
-    res.arrival = res.arrival - fe
-    return res
+    """:func:`simulate`, the requests reaching the engine after its front end (in a closed
+    loop too: a user's next request passes it again); latencies are counted from the
+    client's send."""
+    return simulate(reqs, sm, sched, front_end_s=front_end_s(sm), **kw)
+
+
+def user_cycle_s(sm: StepModel, reqs: R.Requests) -> float:
+    """Seconds one closed-loop user's request takes alone (front end, prefill in chunks,
+    decode): the users' first requests are spread over it, as in the steady state that
+    closed-loop benchmarks measure after their warm-up, instead of arriving in one burst."""
+    isl, osl = int(reqs.isl.mean()), int(reqs.osl.mean())
+    ttft, tpot = unloaded_ms(sm, max(isl, 1), sm.max_tokens)
+    return front_end_s(sm) + (ttft + max(osl - 1, 0) * tpot) / 1e3
 
 
 def source_text(cfg: ServeConfig, src: str) -> str:

@@ -63,6 +63,10 @@ class LinearCost:
         return (self.base_s + self.per_token_s * (np.asarray(p_tok) + d_n)
                 + self.per_ctx_token_s * (np.asarray(p_ctx) + d_ctx))
 
+    def decode_line(self, d_n: int) -> tuple[float, float]:
+        """A decode-only step of ``d_n`` requests costs ``a + b * d_ctx``: (a, b)."""
+        return self.base_s + self.per_token_s * d_n, self.per_ctx_token_s
+
 
 @dataclass
 class SchedulerConfig:
@@ -144,312 +148,519 @@ def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
                          field="max_batched_tokens")
 
 
+@dataclass
+class Iteration:
+    """One iteration's batch as the scheduler forms it (see :class:`BatchState`)."""
+
+    dmask: np.ndarray | None   # running requests that decode this iteration (None: all)
+    all_dec: bool              # every running request decodes
+    d_n: int                   # decode tokens
+    d_ctx: int                 # KV tokens the decodes read (their new token included)
+    budget: int                # token budget left for prefill chunks
+    nrun: int = 0              # running requests before admission
+    swap_t: float = 0.0        # seconds of KV swapping (out and in) it waits for
+    chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (position, start, len)
+    adm: list[int] = field(default_factory=list)      # requests admitted into the batch
+    adm_bl: list[int] = field(default_factory=list)   # and the KV blocks each took
+
+
+def decode_line(cost: StepCost, d_n: int) -> tuple[float, float] | None:
+    """(a, b) with a decode-only iteration of ``d_n`` requests reading ``d_ctx`` KV tokens
+    costing ``a + b * d_ctx`` seconds, when ``cost`` says so (``cost.decode_line``); None for
+    a cost that gives no such line (its steps are then evaluated one by one)."""
+    line = getattr(cost, "decode_line", None)
+    return None if line is None else line(d_n)
+
+
+class BatchState:
+    """One serving instance's scheduler state: the waiting queue, the running batch (parallel
+    arrays in admission order), the KV blocks, the clock and the iteration log.
+
+    A loop pass (:meth:`step`) calls the phases in order: :meth:`arrive` (requests whose time
+    has come join the queue), :meth:`reserve_decode` (decode first; :meth:`preempt` the newest
+    requests while the KV cache has no block for the decodes), :meth:`prefill_running` and
+    :meth:`admit` (the token budget left goes to prefill chunks), then either :meth:`decode`
+    (a stretch of decode-only iterations advanced together) or :meth:`prefill` (one mixed
+    iteration, timed by :meth:`step_time`), and :meth:`retire` (finished requests leave).
+    """
+
+    def __init__(self, reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
+                 prefilled: bool = False,
+                 progress: Callable[[int, int], None] | None = None,
+                 front_end_s: float = 0.0):
+        check_fits(reqs, cfg)
+        self.cost, self.cfg, self.progress = cost, cfg, progress
+        n = self.n = len(reqs)
+        B = self.B = int(cfg.block_size)
+        self.isl = reqs.isl.astype(np.int64)
+        self.osl = reqs.osl.astype(np.int64)
+        self.need_max = _ceil_div(self.isl + self.osl, B)
+        self.closed = reqs.concurrency > 0
+        # arrival: when a request reaches the scheduler, after the engine's front end
+        self.front_end_s = fe = float(front_end_s)
+        if self.closed:
+            self.arrival = np.full(n, np.inf)
+            c = min(reqs.concurrency, n)
+            self.arrival[:c] = np.arange(c) * (float(reqs.ramp_s) / c) + fe
+            self.released = c
+        else:
+            self.arrival = reqs.arrival.astype(np.float64) + fe
+            self.released = n
+        # per-request state (read when a request is admitted, written back when it leaves);
+        # a request without a prompt (pure generation) prefills its start token
+        self.g_pt = np.maximum(self.isl, 1)   # tokens to prefill (prompt; + output on recompute)
+        self.g_kv = np.zeros(n, np.int64)     # tokens whose KV is stored
+        self.g_gen = np.zeros(n, np.int64)    # tokens generated
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.npre = np.zeros(n, np.int64)
+        self.swapped = np.zeros(n, bool)
+        self.arrives_in = np.zeros(n, bool)   # prefilled: KV handed over, nothing to swap in
+        if prefilled:
+            if int(self.osl.min()) < 2:
+                raise InputError("a prefilled request must have at least 2 output tokens",
+                                 field="osl")
+            self.g_kv[:] = self.isl
+            self.g_gen[:] = 1
+            self.swapped[:] = True
+            self.arrives_in[:] = True
+        self.free = int(cfg.num_blocks)
+        self.wm = int(cfg.watermark * cfg.num_blocks)
+        self.reserved = 0                     # blocks promised to running requests (reserve_full)
+        self.swap_s = float(cfg.swap_s_per_token)
+        # the running batch, in admission order, as parallel arrays
+        z = np.zeros(0, np.int64)
+        self.r_id, self.r_kv, self.r_pt, self.r_gen, self.r_osl, self.r_bl = z, z, z, z, z, z
+        self.waiting: deque[int] = deque()
+        self.nxt = 0
+        self.t = 0.0
+        self.done = 0
+        # iteration log: runs of (first time, time added per step, steps, decodes, prefills)
+        self.log: list[tuple[float, float, int, int, int]] = []
+        self.kv_t: list[float] = [0.0]
+        self.kv_u: list[int] = [0]
+        self.passes = 0
+        self.steps = 0
+        self.macro = 0
+        self.pre_done = 0
+        self.told, self.tell_every = 0, max(1, n // 100)
+        self.decoding = True        # every running request is past its prefill
+        self.lines: dict[int, tuple[float, float] | None] = {}    # decode lines by batch size
+
+    # -- phases --------------------------------------------------------------------------------
+    def arrive(self) -> None:
+        """Requests that have arrived by now join the waiting queue, in arrival order."""
+        if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
+            j = int(np.searchsorted(self.arrival, self.t, side="right"))
+            if j > self.nxt:
+                self.waiting.extend(range(self.nxt, j))
+                self.nxt = j
+
+    def _drop(self, keep) -> None:
+        self.r_id, self.r_kv, self.r_pt = self.r_id[keep], self.r_kv[keep], self.r_pt[keep]
+        self.r_gen, self.r_osl, self.r_bl = self.r_gen[keep], self.r_osl[keep], self.r_bl[keep]
+
+    def preempt(self, recompute: bool) -> float:
+        """Preempt the newest running request back to the head of the queue: its blocks are
+        freed and it is prefilled again (``recompute``), or its KV is swapped out (the swap's
+        seconds are returned)."""
+        v = int(self.r_id[-1])
+        kv_v, gen_v = int(self.r_kv[-1]), int(self.r_gen[-1])
+        self.free += int(self.r_bl[-1])
+        self._drop(slice(None, -1))
+        self.npre[v] += 1
+        self.g_gen[v] = gen_v
+        self.waiting.appendleft(v)
+        if not recompute and kv_v >= self.g_pt[v]:
+            self.swapped[v] = True
+            self.g_kv[v] = kv_v
+            return kv_v * self.swap_s
+        self.g_kv[v] = 0
+        self.g_pt[v] = max(int(self.isl[v]), 1) + gen_v
+        return 0.0
+
+    def reserve_decode(self) -> Iteration:
+        """Decode first: every running request past its prefill gets a block for its next
+        token; the newest requests are preempted while the cache has too few."""
+        swap_t = 0.0
+        B = self.B
+        dmask: np.ndarray | None = None
+        while True:
+            if self.decoding:
+                all_dec = True
+            else:
+                dmask = self.r_kv >= self.r_pt
+                all_dec = bool(dmask.all())
+            need = self.r_kv >= self.r_bl * B
+            if not all_dec:
+                need &= self.r_kv >= self.r_pt
+            need = need.astype(np.int64)
+            tot = int(need.sum())
+            if tot <= self.free:
+                break
+            swap_t += self.preempt(self.cfg.preemption == "recompute")
+        self.free -= tot
+        if tot:
+            self.r_bl = self.r_bl + need
+        nrun = self.r_id.size
+        if all_dec:
+            self.decoding, dmask = True, None
+            d_n = nrun
+            d_ctx = int(self.r_kv.sum()) + d_n
+        else:
+            assert dmask is not None
+            d_n = int(dmask.sum())
+            d_ctx = int(self.r_kv[dmask].sum()) + d_n
+        return Iteration(dmask, all_dec, d_n, d_ctx, self.cfg.max_batched_tokens - d_n,
+                         nrun=nrun, swap_t=swap_t)
+
+    def prefill_running(self, it: Iteration) -> None:
+        """Prefill chunks of running requests whose prompt is not done, in batch order."""
+        if it.dmask is None:
+            return
+        B = self.B
+        for pos in np.flatnonzero(~it.dmask).tolist():
+            if it.budget <= 0:
+                break
+            kv_i, bl_i = int(self.r_kv[pos]), int(self.r_bl[pos])
+            c = min(int(self.r_pt[pos]) - kv_i, it.budget, (bl_i + self.free) * B - kv_i)
+            if c <= 0:
+                continue
+            nb = _ceil_div(kv_i + c, B) - bl_i
+            self.free -= nb
+            self.r_bl[pos] = bl_i + nb
+            it.budget -= c
+            it.chunks.append((pos, kv_i, c))
+
+    def admit(self, it: Iteration) -> None:
+        """Admit waiting requests first come, first served while the budget, ``max_num_seqs``
+        and the KV cache (a watermark kept free, or whole requests reserved) allow; a swapped
+        request comes back with its KV cache and decodes next iteration."""
+        waiting = self.waiting
+        if not waiting:
+            return
+        cfg, B = self.cfg, self.B
+        nrun = self.r_id.size
+        room = cfg.max_num_seqs - nrun
+        while waiting and it.budget > 0 and len(it.adm) < room:
+            i = waiting[0]
+            floor = self.wm if (nrun or it.adm) else 0
+            kv_i = int(self.g_kv[i])
+            if self.swapped[i]:
+                nb = _ceil_div(kv_i + 1, B)
+                if self.free - nb < floor:
+                    break
+                waiting.popleft()
+                self.swapped[i] = False
+                self.free -= nb
+                if self.arrives_in[i]:
+                    self.arrives_in[i] = False
+                    self.first[i] = self.arrival[i]
+                else:
+                    it.swap_t += kv_i * self.swap_s
+                it.adm.append(i)
+                it.adm_bl.append(nb)
+                continue
+            rem = int(self.g_pt[i]) - kv_i
+            if cfg.reserve_full and self.reserved + int(self.need_max[i]) > cfg.num_blocks:
+                break               # the request's whole KV (prompt + output) must fit
+            if cfg.chunked_prefill:
+                c = min(rem, it.budget, (self.free - floor) * B)
+            else:
+                c = rem if rem <= it.budget and _ceil_div(rem, B) <= self.free - floor else 0
+            if c <= 0:
+                break
+            waiting.popleft()
+            if cfg.reserve_full:
+                self.reserved += int(self.need_max[i])
+            nb = _ceil_div(kv_i + c, B)
+            self.free -= nb
+            it.budget -= c
+            it.chunks.append((nrun + len(it.adm), kv_i, c))
+            it.adm.append(i)
+            it.adm_bl.append(nb)
+        if it.adm:
+            self.decoding = False
+            a = np.array(it.adm, np.int64)
+            self.r_id = np.concatenate([self.r_id, a])
+            self.r_kv = np.concatenate([self.r_kv, self.g_kv[a]])
+            self.r_pt = np.concatenate([self.r_pt, self.g_pt[a]])
+            self.r_gen = np.concatenate([self.r_gen, self.g_gen[a]])
+            self.r_osl = np.concatenate([self.r_osl, self.osl[a]])
+            self.r_bl = np.concatenate([self.r_bl, np.array(it.adm_bl, np.int64)])
+
+    def step_time(self, it: Iteration) -> float:
+        """Seconds of one iteration with prefill chunks (and any swapping it waits for)."""
+        p_tok = p_ctx = 0
+        p_attn = 0.0
+        for _, s, c in it.chunks:
+            p_tok += c
+            p_attn += c * (s + (c + 1) / 2.0)
+            p_ctx += s + c
+        return float(self.cost(p_tok, p_attn, p_ctx, it.d_n, it.d_ctx)) + it.swap_t
+
+    def _fits(self, j: int) -> bool:
+        """The KV cache holds ``j`` more tokens of every running request."""
+        base = int(self.r_bl.sum())
+        return int(_ceil_div(self.r_kv + j, self.B).sum()) - base <= self.free
+
+    def _stretch(self, it: Iteration) -> tuple[int, int]:
+        """Decode-only iterations that can run as they are: up to the first request that
+        finishes, and while the KV cache holds every step's new token: (steps, steps to the
+        first request's end)."""
+        k = kmin = int((self.r_osl - self.r_gen).min())
+        nrun = self.r_id.size
+        if k > 1 and self.free < nrun * (k // self.B + 1) and not self._fits(k):
+            lo, hi = 1, k
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._fits(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            k = lo
+        return k, kmin
+
+    def decode(self, it: Iteration) -> None:
+        """Decode-only iterations, advanced together from event to event: a stretch runs up to
+        a request finishing, the KV cache running out, or (with nobody waiting) the next
+        arrival; finished requests retire, and while nothing else changes (nobody waiting,
+        no arrival due, a block for every next token) the next stretch follows at once."""
+        while True:
+            finished = self._advance(it)
+            self.retire(finished)
+            nxt = self._next_decode() if finished else None
+            if nxt is None:
+                return
+            it = nxt
+
+    def _next_decode(self) -> Iteration | None:
+        """The next iteration when it can only be decode-only and needs no preemption: every
+        running request past its prefill, nobody waiting, no arrival due, a block for every
+        next token (taken here). None otherwise: a full pass forms the batch."""
+        nrun = self.r_id.size
+        if self.waiting or not nrun:
+            return None
+        if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
+            return None
+        if not self.decoding:
+            if not bool((self.r_kv >= self.r_pt).all()):
+                return None
+            self.decoding = True
+        need = self.r_kv >= self.r_bl * self.B
+        tot = int(np.count_nonzero(need))
+        if tot > self.free:
+            return None             # a full pass preempts
+        if tot:
+            self.free -= tot
+            self.r_bl = self.r_bl + need
+        return Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
+                         self.cfg.max_batched_tokens - nrun, nrun=nrun)
+
+    def _advance(self, it: Iteration) -> bool:
+        """One stretch of decode-only iterations (see :meth:`decode`); True when a request
+        finishes at its end."""
+        k, kmin = self._stretch(it)
+        d_n, d0 = it.d_n, it.d_ctx
+        logged = False
+        stop = self.arrival[self.nxt] - self.t if not self.waiting and self.nxt < self.released \
+            else None
+        if k > 1:
+            if d_n in self.lines:
+                line = self.lines[d_n]
+            else:
+                line = self.lines[d_n] = decode_line(self.cost, d_n)
+            if line is not None:
+                a, b = line
+                first, slope = a + b * d0, b * d_n
+                if stop is not None:
+                    k = 1 + _steps_before(first, slope, k - 1, stop)
+                total = k * first + slope * (k * (k - 1) / 2.0)
+            else:       # a cost without a decode line: its steps one by one
+                dts = np.asarray(self.cost(0, 0, 0, d_n, d0 + d_n * np.arange(k)),
+                                 dtype=np.float64)
+                cum = np.cumsum(dts)
+                if stop is not None:
+                    # stop before the first step that starts after the next arrival
+                    k = 1 + int(np.searchsorted(cum[:-1], stop, side="left"))
+                    dts, cum = dts[:k], cum[:k]
+                self.log.extend((float(dt), 0.0, 1, d_n, 0) for dt in dts)
+                first, slope, total = 0.0, 0.0, float(cum[-1])
+                logged = True
+        else:
+            first = total = float(self.cost(0, 0, 0, d_n, d0))
+            slope = 0.0
+        self.t += total
+        if not logged:
+            self.log.append((first, slope, k, d_n, 0))
+        self.r_kv = self.r_kv + k
+        self.r_gen = self.r_gen + k
+        newb = _ceil_div(self.r_kv, self.B)
+        self.free -= int((newb - self.r_bl).sum())
+        self.r_bl = newb
+        self.steps += k
+        self.macro += 1
+        return k >= kmin
+
+    def prefill(self, it: Iteration) -> None:
+        """One iteration with prefill chunks: decodes advance a token, chunks fill the KV
+        cache, and requests whose prompt is done produce their first token."""
+        dt = self.step_time(it)
+        self.t += dt
+        nrun = it.nrun
+        self.decoding = False
+        # r_kv and r_gen are this state's own arrays (fancy-indexed or concatenated copies)
+        if it.dmask is not None:
+            step = it.dmask.astype(np.int64)
+            self.r_kv[:nrun] += step
+            self.r_gen[:nrun] += step
+        elif it.d_n:
+            self.r_kv[:nrun] += 1
+            self.r_gen[:nrun] += 1
+        p_tok = 0
+        r_kv, r_pt, r_gen, r_id, first = self.r_kv, self.r_pt, self.r_gen, self.r_id, self.first
+        for pos, _, c in it.chunks:      # a few per iteration: element by element
+            p_tok += c
+            kv = int(r_kv[pos]) + c
+            r_kv[pos] = kv
+            if kv >= r_pt[pos]:          # prompt done: the first token comes out
+                self.pre_done += 1
+                r_gen[pos] += 1
+                i = r_id[pos]
+                if math.isnan(first[i]):
+                    first[i] = self.t
+        self.log.append((dt, 0.0, 1, it.d_n, p_tok))
+        self.steps += 1
+
+    def retire(self, check: bool = True) -> None:
+        """Finished requests leave and free their blocks; in a closed loop, their users send
+        the next requests now. ``check``: False when no request can have finished."""
+        fmask = self.r_gen >= self.r_osl if check else None
+        if fmask is not None and fmask.any():
+            fin = self.r_id[fmask]
+            self.finish[fin] = self.t
+            self.g_gen[fin] = self.r_gen[fmask]
+            self.free += int(self.r_bl[fmask].sum())
+            if self.cfg.reserve_full:
+                self.reserved -= int(self.need_max[fin].sum())
+            self._drop(~fmask)
+            self.done += int(fin.size)
+            if self.progress and self.done - self.told >= self.tell_every:
+                self.progress(self.done - self.told, self.n)
+                self.told = self.done
+            if self.closed and self.released < self.n:
+                m = min(int(fin.size), self.n - self.released)
+                self.arrival[self.released: self.released + m] = self.t + self.front_end_s
+                self.released += m
+        self.kv_t.append(self.t)
+        self.kv_u.append(self.cfg.num_blocks - self.free)
+        if self.free < 0:  # pragma: no cover - an invariant, checked by the property tests
+            raise AssertionError("KV cache over-committed")
+
+    # -- the loop ------------------------------------------------------------------------------
+    def step(self) -> None:
+        """One loop pass: form a batch and run one iteration or a decode stretch."""
+        self.passes += 1
+        self.arrive()
+        if self.r_id.size == 0 and not self.waiting:
+            self.t = float(self.arrival[self.nxt])
+            return
+        it = self.reserve_decode()
+        self.prefill_running(it)
+        self.admit(it)
+        if not it.chunks and it.d_n == 0:
+            if it.adm:         # only swap-ins: they decode next iteration
+                self.t += it.swap_t
+                return
+            if self.r_id.size:   # running prefills starved of blocks: recompute the newest
+                self.preempt(True)
+                return
+            self.t = max(self.t, float(self.arrival[self.nxt])) if self.nxt < self.n else self.t
+            return
+        if not it.chunks and not it.adm and it.swap_t == 0.0 and it.all_dec:
+            self.decode(it)
+        else:
+            self.prefill(it)
+            self.retire()
+            nxt = self._next_decode()
+            if nxt is not None:
+                self.decode(nxt)
+
+    def run(self, max_passes: int = 50_000_000) -> SimResult:
+        """Step until every request has finished; the run's :class:`SimResult`."""
+        while self.done < self.n:
+            if self.passes >= max_passes:
+                raise RuntimeError("serving simulation did not converge")  # pragma: no cover
+            self.step()
+        if self.progress and self.done > self.told:
+            self.progress(self.done - self.told, self.n)
+        return self.result()
+
+    def result(self) -> SimResult:
+        if self.log:
+            runs = np.array(self.log, np.float64)
+            counts = runs[:, 2].astype(np.int64)
+            starts = np.repeat(np.cumsum(counts) - counts, counts)
+            j = np.arange(int(counts.sum())) - starts
+            dt = np.repeat(runs[:, 0], counts) + np.repeat(runs[:, 1], counts) * j
+            dec = np.repeat(runs[:, 3].astype(np.int64), counts)
+            pre = np.repeat(runs[:, 4].astype(np.int64), counts)
+        else:
+            dt, dec, pre = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return SimResult(arrival=self.arrival - self.front_end_s, first_token=self.first,
+                         finish=self.finish,
+                         isl=self.isl, osl=self.osl, preemptions=self.npre,
+                         generated=self.g_gen, iter_time_s=dt, iter_decode=dec,
+                         iter_prefill=pre, kv_t=np.array(self.kv_t),
+                         kv_used_blocks=np.array(self.kv_u, np.int64),
+                         num_blocks=int(self.cfg.num_blocks), iterations=self.steps,
+                         stats={"loop_passes": self.passes, "decode_stretches": self.macro,
+                                "prefill_completions": self.pre_done,
+                                "preemptions": int(self.npre.sum())})
+
+
+def _steps_before(first: float, slope: float, most: int, x: float) -> int:
+    """How many of the partial sums S(m) = m * first + slope * m (m - 1) / 2, m = 1..most,
+    are below ``x`` (S increases with m)."""
+    def S(m: int) -> float:
+        return m * first + slope * (m * (m - 1) / 2.0)
+    if most <= 0 or S(1) >= x:
+        return 0
+    if S(most) < x:
+        return most
+    # S(m) = x: slope/2 m^2 + (first - slope/2) m - x = 0
+    if slope > 0:
+        p = first - slope / 2.0
+        m = int((-p + math.sqrt(p * p + 2.0 * slope * x)) / slope)
+    else:
+        m = int(x / first) if first > 0 else most
+    m = min(max(m, 1), most)
+    while m < most and S(m + 1) < x:
+        m += 1
+    while m > 1 and S(m) >= x:
+        m -= 1
+    return m
+
+
 def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
              max_iterations: int = 50_000_000, prefilled: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> SimResult:
-    """Run ``reqs`` through one serving instance whose iterations cost ``cost``.
+             progress: Callable[[int, int], None] | None = None,
+             front_end_s: float = 0.0) -> SimResult:
+    """Run ``reqs`` through one serving instance whose iterations cost ``cost``
+    (a :class:`BatchState` stepped to the end).
 
     ``prefilled``: the requests arrive with their prompt's KV cache and first token made
     elsewhere (the decode pool of a disaggregated deployment); they only decode.
 
     ``progress(n, total)`` is told as requests finish, at most once per 1% of them.
 
+    ``front_end_s``: seconds each request spends in the engine's front end (API server,
+    tokenizer) before the scheduler sees it; latencies count from the client's send.
+
     Raises :class:`InputError` when a single request cannot fit in the KV cache.
     """
-    check_fits(reqs, cfg)
-    n = len(reqs)
-    B = int(cfg.block_size)
-    isl = reqs.isl.astype(np.int64)
-    osl = reqs.osl.astype(np.int64)
-    need_max = _ceil_div(isl + osl, B)
-    closed = reqs.concurrency > 0
-    if closed:
-        arrival = np.full(n, np.inf)
-        arrival[: reqs.concurrency] = 0.0
-        released = min(reqs.concurrency, n)
-    else:
-        arrival = reqs.arrival.astype(np.float64).copy()
-        released = n
-    # per-request state (read when a request is admitted, written back when it leaves)
-    g_pt = isl.copy()                     # tokens to prefill (prompt; + output on recompute)
-    g_kv = np.zeros(n, np.int64)          # tokens whose KV is stored
-    g_gen = np.zeros(n, np.int64)         # tokens generated
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    npre = np.zeros(n, np.int64)
-    swapped = np.zeros(n, bool)
-    arrives_in = np.zeros(n, bool)        # prefilled: KV handed over, nothing to swap in
-    if prefilled:
-        if int(osl.min()) < 2:
-            raise InputError("a prefilled request must have at least 2 output tokens",
-                             field="osl")
-        g_kv[:] = isl
-        g_gen[:] = 1
-        swapped[:] = True
-        arrives_in[:] = True
-    free = int(cfg.num_blocks)
-    wm = int(cfg.watermark * cfg.num_blocks)
-    reserved = 0          # blocks promised to running requests (reserve_full)
-    swap_s = float(cfg.swap_s_per_token)
-    # the running batch, in admission order, as parallel arrays
-    r_id = np.zeros(0, np.int64)
-    r_kv = np.zeros(0, np.int64)
-    r_pt = np.zeros(0, np.int64)
-    r_gen = np.zeros(0, np.int64)
-    r_osl = np.zeros(0, np.int64)
-    r_bl = np.zeros(0, np.int64)
-
-    waiting: deque[int] = deque()
-    nxt = 0
-    t = 0.0
-    done = 0
-    it_dt: list[np.ndarray] = []
-    it_dec: list[tuple[int, int]] = []     # (value, iterations it holds for)
-    it_pre: list[tuple[int, int]] = []
-    kv_t: list[float] = [0.0]
-    kv_u: list[int] = [0]
-    iters = 0
-    steps = 0
-    macro = 0
-    pre_done = 0
-
-    def preempt_last(recompute: bool) -> float:
-        nonlocal r_id, r_kv, r_pt, r_gen, r_osl, r_bl, free
-        v = int(r_id[-1])
-        kv_v, gen_v = int(r_kv[-1]), int(r_gen[-1])
-        free += int(r_bl[-1])
-        r_id, r_kv, r_pt, r_gen = r_id[:-1], r_kv[:-1], r_pt[:-1], r_gen[:-1]
-        r_osl, r_bl = r_osl[:-1], r_bl[:-1]
-        npre[v] += 1
-        g_gen[v] = gen_v
-        waiting.appendleft(v)
-        if not recompute and kv_v >= g_pt[v]:
-            swapped[v] = True
-            g_kv[v] = kv_v
-            return kv_v * swap_s
-        g_kv[v] = 0
-        g_pt[v] = isl[v] + gen_v
-        return 0.0
-
-    told, tell_every = 0, max(1, n // 100)
-    while done < n:
-        iters += 1
-        if iters > max_iterations:
-            raise RuntimeError("serving simulation did not converge")  # pragma: no cover
-        if nxt < released and arrival[nxt] <= t:
-            j = int(np.searchsorted(arrival, t, side="right"))
-            if j > nxt:
-                waiting.extend(range(nxt, j))
-                nxt = j
-        nrun = r_id.size
-        if nrun == 0 and not waiting:
-            t = float(arrival[nxt])
-            continue
-        swap_t = 0.0
-        # 1. decode first; preempt the newest requests when their next tokens have no block
-        while True:
-            dmask = r_kv >= r_pt
-            all_dec = bool(dmask.all())
-            if all_dec:
-                need = (r_kv >= r_bl * B).astype(np.int64)
-            else:
-                need = ((r_kv >= r_bl * B) & dmask).astype(np.int64)
-            tot = int(need.sum())
-            if tot <= free:
-                break
-            swap_t += preempt_last(cfg.preemption == "recompute")
-        nrun = r_id.size
-        free -= tot
-        if tot:
-            r_bl = r_bl + need
-        d_n = nrun if all_dec else int(dmask.sum())
-        d_ctx0 = int((r_kv if all_dec else r_kv[dmask]).sum()) + d_n
-        budget = cfg.max_batched_tokens - d_n
-        chunks: list[tuple[int, int, int]] = []     # (position in batch or -1, start, length)
-        # 2a. prefill chunks of running requests
-        if not all_dec:
-            for pos in np.flatnonzero(~dmask).tolist():
-                if budget <= 0:
-                    break
-                kv_i, bl_i = int(r_kv[pos]), int(r_bl[pos])
-                c = min(int(r_pt[pos]) - kv_i, budget, (bl_i + free) * B - kv_i)
-                if c <= 0:
-                    continue
-                nb = _ceil_div(kv_i + c, B) - bl_i
-                free -= nb
-                r_bl[pos] = bl_i + nb
-                budget -= c
-                chunks.append((pos, kv_i, c))
-        # 2b. admit waiting requests (first come, first served)
-        adm: list[int] = []
-        adm_bl: list[int] = []
-        room = cfg.max_num_seqs - nrun
-        while waiting and budget > 0 and len(adm) < room:
-            i = waiting[0]
-            floor = wm if (nrun or adm) else 0
-            kv_i = int(g_kv[i])
-            if swapped[i]:
-                nb = _ceil_div(kv_i + 1, B)
-                if free - nb < floor:
-                    break
-                waiting.popleft()
-                swapped[i] = False
-                free -= nb
-                if arrives_in[i]:
-                    arrives_in[i] = False
-                    first[i] = arrival[i]
-                else:
-                    swap_t += kv_i * swap_s
-                adm.append(i)
-                adm_bl.append(nb)
-                continue
-            rem = int(g_pt[i]) - kv_i
-            if cfg.reserve_full and reserved + int(need_max[i]) > cfg.num_blocks:
-                break               # the request's whole KV (prompt + output) must fit
-            if cfg.chunked_prefill:
-                c = min(rem, budget, (free - floor) * B)
-            else:
-                c = rem if rem <= budget and _ceil_div(rem, B) <= free - floor else 0
-            if c <= 0:
-                break
-            waiting.popleft()
-            if cfg.reserve_full:
-                reserved += int(need_max[i])
-            nb = _ceil_div(kv_i + c, B)
-            free -= nb
-            budget -= c
-            chunks.append((nrun + len(adm), kv_i, c))
-            adm.append(i)
-            adm_bl.append(nb)
-        if adm:
-            a = np.array(adm, np.int64)
-            r_id = np.concatenate([r_id, a])
-            r_kv = np.concatenate([r_kv, g_kv[a]])
-            r_pt = np.concatenate([r_pt, g_pt[a]])
-            r_gen = np.concatenate([r_gen, g_gen[a]])
-            r_osl = np.concatenate([r_osl, osl[a]])
-            r_bl = np.concatenate([r_bl, np.array(adm_bl, np.int64)])
-        if not chunks and d_n == 0:
-            if adm:         # only swap-ins: they decode next iteration
-                t += swap_t
-                continue
-            if r_id.size:   # running prefills starved of blocks: recompute the newest
-                preempt_last(True)
-                continue
-            t = max(t, float(arrival[nxt])) if nxt < n else t
-            continue
-        # 3. the iteration's time; a pure-decode stretch is advanced in one go
-        if not chunks and not adm and swap_t == 0.0 and all_dec:
-            k = int((r_osl - r_gen).min())
-            if k > 1:   # the KV cache must hold every step's new token
-                base_used = int(r_bl.sum())
-
-                def fits(j: int, kv_d=r_kv, base_used=base_used, free=free) -> bool:
-                    return int(_ceil_div(kv_d + j, B).sum()) - base_used <= free
-                if free < nrun * (k // B + 1) and not fits(k):
-                    lo, hi = 1, k
-                    while hi - lo > 1:
-                        mid = (lo + hi) // 2
-                        if fits(mid):
-                            lo = mid
-                        else:
-                            hi = mid
-                    k = lo
-            if k > 1:
-                dts = np.asarray(cost(0, 0, 0, d_n, d_ctx0 + d_n * np.arange(k)),
-                                 dtype=np.float64)
-                cum = np.cumsum(dts)
-                if not waiting and nxt < released:
-                    # stop before the first step that starts after the next arrival
-                    k = 1 + int(np.searchsorted(cum[:-1], arrival[nxt] - t, side="left"))
-                    dts, cum = dts[:k], cum[:k]
-                t += float(cum[-1])
-                it_dt.append(dts)
-                it_dec.append((d_n, k))
-                it_pre.append((0, k))
-            else:
-                dt = float(cost(0, 0, 0, d_n, d_ctx0))
-                t += dt
-                it_dt.append(np.array([dt]))
-                it_dec.append((d_n, 1))
-                it_pre.append((0, 1))
-            r_kv = r_kv + k
-            r_gen = r_gen + k
-            newb = _ceil_div(r_kv, B)
-            free -= int((newb - r_bl).sum())
-            r_bl = newb
-            steps += k
-            macro += 1
-        else:
-            cp = np.array([c[0] for c in chunks], np.int64)
-            cs = np.array([c[1] for c in chunks], np.int64)
-            cc = np.array([c[2] for c in chunks], np.int64)
-            p_tok = int(cc.sum())
-            p_attn = float((cc * (cs + (cc + 1) / 2.0)).sum())
-            p_ctx = int((cs + cc).sum())
-            dt = float(cost(p_tok, p_attn, p_ctx, d_n, d_ctx0)) + swap_t
-            t += dt
-            step = dmask.astype(np.int64) if not all_dec else 1
-            if adm:
-                step = np.concatenate([np.broadcast_to(step, (nrun,)),
-                                       np.zeros(len(adm), np.int64)])
-            r_kv = r_kv + step
-            r_gen = r_gen + step
-            r_kv[cp] += cc
-            done_pre = cp[r_kv[cp] >= r_pt[cp]]
-            if done_pre.size:
-                pre_done += int(done_pre.size)
-                r_gen[done_pre] += 1
-                ids = r_id[done_pre]
-                newf = ids[np.isnan(first[ids])]
-                first[newf] = t
-            it_dt.append(np.array([dt]))
-            it_dec.append((d_n, 1))
-            it_pre.append((p_tok, 1))
-            steps += 1
-        # 4. finished requests leave and free their blocks
-        fmask = r_gen >= r_osl
-        if fmask.any():
-            fin = r_id[fmask]
-            finish[fin] = t
-            g_gen[fin] = r_gen[fmask]
-            free += int(r_bl[fmask].sum())
-            if cfg.reserve_full:
-                reserved -= int(need_max[fin].sum())
-            keep = ~fmask
-            r_id, r_kv, r_pt, r_gen = r_id[keep], r_kv[keep], r_pt[keep], r_gen[keep]
-            r_osl, r_bl = r_osl[keep], r_bl[keep]
-            done += int(fin.size)
-            if progress and done - told >= tell_every:
-                progress(done - told, n)
-                told = done
-            if closed and released < n:
-                m = min(int(fin.size), n - released)
-                arrival[released: released + m] = t
-                released += m
-        kv_t.append(t)
-        kv_u.append(cfg.num_blocks - free)
-        if free < 0:  # pragma: no cover - an invariant, checked by the property tests
-            raise AssertionError("KV cache over-committed")
-
-    if progress and done > told:
-        progress(done - told, n)
-    dt_all = np.concatenate(it_dt) if it_dt else np.zeros(0)
-    def expand(runs: list[tuple[int, int]]) -> np.ndarray:
-        if not runs:
-            return np.zeros(0, np.int64)
-        a = np.array(runs, np.int64)
-        return np.repeat(a[:, 0], a[:, 1])
-    preempted = npre
-    dec_all = expand(it_dec)
-    pre_all = expand(it_pre)
-    return SimResult(arrival=arrival, first_token=first, finish=finish, isl=isl, osl=osl,
-                     preemptions=preempted, generated=g_gen, iter_time_s=dt_all,
-                     iter_decode=dec_all, iter_prefill=pre_all, kv_t=np.array(kv_t),
-                     kv_used_blocks=np.array(kv_u, np.int64), num_blocks=int(cfg.num_blocks),
-                     iterations=steps, stats={"loop_passes": iters, "decode_stretches": macro,
-                                              "prefill_completions": pre_done,
-                                              "preemptions": int(npre.sum())})
+    return BatchState(reqs, cost, cfg, prefilled=prefilled, progress=progress,
+                      front_end_s=front_end_s).run(max_iterations)
 
 
 def percentiles(x: np.ndarray) -> dict:

@@ -180,9 +180,10 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     if mode in (None, "bulk-transfer"):
         raise Skip(f"no serving workload (mode {mode})")
     isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
-    if not isl or not osl:
+    if isl is None or not osl:
         raise Skip("input / output lengths not stated")
-    isl_n, osl_n = _int(isl, "isl"), _int(osl, "osl")
+    # isl 0: pure generation without a prompt (llama.cpp's tg tests)
+    isl_n, osl_n = (_int(isl, "isl") if isl else 0), _int(osl, "osl")
     gpu = pt.get("gpu") or sysd.get("gpu")
     if not gpu:
         raise Skip("GPU not stated")
@@ -223,7 +224,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     if mode == "static-batch":
         b = _int(batch, "batch_size")
         cfg.requests, cfg.max_num_seqs = b * reps, b
-        cfg.max_batched_tokens = max(b * int(isl), 1)
+        cfg.max_batched_tokens = b * max(int(isl), 1)
     elif mode in ("closed-loop", "single-stream"):
         c = _int(conc or batch, "concurrency")
         cfg.concurrency = c

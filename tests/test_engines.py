@@ -32,7 +32,9 @@ def test_engine_key_keeps_its_prefix_matching():
     assert engine_key("FasterTransformer") == "fastertransformer"
     assert engine_key("LMDeploy") == engine_key("TurboMind") == "lmdeploy"
     assert engine_key("llama.cpp") == engine_key("llama-server") == "llama.cpp"
-    assert engine_key("NVIDIA NIM") == engine_key(None) == engine_key("other") == "default"
+    # NVIDIA NIM's LLM containers run TensorRT-LLM engines (NIM docs, "Model Profiles")
+    assert engine_key("NVIDIA NIM") == "tensorrt-llm"
+    assert engine_key(None) == engine_key("other") == "default"
 
 
 def test_the_fitted_records_stay_visible_as_parameters():

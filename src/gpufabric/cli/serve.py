@@ -17,6 +17,7 @@ CONFLICTS = (
     ("versus", "search|pd|decode_system|trace|rate|concurrency|tp|ep|dp_attention|replicas",
      "--versus finds each system's best layout and highest rate within the SLO"),
     ("search", "tp|replicas|pd", "--search tries the layouts itself"),
+    ("dataset", "trace", "the trace gives each request's lengths"),
 )
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -99,6 +100,13 @@ def serve(
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
                                      "input and output lengths per request."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Draw each request's input "
+                                       "and output lengths from a named dataset (see "
+                                       "`gpufabric datasets`); synthetic ones centre on "
+                                       "--isl / --osl."),
+    dataset_spread: float | None = typer.Option(None, "--dataset-spread", help="Synthetic "
+                                                "datasets: trtllm-normal's stdev as a fraction "
+                                                "of the length, vllm-random's range ratio."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
     slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
     precision: str = typer.Option("bf16", "--precision",
@@ -139,7 +147,12 @@ def serve(
     refuse_alone(ctx, (
         ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "
          "arrivals)"),
-        ("ray", search, "applies only with --search (where its candidates run)")))
+        ("ray", search, "applies only with --search (where its candidates run)"),
+        ("dataset_spread", dataset is not None, "applies only with --dataset (a synthetic "
+         "dataset's spread)")))
+    if dataset is not None:
+        from gpufabric.workloads.inference.datasets import get as get_dataset
+        dataset = get_dataset(dataset).name
     if engine_key(engine) == "default":
         known = sorted(k for k in ENGINE_OVERHEAD_S if k != "default")
         raise InputError(f"unknown engine '{engine}'; allowed: {', '.join(known)}",
@@ -149,7 +162,8 @@ def serve(
                       precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
                       burst_cv=burst_cv, concurrency=concurrency, isl=isl,
                       requests=requests if requests is not None or trace else DEFAULT_REQUESTS,
-                      osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
+                      osl=osl, trace=trace, dataset=dataset, dataset_spread=dataset_spread,
+                      slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb)
     if versus:
@@ -199,6 +213,30 @@ def serve(
         print_summary(r)
     note(r["workload"].get("note", ""))
 
+
+
+@app.command()
+def datasets(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the named serving datasets: input and output length statistics and sources."""
+    from gpufabric.workloads.inference.datasets import datasets as all_datasets
+    ds = all_datasets()
+    if json:
+        emit_json([d.summary() for d in ds])
+        return
+
+    def n(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f}"
+
+    def side(ls) -> str:
+        if ls.run:
+            return f"{'(--isl/--osl)':>21}"
+        return f"{n(ls.mean):>7}{n(ls.median):>7}{n(ls.p90):>7}"
+    typer.echo(f"# {'dataset':<28} {'ISL mean/med/p90':>21} {'OSL mean/med/p90':>21}  source")
+    for d in ds:
+        src = d.isl.source.split(" ")[0]
+        gaps = [k for k, ls in (("input", d.isl), ("output", d.osl)) if ls.unknown]
+        flag = f"  (not samplable: {' and '.join(gaps)} lengths not published)" if gaps else ""
+        typer.echo(f"  {d.name:<28} {side(d.isl)} {side(d.osl)}  {src}{flag}")
 
 
 def print_search(res: dict) -> None:

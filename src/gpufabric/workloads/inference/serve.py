@@ -238,7 +238,8 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
         return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
                           source=full.source, total=len(full), rows=full.rows)
     n = max(1, -(-int(cfg.requests or DEFAULT_REQUESTS) // share))
-    isl, osl = cfg.isl, cfg.osl
+    isl: int | np.ndarray = cfg.isl
+    osl: int | np.ndarray = cfg.osl
     if cfg.dataset:
         from gpufabric.workloads.inference.datasets import sample
         isl, osl = sample(cfg.dataset, n, seed=cfg.seed, isl=cfg.isl, osl=cfg.osl,

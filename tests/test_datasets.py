@@ -231,3 +231,32 @@ def test_serve_on_a_dataset_and_its_refusals(cli):
     assert error(cli, "serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1",
                  "--dataset-spread", "0.5") == "--dataset-spread: applies only with " \
         "--dataset (a synthetic dataset's spread)"
+
+
+ACME = """name: acme-13b
+arch: dense
+source: "a test shape"
+layers: 44
+hidden: 5120
+heads: 40
+kv_heads: 8
+ffn: 13824
+vocab: 32000
+activation: swiglu
+norm: rmsnorm
+"""
+
+
+def test_model_file_runs_train_and_serve_and_refuses_a_model_argument_with_it(cli, tmp_path):
+    f = tmp_path / "acme.yaml"
+    f.write_text(ACME)
+    code, out, _ = cli("train", "--model-file", str(f), "hgx-h100", "--tp", "8", "--json")
+    assert code == 0 and json.loads(out)["model"] == "acme-13b"
+    code, out, _ = cli("serve", "--model-file", str(f), "gpu=H100-SXM,gpus_per_node=1",
+                       "--requests", "50", "--json")
+    assert code == 0 and json.loads(out)["model"] == "acme-13b"
+    assert error(cli, "serve", "--model-file", str(f), "llama3-8b", "hgx-h100") == \
+        "--model-file: give the system as the only argument: --model-file FILE SYSTEM " \
+        "(the file gives the model)"
+    assert error(cli, "train", "--model-file", str(tmp_path / "none.yaml"), "hgx-h100") \
+        .endswith("none.yaml: no such file")

@@ -73,11 +73,33 @@ def print_summary(r: dict) -> None:
     typer.echo(f"bottleneck       {r['bottleneck']}")
 
 
+def model_and_system(model: str | None, system: str | None,
+                     model_file: str | None) -> tuple[str, str]:
+    """``MODEL SYSTEM``, or ``--model-file FILE SYSTEM`` (the one argument is then the system);
+    the file is read and checked here, so that a bad one is the error."""
+    from gpufabric.errors import InputError
+    from gpufabric.workloads.models import load_model_file
+    if model_file is not None:
+        if system is not None or model is None:
+            raise InputError("give the system as the only argument: --model-file FILE SYSTEM "
+                             "(the file gives the model)", field="--model-file")
+        load_model_file(model_file)
+        return model_file, model
+    if model is None or system is None:
+        raise InputError("missing; give MODEL SYSTEM (a model name, see `gpufabric models`, "
+                         "or --model-file FILE SYSTEM)", field="SYSTEM" if model else "MODEL")
+    return model, system
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="A model name (see docs/training.md) or model file."),
-    system: str = typer.Argument(..., help=SYSTEM_HELP),
+    model: str | None = typer.Argument(None, help="A model name (see `gpufabric models`) or "
+                                       "model file; with --model-file, leave it out."),
+    system: str | None = typer.Argument(None, help=SYSTEM_HELP),
+    model_file: str | None = typer.Option(None, "--model-file", help="A YAML file giving the "
+                                          "model by its shape (layers, hidden, heads, "
+                                          "kv_heads, ffn, vocab, experts, ...)."),
     tp: int = typer.Option(1, "--tp", callback=whole(1),
                            help="Tensor parallelism of one instance."),
     ep: int = typer.Option(1, "--ep", callback=whole(1),
@@ -143,6 +165,7 @@ def serve(
     from gpufabric.topology.build import load
     from gpufabric.workloads.inference.itertime import ENGINE_OVERHEAD_S, engine_key
     from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
+    model, system = model_and_system(model, system, model_file)
     refuse_together(ctx, CONFLICTS)
     refuse_alone(ctx, (
         ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "

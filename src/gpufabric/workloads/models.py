@@ -429,6 +429,16 @@ def list_models() -> list[ModelSpec]:
     return list(seen.values())
 
 
+def load_model_file(path: str) -> ModelSpec:
+    """The one model of a YAML model file (``train/serve --model-file``): its shape, as the
+    built-in files give it; InputError for a missing, malformed or many-model file."""
+    models = _parse(read_text(Path(path), what="a model file (YAML)", max_bytes=MAX_YAML_BYTES),
+                    path)
+    if len(models) != 1:
+        raise InputError(f"holds {len(models)} models; give a file with one", file=path)
+    return models[0]
+
+
 def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
     """A built-in model by name or alias, or a user's YAML file of the same shape.
 
@@ -445,17 +455,13 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = str(name_or_path)
-    p = Path(text)
     if names_a_path(text) and (text.endswith((".yaml", ".yml")) or path_kind(text) == "file"):
-        models = _parse(read_text(p, what="a model file (YAML)", max_bytes=MAX_YAML_BYTES), text)
-        if len(models) != 1:
-            raise InputError(f"holds {len(models)} models; give a file with one", file=text)
-        return models[0]
+        return load_model_file(text)
     hit = find_model(text)
     if hit is None:
         raise unknown_name("model", text, [m.name for m in list_models()], field="model")
     return hit
 
 
-__all__ = ["ModelSpec", "load_model", "list_models", "ARCHS", "find_model", "model_key",
+__all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model", "model_key",
            "model_from_shape", "gives_shape", "SHAPE_KEYS"]

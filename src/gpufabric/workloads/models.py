@@ -463,5 +463,5 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
     return hit
 
 
-__all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model", "model_key",
-           "model_from_shape", "gives_shape", "SHAPE_KEYS"]
+__all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model",
+           "model_key", "model_from_shape", "gives_shape", "SHAPE_KEYS"]

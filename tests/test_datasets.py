@@ -63,7 +63,8 @@ def test_sampling_is_reproducible_for_a_seed():
 
 
 @pytest.mark.parametrize("name", ["azure-conv-2023", "azure-code-2023", "arxiv-summarization",
-                                  "mooncake-conversation", "mooncake-synthetic"])
+                                  "mooncake-conversation", "mooncake-synthetic",
+                                  "openchat-sharegpt4"])
 def test_a_large_sample_has_the_published_statistics(name):
     ds = D.get(name)
     isl, osl = D.sample(ds, 100_000, seed=0)
@@ -105,6 +106,7 @@ def test_a_dataset_without_published_lengths_is_refused_with_the_reason():
     ("CNN/DailyMail summarisation", "cnn-dailymail"),
     ("MLPerf OpenOrca subset (performance_sample_count 24576)", "mlperf-llama2-70b-openorca"),
     ("sharegpt", "sharegpt-v3"),
+    ("openchat_sharegpt4", "openchat-sharegpt4"),
     ("Azure LLM inference trace 2023, code", "azure-code-2023"),
     ("synthetic, uniform ISL/OSL (prepare_dataset.py token-norm-dist, stdev 0)",
      "trtllm-fixed"),

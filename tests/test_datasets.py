@@ -262,3 +262,19 @@ def test_model_file_runs_train_and_serve_and_refuses_a_model_argument_with_it(cl
         "(the file gives the model)"
     assert error(cli, "train", "--model-file", str(tmp_path / "none.yaml"), "hgx-h100") \
         .endswith("none.yaml: no such file")
+
+
+def test_lengths_a_dataset_gives_are_not_also_taken_from_the_command_line(cli):
+    sys1 = "gpu=H100-SXM,gpus_per_node=1"
+    assert error(cli, "serve", "llama3-8b", sys1, "--dataset", "sharegpt", "--isl", "500") == \
+        "--isl: cannot be used with --dataset sharegpt-v3 (the dataset gives the lengths; " \
+        "only the synthetic ones, trtllm-fixed, trtllm-normal and vllm-random, centre on " \
+        "--isl / --osl)"
+    assert error(cli, "serve", "llama3-8b", sys1, "--dataset", "trtllm-fixed",
+                 "--dataset-spread", "0.2") == \
+        "--dataset-spread: applies only to trtllm-normal and vllm-random, not trtllm-fixed"
+    code, out, _ = cli("serve", "llama3-8b", sys1, "--dataset", "vllm-random", "--isl", "800",
+                       "--osl", "100", "--dataset-spread", "0.5", "--requests", "100", "--json")
+    w = json.loads(out)["workload"]
+    assert code == 0 and 600 < w["isl"] < 1000 and 75 < w["osl"] < 125   # uniform, +-50 %
+

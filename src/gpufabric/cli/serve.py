@@ -174,8 +174,19 @@ def serve(
         ("dataset_spread", dataset is not None, "applies only with --dataset (a synthetic "
          "dataset's spread)")))
     if dataset is not None:
+        from gpufabric.cli.common import given
         from gpufabric.workloads.inference.datasets import get as get_dataset
-        dataset = get_dataset(dataset).name
+        ds = get_dataset(dataset)
+        for opt in ("isl", "osl"):
+            if not ds.synthetic and given(ctx, opt):
+                raise InputError(f"cannot be used with --dataset {ds.name} (the dataset gives "
+                                 "the lengths; only the synthetic ones, trtllm-fixed, "
+                                 "trtllm-normal and vllm-random, centre on --isl / --osl)",
+                                 field=f"--{opt}")
+        if dataset_spread is not None and ds.synthetic in (None, "fixed"):
+            raise InputError(f"applies only to trtllm-normal and vllm-random, not {ds.name}",
+                             field="--dataset-spread")
+        dataset = ds.name
     if engine_key(engine) == "default":
         known = sorted(k for k in ENGINE_OVERHEAD_S if k != "default")
         raise InputError(f"unknown engine '{engine}'; allowed: {', '.join(known)}",

@@ -3,7 +3,8 @@
 The file follows the schema of ``tests/data/calibration/inference.yaml`` (its header): a list of
 entries with ``id``, ``system`` (gpu, gpus, gpus_per_node, nodes, scale_up), ``engine``,
 ``model`` (name, precision, kv_cache_dtype), ``parallelism`` (tp, pp, ep, attention_dp,
-replicas), ``workload`` (mode, isl, osl, request_rate, concurrency, batch_size, num_requests)
+replicas), ``workload`` (mode, isl, osl, request_rate, concurrency, batch_size, num_requests,
+dataset: free text naming the dataset, run on its lengths when isl / osl are not stated)
 and either ``result`` or ``points`` (each point overriding workload and parallelism keys and
 carrying result keys). Each measured figure the model predicts (output tokens/s, per GPU,
 TTFT, ITL/TPOT, end-to-end latency) is one compared point.

@@ -33,7 +33,7 @@ def test_kv_cache_capacity_gqa_and_mla(h100):
     m = StepModel("llama3-70b", h100, ServeLayout(tp=4), precision="fp8")
     assert m.kv_bytes_per_token == 80 * 2 * (8 // 4) * 128 * 1      # fp8 KV, 2 KV heads a GPU
     mem = m.memory()
-    left = 80e9 * 0.9 - mem["weights_GB"] * 1e9 - m.activation_bytes - m.reserve_bytes
+    left = 80 * 2**30 * 0.9 - mem["weights_GB"] * 1e9 - m.activation_bytes - m.reserve_bytes
     assert m.kv_blocks == int(left // (m.kv_bytes_per_token * 16))
     assert m.max_concurrency(1000, 1000) == m.kv_blocks // 125
     h200 = from_spec({"gpu": "H200-SXM", "gpus_per_node": 8})

@@ -30,10 +30,11 @@ def test_moe_gains_from_the_nvlink_domain():
 
 
 def test_a_model_too_big_for_one_server_goes_wide_or_says_what_fits():
-    # DeepSeek-V3 in bf16 (1.34 TB of weights) does not fit eight B200s: the comparison finds
-    # the layouts that do (EP16 across two servers over InfiniBand, EP16 inside the NVL72)
+    # DeepSeek-V3 in bf16 (1.34 TB of weights, 156 GiB a GPU at EP8) does not fit eight H200s
+    # (141 GiB): the comparison finds the layouts that do (EP16 across two servers over
+    # InfiniBand, EP16 inside the NVL72)
     sup = load("gb200-nvl72")
-    srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
+    srv = from_spec({"gpu": "H200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
     cfg = ServeConfig(requests=100, isl=1000, osl=100, slo_ttft_ms=2000, slo_tpot_ms=80)
     r = supernode_vs_servers("deepseek-v3", sup, srv, cfg, 16, duration_s=2.0)
     assert r["servers"]["layout"] == "tp16 ep16 dpa16"

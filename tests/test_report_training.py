@@ -2,21 +2,40 @@
 
 import json
 
-from gpufabric.report.training import ARCHETYPES, scaling, section_html, table_rows
+from gpufabric.report.training import (above_100, footnote, scaling, section_html, sizes,
+                                       table_rows)
+from gpufabric.topology.build import load
 
 
 def test_pcie_with_slow_roce_scales_worse_than_nvswitch_with_8_ndr():
-    arch = {k: ARCHETYPES[k] for k in ("PCIe box, 2x RoCE 100", "NVSwitch, 8x IB NDR")}
-    d = scaling(archetypes=arch, models=("llama2-7b",), gpus=(8, 64))
-    eff = {r["archetype"]: r["scaling_efficiency"] for r in d["rows"] if r["gpus"] == 64}
-    assert eff["PCIe box, 2x RoCE 100"] < 0.8 < eff["NVSwitch, 8x IB NDR"]
-    pcie = next(r for r in d["rows"] if r["gpus"] == 64 and r["archetype"].startswith("PCIe"))
+    systems = {"pcie": load("gpu=H100-PCIe,gpus_per_node=8,scale_up=pcie,nic=roce-100,"
+                            "nics_per_node=2"),
+               "nvswitch": load("gpu=H100-SXM,gpus_per_node=8,nic=ib-ndr,nics_per_node=8")}
+    d = scaling(systems, models=("llama2-7b",), max_gpus=64)
+    eff = {r["system"]: r["scaling_efficiency"] for r in d["rows"] if r["gpus"] == 64}
+    assert eff["pcie"] < 0.8 < eff["nvswitch"]
+    pcie = next(r for r in d["rows"] if r["gpus"] == 64 and r["system"] == "pcie")
     assert pcie["bottleneck"].startswith("data-parallel gradient reduction is")
     assert "2x roce-100 per node" in pcie["bottleneck"]
-    assert [r[:2] for r in table_rows(d)] == [("PCIe box, 2x RoCE 100", "llama2-7b"),
-                                              ("NVSwitch, 8x IB NDR", "llama2-7b")]
+    assert [r[:3] for r in table_rows(d)] == [("pcie", "llama2-7b", "64"),
+                                              ("nvswitch", "llama2-7b", "64")]
     page = section_html(d)
-    assert page.count("<svg") == 2 and "llama2-7b" in page
+    assert page.count('class="plotly-graph-div"') == 2 and "llama2-7b" in page
+
+
+def test_sizes_grow_a_networked_design_and_stop_at_a_box_without_nics():
+    assert sizes(load("hgx-h100"), 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert sizes(load("gpu=A100-PCIe,gpus_per_node=8,scale_up=pcie,nics_per_node=0"),
+                 64) == [1, 2, 4, 8]
+
+
+def test_an_efficiency_above_100_percent_carries_its_reason():
+    d = scaling({"hgx-h100": load("hgx-h100")}, models=("llama2-7b",), max_gpus=64)
+    over = above_100(d)
+    assert over, "ZeRO-1 shards the optimizer step, so per-GPU throughput grows with dp"
+    assert all("optimizer step" in r["why"] for r in over)
+    assert any(c.endswith("*") for *_, c, _ in table_rows(d))
+    assert footnote(d).startswith("* above 100%")
 
 
 def test_compare_json_and_report_carry_the_training_section(cli, tmp_path):
@@ -24,7 +43,22 @@ def test_compare_json_and_report_carry_the_training_section(cli, tmp_path):
     code, out, _ = cli("compare", "hgx-h100", "-o", str(rep), "--json")
     assert code == 0
     tr = json.loads(out)["training"]
-    assert tr["gpus"] == [8, 16, 32, 64, 128, 256] and len(tr["archetypes"]) == 7
+    assert tr["systems"] == ["hgx-h100"]               # the system named, not fixed archetypes
+    assert sorted({r["gpus"] for r in tr["rows"]}) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert "Training: data-parallel scaling" in rep.read_text()
     code, out, _ = cli("compare", "hgx-h100", "--no-html", "--no-training", "--json")
     assert json.loads(out)["training"] is None
+
+
+def test_compare_tables_fit_the_terminal_width():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "COLUMNS": "80", "GPUFABRIC_PROGRESS": "off"}
+    out = subprocess.run([sys.executable, "-c", "from gpufabric.cli import main; main()",
+                          "compare", "hgx-h100", "pcie-switch-dual-root", "--no-html"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any("pcie-switch-dual" in line for line in lines)     # names wrap, not vanish

@@ -132,16 +132,25 @@ def serve(
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
     slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
     precision: str = typer.Option("bf16", "--precision",
-                                  help="Weights: fp16, bf16, fp8, fp4 or int4."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8, "
-                                        "fp4 (default fp8 with fp8/fp4 weights, else bf16)."),
-    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or tensorrt-llm."),
+                                  help="Weights: fp16, bf16, fp8, fp8-per-channel, w8a8-int8, "
+                                  "int8-weight-only, int4, int4-awq, int4-gptq-g128, fp4 "
+                                  "(NVFP4), mxfp4, or an engine's spelling (awq, W4A16_AWQ, "
+                                  "nvfp4...)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8 "
+                                        "(fp8_e4m3, fp8_e5m2), fp4 (NVFP4), int8, int4 (default "
+                                        "fp8 with fp8/fp4 weights, else bf16)."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, tensorrt-llm, lmdeploy, "
+                               "llama.cpp, fastertransformer (or an alias), or an engine "
+                               "profile file (.yaml)."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", callback=whole(1),
                                             help="Batch limit."),
     max_batched_tokens: int | None = typer.Option(None, "--max-batched-tokens",
                                                   callback=whole(1),
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, "--gpu-memory-utilization", help="Fraction of GPU memory the engine uses "
+        "(default: the engine profile's, vLLM 0.9 of the total)."),
     seed: int = typer.Option(0, "--seed", callback=whole(0, 2**63 - 1),
                              help="Random seed of the arrivals."),
     eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
@@ -161,9 +170,9 @@ def serve(
     profile: str | None = profile_option(),
 ) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
-    from gpufabric.errors import InputError
     from gpufabric.topology.build import load
-    from gpufabric.workloads.inference.itertime import ENGINE_OVERHEAD_S, engine_key
+    from gpufabric.workloads.inference.engines import check as check_engine
+    from gpufabric.workloads.inference.precisions import lookup as check_format
     from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
     model, system = model_and_system(model, system, model_file)
     refuse_together(ctx, CONFLICTS)
@@ -175,6 +184,7 @@ def serve(
          "dataset's spread)")))
     if dataset is not None:
         from gpufabric.cli.common import given
+        from gpufabric.errors import InputError
         from gpufabric.workloads.inference.datasets import get as get_dataset
         ds = get_dataset(dataset)
         for opt in ("isl", "osl"):
@@ -187,10 +197,10 @@ def serve(
             raise InputError(f"applies only to trtllm-normal and vllm-random, not {ds.name}",
                              field="--dataset-spread")
         dataset = ds.name
-    if engine_key(engine) == "default":
-        known = sorted(k for k in ENGINE_OVERHEAD_S if k != "default")
-        raise InputError(f"unknown engine '{engine}'; allowed: {', '.join(known)}",
-                         field="--engine")
+    check_engine(engine)
+    check_format(precision, "weights")
+    if kv_dtype is not None:
+        check_format(kv_dtype, "kv")
     from gpufabric.workloads.inference.serve import serve as run
     cfg = ServeConfig(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention, replicas=replicas,
                       precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
@@ -199,7 +209,8 @@ def serve(
                       osl=osl, trace=trace, dataset=dataset, dataset_spread=dataset_spread,
                       slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                      preemption=preemption, seed=seed, eplb=eplb)
+                      preemption=preemption, seed=seed, eplb=eplb,
+                      gpu_memory_utilization=gpu_memory_utilization)
     if versus:
         from gpufabric.workloads.inference.pd import gpu_count
         from gpufabric.workloads.inference.supernode import supernode_vs_servers

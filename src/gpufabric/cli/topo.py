@@ -293,11 +293,12 @@ def compare(systems_: list[str] | None = typer.Argument(
             progress.step(n)
         training = None
         if not no_training:
-            training = tr.scaling()
-            progress.step("training scaling")
+            training = tr.scaling({t.name: t for t in topos},
+                                  progress=progress.part("training scaling"))
         serving = None
         if inference:
-            serving = inf.section(progress=progress.part("inference serving"))
+            serving = inf.section(system=names[0] if systems_ else inf.SYSTEM,
+                                  progress=progress.part("inference serving"))
         if not no_html:
             from gpufabric.report.html import render_report
             write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training,
@@ -307,8 +308,8 @@ def compare(systems_: list[str] | None = typer.Argument(
         emit_json({"systems": rows, "report": None if no_html else str(output),
                    "training": training, "inference": serving})
         return
-    _print_wide(cmp.table(rows), 190)
+    console.print(cmp.table(rows))      # both fit the terminal's width (COLUMNS)
     if training:
-        _print_wide(tr.table(training), 190)
+        console.print(tr.table(training))
     if not no_html:
         console.print(f"report: {output}")

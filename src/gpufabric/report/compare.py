@@ -48,7 +48,8 @@ def _bw_range(bw: dict[str, Any]) -> str:
 
 
 def table(rs: list[dict[str, Any]]) -> Table:
-    """The comparison as a terminal table that fits 100 columns (values never cut).
+    """The comparison as a terminal table that fits 100 columns (values never cut; in a
+    narrower terminal the system names and the path mix wrap).
 
     Examples
     --------
@@ -68,8 +69,9 @@ def table(rs: list[dict[str, Any]]) -> Table:
              ("P2P\npairs", "right"), ("lanes\nuse/free", "right"), ("path\nmix", "left"),
              ("PCIe\nsw", "right"), ("NV\nSw", "right"), ("AR 1G\nGB/s", "right"),
              ("AR 8B\nus", "right"), ("A2A 1G\nGB/s", "right")]
-    for col, justify in heads:
-        tb.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for col, justify in heads:   # names and the path mix wrap in a narrow terminal
+        tb.add_column(col, justify=justify,  # type: ignore[arg-type]
+                      no_wrap=col not in ("system", "path\nmix"), overflow="fold")
     for r in rs:
         c = r.get("collectives") or {}
         gpus = f"{r['nodes']}x{r['gpus_per_node']}" if r["nodes"] > 1 else str(r["gpus_per_node"])

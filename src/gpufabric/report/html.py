@@ -1,5 +1,6 @@
-"""A self-contained HTML report: the comparison table, a drawing of each topology, and busbw
-against message size. Plain SVG and inline CSS, no scripts or external files."""
+"""A self-contained HTML report: the comparison table, a drawing of each topology (our own
+SVG), and the charts (plotly, :mod:`gpufabric.report.charts`): busbw against message size,
+training scaling and serving. One offline file: plotly.js is embedded once, nothing is fetched."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import html
 import math
 from typing import Any
 
+from gpufabric.report import charts
 from gpufabric.report.fabric import fabric_section
 from gpufabric.topology import paths
 from gpufabric.topology.model import CPU, GPU, NET_SWITCH, NIC, NVSWITCH, PCIE_SWITCH, Topology
@@ -15,10 +17,6 @@ KIND_COLOR = {"nvlink": "#76b900", "xgmi": "#d4351c", "pcie": "#1f77b4", "cpu": 
               "c2c": "#9467bd", "net": "#ff7f0e", "sli": "#8c564b", "crossfire": "#e377c2"}
 DEV_COLOR = {GPU: "#d9f2b3", CPU: "#dddddd", PCIE_SWITCH: "#c6dbef", NVSWITCH: "#a1d99b",
              NIC: "#fdd0a2", NET_SWITCH: "#fdae6b"}
-LINE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-               "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
-               "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1"]
-
 
 def _e(x: Any) -> str:
     return html.escape(str(x))
@@ -73,9 +71,32 @@ def layout(t: Topology, node: int = 0) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def _off_node_switches(t: Topology, node: int) -> dict[str, int]:
+    """NVLink switches outside the node that its GPUs link to (a rack-scale domain's switch
+    trays, e.g. a GB200 tray's 18 NVLink ports per GPU), with how many GPUs of the node reach
+    each."""
+    ids = {d.id for d in t.devices.values() if d.node == node}
+    out: dict[str, int] = {}
+    for ln in t.links:
+        for a, b in ((ln.a, ln.b), (ln.b, ln.a)):
+            if a in ids and b not in ids and t.devices[b].kind == NVSWITCH:
+                out[b] = out.get(b, 0) + 1
+    return out
+
+
 def draw(t: Topology, node: int = 0, width: int = 900) -> str:
-    """An SVG drawing of one node: devices as boxes, links coloured by kind, width by rate."""
+    """An SVG drawing of one node: devices as boxes, links coloured by kind, width by rate.
+    NVLink switches outside the node (a rack-scale domain's) are drawn below it, with the
+    GPUs' NVLink ports to them; the legend names only the link kinds drawn."""
     pos = layout(t, node)
+    off = _off_node_switches(t, node)
+    if off:
+        ymax = max(y for _, y in pos.values())
+        step = 1.0 / max(2, len({round(y, 6) for _, y in pos.values()}))
+        for k, switch in enumerate(sorted(off)):
+            pos[switch] = ((k + 0.5) / len(off), ymax + step)
+        scale = max(y for _, y in pos.values()) or 1.0
+        pos = {k: (x, y / scale) for k, (x, y) in pos.items()}
     n_leaves = sum(1 for d in t.devices.values() if d.node == node and d.kind in (GPU, NIC))
     width = max(width, 46 * n_leaves)
     box_w = max(18, min(70, width / max(1, n_leaves) - 8))
@@ -87,9 +108,11 @@ def draw(t: Topology, node: int = 0, width: int = 900) -> str:
     Y = lambda y: 30 + y * (height - 70)         # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(t.name)} topology">']
+    drawn: set[str] = set()
     for ln in t.links:
         if ln.a not in pos or ln.b not in pos:
             continue
+        drawn.add(ln.kind)
         (x1, y1), (x2, y2) = pos[ln.a], pos[ln.b]
         sw = 1 + math.log2(1 + ln.bw_GBps / 16) if ln.bw_GBps else 1
         dash = ' stroke-dasharray="4 3"' if ln.kind in ("sli", "crossfire") else ""
@@ -103,61 +126,49 @@ def draw(t: Topology, node: int = 0, width: int = 900) -> str:
                      f'{Y(y2):.1f}" fill="none" stroke="{KIND_COLOR.get(ln.kind, "#000")}" '
                      f'stroke-width="{sw:.1f}" stroke-opacity="0.7"{dash}><title>{_e(label)}, '
                      f'{ln.bw_GBps:g} GB/s</title></path>')
+        if (ln.a in off) != (ln.b in off) and ln.kind == "nvlink":   # the GPU's port count
+            gx, gy = pos[ln.b] if ln.a in off else pos[ln.a]
+            parts.append(f'<text x="{X(gx) + 4:.1f}" y="{Y(gy) + 26:.1f}" font-size="10" '
+                         f'fill="{KIND_COLOR["nvlink"]}">{ln.count} ports</text>')
     for dev_id, (x, y) in pos.items():
         d = t.devices[dev_id]
         w = box_w if d.kind in (GPU, NIC) else max(box_w, 60)
         label = d.id.split(".", 1)[-1]
+        if dev_id in off:
+            w = max(w, 220)
+            label = f"NVLink domain switches ({t.meta.get('nvlink_domain', '?')} GPUs)"
         parts.append(f'<g><rect x="{X(x) - w / 2:.1f}" y="{Y(y) - 11:.1f}" width="{w:.1f}" '
                      f'height="22" rx="4" fill="{DEV_COLOR.get(d.kind, "#fff")}" stroke="#333">'
                      f'<title>{_e(d.id)} {_e(d.kind)} {_e(d.model)}</title></rect>'
                      f'<text x="{X(x):.1f}" y="{Y(y) + 4:.1f}" font-size="{9 if w < 40 else 11}" '
                      f'text-anchor="middle">{_e(label)}</text></g>')
-    legend = " ".join(f'<tspan fill="{c}">&#9644; {k}</tspan>' for k, c in KIND_COLOR.items())
+    legend = " ".join(f'<tspan fill="{c}">&#9644; {k}</tspan>' for k, c in KIND_COLOR.items()
+                      if k in drawn)
     parts.append(f'<text x="20" y="{height - 8}" font-size="11">{legend}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def busbw_chart(series: dict[str, list[dict[str, Any]]], op: str, width: int = 900,
-                height: int = 420) -> str:
-    """SVG line chart: busbw (GB/s) against message size, both on log scales (so PCIe boxes
-    and NVLink domains show on one chart), one line per system."""
+def _size_label(s: int) -> str:
+    return (f"{s >> 30}G" if s >= 1 << 30 else f"{s >> 20}M" if s >= 1 << 20
+            else f"{s >> 10}K" if s >= 1 << 10 else f"{s}")
+
+
+def busbw_figure(series: dict[str, list[dict[str, Any]]], op: str) -> Any:
+    """busbw (GB/s) against message size, both on log axes (so PCIe boxes and NVLink domains
+    show on one chart), one line per system; ``None`` when no point has a positive busbw."""
     pts = [p for s in series.values() for p in s if p["busbw"] > 0]
     if not pts:
-        return ""
-    xmin, xmax = math.log2(min(p["size"] for p in pts)), math.log2(max(p["size"] for p in pts))
-    lo = math.floor(math.log10(max(min(p["busbw"] for p in pts), 1e-4)))
-    hi = math.ceil(math.log10(max(p["busbw"] for p in pts)))
-    hi = max(hi, lo + 1)
-    L, R, T, B = 60, 220, 24, 50
-    X = lambda s: L + (math.log2(s) - xmin) / max(1e-9, xmax - xmin) * (width - L - R)  # noqa
-    Y = lambda v: T + (hi - math.log10(max(v, 10.0 ** lo))) / (hi - lo) * (height - T - B)  # noqa
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="{_e(op)} busbw against size">']
-    for e in range(lo, hi + 1):
-        v = 10.0 ** e
-        parts.append(f'<line x1="{L}" x2="{width - R}" y1="{Y(v):.1f}" y2="{Y(v):.1f}" '
-                     f'stroke="#eee"/><text x="{L - 6}" y="{Y(v) + 4:.1f}" font-size="11" '
-                     f'text-anchor="end">{v:g}</text>')
-    for e in range(int(xmin), int(xmax) + 1, 4):
-        s = 2 ** e
-        lab = (f"{s >> 30}G" if s >= 1 << 30 else f"{s >> 20}M" if s >= 1 << 20
-               else f"{s >> 10}K" if s >= 1 << 10 else f"{s}")
-        parts.append(f'<text x="{X(s):.1f}" y="{height - B + 16}" font-size="11" '
-                     f'text-anchor="middle">{lab}</text>')
-    parts.append(f'<text x="{(L + width - R) / 2}" y="{height - 8}" font-size="12" '
-                 'text-anchor="middle">message size (bytes)</text>'
-                 f'<text x="{L}" y="12" font-size="12">busbw GB/s (log)</text>')
-    for i, (name, s) in enumerate(series.items()):
-        color = LINE_COLORS[i % len(LINE_COLORS)]
-        d = " ".join(f"{'M' if j == 0 else 'L'}{X(p['size']):.1f},{Y(p['busbw']):.1f}"
-                     for j, p in enumerate(s))
-        parts.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2">'
-                     f'<title>{_e(name)}</title></path>')
-        parts.append(f'<text x="{width - R + 8}" y="{T + 14 * i + 10}" font-size="11" '
-                     f'fill="{color}">&#9644; {_e(name)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+        return None
+    lo = min(p["size"] for p in pts).bit_length() - 1
+    hi = max(p["size"] for p in pts).bit_length() - 1
+    ticks = [(2 ** e, _size_label(2 ** e)) for e in range(lo, hi + 1, 3)]
+    return charts.lines({name: [(p["size"], p["busbw"]) for p in s]
+                         for name, s in series.items()},
+                        "message size (bytes)", "busbw (GB/s)", log_x=True, log_y=True,
+                        x_ticks=ticks, title=f"{op}: predicted bus bandwidth",
+                        hover="<b>%{fullData.name}</b><br>size: %{x:,} B<br>"
+                              "busbw: %{y:.4g} GB/s<extra></extra>")
 
 
 def _table_html(rows: list[dict[str, Any]]) -> str:
@@ -205,8 +216,9 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
             "Collective figures are the model's predictions (nccl-tests busbw definitions).</p>",
             _table_html(rows)]
     for op, series in curves.items():
+        fig = busbw_figure(series, op)
         body.append(f"<section><h2>{_e(op)}: busbw against message size</h2>"
-                    f"{busbw_chart(series, op)}</section>")
+                    f"{charts.figure_div(fig) if fig is not None else ''}</section>")
     if training:
         from gpufabric.report.training import section_html
         body.append(section_html(training))
@@ -222,5 +234,4 @@ def render_report(topos: list[Topology], rows: list[dict[str, Any]],
         desc = _e(t.meta.get('description', ''))
         body.append(f"<section><h2>{_e(t.name)}</h2><p class='d'>{desc}"
                     f"{_e(extra)}</p>{draw(t)}{fabric_section(t, heat)}{warns}</section>")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpufabric report</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    return charts.page("gpufabric report", CSS, "".join(body))

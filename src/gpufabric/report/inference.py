@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from gpufabric import catalog
+from gpufabric.report import charts
 from gpufabric.topology.build import from_spec, load
 from gpufabric.workloads.inference.serve import (ServeConfig, build_requests, scheduler_config,
                                                  step_model)
@@ -51,7 +53,9 @@ def section(model: str = MODEL, system: str = SYSTEM, rates=(4.0, 8.0, 16.0, 24.
     def tell(n: int, _: int) -> None:
         if progress:
             progress(n, total)
-    cfg = ServeConfig(tp=1, replicas=1, precision="fp8", isl=isl, osl=osl, requests=requests,
+    g = catalog.gpu(topo.gpus()[0].model)
+    precision = "fp8" if g.fp8_tflops else "bf16" if g.bf16_tflops else "fp16"
+    cfg = ServeConfig(tp=1, replicas=1, precision=precision, isl=isl, osl=osl, requests=requests,
                       slo_ttft_ms=500, slo_tpot_ms=25)
     sm = step_model(model, topo, cfg)
     sched = scheduler_config(sm, cfg)
@@ -72,7 +76,7 @@ def section(model: str = MODEL, system: str = SYSTEM, rates=(4.0, 8.0, 16.0, 24.
                    "tpot_ms": np.quantile(tpot, q).round(3).tolist()}
             kv = {"rate": rate, "t_s": s["kv_cache"]["t_s"], "use": s["kv_cache"]["use"]}
         tell(1, total)
-    out: dict[str, Any] = {"model": model, "system": topo.name, "precision": "fp8",
+    out: dict[str, Any] = {"model": model, "system": topo.name, "precision": precision,
                            "isl": isl, "osl": osl, "sweep": sweep, "cdf": cdf, "kv": kv}
     if versus:
         vcfg = ServeConfig(precision="fp8", requests=200, isl=1000, osl=200,
@@ -83,63 +87,34 @@ def section(model: str = MODEL, system: str = SYSTEM, rates=(4.0, 8.0, 16.0, 24.
     return out
 
 
-def _chart(series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str,
-           w: int = 520, h: int = 260) -> str:
-    pts = [p for s in series.values() for p in s]
-    if not pts:
-        return ""
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = 0.0, max(p[1] for p in pts) or 1.0
-    x1 = x1 if x1 > x0 else x0 + 1
-
-    def sx(x):
-        return 50 + (x - x0) / (x1 - x0) * (w - 70)
-
-    def sy(y):
-        return h - 35 - (y - y0) / (y1 - y0) * (h - 55)
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}'>",
-             f"<line x1='50' y1='{h - 35}' x2='{w - 20}' y2='{h - 35}' stroke='#444'/>",
-             f"<line x1='50' y1='20' x2='50' y2='{h - 35}' stroke='#444'/>",
-             f"<text x='{w / 2}' y='{h - 8}' font-size='12' text-anchor='middle'>"
-             f"{html.escape(xlabel)}</text>",
-             f"<text x='12' y='{h / 2}' font-size='12' transform='rotate(-90 12 {h / 2})' "
-             f"text-anchor='middle'>{html.escape(ylabel)}</text>",
-             f"<text x='46' y='24' font-size='10' text-anchor='end'>{y1:.3g}</text>",
-             f"<text x='{w - 20}' y='{h - 22}' font-size='10' text-anchor='end'>{x1:.3g}</text>"]
-    for i, (name, s) in enumerate(series.items()):
-        c = colors[i % len(colors)]
-        d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
-        parts.append(f"<polyline fill='none' stroke='{c}' stroke-width='2' points='{d}'/>")
-        parts.append(f"<text x='{w - 130}' y='{30 + 14 * i}' font-size='11' fill='{c}'>"
-                     f"{html.escape(name)}</text>")
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 def section_html(d: dict[str, Any]) -> str:
-    """The section as HTML (inline SVG charts and a table)."""
+    """The section as HTML (plotly charts and a table)."""
     e = html.escape
     head = (f"<section><h2>Inference serving: {e(d['model'])} ({d['precision']}) on "
             f"{e(d['system'])}</h2><p class='d'>Continuous batching over a paged KV cache, "
             f"{d['isl']} input / {d['osl']} output tokens per request, one tensor-parallel-1 "
             "instance (gpufabric serve).</p>")
     c = d["cdf"]
-    cdfs = _chart({"TTFT (ms)": list(zip(c["ttft_ms"], c["q"], strict=True))},
-                  "TTFT (ms)", "fraction of requests") + \
-        _chart({"TPOT (ms)": list(zip(c["tpot_ms"], c["q"], strict=True))},
-               "TPOT (ms)", "fraction of requests")
+    cdf = charts.figure_div(charts.lines(
+        {"TTFT": list(zip(c["ttft_ms"], c["q"], strict=True)),
+         "TPOT": list(zip(c["tpot_ms"], c["q"], strict=True))},
+        "latency (ms, log)", "fraction of requests", log_x=True, y_fmt=".0%",
+        title=f"Latency CDFs at {c['rate']:g} requests/s",
+        hover="<b>%{fullData.name}</b><br>%{x:.3g} ms: %{y:.0%} of requests<extra></extra>"))
     sw = d["sweep"]
-    thr = _chart({"output tokens/s": [(p["rate"], p["tokens_per_s"]) for p in sw]},
-                 "requests/s", "output tokens/s")
-    lat = _chart({"TTFT p90 (ms)": [(p["rate"], p["ttft_ms_p90"]) for p in sw],
-                  "TPOT p90 x10 (ms)": [(p["rate"], 10 * p["tpot_ms_p90"]) for p in sw]},
-                 "requests/s", "ms")
-    kv = _chart({"KV cache use": list(zip(d["kv"]["t_s"], d["kv"]["use"], strict=True))},
-                "time (s)", "fraction of blocks")
-    body = [head, f"<h3>Latency CDFs at {c['rate']:g} requests/s</h3>{cdfs}",
-            f"<h3>Throughput and latency against the request rate</h3>{thr}{lat}",
-            f"<h3>KV cache use over time at {d['kv']['rate']:g} requests/s</h3>{kv}"]
+    thr = charts.figure_div(charts.lines(
+        {"output tokens/s": [(p["rate"], p["tokens_per_s"]) for p in sw]},
+        "requests/s", "output tokens/s", title="Output throughput against the request rate"))
+    lat = charts.figure_div(charts.lines(
+        {"TTFT p90": [(p["rate"], p["ttft_ms_p90"]) for p in sw],
+         "TPOT p90": [(p["rate"], p["tpot_ms_p90"]) for p in sw]},
+        "requests/s", "latency (ms, log)", log_y=True,
+        title="p90 latencies against the request rate"))
+    kv = charts.figure_div(charts.lines(
+        {"KV cache use": list(zip(d["kv"]["t_s"], d["kv"]["use"], strict=True))},
+        "time (s)", "share of KV blocks in use", y_fmt=".0%",
+        title=f"KV cache use over time at {d['kv']['rate']:g} requests/s"))
+    body = [head, cdf, thr, lat, kv]
     if d.get("versus"):
         rows = "".join(
             f"<tr><td>{e(v['model'])}</td><td>{e(v['supernode']['system'])}: "

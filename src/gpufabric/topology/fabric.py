@@ -217,118 +217,167 @@ def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
     speed = catalog.net_speed(s["nic"])
     nodes, k = s["nodes"], s["nics_per_node"]
     topo = fab.get("topology", "rail-optimized")
+    sws = _switches(fab, speed, file)
+    radix = (sws[0].ports_at(speed.gbps), sws[1].ports_at(speed.gbps),
+             sws[2].ports_at(speed.gbps))
+    o1, o2 = _oversubscriptions(fab, file)
+    leaf = _leaves(fab, sws[0], radix[0], o1, nodes, k, topo == "rail-optimized", file)
+    tiers, levels, pods, per_pod = _tiers(fab, sws, radix, o1, o2, leaf, nodes, file)
+    # ports used per tier: every link has an end in each of the two tiers it joins
+    links_up = [nodes * k, leaf.leaves * tiers[0].up if levels >= 2 else 0,
+                tiers[1].switches * tiers[1].up if levels == 3 else 0]
+    for i, t in enumerate(tiers):
+        t.ports_used = links_up[i] + (links_up[i + 1] if i + 1 < 3 else 0)
+    cables, optics = _cabling(speed, sws[0], tiers, links_up, nodes * k, leaf.rail)
+    half = nodes * k / 2 * speed.bw_GBps
+    bis = half / (o1 if levels >= 2 else 1.0) / (o2 if levels == 3 and pods > 1 else 1.0)
+    if levels == 2:
+        bis = min(bis, tiers[1].switches * tiers[1].radix / 2 * speed.bw_GBps)
+    return FabricPlan(topo, speed.name, speed.protocol, speed.bw_GBps, nodes, k, tiers, leaf.npl,
+                      leaf.rpl, leaf.per_rail, per_pod if levels == 3 else nodes, pods, cables,
+                      optics, round(bis, 3), speed.switch_lat_us)
+
+
+def _switches(fab: dict[str, Any], speed: Any, file: str | None) -> tuple[Any, Any, Any]:
+    """(leaf, spine, core) switch models, each with ports at the NIC speed."""
     sw = catalog.net_switch(str(fab.get("switch") or speed.switch), file=file,
                             field="fabric.switch")
     spine_sw = catalog.net_switch(str(fab.get("spine_switch") or sw.name), file=file,
                                   field="fabric.spine_switch")
     core_sw = catalog.net_switch(str(fab.get("core_switch") or spine_sw.name), file=file,
                                  field="fabric.core_switch")
-    radix = {}
     for name, x in (("switch", sw), ("spine_switch", spine_sw), ("core_switch", core_sw)):
-        radix[name] = x.ports_at(speed.gbps)
-        if not radix[name]:
+        if not x.ports_at(speed.gbps):
             raise InputError(f"{x.name} has no {speed.gbps:g} Gb/s port ({speed.name}); allowed: "
                              "a switch with ports at that speed", file=file, field=f"fabric.{name}")
+    return sw, spine_sw, core_sw
+
+
+def _oversubscriptions(fab: dict[str, Any], file: str | None) -> tuple[float, float]:
+    """(leaf, spine) oversubscription from a number or ``[leaf, spine]``."""
     over = fab.get("oversubscription", 1.0)
     overs = list(over) if isinstance(over, list | tuple) else [over]
     if not 1 <= len(overs) <= 2:
         raise InputError(f"expected a number or [leaf, spine], got {over!r}", file=file,
                          field="fabric.oversubscription")
     o1 = _over(overs[0], "fabric.oversubscription", file)
-    o2 = _over(overs[1], "fabric.oversubscription", file) if len(overs) > 1 else 1.0
-    r1 = radix["switch"]
-    down1, up1 = _split(r1, o1)
-    rail = topo == "rail-optimized"
+    return o1, _over(overs[1], "fabric.oversubscription", file) if len(overs) > 1 else 1.0
+
+
+@dataclass
+class _Leaves:
+    """The leaf tier's layout: nodes and rails per leaf, leaves, downlinks used per leaf."""
+
+    rail: bool
+    npl: int
+    rpl: int
+    groups: int
+    per_rail: int
+    leaves: int
+    down: int
+    block_leaves: int      # leaves of one block of nodes (one leaf per rail group)
+    block_nodes: int
+
+
+def _leaves(fab: dict[str, Any], sw: Any, r1: int, o1: float, nodes: int, k: int, rail: bool,
+            file: str | None) -> _Leaves:
+    """The leaf tier: rail-optimized (one leaf per rail group, ``nodes_per_leaf`` nodes on
+    each) or a fat-tree's top-of-rack leaves (every NIC of a node on one leaf)."""
+    down1 = _split(r1, o1)[0]
     rpl = int(fab.get("rails_per_leaf") or 1)
     if rpl < 1 or rpl > max(1, k):
         raise InputError(f"expected 1 to {max(1, k)} rails per leaf, got {rpl}", file=file,
                          field="fabric.rails_per_leaf")
     npl_given = fab.get("nodes_per_leaf")
     if rail:
-        cap = down1 // rpl
-        npl = int(npl_given or min(cap, nodes))     # a leaf's worth, or the whole cluster
+        npl = int(npl_given or min(down1 // rpl, nodes))   # a leaf's worth, or the cluster
         if npl * rpl > down1 or npl < 1:
             raise InputError(f"{npl} nodes x {rpl} rail(s) need {npl * rpl} leaf ports but a "
                              f"{sw.name} at {o1:g}:1 has {down1} downlinks",
                              file=file, field="fabric.nodes_per_leaf")
         groups = math.ceil(k / rpl)
         per_rail = math.ceil(nodes / npl)
-        leaves = groups * per_rail
-        down1 = npl * rpl
-    else:
-        npl = int(npl_given or max(1, down1 // max(1, k)))
-        if npl_given and npl * k > down1:
-            raise InputError(f"{npl} nodes need {npl * k} leaf ports but a {sw.name} at {o1:g}:1 "
-                             f"has {down1} downlinks", file=file, field="fabric.nodes_per_leaf")
-        down1 = min(down1, npl * k) if npl_given else down1
-        groups, per_rail = 1, 0
-        leaves = math.ceil(nodes * k / down1)
-    up1 = max(1, math.ceil(down1 / o1))
-    tiers = [Tier("leaf", sw.name, r1, leaves, down1, 0, o1, 0, leaves * r1)]
+        return _Leaves(True, npl, rpl, groups, per_rail, groups * per_rail, npl * rpl,
+                       groups, npl)
+    npl = int(npl_given or max(1, down1 // max(1, k)))
+    if npl_given and npl * k > down1:
+        raise InputError(f"{npl} nodes need {npl * k} leaf ports but a {sw.name} at {o1:g}:1 "
+                         f"has {down1} downlinks", file=file, field="fabric.nodes_per_leaf")
+    down1 = min(down1, npl * k) if npl_given else down1
+    return _Leaves(False, npl, rpl, 1, 0, math.ceil(nodes * k / down1), down1, 1,
+                   max(1, down1 // max(1, k)))
+
+
+def _tiers(fab: dict[str, Any], sws: tuple[Any, Any, Any], radix: tuple[int, int, int],
+           o1: float, o2: float, leaf: _Leaves, nodes: int, file: str | None
+           ) -> tuple[list[Tier], int, int, int]:
+    """(tiers, levels, pods, nodes per pod): one leaf tier, a spine when the leaves need one,
+    and pods under a core when one spine tier cannot reach every leaf (or ``pod_nodes`` or
+    ``tiers`` ask for it)."""
+    sw, spine_sw, core_sw = sws
+    r1, r2, r3 = radix
+    leaves = leaf.leaves
+    up1 = max(1, math.ceil(leaf.down / o1))
+    tiers = [Tier("leaf", sw.name, r1, leaves, leaf.down, 0, o1, 0, leaves * r1)]
     pod_nodes = fab.get("pod_nodes")
     want = int(fab.get("tiers") or 1)
-    r2 = radix["spine_switch"]
-    # leaves of one block of nodes (one leaf per rail group) stay together in a pod
-    block_leaves = groups if rail else 1
-    block_nodes = npl if rail else max(1, down1 // max(1, k))
     two_fit = leaves <= r2 and not (pod_nodes and nodes > pod_nodes)
     levels = 1 if leaves == 1 and want <= 1 else 2 if two_fit and want <= 2 else 3
-    pods, per_pod = 1, nodes
     if levels >= 2:
         tiers[0].up = up1
     if levels == 2:
         spines = math.ceil(leaves * up1 / r2)
         tiers.append(Tier("spine", spine_sw.name, r2, spines, math.ceil(leaves * up1 / spines),
                           0, 1.0, 0, spines * r2))
-    elif levels == 3:
-        down2, up2 = _split(r2, o2)
-        if pod_nodes:
-            per_pod = int(pod_nodes)
-            pod_leaves = math.ceil(per_pod / block_nodes) * block_leaves
-            if pod_leaves > down2:
-                raise InputError(f"a pod of {per_pod} nodes has {pod_leaves} leaves but a "
-                                 f"{spine_sw.name} spine at {o2:g}:1 has {down2} downlinks",
-                                 file=file, field="fabric.pod_nodes")
-        else:
-            blocks = max(1, down2 // block_leaves)
-            per_pod = blocks * block_nodes
-            pod_leaves = blocks * block_leaves
-        pods = math.ceil(nodes / per_pod)
-        spines_pp = math.ceil(pod_leaves * up1 / down2)
-        r3 = radix["core_switch"]
-        if pods > r3:
-            raise InputError(
-                f"{nodes:,} nodes need {pods} pods of {per_pod} but a three-tier fabric of "
-                f"{core_sw.name} core switches reaches at most {r3}; allowed: at most "
-                f"{r3 * per_pod:,} nodes, or a larger-radix switch (fabric.switch)", file=file,
-                field="nodes")
-        up2 = max(1, math.ceil(pod_leaves * up1 / spines_pp / o2))
-        core_ports = pods * spines_pp * up2
-        cores = math.ceil(core_ports / r3)
-        tiers.append(Tier("spine", spine_sw.name, r2, pods * spines_pp,
-                          math.ceil(pod_leaves * up1 / spines_pp), up2, o2, 0,
-                          pods * spines_pp * r2))
-        tiers.append(Tier("core", core_sw.name, r3, cores, math.ceil(core_ports / cores), 0,
-                          1.0, 0, cores * r3))
-    # ports used per tier: every link has an end in each of the two tiers it joins
-    links_up = [nodes * k] + [0, 0]
-    links_up[1] = leaves * up1 if levels >= 2 else 0
-    links_up[2] = tiers[1].switches * tiers[1].up if levels == 3 else 0
-    for i, t in enumerate(tiers):
-        t.ports_used = links_up[i] + (links_up[i + 1] if i + 1 < 3 else 0)
-    # cables: a node's NICs reach a top-of-rack leaf on copper (fat-tree), an end-of-row rail
-    # leaf on optics (rail-optimized); every switch-to-switch link is optical
+        return tiers, levels, 1, nodes
+    if levels == 1:
+        return tiers, levels, 1, nodes
+    down2 = _split(r2, o2)[0]
+    if pod_nodes:
+        per_pod = int(pod_nodes)
+        pod_leaves = math.ceil(per_pod / leaf.block_nodes) * leaf.block_leaves
+        if pod_leaves > down2:
+            raise InputError(f"a pod of {per_pod} nodes has {pod_leaves} leaves but a "
+                             f"{spine_sw.name} spine at {o2:g}:1 has {down2} downlinks",
+                             file=file, field="fabric.pod_nodes")
+    else:
+        blocks = max(1, down2 // leaf.block_leaves)
+        per_pod = blocks * leaf.block_nodes
+        pod_leaves = blocks * leaf.block_leaves
+    pods = math.ceil(nodes / per_pod)
+    spines_pp = math.ceil(pod_leaves * up1 / down2)
+    if pods > r3:
+        raise InputError(
+            f"{nodes:,} nodes need {pods} pods of {per_pod} but a three-tier fabric of "
+            f"{core_sw.name} core switches reaches at most {r3}; allowed: at most "
+            f"{r3 * per_pod:,} nodes, or a larger-radix switch (fabric.switch)", file=file,
+            field="nodes")
+    up2 = max(1, math.ceil(pod_leaves * up1 / spines_pp / o2))
+    core_ports = pods * spines_pp * up2
+    cores = math.ceil(core_ports / r3)
+    tiers.append(Tier("spine", spine_sw.name, r2, pods * spines_pp,
+                      math.ceil(pod_leaves * up1 / spines_pp), up2, o2, 0,
+                      pods * spines_pp * r2))
+    tiers.append(Tier("core", core_sw.name, r3, cores, math.ceil(core_ports / cores), 0,
+                      1.0, 0, cores * r3))
+    return tiers, levels, pods, per_pod
+
+
+def _cabling(speed: Any, sw: Any, tiers: list[Tier], links_up: list[int], nic_links: int,
+             rail: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """(cables, transceivers): a node's NICs reach a top-of-rack leaf on copper (fat-tree), an
+    end-of-row rail leaf on optics (rail-optimized); every switch-to-switch link is optical."""
     copper = not rail
-    cables = {f"{speed.gbps:g}G {'copper (DAC)' if copper else 'optical'} NIC-leaf": nodes * k}
-    if levels >= 2:
+    cables = {f"{speed.gbps:g}G {'copper (DAC)' if copper else 'optical'} NIC-leaf": nic_links}
+    if links_up[1]:
         cables[f"{speed.gbps:g}G optical leaf-spine"] = links_up[1]
-    if levels == 3:
+    if links_up[2]:
         cables[f"{speed.gbps:g}G optical spine-core"] = links_up[2]
     optics: dict[str, int] = {}
     if not copper:
-        optics[f"{speed.gbps:g}G NIC transceiver"] = nodes * k
+        optics[f"{speed.gbps:g}G NIC transceiver"] = nic_links
         optics[f"{sw.name} switch transceiver ({sw.ports_per_cage} port/cage)"] = math.ceil(
-            nodes * k / sw.ports_per_cage)
+            nic_links / sw.ports_per_cage)
     for i, n_links in ((1, links_up[1]), (2, links_up[2])):
         if n_links:
             for xname in dict.fromkeys((tiers[i - 1].switch, tiers[i].switch)):
@@ -336,13 +385,7 @@ def plan(s: dict[str, Any], file: str | None = None) -> FabricPlan:
                 key = f"{xname} switch transceiver ({per} port/cage)"
                 ends = n_links * (2 if tiers[i - 1].switch == tiers[i].switch else 1)
                 optics[key] = optics.get(key, 0) + math.ceil(ends / per)
-    half = nodes * k / 2 * speed.bw_GBps
-    bis = half / (o1 if levels >= 2 else 1.0) / (o2 if levels == 3 and pods > 1 else 1.0)
-    if levels == 2:
-        bis = min(bis, tiers[1].switches * r2 / 2 * speed.bw_GBps)
-    return FabricPlan(topo, speed.name, speed.protocol, speed.bw_GBps, nodes, k, tiers, npl,
-                      rpl, per_rail, per_pod if levels == 3 else nodes, pods, cables, optics,
-                      round(bis, 3), speed.switch_lat_us)
+    return cables, optics
 
 
 def add(t: Any, p: FabricPlan, built_nodes: Iterable[int]) -> None:

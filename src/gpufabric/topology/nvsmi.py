@@ -516,18 +516,26 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
                          f"at most {MAX_SOCKETS} (host.sockets' bound in a spec)",
                          file=file or name)
     _check_tree(m, cl, sockets, file or name)
-
-    gpu_labels, nic_labels = m.gpus, m.nics
     dev_id: dict[int, str] = {}
-    for label in gpu_labels:
+    for label in m.gpus:
         dev_id[m.labels.index(label)] = f"gpu{_group(_GPU, label)}"
-    for k, label in enumerate(nic_labels):
+    for k, label in enumerate(m.nics):
         dev_id[m.labels.index(label)] = f"nic{k}"
+    tree = _PcieTree(dev_id)
+    for members, numa in zip(sockets, _socket_numas(m, sockets), strict=True):
+        tree.socket(cl, members, numa)
+    devices = [*tree.cpus, *tree.switches, *_endpoints(m, dev_id, tree.numa_of, gpu_model)]
+    nv_devices, nv_links = _nvlinks(m, dev_id, gpu_model, nvlink_gen)
+    return {"name": name, "devices": devices + nv_devices,
+            "links": [*tree.cpu_links(), *tree.links, *nv_links]}
 
-    # NUMA node of each socket: the GPUs' NUMA affinity when it is one number shared by them.
+
+def _socket_numas(m: TopoMatrix, sockets: list[list[int]]) -> list[int]:
+    """NUMA node of each socket: the GPUs' NUMA affinity when it is one number shared by them
+    (and no two sockets share it), else the first free numbers."""
     numas: list[int | None] = []
     for members in sockets:
-        vals = {m.numa_affinity[gpu_labels.index(m.labels[a])]
+        vals = {m.numa_affinity[m.gpus.index(m.labels[a])]
                 for a in members if _GPU.match(m.labels[a])}
         v = vals.pop() if len(vals) == 1 else ""
         numas.append(int(v) if v.isdigit() else None)
@@ -535,14 +543,23 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
     if len(set(taken)) != len(taken):
         numas = [None] * len(numas)
         taken = []
-    free = (k for k in range(n + len(sockets) + 1) if k not in taken)
-    socket_numa = [v if v is not None else next(free) for v in numas]
+    free = (k for k in range(len(m.labels) + len(sockets) + 1) if k not in taken)
+    return [v if v is not None else next(free) for v in numas]
 
-    cpus: list[dict[str, Any]] = []
-    switches: list[dict[str, Any]] = []
-    links: list[dict[str, Any]] = []
-    numa_of: dict[int, int] = {}
 
+class _PcieTree:
+    """The CPUs, PCIe switches and PCIe links of a system file, socket by socket: devices
+    that are ``PHB`` or closer share a host bridge, a ``PIX`` group hangs off one switch, and
+    groups joined by ``PXB`` sit under lower switches below one upper switch."""
+
+    def __init__(self, dev_id: dict[int, str]) -> None:
+        self.dev_id = dev_id
+        self.cpus: list[dict[str, Any]] = []
+        self.switches: list[dict[str, Any]] = []
+        self.links: list[dict[str, Any]] = []
+        self.numa_of: dict[int, int] = {}
+
+    @staticmethod
     def pcie(a: str, b: str, host_bridge: int | None = None) -> dict[str, Any]:
         link: dict[str, Any] = {"a": a, "b": b, "kind": "pcie", "gen": DEFAULT_PCIE_GEN,
                                 "lanes": DEFAULT_PCIE_LANES}
@@ -550,51 +567,67 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
             link["attrs"] = {"host_bridge": host_bridge}
         return link
 
-    def switch(numa: int) -> str:
-        sid = f"sw{len(switches)}"
-        switches.append({"id": sid, "kind": "pcie_switch", "model": "", "numa": numa})
+    def switch(self, numa: int) -> str:
+        sid = f"sw{len(self.switches)}"
+        self.switches.append({"id": sid, "kind": "pcie_switch", "model": "", "numa": numa})
         return sid
 
-    for s, members in enumerate(sockets):
-        numa = socket_numa[s]
+    def socket(self, cl: _Clusters, members: list[int], numa: int) -> None:
         cpu = f"cpu{numa}"
-        cpus.append({"id": cpu, "kind": "cpu", "model": "", "numa": numa})
+        self.cpus.append({"id": cpu, "kind": "cpu", "model": "", "numa": numa})
         for a in members:
-            numa_of[a] = numa
+            self.numa_of[a] = numa
         for hb, hb_members in enumerate(cl.groups(members, 3)):
             for sw_members in cl.groups(hb_members, 2):
-                leaves = cl.groups(sw_members, 1)
-                if len(sw_members) == 1:
-                    links.append(pcie(cpu, dev_id[sw_members[0]], hb))
-                elif len(leaves) == 1:
-                    sw = switch(numa)
-                    links.append(pcie(cpu, sw, hb))
-                    links.extend(pcie(sw, dev_id[a]) for a in sw_members)
-                else:
-                    upper = switch(numa)
-                    links.append(pcie(cpu, upper, hb))
-                    for leaf in leaves:
-                        lower = switch(numa)
-                        links.append(pcie(upper, lower))
-                        links.extend(pcie(lower, dev_id[a]) for a in leaf)
-    cpu_links = [{"a": cpus[x]["id"], "b": cpus[y]["id"], "kind": "cpu"}
-                 for x in range(len(cpus)) for y in range(x + 1, len(cpus))]
+                self.under(cpu, hb, sw_members, cl.groups(sw_members, 1), numa)
 
-    devices: list[dict[str, Any]] = [*cpus, *switches]
-    for k, label in enumerate(gpu_labels):
+    def under(self, cpu: str, hb: int, members: list[int], leaves: list[list[int]],
+              numa: int) -> None:
+        """One host-bridge port's devices: direct, behind one switch, or a cascade."""
+        ids = self.dev_id
+        if len(members) == 1:
+            self.links.append(self.pcie(cpu, ids[members[0]], hb))
+        elif len(leaves) == 1:
+            sw = self.switch(numa)
+            self.links.append(self.pcie(cpu, sw, hb))
+            self.links.extend(self.pcie(sw, ids[a]) for a in members)
+        else:
+            upper = self.switch(numa)
+            self.links.append(self.pcie(cpu, upper, hb))
+            for leaf in leaves:
+                lower = self.switch(numa)
+                self.links.append(self.pcie(upper, lower))
+                self.links.extend(self.pcie(lower, ids[a]) for a in leaf)
+
+    def cpu_links(self) -> list[dict[str, Any]]:
+        return [{"a": self.cpus[x]["id"], "b": self.cpus[y]["id"], "kind": "cpu"}
+                for x in range(len(self.cpus)) for y in range(x + 1, len(self.cpus))]
+
+
+def _endpoints(m: TopoMatrix, dev_id: dict[int, str], numa_of: dict[int, int],
+               gpu_model: str) -> list[dict[str, Any]]:
+    """The GPU and NIC devices, with the affinity strings and NIC names kept verbatim."""
+    devices: list[dict[str, Any]] = []
+    for k, label in enumerate(m.gpus):
         a = m.labels.index(label)
         devices.append({"id": dev_id[a], "kind": "gpu", "model": gpu_model,
                         "index": int(_group(_GPU, label)), "numa": numa_of[a],
                         "attrs": {"cpu_affinity": m.cpu_affinity[k],
                                   "numa_affinity": m.numa_affinity[k],
                                   "gpu_numa_id": m.gpu_numa_id[k]}})
-    for k, label in enumerate(nic_labels):
+    for k, label in enumerate(m.nics):
         a = m.labels.index(label)
         devices.append({"id": dev_id[a], "kind": "nic", "model": "", "index": k,
                         "numa": numa_of[a],
                         "attrs": {"name": m.nic_name(label), "label": label}})
+    return devices
 
-    gidx = [m.labels.index(ln) for ln in gpu_labels]
+
+def _nvlinks(m: TopoMatrix, dev_id: dict[int, str], gpu_model: str, nvlink_gen: int | None
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(devices, links) of the NVLink fabric: direct bundles, or one NVSwitch when every pair
+    has the same ``NV#`` and there are more than 4 GPUs or more links per GPU than it has."""
+    gidx = [m.labels.index(ln) for ln in m.gpus]
     nv = {(a, b): int(_group(_NV, m.paths[a][b]))
           for x, a in enumerate(gidx) for b in gidx[x + 1:] if _NV.match(m.paths[a][b])}
     # links per GPU if every NV# were a direct bundle; more than a GPU has means a switch
@@ -613,11 +646,9 @@ def to_system(m: TopoMatrix, name: str, gpu_model: str = "", *,
 
     if switched:
         count = next(iter(nv.values()))
-        devices.append({"id": "nvsw", "kind": "nvswitch", "model": "", "numa": -1})
-        nv_links = [nvlink(dev_id[a], "nvsw", count) for a in gidx]
-    else:
-        nv_links = [nvlink(dev_id[a], dev_id[b], c) for (a, b), c in nv.items()]
-    return {"name": name, "devices": devices, "links": [*cpu_links, *links, *nv_links]}
+        return ([{"id": "nvsw", "kind": "nvswitch", "model": "", "numa": -1}],
+                [nvlink(dev_id[a], "nvsw", count) for a in gidx])
+    return [], [nvlink(dev_id[a], dev_id[b], c) for (a, b), c in nv.items()]
 
 
 # -- from_topology --------------------------------------------------------------------------

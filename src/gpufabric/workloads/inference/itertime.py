@@ -2,8 +2,11 @@
 
 Every linear layer is an operation of the shared compute model (:mod:`gpufabric.workloads.compute`)
 timed by its roofline, ``max(FLOPs / (peak x GEMM efficiency), bytes / (HBM x HBM efficiency))``,
-with the bytes an inference engine moves: the weights at their stored precision (FP16/BF16 2 B,
-FP8 1 B, FP4 and INT4 half a byte plus their block scales) and the activations. Attention is
+with the bytes an inference engine moves: the weights at their stored precision with their
+scales (the table of formats, :mod:`gpufabric.workloads.inference.precisions`: FP16/BF16 2 B,
+FP8 1 B, NVFP4 and INT4 AWQ/GPTQ half a byte plus their group scales) and the activations. A
+weight-only format (W8A16, W4A16) computes at its activations' 16 bit: its decode reads the
+smaller weights, its prefill runs at the 16-bit rate. Attention is
 counted per phase: prefill chunks by the query-key pairs they compute, decode tokens by the KV
 cache they read (GQA: ``2 x kv_heads x head_dim`` values per token and layer; MLA: the latent,
 ``kv_lora_rank + qk_rope_head_dim``, read once for all heads, which run absorbed). MoE layers run
@@ -17,7 +20,11 @@ between stages. Sizes vary with the batch, so each is tabulated over token count
 interpolated (the model is linear between NCCL's algorithm switch points).
 
 A per-iteration engine overhead (scheduling, sampling, launching the CUDA graph) is added; it is
-a fitted parameter per engine (:data:`ENGINE_OVERHEAD_S`).
+a parameter of the engine's profile (:mod:`gpufabric.workloads.inference.engines`), as are its
+memory accounting (``gpu_memory_utilization`` of the total or of what the weights leave) and
+KV block size. The KV cache gets what is left as the engine counts it: vLLM's
+``util x total - weights - peak activations - non-torch memory``, in blocks of
+``block_size x KV bytes per token``.
 
 Examples
 --------
@@ -27,7 +34,7 @@ Examples
 >>> round(float(m(0, 0, 0, 1, 1000)) * 1e3, 2)     # one decode token at 1000 tokens of context
 11.19
 >>> m.kv_blocks
-77163
+85264
 """
 
 from __future__ import annotations
@@ -47,15 +54,19 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads import compute as C
 from gpufabric.workloads import memory as M
 from gpufabric.workloads.compute import record
+from gpufabric.workloads.inference import engines as E
+from gpufabric.workloads.inference import precisions as P
 from gpufabric.workloads.models import ModelSpec, load_model
 
-#: Bytes per stored weight or KV value: FP4 (NVFP4) carries an FP8 scale per 16 values, INT4
-#: (AWQ/GPTQ) an FP16 scale per group of 128.
-DTYPE_BYTES = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1 / 16, "int4": 0.5 + 2 / 128}
-DTYPES = tuple(DTYPE_BYTES)
-#: Tensor-core precision a weight format computes in, best first (INT4 is weight-only: W4A16).
-COMPUTE_CHAIN = {"fp16": ("fp16",), "bf16": ("bf16", "fp16"), "fp8": ("fp8", "bf16", "fp16"),
-                 "fp4": ("fp4", "fp8", "bf16", "fp16"), "int4": ("bf16", "fp16")}
+#: Bytes per stored weight or KV value of each format (scales per group included; per-channel
+#: and per-head scales, which depend on the model, left out): ``workloads/data/precisions.yaml``.
+DTYPE_BYTES = {n: f.bytes_per_value() for n, f in P.formats().items()}
+#: The formats a model that does not fit is tried in (``serve --versus``'s hint).
+DTYPES = tuple(n for n, f in P.formats().items() if f.fit_hint)
+#: Tensor-core precision a weight format computes in, best first (a weight-only format, W8A16 or
+#: W4A16, computes at its 16-bit activations).
+COMPUTE_CHAIN = {n: tuple(c.prec for c in f.compute) for n, f in P.formats().items()
+                 if f.compute}
 
 #: Rows of one tensor-core MMA instruction: Hopper's wgmma and Blackwell's tcgen05 work on 64
 #: rows, mma.sync (Volta to Ada) on 16 (PTX ISA, warpgroup-level and warp-level MMA shapes).
@@ -91,70 +102,16 @@ EPLB_REDUNDANT_EXPERTS = record("EPLB_REDUNDANT_EXPERTS", 32, "experts",
                                 "DeepSeek-V3 Technical Report, section 3.4 (prefilling and "
                                 "decoding)").value
 
-#: Per-iteration engine overhead: CPU scheduling, sampling, CUDA-graph launch. Fitted on the
-#: unloaded (concurrency 1) and offline points of tests/data/calibration/inference.yaml named.
-ENGINE_OVERHEAD_S: dict[str, Param] = {
-    "tensorrt-llm": record("ENGINE_OVERHEAD_S[tensorrt-llm]", 0.003, "s per iteration",
-                           "engine tensorrt-llm: each iteration",
-                           "fitted on trtllm-0.14-online-* and "
-                           "trtllm-0.17-llama31-8b-h100-tp1-fp8 together with the per-request "
-                           "front end (ENGINE_REQUEST_S; grid 3-5 ms x 5-15 ms: median error "
-                           "16.6% at 3 ms and 10 ms, 20.2% at 4 ms without a front end)",
-                           "trtllm-0.14-online-*", "trtllm-0.17-llama31-8b-h100-tp1-fp8"),
-    "vllm": record("ENGINE_OVERHEAD_S[vllm]", 0.0030, "s per iteration",
-                   "engine vllm: each iteration", "prior: vLLM 0.6 reports 2-4 ms of CPU time per "
-                   "step before multi-step scheduling (vLLM v0.6.0 release notes); the "
-                   "vllm-0.6.0-* entries lack request lengths, so nothing was fitted"),
-    "sglang": record("ENGINE_OVERHEAD_S[sglang]", 0.0020, "s per iteration",
-                     "engine sglang: each iteration", "prior: below vLLM 0.6 (SGLang's overlap "
-                     "scheduler); not fitted, for the same reason"),
-    "fastertransformer": record("ENGINE_OVERHEAD_S[fastertransformer]", 0.0012,
-                                "s per iteration", "engine fastertransformer: each iteration",
-                                "prior: as TensorRT-LLM"),
-    "default": record("ENGINE_OVERHEAD_S[default]", 0.0020, "s per iteration",
-                      "other engines: each iteration", "prior: between TensorRT-LLM and vLLM"),
-}
-#: Request handling before the engine schedules a request (HTTP or gRPC front end, tokenizer,
-#: queue hand-off); it adds to TTFT and end-to-end latency, not to the iterations.
-ENGINE_REQUEST_S: dict[str, Param] = {
-    "vllm": record("ENGINE_REQUEST_S[vllm]", 0.040, "s per request", "engine vllm: each request",
-                   "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer's TTFT (API "
-                   "server and the PD proxy; grid 0-60 ms in 10 ms steps: median TTFT error "
-                   "67.7% at 0, 20.8% at 40 ms)",
-                   "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer"),
-    "sglang": record("ENGINE_REQUEST_S[sglang]", 0.060, "s per request",
-                     "engine sglang: each request",
-                     "fitted on mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer's TTFT (router "
-                     "and the PD bootstrap; grid 0-100 ms in 20 ms steps: median TTFT error "
-                     "41.2% at 0, 21.9% at 60 ms); that entry is no longer held out",
-                     "mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer"),
-    "tensorrt-llm": record("ENGINE_REQUEST_S[tensorrt-llm]", 0.010, "s per request",
-                           "engine tensorrt-llm: each request",
-                           "fitted on trtllm-0.14-online-* (Triton front end; grid 5-15 ms with "
-                           "the iteration overhead, 3-4 ms: median error 16.6% at 10 ms and "
-                           "3 ms)", "trtllm-0.14-online-*"),
-}
+#: Per-iteration engine overhead (CPU scheduling, sampling, CUDA-graph launch), the per-request
+#: front end (HTTP or gRPC server, tokenizer, queue hand-off: it adds to TTFT and end-to-end
+#: latency, not to the iterations) and the per-layer launch cost of engines without CUDA graphs:
+#: each engine's profile in ``workloads/data/engines/`` gives them with their sources and the
+#: calibration ids they were fitted on.
+ENGINE_OVERHEAD_S: dict[str, Param] = E.params_of("overhead")
+ENGINE_REQUEST_S: dict[str, Param] = E.params_of("request")
+ENGINE_LAYER_S: dict[str, Param] = E.params_of("layer")
+engine_key = E.engine_key
 
-#: Launch cost per transformer layer and iteration for engines that launch kernels one by one
-#: (no CUDA graphs): FasterTransformer's eager C++ loop.
-ENGINE_LAYER_S: dict[str, Param] = {
-    "fastertransformer": record("ENGINE_LAYER_S[fastertransformer]", 100e-6,
-                                "s per layer per iteration",
-                                "engine fastertransformer: each layer of each iteration",
-                                "fitted on fastertransformer-gpt-20b-a100-tp-sweep (grid "
-                                "0-200 us: median error 24.8% at 0, 8.6% at 100 us)",
-                                "fastertransformer-gpt-20b-a100-tp-sweep"),
-}
-ENGINE_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt-llm": "tensorrt-llm", "trt-llm":
-                  "tensorrt-llm", "nim": "tensorrt-llm", "vllm": "vllm", "sglang": "sglang",
-                  "fastertransformer": "fastertransformer", "mooncake": "vllm"}
-
-#: Fraction of GPU memory an engine lets itself use (vLLM gpu_memory_utilization, TensorRT-LLM
-#: kv_cache_free_gpu_mem_fraction of what the weights leave): the engines' defaults.
-MEM_UTILIZATION = record("MEM_UTILIZATION", 0.90, "fraction of GPU memory",
-                         "inference engines: memory they let themselves use",
-                         "vLLM default gpu_memory_utilization "
-                         "0.9; TensorRT-LLM kv_cache_free_gpu_mem_fraction 0.9 (docs)")
 
 
 def rank_load_factor(tokens, experts: int, top_k: int, ep: int, cv: float | None = None):
@@ -191,20 +148,14 @@ def rank_load_factor(tokens, experts: int, top_k: int, ep: int, cv: float | None
     return f if t.ndim else float(f)
 
 
-def engine_key(engine: str | None) -> str:
-    e = (engine or "default").strip().lower()
-    for k, v in ENGINE_ALIASES.items():
-        if e.startswith(k):
-            return v
-    return "default"
+def check_dtype(dtype: str, field: str, use: str = "weights") -> str:
+    """The canonical name of a weight (``use="weights"``) or KV-cache (``"kv"``) format given
+    by its name or an alias; a one-line error naming ``field`` and the formats otherwise.
 
-
-def check_dtype(dtype: str, field: str) -> str:
-    d = str(dtype).strip().lower()
-    if d not in DTYPE_BYTES:
-        raise InputError(f"unknown data type {dtype!r}; allowed: {', '.join(DTYPES)}",
-                         field=field)
-    return d
+    >>> check_dtype("W4A16_AWQ", "--precision"), check_dtype("fp8_e5m2", "--kv-dtype", "kv")
+    ('int4-awq', 'fp8')
+    """
+    return P.lookup(str(dtype), use, field).name
 
 
 @dataclass(frozen=True)
@@ -294,20 +245,24 @@ class StepModel:
         The system the instance runs on (its first ``tp x pp`` GPUs).
     layout : ServeLayout
     precision : str
-        Weight format: fp16, bf16, fp8, fp4 or int4.
+        Weight format: a name or alias of :mod:`~gpufabric.workloads.inference.precisions`
+        (fp16, bf16, fp8, fp4, int4, int4-awq, int4-gptq-g128, int8-weight-only, ...).
     kv_dtype : str, optional
         KV cache format (default: fp8 with fp8 or fp4 weights, else bf16).
     engine : str
-        Serving engine (its per-iteration overhead).
+        Serving engine: a profile name or alias, or a profile file
+        (:mod:`~gpufabric.workloads.inference.engines`).
     max_tokens : int
         The token budget of an iteration (sizes the activation reserve and the tables).
-    block_size : int
-        Tokens per KV block.
+    block_size : int, optional
+        Tokens per KV block (default: the engine's).
+    mem_utilization : float, optional
+        The engine's memory fraction (default: the engine's ``gpu_memory_utilization``).
     """
 
     def __init__(self, model: str | ModelSpec, topo: Topology, layout: ServeLayout, *,
                  precision: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
-                 max_tokens: int = 8192, block_size: int = 16, gpu: str | None = None,
+                 max_tokens: int = 8192, block_size: int | None = None, gpu: str | None = None,
                  mem_utilization: float | None = None, eplb: bool = False):
         self.model = load_model(model)
         m = self.model
@@ -326,21 +281,26 @@ class StepModel:
         per, domains = topo.scale_up()
         layout.check(m, len(gpus) if "nodes" not in topo.meta else per * domains)
         self.gpu = C.gpu_spec(gpu or gpus[0].model)
-        self.precision = check_dtype(precision, "--precision")
+        self.format = P.lookup(str(precision), "weights", "--precision")
+        self.precision = self.format.name
         kvd = kv_dtype or ("fp8" if self.precision in ("fp8", "fp4") else "bf16")
-        self.kv_dtype = check_dtype(kvd, "--kv-dtype")
-        self.compute_prec = self._compute_precision()
-        self.engine = engine_key(engine)
-        self.overhead_s = ENGINE_OVERHEAD_S[self.engine].value
-        layer = ENGINE_LAYER_S.get(self.engine)
-        if layer is not None:
-            self.overhead_s += layer.value * self.model.layers
+        self.kv_format = P.lookup(str(kvd), "kv", "--kv-dtype")
+        self.kv_dtype = self.kv_format.name
+        comp = self._compute_precision()
+        self.compute_prec = comp.prec
+        self.compute_rate = comp.rate
+        self.profile = E.profile(engine)
+        self.engine = self.profile.name
+        self.overhead_s = self.profile.overhead_s + self.profile.layer_s * self.model.layers
         self.max_tokens = int(max_tokens)
-        self.block_size = int(block_size)
-        self.wb = DTYPE_BYTES[self.precision]
-        self.kvb = DTYPE_BYTES[self.kv_dtype]
-        self.ab = 1.0 if self.compute_prec in ("fp8", "fp4") else 2.0   # GEMM input activations
-        self.mem_util = MEM_UTILIZATION.value if mem_utilization is None else mem_utilization
+        self.block_size = int(block_size or self.profile.block_size)
+        # bytes per weight with its scales (per-channel scales over the GEMM depth, the hidden
+        # size) and per KV element (per-head scales over head_dim)
+        self.wb = self.format.bytes_per_value(k=m.hidden)
+        self.kvb = self.kv_format.bytes_per_value(head_dim=m.head_dim or None)
+        self.ab = comp.act_bytes                           # GEMM input activations
+        self.mem_util = self.profile.mem_utilization if mem_utilization is None \
+            else mem_utilization
         self._memory()
         self._tables()
 
@@ -349,10 +309,10 @@ class StepModel:
         """GPUs per NVLink domain (a server, or a rack-scale domain of trays)."""
         return self.topo.scale_up()[0]
 
-    def _compute_precision(self) -> str:
-        for p in COMPUTE_CHAIN[self.precision]:
-            if self.gpu.tflops.get(p):
-                return p
+    def _compute_precision(self) -> P.Compute:
+        for c in self.format.compute:
+            if self.gpu.tflops.get(c.prec):
+                return c
         raise InputError(f"{self.gpu.name} has no tensor rate for {self.precision} weights",
                          field="--precision")
 
@@ -371,30 +331,42 @@ class StepModel:
         # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
         self.kv_bytes_per_token = M.kv_cache_bytes_per_token(
             m, tp=lay.attn_tp, elem_bytes=self.kvb) / lay.pp
-        cap = self.gpu.memory_GB * 1e9
+        # an "80 GB" part has 80 GiB (nvidia-smi: 81,559 MiB on H100), as memory.capacity_GiB
+        cap = self.gpu.memory_GB * M.GiB
         # activations of a full token budget: the widest intermediate, in 16 bit, plus logits
         width = max(m.ffn // lay.tp, m.expert_ffn * max(m.top_k, 1), m.hidden) * 2
         act = self.max_tokens * (width * 2 * 2 + 4 * m.hidden * 2)
         act += min(self.max_tokens, 256) * (m.vocab // lay.tp) * 4
         self.activation_bytes = float(act)
-        self.reserve_bytes = M.RESERVE_GiB.value * 2**30
-        if self.engine in ("tensorrt-llm", "fastertransformer"):
+        # CUDA context, NCCL and cuBLAS buffers: what vLLM counts as non-torch memory
+        self.reserve_bytes = M.RESERVE_GiB.value * M.GiB
+        taken = self.weights_bytes + act + self.reserve_bytes
+        if self.profile.mem_of == "free":
             # a fraction of what the weights and activations leave (kv_cache_free_gpu_mem_fraction)
-            usable = (cap - self.weights_bytes - act - self.reserve_bytes) * self.mem_util
-            room = cap
-        else:   # a fraction of the whole GPU (vLLM gpu_memory_utilization; SGLang mem_fraction)
-            usable = cap * self.mem_util - self.weights_bytes - act - self.reserve_bytes
+            room = cap - self.weights_bytes - act - self.reserve_bytes
+            usable = room * self.mem_util
+            budget = (f"kv_cache_free_gpu_mem_fraction {self.mem_util:g} of the "
+                      f"{room / M.GiB:.1f} GiB left")
+        else:   # a fraction of the whole GPU (vLLM gpu_memory_utilization)
             room = cap * self.mem_util
+            usable = room - taken
+            budget = (f"gpu_memory_utilization {self.mem_util:g} x {cap / M.GiB:.1f} GiB = "
+                      f"{room / M.GiB:.1f} GiB")
+        self.mem_budget_bytes = float(room)
         self.kv_bytes_free = usable
         self.kv_blocks = int(usable // (self.kv_bytes_per_token * self.block_size)) \
             if usable > 0 else 0
         if self.kv_blocks < 1:
-            need = (self.weights_bytes + act + self.reserve_bytes) / 1e9
             raise InputError(
-                f"{m.name} in {self.precision} does not fit: each of the {lay.gpus} GPUs needs "
-                f"{need:.1f} GB for weights, activations and reserve, and has "
-                f"{room / 1e9:.1f} GB usable ({self.gpu.name}); use more GPUs "
-                "(--tp/--pp/--ep) or a smaller --precision", field="MODEL")
+                f"{m.name} in {self.precision} does not fit on {lay.gpus} {self.gpu.name} "
+                f"({self.engine}, {budget}): per GPU the weights take "
+                f"{self.weights_bytes / M.GiB:.1f} GiB, activations and workspace "
+                f"{act / M.GiB:.1f} GiB, non-torch memory {self.reserve_bytes / M.GiB:.1f} "
+                f"GiB, leaving {usable / M.GiB:.1f} GiB for a KV cache of "
+                f"{self.kv_bytes_per_token / 1024:.1f} KiB per token (one block of "
+                f"{self.block_size} tokens: {self.kv_bytes_per_token * self.block_size / 2**20:.2f}"
+                " MiB); use more GPUs (--tp/--pp/--ep) or a smaller --precision",
+                field="MODEL")
 
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
                 weight_count: float | None = None) -> tuple[float, float]:
@@ -408,7 +380,7 @@ class StepModel:
         eff = max(C.gemm_efficiency(op, self.gpu, self.compute_prec), self._skinny_eff(T, k))
         if self.compute_prec == "fp4":
             eff *= FP4_EFF.value
-        peak = self.gpu.peak_tflops(self.compute_prec) * 1e12
+        peak = self.gpu.peak_tflops(self.compute_prec) * self.compute_rate * 1e12
         return flops / (peak * max(eff, 1e-6)), byts / (self.gpu.hbm_GBps * 1e9 *
                                                         C.HBM_EFF.value)
 
@@ -633,7 +605,8 @@ class StepModel:
 
     def memory(self) -> dict:
         """Memory per GPU (GB): weights, activations, reserve, KV cache; blocks and tokens."""
-        return {"gpu_GB": self.gpu.memory_GB, "usable_GB": self.gpu.memory_GB * self.mem_util,
+        return {"gpu_GB": self.gpu.memory_GB, "usable_GB": self.mem_budget_bytes / 1e9,
+                "memory_utilization": self.mem_util, "utilization_of": self.profile.mem_of,
                 "weights_GB": self.weights_bytes / 1e9,
                 "activations_GB": self.activation_bytes / 1e9,
                 "reserve_GB": self.reserve_bytes / 1e9, "kv_cache_GB": self.kv_bytes_free / 1e9,
@@ -647,7 +620,7 @@ class StepModel:
         >>> m = StepModel("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 1}),
         ...               ServeLayout())
         >>> m.max_concurrency(1000, 1000)
-        198
+        218
         """
         per = -(-(isl + osl) // self.block_size)
         return int(self.kv_blocks // per)

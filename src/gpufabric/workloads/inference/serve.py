@@ -26,43 +26,15 @@ import numpy as np
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
-from gpufabric.workloads.compute import record
-from gpufabric.workloads.inference.itertime import (ENGINE_REQUEST_S, ServeLayout, StepModel,
-                                                    engine_key)
+from gpufabric.workloads.inference.engines import profile as engine_profile
+from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
 from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, check_fits,
                                                      simulate, summarize)
 
-#: Engine defaults for the batch limits (vLLM max_num_seqs 256, max_num_batched_tokens 8192 with
-#: chunked prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for
-#: large GPUs; SGLang max_running_requests as sized from memory, capped here).
-ENGINE_LIMITS: dict[str, tuple[int, int]] = record(
-    "ENGINE_LIMITS", {"vllm": (256, 8192), "sglang": (1024, 8192), "tensorrt-llm": (2048, 8192),
-                      "fastertransformer": (256, 8192), "default": (256, 8192)},
-    "(sequences, tokens) per iteration", "inference engines: default batch limits",
-    "engine defaults: vLLM max_num_seqs 256, max_num_batched_tokens 8192 with chunked "
-    "prefill; TensorRT-LLM max_batch_size / max_num_tokens as trtllm-bench sets them for large "
-    "GPUs; SGLang max_running_requests as sized from memory, capped here").value
-
-#: Each engine's own default prefill token budget per iteration (the chunk budget), by GPU
-#: memory, from the engines' source: vLLM V1 0.9-0.11 ``EngineArgs`` (``vllm serve``, the
-#: OpenAI API server: ``max_num_batched_tokens`` 8192 on GPUs of >= 70 GiB other than A100,
-#: 2048 otherwise; engine/arg_utils.py), SGLang 0.4.8-0.5 ``ServerArgs``
-#: (``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, 16384 above:
-#: srt/server_args.py), TensorRT-LLM 0.12-1.0 (``max_num_tokens`` 8192 in ``BuildConfig`` and
-#: the LLM API). Rows: (engine, GPU memory at least GiB, budget, source); the first match wins.
-ENGINE_PREFILL_BUDGET: list[tuple[str, float, int, str]] = [
-    ("vllm", 70.0, 8192, "vLLM V1 0.9-0.11 engine/arg_utils.py, OPENAI_API_SERVER, >= 70 GiB"),
-    ("vllm", 0.0, 2048, "vLLM V1 0.9-0.11 engine/arg_utils.py, OPENAI_API_SERVER, < 70 GiB "
-     "or A100"),
-    ("sglang", 160.0, 16384, "SGLang 0.4.8-0.5 srt/server_args.py, >= 160 GiB (B200, MI300)"),
-    ("sglang", 35.0, 8192, "SGLang 0.4.8-0.5 srt/server_args.py, 35-160 GiB (A100-H200)"),
-    ("sglang", 0.0, 2048, "SGLang 0.4.8-0.5 srt/server_args.py, < 35 GiB (A10, L40, 4090)"),
-    ("tensorrt-llm", 0.0, 8192, "TensorRT-LLM 0.12-1.0 BuildConfig / LLM API max_num_tokens"),
-]
-
-
 def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
-    """The engine's default prefill token budget on this GPU kind, and where it comes from.
+    """The engine's default prefill token budget on this GPU kind, and where it comes from:
+    the first rule of its profile's ``max_batched_tokens`` that the GPU's memory meets
+    (:mod:`gpufabric.workloads.inference.engines`).
 
     Examples
     --------
@@ -71,15 +43,7 @@ def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
     >>> engine_batched_tokens("sglang", "B200")[0], engine_batched_tokens("vllm", "A100-SXM4-80GB")
     (16384, (2048, 'vLLM V1 0.9-0.11 engine/arg_utils.py, OPENAI_API_SERVER, < 70 GiB or A100'))
     """
-    from gpufabric.workloads import compute as C
-    spec = C.gpu_spec(gpu)
-    gib = spec.memory_GB * 1e9 / 2**30
-    key = engine_key(engine)
-    a100 = "a100" in spec.name.lower()
-    for eng, at_least, budget, source in ENGINE_PREFILL_BUDGET:
-        if eng == key and gib >= at_least and not (eng == "vllm" and at_least > 0 and a100):
-            return budget, source
-    return ENGINE_LIMITS[key][1], "gpufabric default (engine without a published default)"
+    return engine_profile(engine).batched_tokens(gpu)
 
 #: host link used to swap KV blocks out and back (PCIe Gen5 x16, one direction, ~50 GB/s usable)
 SWAP_GBps = 50.0
@@ -110,10 +74,11 @@ class ServeConfig:
     slo_tpot_ms: float | None = None
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
-    block_size: int = 16
+    block_size: int | None = None        # None: the engine profile's
     preemption: str = "recompute"
     seed: int = 0
     eplb: bool = False                   # MoE: redundant experts balance the EP ranks
+    gpu_memory_utilization: float | None = None   # None: the engine profile's
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -196,6 +161,10 @@ def check_config(cfg: ServeConfig) -> None:
         if v is not None and not (isinstance(v, int) and v >= 1):
             raise InputError(f"must be a whole number >= 1, got {v!r}",
                              field="--" + name.replace("_", "-"))
+    u = cfg.gpu_memory_utilization
+    if u is not None and not (math.isfinite(u) and 0 < u <= 1):
+        raise InputError(f"must be a fraction above 0 and at most 1, got {u!r}",
+                         field="--gpu-memory-utilization")
     if cfg.preemption not in ("recompute", "swap"):
         raise InputError(f"unknown preemption mode '{cfg.preemption}'; allowed: recompute, "
                          "swap", field="--preemption")
@@ -258,19 +227,19 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = N
     tok, _ = engine_batched_tokens(cfg.engine, gpu or topo.gpus()[0].model)
     return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                      engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
-                     block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb)
+                     block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb,
+                     mem_utilization=cfg.gpu_memory_utilization)
 
 
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
-    seqs, _ = ENGINE_LIMITS[sm.engine]
     swap = sm.kv_bytes_per_token / (SWAP_GBps * 1e9)
     # a pipeline of pp stages runs pp batches at once (vLLM's virtual engines), each with a
     # pp-th of the KV cache
-    return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=cfg.block_size,
-                           max_num_seqs=cfg.max_num_seqs or seqs,
+    return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=sm.block_size,
+                           max_num_seqs=cfg.max_num_seqs or sm.profile.max_num_seqs,
                            max_batched_tokens=sm.max_tokens,
                            preemption=cfg.preemption, swap_s_per_token=swap,
-                           reserve_full=sm.engine in ("tensorrt-llm", "fastertransformer"))
+                           reserve_full=sm.profile.reserve_full)
 
 
 def instances(topo: Topology, cfg: ServeConfig) -> int:
@@ -329,9 +298,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
 
 
 def front_end_s(sm: StepModel) -> float:
-    """The engine's request handling before scheduling (:data:`ENGINE_REQUEST_S`)."""
-    f = ENGINE_REQUEST_S.get(sm.engine)
-    return f.value if f is not None else 0.0
+    """The engine's request handling before scheduling (its profile's ``request_s``)."""
+    return sm.profile.request_s
 
 
 def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerConfig,

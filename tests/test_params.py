@@ -27,7 +27,8 @@ def test_both_layers_record_into_one_registry():
     assert training.LAYER_OVERHEAD_US.value == 40.0
     assert itertime.ENGINE_OVERHEAD_S["vllm"].kind == "prior"
     assert itertime.ENGINE_OVERHEAD_S["vllm"].fitted_on == ()
-    assert len(params.layer_registry("workloads")) == 55  # with the engine profiles
+    # every constant of the layer is in the one registry (their number grows)
+    assert len(params.layer_registry("workloads")) >= 40
     assert set(params.REGISTRY) == set(CP.REGISTRY) | set(params.layer_registry("workloads"))
 
 
@@ -55,12 +56,14 @@ def test_inference_fitted_entries_come_from_the_records():
 def test_cli_params_by_layer(cli):
     code, out, _ = cli("params", "--layer", "workloads", "--json")
     rows = json.loads(out)["params"]
-    assert code == 0 and len(rows) == 55 and {r["layer"] for r in rows} == {"workloads"}
+    assert code == 0 and len(rows) == len(params.layer_registry("workloads"))
+    assert {r["layer"] for r in rows} == {"workloads"}
     kv = next(r for r in rows if r["name"] == "KV_EFF")
     assert (kv["value"], kv["kind"], kv["fitted_on"]) == (
         0.81, "fitted", ["mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer"])
     code, out, _ = cli("params", "--layer", "all")
-    assert code == 0 and out.startswith("# gpufabric params: 92 constants")
+    assert code == 0 and out.startswith(
+        f"# gpufabric params: {len(params.REGISTRY)} constants")
     assert "KERNEL_US                  prior    workloads    us" in out
     code, _, err = cli("params", "--layer", "scheduler")
     assert code == 2 and "--layer: unknown layer 'scheduler'" in err

@@ -34,6 +34,25 @@ def _fmt(d: dict | None) -> str:
     return f"p50 {d['p50']:,.1f}  p90 {d['p90']:,.1f}  p99 {d['p99']:,.1f}"
 
 
+def pool_lines(pools: dict) -> list[str]:
+    """One line per pool of a disaggregated run: its steady throughput."""
+    out = []
+    p, d = pools.get("prefill"), pools.get("decode")
+    if p:
+        out.append(f"# prefill pool: {p['error']}" if "error" in p else
+                   f"# prefill pool: {p['input_tokens_per_s_per_node']:,.0f} input tokens/s per "
+                   f"node ({p['input_tokens_per_s_per_gpu']:,.0f} per GPU) at isl {p['isl']}, "
+                   f"{p['tokens_per_rank']:,} tokens per rank, {p['bound']}-bound")
+    if d:
+        out.append(f"# decode pool: {d['error']}" if "error" in d else
+                   f"# decode pool: {d['output_tokens_per_s_per_node']:,.0f} output tokens/s per "
+                   f"node ({d['output_tokens_per_s_per_gpu']:,.0f} per GPU) at batch "
+                   f"{d['batch_per_rank']} per rank, KV {d['avg_kv_len']:,} tokens, "
+                   f"{d['output_tokens_per_s_per_user']:.1f} tokens/s per user, "
+                   f"{d['bound']}-bound")
+    return out
+
+
 def print_summary(r: dict) -> None:
     """The human-readable summary of one run (a co-located or a disaggregated one)."""
     lay = r["layout"]
@@ -47,6 +66,8 @@ def print_summary(r: dict) -> None:
                    f"{pd['decode']['instances']} x {pd['decode']['gpus_per_instance']} "
                    f"{pd['decode']['gpu']}; KV transfer {pd['kv_transfer_ms']['p50']:.2f} ms "
                    f"p50 over {pd['kv_link']}, queueing p99 {pd['kv_wait_ms']['p99']:.2f} ms")
+        for line in pool_lines(pd.get("pools") or {}):
+            typer.echo(line)
     else:
         typer.echo(f"# layout {par}, {r['replicas']} replica(s); KV cache "
                    f"{r['memory']['kv_tokens']:,} tokens per instance "
@@ -159,6 +180,9 @@ def serve(
                                   "instances of the layout (e.g. 2P1D)."),
     decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
                                              "pool on this system (another GPU kind)."),
+    two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", help="With --pd: "
+                                           "the pool figures with two micro-batches, one's "
+                                           "all-to-all under the other's computation."),
     search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
                                 "of the system's GPUs by goodput per GPU under the SLO."),
     ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
@@ -181,7 +205,9 @@ def serve(
          "arrivals)"),
         ("ray", search, "applies only with --search (where its candidates run)"),
         ("dataset_spread", dataset is not None, "applies only with --dataset (a synthetic "
-         "dataset's spread)")))
+         "dataset's spread)"),
+        ("two_batch_overlap", bool(pd or decode_system),
+         "applies only with --pd or --decode-system (the pool figures)")))
     if dataset is not None:
         from gpufabric.cli.common import given
         from gpufabric.errors import InputError
@@ -248,7 +274,8 @@ def serve(
     if pd or decode_system:
         from gpufabric.workloads.inference.pd import serve_pd
         r = serve_pd(model, topo, cfg, pd or "1P1D",
-                     load(decode_system) if decode_system else None)
+                     load(decode_system) if decode_system else None,
+                     overlap=two_batch_overlap)
     else:
         with Progress("serve") as progress:
             r = run(model, topo, cfg, progress=progress.told("requests of one instance"))

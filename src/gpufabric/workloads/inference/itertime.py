@@ -182,7 +182,8 @@ class ServeLayout:
     def attn_tp(self) -> int:
         return self.tp // self.dp_attention
 
-    def check(self, model: ModelSpec, gpus_available: int | None = None) -> None:
+    def check(self, model: ModelSpec, gpus_available: int | None = None,
+              redundant: int = 0) -> None:
         for k in ("tp", "ep", "pp", "dp_attention"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
@@ -195,9 +196,11 @@ class ServeLayout:
                              field="--dp-attention")
         if self.ep > 1 and not model.is_moe:
             raise InputError(f"{model.name} is dense; --ep needs an MoE model", field="--ep")
-        if model.is_moe and model.experts % self.ep:
+        if model.is_moe and model.experts % self.ep and (model.experts + redundant) % self.ep:
+            plus = f" (or the {model.experts + redundant} with EPLB's redundant ones)" \
+                if redundant else ""
             raise InputError(f"--ep {self.ep} must divide the {model.experts} experts of "
-                             f"{model.name}", field="--ep")
+                             f"{model.name}{plus}", field="--ep")
         if model.layers % self.pp:
             raise InputError(f"--pp {self.pp} must divide the {model.layers} layers of "
                              f"{model.name}", field="--pp")
@@ -279,7 +282,12 @@ class StepModel:
         if not gpus:
             raise InputError("the system has no GPUs", field="SYSTEM")
         per, domains = topo.scale_up()
-        layout.check(m, len(gpus) if "nodes" not in topo.meta else per * domains)
+        # expert slots: an EP degree that does not divide the experts places EPLB's
+        # redundant copies too (DeepSeek's EP144 decode: 288 slots, 2 per GPU)
+        red = EPLB_REDUNDANT_EXPERTS if self.eplb else 0
+        layout.check(m, len(gpus) if "nodes" not in topo.meta else per * domains, red)
+        self.expert_slots = m.experts if not m.is_moe or m.experts % layout.ep == 0 \
+            else m.experts + red
         self.gpu = C.gpu_spec(gpu or gpus[0].model)
         self.format = P.lookup(str(precision), "weights", "--precision")
         self.precision = self.format.name
@@ -419,9 +427,10 @@ class StepModel:
             E, k = m.experts, m.top_k
             moe_tp = lay.tp // lay.ep
             Tm = T * lay.dp_attention           # tokens from every attention-DP rank
-            local = E // lay.ep
+            S = getattr(self, "expert_slots", E)   # experts and redundant copies placed
+            local = S // lay.ep
             # the slowest EP rank's tokens per expert (routing imbalance)
-            per_expert = Tm * k / E * rank_load_factor(Tm, E, k, lay.ep, self.load_cv)
+            per_expert = Tm * k / S * rank_load_factor(Tm, E, k, lay.ep, self.load_cv)
             touched = local * (1.0 - (1.0 - k / E) ** Tm)
             fe = m.expert_ffn / moe_tp
             parts.append(self._linear("router", Tm, E, m.hidden))

@@ -221,8 +221,10 @@ def _transfers(done_p: np.ndarray, xfer: np.ndarray, pos: np.ndarray, full: R.Re
 
 
 def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
-             decode_topo: Topology | None = None) -> dict:
-    """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``."""
+             decode_topo: Topology | None = None, overlap: bool = False) -> dict:
+    """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``, and
+    ``pd.pools``: the pools' steady throughput (:func:`pool_figures`; ``overlap``: two-batch
+    overlap)."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
     check_config(cfg)
     sm_p = step_model(model, topo, cfg)
@@ -344,7 +346,13 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                   "kv_wait_ms": {k: float(v) for k, v in zip(
                       ("p50", "p90", "p99"), np.percentile(np.maximum(wait, 0.0).round(9) * 1e3,
                                                            [50, 90, 99]), strict=True)},
-                  "link_sharing": sharing}}
+                  "link_sharing": sharing,
+                  "pools": pool_figures(sm_p, sm_d, float(full.isl.mean()),
+                                        float(full.osl.mean()), cfg.slo_tpot_ms,
+                                        overlap=overlap,
+                                        per_node=(_node_gpus(topo),
+                                                  _node_gpus(decode_topo or topo)),
+                                        batch=cfg.max_num_seqs)}}
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
@@ -359,4 +367,222 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                  f"{sharing['decode_comm_ms_per_iteration'] * 1e3:.1f} us to an "
                  "average decode iteration")
     out["bottleneck"] = said
+    return out
+
+
+# -- pool figures: a disaggregated deployment's prefill and decode pools at steady state --------
+
+#: SMs that expert-parallel all-to-all kernels of the prefill kind (DeepEP's normal mode, which
+#: copies tokens with the GPU's own SMs) take from computation while they run: DeepSeek-V3
+#: dedicates 20 of the H800's 132 SMs to communication (DeepSeek-V3 Technical Report,
+#: section 3.2.2, "only 20 SMs are sufficient to fully utilize the bandwidths of IB and
+#: NVLink"). DeepEP's low-latency mode, used in decode, holds no SMs while its RDMA messages
+#: are in flight (deepseek-ai/profile-data README, Decoding), so decode loses none.
+COMM_SMS = record("COMM_SMS", 20, "SMs",
+                  "two-batch overlap in prefill: SMs the overlapped all-to-all occupies",
+                  "DeepSeek-V3 Technical Report (arXiv 2412.19437), section 3.2.2; "
+                  "deepseek-ai/profile-data README (decode: no SMs during the wait)")
+
+PHASES = ("prefill", "decode")
+
+
+def _nodes_reached(nodes: int, top_k: int) -> float:
+    """Expected distinct nodes other than its own that a token's ``top_k`` experts sit on,
+    with the experts spread evenly over ``nodes`` nodes (balanced placement, as EPLB makes it).
+
+    >>> round(_nodes_reached(4, 8), 3)     # EP32 on 4 nodes: 2.7 of the 3 other nodes
+    2.7
+    >>> _nodes_reached(1, 8)
+    0.0
+    """
+    if nodes <= 1:
+        return 0.0
+    return (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+
+
+def _ep_comm_prefill(sm: StepModel, tokens: float) -> float:
+    """Seconds of one prefill iteration's expert all-to-alls when each token crosses to each
+    node it needs once and is forwarded to that node's experts over NVLink (DeepEP's normal
+    kernels; DeepSeek-V3 Technical Report, section 3.2.2: IB first, then NVLink).
+
+    The all-to-all model spreads a rank's buffer evenly over every rank, so the buffer is
+    sized so that the bytes it sends across nodes are the deduplicated ones, and the bytes
+    that stay in the node are at least what the NVLink forwarding moves.
+    """
+    m, lay = sm.model, sm.layout
+    if not m.moe_layers or lay.ep <= 1:
+        return 0.0
+    per_dom = min(lay.ep, sm.topo.scale_up()[0])
+    nodes = max(1, lay.ep // per_dom)
+    T = float(tokens) * lay.dp_attention / lay.tp          # tokens per expert-parallel rank
+    if nodes <= 1:
+        return float(sm.parts(tokens, 0, 0, 0, 0)["ep_comm_s"])
+    cross = _nodes_reached(nodes, m.top_k) * m.hidden * T  # elements crossing nodes
+    scale = nodes / (nodes - 1)                            # buffer whose cross-node share is it
+    t = 0.0
+    for elem in (sm.ab, 2.0):                              # dispatch (FP8 / BF16), combine BF16
+        size = int(max(cross * elem * scale, 1))
+        t += collectives.predict(sm.topo, "all_to_all", size, lay.ep,
+                                 per_node=per_dom).time_us * 1e-6
+    return m.moe_layers * t
+
+
+def _step(sm: StepModel, phase: str, tokens: float, attn: float, ctx: float,
+          overlap: bool) -> dict:
+    """One pool iteration's seconds by part. ``tokens``: prefill tokens or decode requests
+    per attention rank; ``attn`` / ``ctx``: query-key pairs and context tokens of them.
+
+    With ``overlap`` (two-batch overlap: DeepSeek's dual micro-batches, SGLang's TBO) the
+    batch runs as two halves, one's communication under the other's computation: the
+    iteration is the longer of the two streams over the layers (each half reads the weights
+    again), computation slowed in prefill by the SMs the all-to-all holds
+    (:data:`COMM_SMS`).
+    """
+    n = 2 if overlap else 1
+
+    def parts(f: float) -> dict[str, float]:
+        if phase == "prefill":
+            p = {k: float(v) for k, v in sm.parts(tokens * f, attn * f, ctx * f, 0, 0).items()}
+            p["ep_comm_s"] = _ep_comm_prefill(sm, tokens * f)
+            return p
+        return {k: float(v) for k, v in sm.parts(0, 0, 0, tokens * f, ctx * f).items()}
+
+    p = parts(1.0 / n)
+    compute = n * (p["gemm_compute_s"] + p["weight_read_s"] + p["attention_s"])
+    comm = n * (p["tp_comm_s"] + p["ep_comm_s"] + p["pp_comm_s"])
+    if overlap and phase == "prefill":
+        sms = max(sm.gpu.sms, COMM_SMS.value + 1)
+        compute *= sms / (sms - COMM_SMS.value)
+    total = (max(compute, comm) if overlap else compute + comm) + p["overhead_s"]
+    return {"iteration_ms": total * 1e3, "compute_ms": compute * 1e3, "comm_ms": comm * 1e3,
+            "overhead_ms": p["overhead_s"] * 1e3,
+            "bound": "communication" if comm > compute else "computation",
+            "overlap": overlap}
+
+
+def _per_gpu(sm: StepModel, per_rank: float) -> float:
+    lay = sm.layout
+    return per_rank * lay.dp_attention / lay.gpus
+
+
+def prefill_pool(sm: StepModel, isl: int, tokens: int | None = None, *, overlap: bool = False,
+                 gpus_per_node: int = 8) -> dict:
+    """A prefill pool's steady throughput: every attention rank runs ``tokens`` prompt tokens
+    (the engine's token budget by default) of ``isl``-token prompts each iteration.
+
+    >>> from gpufabric.workloads.inference.itertime import ServeLayout
+    >>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 1})
+    >>> sm = StepModel("llama3-8b", t, ServeLayout(tp=1), engine="sglang", max_tokens=8192)
+    >>> r = prefill_pool(sm, 2048)
+    >>> r["input_tokens_per_s_per_node"] == 8 * r["input_tokens_per_s_per_gpu"]
+    True
+    """
+    if isl < 1:
+        raise InputError(f"got {isl}; expected a prompt of at least 1 token", field="isl")
+    T = float(tokens or sm.max_tokens)
+    if T > sm.max_tokens:
+        raise InputError(f"{int(T)} tokens per rank exceed the iteration budget "
+                         f"{sm.max_tokens}", field="tokens")
+    # whole prompts, or chunks of one longer than the budget attending to the prompt so far:
+    # on average a query meets (isl + 1) / 2 keys either way
+    attn = T * (isl + 1) / 2.0
+    ctx = max(T, float(isl))
+    st = _step(sm, "prefill", T, attn, ctx, overlap)
+    g = _per_gpu(sm, T / (st["iteration_ms"] * 1e-3))
+    return {"phase": "prefill", "isl": int(isl), "tokens_per_rank": int(T), **st,
+            "input_tokens_per_s_per_gpu": g, "input_tokens_per_s_per_node": g * gpus_per_node}
+
+
+def decode_pool(sm: StepModel, kv_len: int, batch: int | None = None,
+                per_user: float | None = None, *, overlap: bool = False,
+                gpus_per_node: int = 8) -> dict:
+    """A decode pool's steady throughput with ``batch`` requests per attention rank at an
+    average KV length ``kv_len``; or, with ``per_user``, the largest batch whose tokens/s per
+    request is at least that; with neither, the largest batch the KV cache holds. Batches
+    stay within the step model's token budget (``max_tokens``), which its tables cover.
+
+    >>> from gpufabric.workloads.inference.itertime import ServeLayout
+    >>> t = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 1})
+    >>> sm = StepModel("llama3-8b", t, ServeLayout(tp=1), engine="sglang")
+    >>> a = decode_pool(sm, 2000, batch=64)
+    >>> b = decode_pool(sm, 2000, per_user=a["output_tokens_per_s_per_user"])
+    >>> b["batch_per_rank"] >= 64
+    True
+    """
+    if kv_len < 1:
+        raise InputError(f"got {kv_len}; expected at least 1 token", field="avg_kv_len")
+    # the largest batch the KV cache holds, and the step model's tables cover
+    cap = min(int(sm.kv_blocks * sm.block_size // kv_len), sm.max_tokens)
+    if cap < 1:
+        raise InputError(f"one request of {kv_len} tokens does not fit the KV cache "
+                         f"({sm.kv_blocks * sm.block_size} tokens per rank)", field="avg_kv_len")
+
+    def run(b: int) -> dict:
+        return _step(sm, "decode", b, 0.0, float(b) * kv_len, overlap)
+
+    if batch is not None:
+        if batch < 1:
+            raise InputError(f"got {batch}; expected at least 1 request", field="batch")
+        if batch > sm.max_tokens:
+            raise InputError(f"{batch} requests per rank exceed the iteration's token budget "
+                             f"({sm.max_tokens}); build the step model with more", field="batch")
+        if batch > cap:
+            raise InputError(f"{batch} requests of {kv_len} tokens per rank exceed the KV cache "
+                             f"({cap} such requests)", field="batch")
+        b = int(batch)
+    elif per_user is not None:
+        if not per_user > 0:
+            raise InputError(f"got {per_user}; expected a speed > 0",
+                             field="output_tokens_per_s_per_user")
+        if 1e3 / run(1)["iteration_ms"] < per_user:
+            raise InputError(f"{per_user:g} tokens/s per user is faster than one request "
+                             f"alone decodes ({1e3 / run(1)['iteration_ms']:.1f})",
+                             field="output_tokens_per_s_per_user")
+        lo, hi = 1, cap                      # the iteration grows with the batch: bisect
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if 1e3 / run(mid)["iteration_ms"] >= per_user:
+                lo = mid
+            else:
+                hi = mid - 1
+        b = lo
+    else:
+        b = cap
+    st = run(b)
+    g = _per_gpu(sm, b / (st["iteration_ms"] * 1e-3))
+    return {"phase": "decode", "avg_kv_len": int(kv_len), "batch_per_rank": b,
+            "kv_capacity_requests": cap, **st,
+            "output_tokens_per_s_per_user": 1e3 / st["iteration_ms"],
+            "output_tokens_per_s_per_gpu": g, "output_tokens_per_s_per_node": g * gpus_per_node}
+
+
+def _node_gpus(topo: Topology) -> int:
+    n = topo.meta.get("gpus_per_node")
+    return int(n) if n else gpu_count(topo)[1]
+
+
+def pool_figures(sm_p: StepModel, sm_d: StepModel, isl: float, osl: float,
+                 slo_tpot_ms: float | None = None, *, overlap: bool = False,
+                 per_node: tuple[int, int] = (8, 8), batch: int | None = None) -> dict:
+    """Both pools of a disaggregated deployment at steady state: the prefill pool at its
+    token budget on ``isl``-token prompts, the decode pool at an average KV length of
+    ``isl + osl / 2`` with ``batch`` requests per attention rank (as many as the KV cache
+    holds, at most), or else the largest batch that keeps ``slo_tpot_ms`` (or, without one,
+    the largest the KV cache holds). A pool the layout cannot run says why under ``error``."""
+    out: dict = {}
+    try:
+        out["prefill"] = prefill_pool(sm_p, max(1, round(isl)), overlap=overlap,
+                                      gpus_per_node=per_node[0])
+    except InputError as exc:
+        out["prefill"] = {"error": str(exc)}
+    kv = max(1, round(isl + osl / 2.0))
+    try:
+        if batch:
+            cap = min(int(sm_d.kv_blocks * sm_d.block_size // kv), sm_d.max_tokens)
+            batch = max(1, min(batch, cap))
+        out["decode"] = decode_pool(sm_d, kv, batch,
+                                    None if batch or not slo_tpot_ms else 1e3 / slo_tpot_ms,
+                                    overlap=overlap, gpus_per_node=per_node[1])
+    except InputError as exc:
+        out["decode"] = {"error": str(exc)}
     return out

@@ -51,6 +51,11 @@ METRICS = {
     "tpot_ms_p99": ("tpot_ms", "p99"),
     "latency_ms": ("e2e_ms", "mean"), "latency_ms_p50": ("e2e_ms", "p50"),
     "transfer_ms": ("kv_transfer_ms", "p50"),
+    # a disaggregated deployment's pools (points with a phase; see :func:`_run_pd_pool`)
+    "input_tokens_per_s_per_node": ("pool_input_tokens_per_s_per_node", None),
+    "input_tokens_per_s_per_gpu": ("pool_input_tokens_per_s_per_gpu", None),
+    "output_tokens_per_s_per_node": ("pool_output_tokens_per_s_per_node", None),
+    "output_tokens_per_s_per_user": ("pool_output_tokens_per_s_per_user", None),
 }
 
 
@@ -190,6 +195,7 @@ def load_entries(path: str) -> list[dict]:
                                     and all(isinstance(x, dict) for x in pts)):
             raise InputError("expected a list of mappings", file=path,
                              field=f"[{i}]({e['id']}).points")
+        _check_phases(e, path, i)
     return data
 
 
@@ -215,6 +221,8 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     if par.get("mtp"):
         raise Skip("multi-token prediction (speculative decoding) is not modeled")
     mode = wl.get("mode")
+    if wl.get("phase") is not None:
+        return _run_pd_pool(e, pt, par, wl)
     if par.get("pd") == "disaggregated":
         return _run_pd(e, pt, par, wl)
     if mode in (None, "bulk-transfer"):
@@ -314,6 +322,101 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     return r, {"model": model, "gpu": sysd["gpu"], "tp": tp, "pp": 1, "ep": 1,
                "gpus": (x + y) * tp, "mode": "pd single-stream", "isl": isl, "osl": 2,
                "rate": None, "concurrency": 1, "batch": None, "precision": prec}
+
+
+#: The largest decode batch per rank a pool point without a stated batch is searched over.
+DECODE_BATCH_CAP = 4096
+
+
+def _check_phases(e: dict, path: str, i: int) -> None:
+    """A pool point's ``phase`` is prefill or decode (in the entry's workload or a point)."""
+    from gpufabric.workloads.inference.pd import PHASES
+    where = [("workload", e.get("workload") or {})]
+    where += [(f"points[{j}]", p) for j, p in enumerate(e.get("points") or [])]
+    for name, d in where:
+        ph = d.get("phase")
+        if ph is not None and ph not in PHASES:
+            raise InputError(f"got {ph!r}; allowed: {', '.join(PHASES)}", file=path,
+                             field=f"[{i}]({e['id']}).{name}.phase")
+
+
+def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
+    """A disaggregated deployment's prefill or decode pool at steady state
+    (:func:`gpufabric.workloads.inference.pd.prefill_pool` / ``decode_pool``): input tokens/s
+    of a prefill pool at a token budget and prompt length, output tokens/s of a decode pool
+    at a batch (or a per-user speed, or a full KV cache) and an average KV length."""
+    from gpufabric.workloads.inference.itertime import StepModel, ServeLayout
+    from gpufabric.workloads.inference.pd import decode_pool, prefill_pool
+    sysd, mod = e["system"], e["model"]
+    phase = wl["phase"]
+    if par.get("mtp"):
+        raise Skip("multi-token prediction (speculative decoding) is not modeled")
+    gpu = pt.get("gpu") or sysd.get("gpu")
+    if not gpu:
+        raise Skip("GPU not stated")
+    try:
+        model = model_name(pt.get("model") or mod.get("name", ""))
+    except InputError:
+        raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
+    ep = _int(par.get("ep"), "ep")
+    tp = _int(par.get("tp"), "tp", ep)
+    adp = tp if par.get("attention_dp") else 1
+    per_node = _int(sysd.get("gpus_per_node"), "gpus_per_node", 8)
+    nodes = max(_int(sysd.get("nodes"), "nodes", 1), -(-tp // per_node))
+    spec: dict[str, Any] = {"gpu": catalog.gpu_variant(gpu, sysd.get("gpu_variant")),
+                            "gpus_per_node": per_node, "nodes": nodes}
+    for k in ("scale_up", "nic", "nics_per_node", "nvlink_domain"):
+        if sysd.get(k) is not None:
+            spec[k] = sysd[k]
+    if nodes > 1:
+        spec.setdefault("nic", "ib-ndr")
+    prec = str(pt.get("precision") or mod.get("precision") or "bf16").lower()
+    prec = {"nvfp4": "fp4", "fp4 (nvfp4)": "fp4"}.get(prec, prec)
+    kv = pt.get("kv_cache_dtype") or mod.get("kv_cache_dtype")
+    engine = _name((e.get("engine") or {}).get("name"), "engine.name", "default")
+    overlap = bool(pt.get("two_batch_overlap", par.get("two_batch_overlap", False)))
+    isl, kv_len = _num(wl.get("isl")), _num(wl.get("avg_kv_len"))
+    tokens = _num(wl.get("tokens_per_rank"))
+    batch = _num(wl.get("batch"))
+    conc = _num(wl.get("concurrency"))
+    if phase == "decode" and not batch and conc:   # in flight over the attention ranks
+        batch = float(max(1, round(conc / adp)))
+    if phase == "prefill" and not isl:
+        raise Skip("prefill pool without the prompt length (isl)")
+    if phase == "decode" and not kv_len:
+        osl = _num(wl.get("osl")) or 0.0
+        if not isl:
+            raise Skip("decode pool without the KV length (avg_kv_len or isl)")
+        kv_len = isl + osl / 2.0
+    budget = _int(tokens, "tokens_per_rank") if tokens else None
+    if phase == "decode":       # the step tables cover the batch (or the largest one sought)
+        budget = _int(batch, "batch") if batch else DECODE_BATCH_CAP
+    sm = StepModel(model, from_spec(spec), ServeLayout(tp=tp, ep=ep, dp_attention=adp),
+                   precision=prec, kv_dtype=kv, engine=engine,
+                   max_tokens=budget or 8192, eplb=bool(par.get("eplb")))
+    r: dict[str, Any]
+    if phase == "prefill":
+        p = prefill_pool(sm, _int(isl, "isl"), budget, overlap=overlap, gpus_per_node=per_node)
+        r = {"pool_input_tokens_per_s_per_node": p["input_tokens_per_s_per_node"],
+             "pool_input_tokens_per_s_per_gpu": p["input_tokens_per_s_per_gpu"]}
+    else:
+        per_user = _num(wl.get("output_tokens_per_s_per_user"))
+        p = decode_pool(sm, _int(round(kv_len or 0.0), "avg_kv_len"),
+                        _int(batch, "batch") if batch else None,
+                        None if batch else per_user, overlap=overlap, gpus_per_node=per_node)
+        r = {"pool_output_tokens_per_s_per_node": p["output_tokens_per_s_per_node"],
+             "throughput_tokens_per_s_per_gpu": p["output_tokens_per_s_per_gpu"]}
+        if batch or per_user is None:      # a speed that set the batch is no prediction
+            r["pool_output_tokens_per_s_per_user"] = p["output_tokens_per_s_per_user"]
+    r["pool"] = p
+    r["bottleneck"] = (f"{phase} pool: {p['iteration_ms']:.1f} ms per iteration, "
+                       f"{p['bound']}-bound (compute {p['compute_ms']:.1f} ms, "
+                       f"communication {p['comm_ms']:.1f} ms"
+                       + (", two-batch overlap)" if overlap else ")"))
+    return r, {"model": model, "gpu": gpu, "tp": tp, "pp": 1, "ep": ep, "gpus": tp,
+               "mode": f"pd {phase} pool", "isl": isl, "osl": None, "rate": None,
+               "concurrency": None, "batch": p.get("batch_per_rank", budget),
+               "precision": prec}
 
 
 def _predicted(r: dict, key: str, gpus: int) -> float | None:

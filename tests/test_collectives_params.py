@@ -27,7 +27,10 @@ def test_every_record_says_where_it_comes_from():
         if p.kind == "nccl":
             assert p.nccl_version == "2.28.3" and "NCCL" in p.source
     assert P.REGISTRY["NVLS_EFFICIENCY"].value == {"nvlink4": 0.85, "nvlink5": 0.74}
-    assert P.REGISTRY["SHM_HOP_LAT_US"].fitted_on == ("rtx4090-8gpu-small-latency",)
+    # two machines: an 8-GPU dual-socket ring and a 4-GPU single-socket ring
+    assert P.REGISTRY["SHM_HOP_LAT_US"].fitted_on == ("rtx4090-8gpu-small-latency",
+                                                      "rtx5090-4gpu-genoa-no-p2p")
+    assert P.REGISTRY["SHM_CROSS_SOCKET_US"].fitted_on == P.REGISTRY["SHM_HOP_LAT_US"].fitted_on
     with pytest.raises(ValueError, match="recorded twice"):
         P.record("NVLS_LAT_US", 1.0, "us", "x", "y")
 
@@ -44,12 +47,14 @@ def test_the_network_uses_the_recorded_values():
 
 def test_fitted_ids_are_calibration_entries():
     import yaml
-    ids = {e["id"] for f in ("collectives.yaml", "holdout.yaml", "holdout2.yaml")
+    ids = {e["id"] for f in ("collectives.yaml", "holdout.yaml", "holdout2.yaml",
+                             "holdout4.yaml")
            for e in yaml.safe_load((DATA / f).read_text())}
     assert P.fitted_ids() <= ids
     assert P.fitted_ids() == {"rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
                               "rtx5090-pcie5-dual-xeon", "hgx-h100-allreduce-290",
-                              "azure-nd-h200-v5", "p4dn-2node-efa"}
+                              "azure-nd-h200-v5", "p4dn-2node-efa",
+                              "rtx5090-4gpu-genoa-no-p2p"}
 
 
 def test_validate_reports_the_error_over_unfitted_entries():

@@ -38,10 +38,12 @@ def test_every_entry_runs_now_that_efa_and_nvlink_domains_exist(result):
 def test_summary_against_the_goals(result):
     """Large-message goals (median <= 10 %, max <= 25 %) are NOT met here; see docs."""
     s = result["summary"]
-    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (10.63, 33.53)
-    assert s["small_median_abs_pct"] == 19.34
+    # not met, as documented; the bounds keep them from drifting further
+    assert s["large_median_abs_pct"] <= 11.5 and s["large_max_abs_pct"] <= 35
+    # the small-message goal (issue 22 point 5): median at most 20 % on every public file
+    assert s["small_median_abs_pct"] <= 20
     u = s["unfitted"]
-    assert (u["large_median_abs_pct"], u["large_max_abs_pct"]) == (10.77, 33.53)
+    assert u["large_median_abs_pct"] <= 11.5 and u["large_max_abs_pct"] <= 35
 
 
 def test_20_nvl72_racks_are_timed_as_rings_and_trees_across_the_racks(result):
@@ -59,9 +61,12 @@ def test_efa_v1_fitted_on_two_p4dn_predicts_three_and_four(result):
     rows = {r["id"]: r for r in result["points"] if r["id"].startswith("p4dn-")
             and r["id"].endswith("node-efa")}
     assert rows["p4dn-2node-efa"]["fitted"] and not rows["p4dn-3node-efa"]["fitted"]
-    assert {k: (r["algo"], round(r["err_pct"], 1)) for k, r in rows.items()} == {
-        "p4dn-2node-efa": ("tree", 0.7), "p4dn-3node-efa": ("ring", 3.7),
-        "p4dn-4node-efa": ("ring", 10.9)}
+    assert {k: r["algo"] for k, r in rows.items()} == {
+        "p4dn-2node-efa": "tree", "p4dn-3node-efa": "ring", "p4dn-4node-efa": "ring"}
+    # the fitted point within 2 %; the held-out ones within 6 and 12 % (NVIDIA/nccl issue 235:
+    # EFA's share falls with the node count, which the model does not have)
+    bands = {"p4dn-2node-efa": 2, "p4dn-3node-efa": 6, "p4dn-4node-efa": 12}
+    assert all(abs(rows[k]["err_pct"]) <= b for k, b in bands.items())
 
 
 def test_a_group_on_one_gpu_per_node_is_validated_as_such(result):

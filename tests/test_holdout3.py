@@ -20,8 +20,10 @@ def test_every_entry_runs_and_nothing_is_fitted_on_it(result):
     s = result["summary"]
     assert result["skipped"] == [] and s["points"] == 38 and s["fitted_entries"] == []
     # goals: large median <= 10 and small median <= 25 (met), max <= 25 (not met; docs)
-    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (4.05, 110.51)
-    assert s["small_median_abs_pct"] == 15.69
+    assert s["large_median_abs_pct"] <= 10           # the goal, met
+    assert s["large_max_abs_pct"] <= 115             # not met (TCPXO mid sizes; docs)
+    # the small-message goal (issue 22 point 5): median at most 20 % on every public file
+    assert s["small_median_abs_pct"] <= 20
 
 
 def test_two_node_hgx_clusters_on_eight_ndr_nics(result):
@@ -60,11 +62,18 @@ def test_two_node_clouds_at_large_and_mid_sizes(result):
     nebius, lam = _errs(result, "nebius-h100-2node-ib"), _errs(result, "lambda-b200-2node-ib")
     a4 = _errs(result, "gcp-a4-b200-2node-roce")
     tcpxo = _errs(result, "gcp-a3mega-h100-2node-tcpxo")
-    assert (nebius[G], lam[G], a4[G], tcpxo[G]) == (0.8, -7.6, 0.4, 7.9)
-    assert (nebius[64 * M], lam[64 * M], a4[64 * M], tcpxo[64 * M]) == (-1.2, -4.3, 0.3, 110.5)
-    assert (nebius[256 * M], lam[256 * M], a4[256 * M], tcpxo[256 * M]) == (2.2, -0.1, 0.2, 29.3)
-    assert (nebius[16 * M], lam[16 * M], a4[16 * M], tcpxo[16 * M]) == (5.7, 15.3, 20.0, 281.1)
-    assert (tcpxo[8], tcpxo[1024], nebius[8], lam[8]) == (-12.1, -18.8, -30.2, -12.5)
+    # InfiniBand and RoCE from 64 MiB: within 8 % (NVLS tree with its whole fill)
+    assert all(abs(e[s]) <= 8 for e in (nebius, lam, a4) for s in (64 * M, 256 * M, G))
+    # 16 MiB over-predicted by at most 21 %
+    assert all(0 <= e[16 * M] <= 21 for e in (nebius, lam, a4))
+    # TCPXO: within 10 % at 1 GiB; its mid sizes ~0.9 ms over (GCP's tuner, not public)
+    assert abs(tcpxo[G]) <= 10 and 90 <= tcpxo[64 * M] <= 125 and tcpxo[256 * M] <= 35
+    # its latency: the Simple tree with the receiver's flush on each network hop (the NIC's
+    # latency once more, as NCCL's cost model) within 10 %
+    assert abs(tcpxo[8]) <= 10 and abs(tcpxo[1024]) <= 10
+    # the InfiniBand trees' 8-byte points: the measured 8 B and 1 KiB times differ by up to
+    # 14 us in either direction (noise of one sweep), so within 35 %
+    assert abs(nebius[8]) <= 35 and abs(lam[8]) <= 35
     algos = {r["algo"] + "/" + r["proto"] for r in result["points"]
              if r["id"] == "gcp-a3mega-h100-2node-tcpxo"}
     assert algos == {"tree/Simple"}

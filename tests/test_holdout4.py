@@ -21,12 +21,17 @@ def _errs(result, entry):
     return {r["size"]: round(r["err_pct"], 1) for r in result["points"] if r["id"] == entry}
 
 
-def test_every_entry_runs_and_nothing_is_fitted_on_it(result):
+def test_every_entry_runs_and_one_is_fitted_on(result):
     s = result["summary"]
-    assert result["skipped"] == [] and s["points"] == 111 and s["fitted_entries"] == []
-    # first prediction (blind, at 1545f19): 19.8 / 112.1 / 23.5; goals: 10 / 25 / 25
-    assert (s["large_median_abs_pct"], s["large_max_abs_pct"]) == (16.02, 112.11)
-    assert s["small_median_abs_pct"] == 23.5
+    # the host-memory hop inside one socket (SHM_HOP_LAT_US) rests on the 4x RTX 5090 run
+    assert result["skipped"] == [] and s["points"] == 111
+    assert s["fitted_entries"] == ["rtx5090-4gpu-genoa-no-p2p"]
+    # first prediction (blind, at 1545f19): 19.8 / 112.1 / 23.5; goals: 10 / 25 / 20
+    assert s["large_median_abs_pct"] <= 17 and s["large_max_abs_pct"] <= 115   # not met; docs
+    # the small-message goal (issue 22 point 5): median at most 20 %, also without the
+    # fitted entry
+    assert s["small_median_abs_pct"] <= 20
+    assert s["unfitted"]["small_median_abs_pct"] <= 20
 
 
 def test_all_to_all_on_p5_uses_every_efa_card(result):
@@ -40,7 +45,9 @@ def test_first_generation_efa_runs_simple(result):
     """p4de: aws-ofi-nccl forces Simple on EFA v1; the 8-byte time was -64 % as an LL tree."""
     rows = [r for r in result["points"] if r["id"] == "aws-p4de-2node-efa-allreduce"]
     assert {r["proto"] for r in rows} == {"Simple"}
-    assert _errs(result, "aws-p4de-2node-efa-allreduce")[8] == -27.3
+    # with the receiver's flush on each Simple network hop (EFA's latency once more, as
+    # NCCL's cost model adds the plugin's latency again for Simple): -27 % -> within 15 %
+    assert abs(_errs(result, "aws-p4de-2node-efa-allreduce")[8]) <= 15
 
 
 def test_two_b200_clusters_differ_where_the_model_cannot(result):

@@ -63,6 +63,9 @@ def test_supernode_section_checks_the_switch_ports():
     ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 6}, "nvlink_domain"),
     ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 16}, "nvlink_domain"),
     ({"gpu": "H100-SXM", "scale_up": "pcie", "nodes": 2, "nvlink_domain": 16}, "scale_up"),
+    # part of a larger domain: whole trays of it, on NVLink switches
+    ({"gpu": "GB200", "gpus_per_node": 4, "nodes": 2, "nvlink_domain": 70}, "nvlink_domain"),
+    ({"gpu": "H100-SXM", "scale_up": "pcie", "nvlink_domain": 16}, "scale_up"),
     ({"gpu": "GB200", "gpus_per_node": 70}, "gpus_per_node"),
     ({"gpu": "H100-SXM", "nodes": 1000000}, "nodes"),
 ])
@@ -117,3 +120,29 @@ def test_nvl36x2_pays_the_extra_switch_chip_between_its_racks():
     # 36 GPUs in one rack never cross
     one = [C.predict(t, "all_reduce", 8, 36, algo="ring", proto="LL").time_us for t in (x2, rack)]
     assert one[0] == pytest.approx(one[1])
+
+
+def test_a_job_on_two_trays_of_an_nvl72_rack_is_built_on_the_rack_switches(cli):
+    # `nvlink_domain` larger than the system: its trays are part of one domain (two compute
+    # trays of a 72-GPU NVLink domain), on the whole domain's NVLink switches
+    t = from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 2, "nvlink_domain": 72})
+    assert (t.meta["nvlink_domain"], t.meta["domains"], t.meta["nodes_per_domain"]) == (8, 1, 2)
+    sup = t.meta["supernode"]
+    assert (sup["domain_gpus"], sup["domain_trays"], sup["trays"]) == (72, 18, 2)
+    assert (sup["switch_trays"], sup["chips"], sup["ports_used"]) == (9, 18, 8 * 18)
+    # exact links: every GPU to the one switch fabric with its 18 NVLink links, nothing else
+    nv = [ln for ln in t.links if ln.kind == "nvlink"]
+    assert len(nv) == 8 and {ln.count for ln in nv} == {18}
+    assert {ln.b if ln.a.startswith("n") else ln.a for ln in nv} == {"d0.nvsw"}
+    assert len(t.gpus()) == 8 and len(t.nics()) == 8          # 4 ConnectX-7 per tray
+    assert path(t, "n0.gpu0", "n1.gpu3").type == "NV18"
+    # collectives over NVLink (NVLS across the two trays), not over the scale-out NICs
+    assert C.layout(t).nodes == 1
+    small, big = (C.predict(t, "all_reduce", s) for s in (8, 8 * 2**30))
+    assert big.algo == "nvls" and "nic" not in big.bottleneck
+    assert small.algo in ("ring", "tree", "nvls")
+    code, out, _ = cli("show", "gpu=GB200,nodes=2,gpus_per_node=4,nvlink_domain=72")
+    assert code == 0 and "8 GPUs = 2 trays of 4 (part of a 72-GPU domain of 18 trays)" in out
+    # a domain that neither divides the GPUs nor holds them all is still refused
+    with pytest.raises(InputError, match="or exceeds them, got 16"):
+        from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 6, "nvlink_domain": 16})

@@ -93,8 +93,11 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
                      if t.meta.get("fabric") else ""))
     if t.meta.get("supernode"):
         sup = t.meta["supernode"]
+        part = (f" (part of a {sup['domain_gpus']}-GPU domain of {sup['domain_trays']} trays)"
+                if sup.get("domain_gpus", t.meta["nvlink_domain"]) > t.meta["nvlink_domain"]
+                else "")
         console.print(f"NVLink domain: {t.meta['nvlink_domain']} GPUs = {sup['trays']} trays of "
-                      f"{sup['gpus_per_tray']}, {sup['switch_trays']} switch trays x "
+                      f"{sup['gpus_per_tray']}{part}, {sup['switch_trays']} switch trays x "
                       f"{sup['chips_per_tray']} {sup['switch']} ({sup['ports_used']} of "
                       f"{sup['chips'] * sup['ports_per_chip']} ports), {sup['racks']} rack(s); "
                       f"{t.meta['domains']} domain(s)")

@@ -10,7 +10,7 @@ from gpufabric.errors import InputError
 
 #: Options of `train` that --search would ignore (it tries the layouts itself).
 LAYOUT_OPTIONS = ("tp|pp|dp|cp|ep|etp|vpp|zero|fsdp|micro_batch|recompute|no_sp|ep_overlap|"
-                  "order|sac|power_cap")
+                  "order|sac|power_cap|framework")
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
                "or key=value,...")
@@ -109,6 +109,12 @@ def train(
     power_cap: float | None = typer.Option(None, "--power-cap", callback=above(0),
                                            help="Board power limit in W below the GPU's TDP "
                                            "(slower tensor clock)."),
+    framework: str | None = typer.Option(None, "--framework", help="Run with a framework's "
+                                         "defaults (megatron, nemo, torchtitan, deepspeed, "
+                                         "pytorch-fsdp, composer, maxtext; or a profile YAML "
+                                         "file): sequence parallelism, ZeRO/FSDP, overlaps, "
+                                         "attention kernel, fusion, recomputation. Options "
+                                         "given on the command line override it."),
     search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
                                  "throughput instead of timing one."),
     top: int = typer.Option(5, "--top", callback=whole(1), help="Layouts to print with --search."),
@@ -162,16 +168,42 @@ def train(
             raise InputError(f"tp x pp x cp = {tp * pp * cp} does not divide the {gpus} GPUs",
                              field="--tp")
         dp = gpus // (tp * pp * cp)
+    opts: dict = {"tp_overlap": tp_overlap, "ep_overlap": ep_overlap, "sac": sac}
+    if framework:
+        run = _framework_settings(ctx, framework, no_sp=no_sp, zero=zero, fsdp=fsdp,
+                                  tp_overlap=tp_overlap, ep_overlap=ep_overlap,
+                                  recompute=recompute, sac=sac)
+        from gpufabric.workloads.frameworks import step_options
+        no_sp = not run.get("sp", not no_sp)
+        zero = int(run.get("zero", zero))
+        fsdp = str(run.get("fsdp", fsdp))
+        recompute = str(run.get("recompute", recompute))
+        opts.update(step_options(run))
     par = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero, fsdp=fsdp,
                    sp=not no_sp, micro_batch=micro_batch,
                    global_batch=global_batch or dp * micro_batch, recompute=recompute,
                    order=order, etp=etp)
-    r = predict_step(m, topo, par, seq, precision=precision, tp_overlap=tp_overlap,
-                     ep_overlap=ep_overlap, sac=sac, power_cap_W=power_cap, check_memory=True)
+    r = predict_step(m, topo, par, seq, precision=precision, power_cap_W=power_cap,
+                     check_memory=True, **opts)
     if json:
         emit_json(r.to_dict())
         return
     _print_result(r)
+
+
+def _framework_settings(ctx: typer.Context, name: str, **given: object) -> dict:
+    """The run settings of ``--framework NAME``: the profile's defaults with every option the
+    command line gives on top."""
+    from gpufabric.cli.common import given as on_command_line
+    from gpufabric.workloads.frameworks import load_profile, resolve
+    prof = load_profile(name, field="--framework")
+    stated: dict = {}
+    for opt, key in (("no_sp", "sp"), ("zero", "zero"), ("fsdp", "fsdp"),
+                     ("tp_overlap", "tp_comm_overlap"), ("ep_overlap", "ep_comm_overlap"),
+                     ("recompute", "recompute"), ("sac", "sac")):
+        if on_command_line(ctx, opt):
+            stated[key] = (not given[opt]) if opt == "no_sp" else given[opt]
+    return resolve(prof, stated)
 
 
 def is_training_file(path: str) -> bool:

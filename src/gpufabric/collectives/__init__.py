@@ -299,13 +299,18 @@ class Model:
         overlap a network hop with, which then costs what a tree's network hop costs (NCCL
         does the same). ``floor``: least an intra-node hop costs (NCCL's network overhead).
         ``net_up``: the fabric tiers above the leaf each network hop climbs, in order (each
-        tier adds two switch hops of wire latency)."""
+        tier adds two switch hops of wire latency). A network hop received with Simple also
+        pays the receiver's flush (``NET_SIMPLE_FLUSH``)."""
         tot = 0.0
         ups = iter(net_up or ())
         for k in kinds:
             lat = (P.TREE_HOP_LAT_US if exposed and k == "net" else table)[k][proto]
             if k == "net":
                 lat += self.net_wire_extra(next(ups, 0.0))
+                if proto == "Simple":
+                    # the receiver's flush through its own NIC (NCCL counts the net's latency
+                    # once more for Simple): the NIC's latency, not the fabric's tiers
+                    lat += P.NET_SIMPLE_FLUSH * max(0.0, self.net_wire_extra(0.0))
             else:
                 if multinode and proto == "LL":
                     lat *= P.LL_MULTINODE_INTRA
@@ -382,8 +387,10 @@ class Model:
                 if (protos is not None and p not in protos) or p not in net_ok:
                     continue
                 t = impl.time_us(self, op, plan, p, lay, size)
-                # NCCL's tuner does not see a pipeline's fill: choose without it
-                chosen = t - impl.fill_us(self, op, plan, p, lay, size)
+                # NCCL's tuner does not see a pipeline's fill, nor a bounce across the
+                # sockets: choose without them
+                chosen = (t - impl.fill_us(self, op, plan, p, lay, size)
+                          - plan.unseen_lat_us.get(p, 0.0))
                 if best is None or chosen < best[3]:
                     best = (t, plan, p, chosen)
         if best is None:

@@ -81,11 +81,22 @@ HOP_LAT_US = record(
     f"{_TUNING} hwLatencies, Ring row", nccl=True)
 
 SHM_HOP_LAT_US = record(
-    "SHM_HOP_LAT_US", {"LL": 2.5, "LL128": 4.5, "Simple": 8.0}, "us",
-    "transport shm (GPU to GPU through host memory, no P2P): one hop",
-    "fitted: the writer's posted write, the reader's flag poll and read across PCIe, about "
-    "2.5 PCIe hops", fitted_on=("rtx4090-8gpu-small-latency",))
+    "SHM_HOP_LAT_US", {"LL": 1.5, "LL128": 3.5, "Simple": 7.0}, "us",
+    "transport shm (GPU to GPU through host memory, no P2P): one hop inside one socket",
+    "fitted: the writer's posted write, the reader's flag poll and read of host memory "
+    "across PCIe (LL: 1.5 PCIe hops of NCCL's 1.0 us); LL128 and Simple keep their offsets "
+    "above LL (estimates). Fitted with SHM_CROSS_SOCKET_US on an 8-GPU dual-socket ring (2 "
+    "of its 8 hops cross) and a 4-GPU single-socket ring",
+    fitted_on=("rtx4090-8gpu-small-latency", "rtx5090-4gpu-genoa-no-p2p"))
 HOP_LAT_US["shm"] = SHM_HOP_LAT_US
+
+SHM_CROSS_SOCKET_US = record(
+    "SHM_CROSS_SOCKET_US", 4.0, "us",
+    "transport shm: a hop whose bounce through host memory crosses the inter-socket link "
+    "(UPI, xGMI), any protocol: the reader's polls and reads of the other socket's memory",
+    "fitted with SHM_HOP_LAT_US: 8x RTX 4090 on two sockets (42 us, 14 ring steps, 2 of 8 "
+    "hops across) and 4x RTX 5090 on one socket (15.6 us, 6 steps)",
+    fitted_on=("rtx4090-8gpu-small-latency", "rtx5090-4gpu-genoa-no-p2p"))
 
 TREE_HOP_LAT_US = record(
     "TREE_HOP_LAT_US", {
@@ -100,6 +111,17 @@ NET_REF_WIRE_US = record(
     "NET_REF_WIRE_US", 1.5, "us", "network hop: the wire latency NCCL's NET figures include",
     "estimate: NIC to NIC through one InfiniBand NDR leaf (catalog ib-ndr lat_us); a fabric's "
     "own latency beyond it is added per network hop")
+
+NET_SIMPLE_FLUSH = record(
+    "NET_SIMPLE_FLUSH", 1.0, "x the NIC's latency beyond NET_REF_WIRE_US",
+    "network hop received with the Simple protocol: the receiver's flush (a read of the "
+    "received buffer through its own NIC, so the GPU sees the data) pays the NIC's own "
+    "latency once more; LL and LL128 carry flags with the data and need no flush",
+    f"{_TUNING} ncclTopoTuneModel (interLat = hwLat[NET] + latencyInter, and for Simple "
+    "'Also add the flush extra latency': interLat += latencyInter once more); NCCL "
+    "src/transport/net.cc (flush after a GPUDirect RDMA receive, Simple only). The NIC's "
+    "latency beyond InfiniBand's, as per network hop (catalog net_speeds lat_us - "
+    "NET_REF_WIRE_US, at least 0)", nccl=True)
 
 LL_MULTINODE_INTRA = record(
     "LL_MULTINODE_INTRA", 1.8, "x", "LL intra-node hops when the kernel also drives the network",

@@ -164,6 +164,9 @@ class Pattern:
     #: NVLink hops of ``hops`` (share) or of ``tree_hops`` (count) between racks of a
     #: multi-rack NVLink domain (NVL36x2): each crosses one more switch chip
     chip_hops: float = 0.0
+    #: GPU-to-GPU hops through host memory (no P2P) of ``hops`` (share) or of ``tree_hops``
+    #: (count) whose bounce crosses the inter-socket link (UPI, xGMI)
+    socket_hops: float = 0.0
 
 
 class Planner:
@@ -334,7 +337,9 @@ class Planner:
                 if a != b:
                     hops.append(self.net.route(Transfer(a, b, 0)).transport)
             cross = self.cross_rack(orders[0] + orders[0][:1])
+            sockets = self.cross_socket(orders[0] + orders[0][:1])
             return Pattern(tr, hops, chip_hops=cross / max(len(hops), 1),
+                           socket_hops=sockets / max(len(hops), 1),
                            note=f"{ch} ring(s) inside the node")
         rails = self.rails(lay)
         ch = len(rails)
@@ -398,6 +403,7 @@ class Planner:
                 tr.append(Transfer(a, b, size, tag="down"))
             kinds = self._hop_kinds(tr[::2])
             return Pattern(tr, tree_hops=kinds, chip_hops=self.cross_rack(order),
+                           socket_hops=self.cross_socket(order),
                            note="a chain through the node")
         rails = self.rails(lay)
         ch = len(rails)
@@ -429,15 +435,33 @@ class Planner:
         each domain); 0 when the domain is one rack."""
         hub = self._switch_of(gpu)
         racks = int(self.topo.devices[hub].attrs.get("racks") or 1) if hub else 1
-        trays = int((self.topo.meta.get("supernode") or {}).get("trays") or 0)
-        if racks <= 1 or trays < racks:
+        sup = self.topo.meta.get("supernode") or {}
+        trays = int(sup.get("trays") or 0)
+        # the whole domain's trays set the racks' split (a system on part of a domain holds
+        # its first trays)
+        whole = int(sup.get("domain_trays") or trays)
+        if racks <= 1 or whole < racks or not trays:
             return 0
-        return (self.topo.devices[gpu].node % trays) // (trays // racks)
+        return (self.topo.devices[gpu].node % trays) // (whole // racks)
 
     def cross_rack(self, order: list[str]) -> int:
         """Consecutive GPUs of ``order`` in different racks of one NVLink domain: each such
         hop crosses one more NVLink switch chip (the cable between the racks' switch trays)."""
         return sum(1 for a, b in pairwise(order) if self.rack_of(a) != self.rack_of(b))
+
+    def cross_socket(self, order: list[str]) -> int:
+        """Consecutive GPUs of ``order`` whose copy bounces through host memory (no P2P) and
+        crosses the inter-socket link on the way: each such hop's reader polls host memory
+        of the other socket."""
+        out = 0
+        for a, b in pairwise(order):
+            if a == b:
+                continue
+            r = self.net.route(Transfer(a, b, 0))
+            if r.transport == "shm" and any(
+                    self.topo.hop(u, v).kind == "cpu" for w in r.walks for u, v in pairwise(w)):
+                out += 1
+        return out
 
     def chip_lat_us(self, gpu: str) -> float:
         """One NVLink switch chip traversal on the domain of ``gpu`` (catalog, an estimate)."""

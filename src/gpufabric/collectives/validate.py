@@ -106,7 +106,7 @@ def load_entries(path: str) -> list[dict]:
                     "ranks": ranks, "per_node": per_node, "algorithm": algo, "protocol": proto,
                     "points": clean,
                     "source": e.get("source", ""), "confidence": e.get("confidence", ""),
-                    "needs": str(e.get("needs", ""))})
+                    "needs": str(e.get("needs", "")), "stack": str(e.get("stack", ""))})
     return out
 
 
@@ -197,6 +197,10 @@ def predict_entry(e: dict, path: str, system: str | None = None,
     preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
                        e["protocol"], per_node=e["per_node"])
              for pt in e["points"]]
+    # a run whose software stack (NCCL, plugin versions) its source does not give says so on
+    # every point, rather than in a constant
+    if str(e.get("stack", "")).startswith("unstated"):
+        note = "; ".join(x for x in (note, "software stack " + str(e["stack"])) if x)
     return preds, note
 
 

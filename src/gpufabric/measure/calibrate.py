@@ -185,10 +185,7 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
     ``before`` / ``after`` validate's summary of the held-out points with the shipped and the
     fitted values, ``profile`` the overrides as :func:`gpufabric.measure.profile.apply` reads
     them."""
-    from scipy.optimize import least_squares
-
     from gpufabric.fileio import load_yaml
-    from gpufabric.topology.build import from_spec, load
     from gpufabric.workloads.inference.validate import is_inference_file
     from gpufabric.workloads.validate import is_training_file
     if hold_out not in HOLD_OUT:
@@ -200,10 +197,45 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
     if kind:
         raise InputError(f"{kind} measurements file; calibrate fits the collective model: a "
                          f"file of nccl-tests points (docs/calibration.md)", file=path)
-    entries = load_entries(path)
+    topos, usable, skipped = _usable(load_entries(path), path, system)
+    fit_entries, held_entries, held_what = _split(usable, hold_out, path)
+    fit = _Fit([e for e in fit_entries if e["points"]], path, system)
+    if not fit.entries:
+        raise InputError("no points left to fit after holding out; use --hold-out none",
+                         file=path, field="--hold-out")
+    base = fit.residuals({})
+    if base.size == 0:
+        raise InputError("no points to fit (none has a measured time)", file=path)
+    rows0 = [r for r in fit.rows({}) if r["measured_time_us"]]
+    chosen, unpinned, moved_by = _pinned(fit, base, rows0, topos, on_step)
+    fitted = _solve(fit, chosen, topos)
+    after_rows = fit.rows(fitted)
+    result: dict[str, Any] = {
+        "file": path, "system": system or "each entry's own", "hold_out": hold_out,
+        "held_out": held_what, "skipped": skipped,
+        "fitted_points": int(base.size),
+        "held_out_points": sum(len(e["points"]) for e in held_entries),
+        "params": [_record(n, fitted[n], moved_by[n], after_rows, topos) for n in chosen],
+        "unpinned": unpinned, "before": None, "after": None,
+        "residual_pct": {"before": _median_pct(rows0), "after": _median_pct(after_rows)}}
+    result["profile"] = {r["name"]: {"value": r["new"], "old": r["old"],
+                                     "fitted_on": r["fitted_on"],
+                                     "residual_pct": r["residual_pct"]}
+                         for r in result["params"]}
+    if held_entries:
+        result["before"] = _summary(held_entries, path, system, {})
+        result["after"] = _summary(held_entries, path, system, fitted)
+    result["evaluations"] = fit.evals
+    return result
+
+
+def _usable(entries: list[dict], path: str, system: str | None
+            ) -> tuple[list, list[dict], list[str]]:
+    """(topologies, entries, skip notes): the systems, built once; entries that cannot be
+    built are left out, as validate skips them (none left: the first one's error)."""
+    from gpufabric.topology.build import from_spec, load
     if system is not None:
         load(system)          # a system that does not build: its own one-line error
-    # the systems, once: entries that cannot be built are left out, as validate skips them
     topos, usable, skipped = [], [], []
     first: InputError | None = None
     for e in entries:
@@ -225,26 +257,23 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
             raise first
         raise InputError("no points to fit; expected entries with points: [{size, busbw | "
                          "time_us}, ...]", file=path)
-    fit_entries, held_entries, held_what = _split(usable, hold_out, path)
-    fit = _Fit([e for e in fit_entries if e["points"]], path, system)
-    if not fit.entries:
-        raise InputError("no points left to fit after holding out; use --hold-out none",
-                         file=path, field="--hold-out")
-    base = fit.residuals({})
-    if base.size == 0:
-        raise InputError("no points to fit (none has a measured time)", file=path)
+    return topos, usable, skipped
 
-    # which candidates the fitted points constrain, and which they tell apart
+
+def _pinned(fit: _Fit, base: np.ndarray, rows0: list[dict], topos: list,
+            on_step: Callable[[str], None] | None
+            ) -> tuple[list[str], list[dict], dict[str, list[dict]]]:
+    """(chosen, unpinned, moved_by): the candidates the fitted points constrain and tell apart
+    (each moves some point's time by :data:`PINS` of its own change, and not only as the
+    ones already chosen do), why each other one is left as it is, and the points each moves."""
     cols: list[np.ndarray] = []
     chosen: list[str] = []
     unpinned: list[dict] = []
     moved_by: dict[str, list[dict]] = {}
-    rows0 = [r for r in fit.rows({}) if r["measured_time_us"]]
     for name in _candidates(topos, fit.entries):
         old = _value(name)
         trial = old * (1 + STEP) if old > 0 else STEP
-        hi = _bounds(name, topos)[2]
-        if trial > hi:
+        if trial > _bounds(name, topos)[2]:
             trial = old * (1 - STEP)
         d = fit.residuals({name: trial}) - base
         if on_step:
@@ -269,58 +298,48 @@ def calibrate(path: str, system: str | None = None, hold_out: str = "sizes",
         cols.append(col)
         chosen.append(name)
         moved_by[name] = [r for r, x in zip(rows0, pins, strict=True) if x]
+    return chosen, unpinned, moved_by
 
-    result: dict[str, Any] = {
-        "file": path, "system": system or "each entry's own", "hold_out": hold_out,
-        "held_out": held_what, "skipped": skipped,
-        "fitted_points": int(base.size),
-        "held_out_points": sum(len(e["points"]) for e in held_entries),
-        "params": [], "unpinned": unpinned, "before": None, "after": None}
-    fitted: dict[str, float] = {}
-    if chosen:
-        olds = np.array([_value(n) for n in chosen])
-        scale = np.where(olds > 0, olds, 1.0)
-        bnds = [_bounds(n, topos) for n in chosen]
-        lows = np.array([(b[0] if b[1] else b[0] + 1e-6 * s) / s
-                         for b, s in zip(bnds, scale, strict=True)])
-        highs = np.array([b[2] / s for b, s in zip(bnds, scale, strict=True)])
-        x0 = np.clip(olds / scale, lows, highs)
 
-        def fun(x: np.ndarray) -> np.ndarray:
-            return fit.residuals(dict(zip(chosen, (x * scale).tolist(), strict=True)))
+def _solve(fit: _Fit, chosen: list[str], topos: list) -> dict[str, float]:
+    """The chosen parameters' values that best fit the points (bounded least squares on
+    their relative change, bounds from physics)."""
+    from scipy.optimize import least_squares
+    if not chosen:
+        return {}
+    olds = np.array([_value(n) for n in chosen])
+    scale = np.where(olds > 0, olds, 1.0)
+    bnds = [_bounds(n, topos) for n in chosen]
+    lows = np.array([(b[0] if b[1] else b[0] + 1e-6 * s) / s
+                     for b, s in zip(bnds, scale, strict=True)])
+    highs = np.array([b[2] / s for b, s in zip(bnds, scale, strict=True)])
+    x0 = np.clip(olds / scale, lows, highs)
 
-        sol = least_squares(fun, x0, bounds=(lows, highs), method="trf", diff_step=1e-4,
-                            x_scale=1.0, xtol=1e-8, ftol=1e-8, gtol=1e-8, max_nfev=200)
-        new = sol.x * scale
-        fitted = {n: float(f"{v:.6g}") for n, v in zip(chosen, new.tolist(), strict=True)}
-    after_rows = fit.rows(fitted)
-    result["residual_pct"] = {
-        "before": _median_pct(rows0), "after": _median_pct(after_rows)}
-    for n in chosen:
-        rows = moved_by[n]
-        by_id: dict[str, list[int]] = {}
-        for r in rows:
-            by_id.setdefault(r["id"], []).append(r["size"])
-        rec = {"name": n, "old": _value(n), "new": fitted[n], "fitted_on": list(by_id),
-               "pinned_by": [f"{i} ({', '.join(_fmt_size(s) for s in sorted(v))})"
-                             for i, v in by_id.items()],
-               "residual_pct": _median_pct([r for r in after_rows if (r["id"], r["size"]) in
-                                            {(x["id"], x["size"]) for x in rows}])}
-        if n.startswith("USABLE_RATE_SCALE."):
-            t = n.split(".", 1)[1]
-            rec["share_old"] = share_of_raw(topos, t)
-            with profile.overrides({n: fitted[n]}):
-                rec["share_new"] = share_of_raw(topos, t)
-        result["params"].append(rec)
-    result["profile"] = {r["name"]: {"value": r["new"], "old": r["old"],
-                                     "fitted_on": r["fitted_on"],
-                                     "residual_pct": r["residual_pct"]}
-                         for r in result["params"]}
-    if held_entries:
-        result["before"] = _summary(held_entries, path, system, {})
-        result["after"] = _summary(held_entries, path, system, fitted)
-    result["evaluations"] = fit.evals
-    return result
+    def fun(x: np.ndarray) -> np.ndarray:
+        return fit.residuals(dict(zip(chosen, (x * scale).tolist(), strict=True)))
+
+    sol = least_squares(fun, x0, bounds=(lows, highs), method="trf", diff_step=1e-4,
+                        x_scale=1.0, xtol=1e-8, ftol=1e-8, gtol=1e-8, max_nfev=200)
+    return {n: float(f"{v:.6g}") for n, v in zip(chosen, (sol.x * scale).tolist(), strict=True)}
+
+
+def _record(n: str, new: float, rows: list[dict], after_rows: list[dict], topos: list) -> dict:
+    """One fitted parameter: old and new value, the points that pinned it, their residual."""
+    by_id: dict[str, list[int]] = {}
+    for r in rows:
+        by_id.setdefault(r["id"], []).append(r["size"])
+    moved = {(x["id"], x["size"]) for x in rows}
+    rec = {"name": n, "old": _value(n), "new": new, "fitted_on": list(by_id),
+           "pinned_by": [f"{i} ({', '.join(_fmt_size(s) for s in sorted(v))})"
+                         for i, v in by_id.items()],
+           "residual_pct": _median_pct([r for r in after_rows
+                                        if (r["id"], r["size"]) in moved])}
+    if n.startswith("USABLE_RATE_SCALE."):
+        t = n.split(".", 1)[1]
+        rec["share_old"] = share_of_raw(topos, t)
+        with profile.overrides({n: new}):
+            rec["share_new"] = share_of_raw(topos, t)
+    return rec
 
 
 def _bounds(name: str, topos: list) -> tuple[float, bool, float]:

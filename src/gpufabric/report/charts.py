@@ -11,7 +11,7 @@ Examples
 True
 >>> len({style(i) for i in range(48)})          # 48 series, 48 different looks
 48
->>> fig = lines({"a": [(1, 2.0), (2, 3.0)]}, "x", "y", log_x=True)
+>>> fig = lines({"a": [(1, 2.0), (2, 3.0)]}, Axis("x", log=True), Axis("y"))
 >>> fig.layout.xaxis.type, fig.data[0].name
 ('log', 'a')
 >>> "<script" in figure_div(fig), "plotly.min.js" in figure_div(fig)
@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: Okabe & Ito's colour-blind-safe palette (black last: it reads as an axis next to others)
@@ -87,17 +88,27 @@ def _layout(title: str, x: dict[str, Any], y: dict[str, Any], height: int) -> di
             "margin": {"l": 70, "r": 20, "t": 40, "b": 60}}
 
 
-def lines(series: dict[str, Sequence[tuple[float, float]]], x_title: str, y_title: str, *,
-          title: str = "", log_x: bool = False, log_y: bool = False,
-          x_fmt: str | None = None, y_fmt: str | None = None, hover: str | None = None,
-          x_ticks: Sequence[tuple[float, str]] | None = None, height: int = 420) -> Any:
+@dataclass(frozen=True)
+class Axis:
+    """One axis of a chart: its title, logarithmic or not, a d3 tick format (``".0%"``), and
+    named tick positions ((value, label), ...) where the default ticks would not do."""
+
+    title: str
+    log: bool = False
+    fmt: str | None = None
+    ticks: tuple[tuple[float, str], ...] = ()
+
+
+def lines(series: dict[str, Sequence[tuple[float, float]]], x: Axis, y: Axis, *,
+          title: str = "", hover: str | None = None, height: int = 420) -> Any:
     """A line chart, one trace per series (points are (x, y); non-positive values are left out
     of a log axis, never clipped to its edge). ``hover`` is a plotly hover template for the
-    points (default: the series, x and y); ``x_ticks`` names tick positions (value, label)."""
+    points (default: the series, x and y). A log axis without named ticks gets
+    :func:`log_ticks` over the values drawn."""
     import plotly.graph_objects as go
     fig = go.Figure()
     for i, (name, pts) in enumerate(series.items()):
-        keep = [(x, y) for x, y in pts if (x > 0 or not log_x) and (y > 0 or not log_y)]
+        keep = [(a, b) for a, b in pts if (a > 0 or not x.log) and (b > 0 or not y.log)]
         if not keep:
             continue
         color, dash, marker = style(i)
@@ -105,18 +116,18 @@ def lines(series: dict[str, Sequence[tuple[float, float]]], x_title: str, y_titl
             x=[p[0] for p in keep], y=[p[1] for p in keep], name=name, mode="lines+markers",
             line={"color": color, "dash": dash, "width": 2},
             marker={"symbol": marker, "size": 7, "color": color},
-            hovertemplate=hover or (f"<b>{html.escape(name)}</b><br>{x_title}: %{{x}}<br>"
-                                    f"{y_title}: %{{y:.4g}}<extra></extra>")))
-    x = _axis(x_title, log_x, x_fmt)
-    y = _axis(y_title, log_y, y_fmt)
-    xs = [float(v) for tr in fig.data for v in tr.x]
-    ys = [float(v) for tr in fig.data for v in tr.y]
-    for ax, ticks in ((x, x_ticks or (log_ticks(xs) if log_x else None)),
-                      (y, log_ticks(ys) if log_y else None)):
+            hovertemplate=hover or (f"<b>{html.escape(name)}</b><br>{x.title}: %{{x}}<br>"
+                                    f"{y.title}: %{{y:.4g}}<extra></extra>")))
+    axes = []
+    for ax, values in ((x, [float(v) for tr in fig.data for v in tr.x]),
+                       (y, [float(v) for tr in fig.data for v in tr.y])):
+        spec = _axis(ax.title, ax.log, ax.fmt)
+        ticks = ax.ticks or (tuple(log_ticks(values)) if ax.log else ())
         if ticks:
-            ax["tickvals"] = [v for v, _ in ticks]
-            ax["ticktext"] = [t for _, t in ticks]
-    fig.update_layout(**_layout(title, x, y, height))
+            spec["tickvals"] = [v for v, _ in ticks]
+            spec["ticktext"] = [t for _, t in ticks]
+        axes.append(spec)
+    fig.update_layout(**_layout(title, axes[0], axes[1], height))
     return fig
 
 

@@ -267,7 +267,10 @@ def _draw_domain(svg: _Svg, t: Topology, util: dict[tuple[str, str], float], y: 
                 and d.attrs.get("domain") == 0), None)
     w = svg.width - 20
     svg.text(10, y + 12, f"NVLink domain 0 of {t.meta.get('domains', 1)}: "
-             f"{t.meta['nvlink_domain']} GPUs in {sup['trays']} compute trays, "
+             f"{t.meta['nvlink_domain']} GPUs in {sup['trays']} compute trays"
+             + (f" of a {sup['domain_gpus']}-GPU domain"
+                if sup.get("domain_gpus", t.meta["nvlink_domain"]) > t.meta["nvlink_domain"]
+                else "") + ", "
              f"{sup['switch_trays']} NVLink switch trays x {sup['chips_per_tray']} "
              f"{sup['switch']} ({sup['ports_used']} of {sup['chips'] * sup['ports_per_chip']} "
              f"ports), {sup['racks']} rack(s)", 11)

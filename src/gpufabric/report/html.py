@@ -165,8 +165,9 @@ def busbw_figure(series: dict[str, list[dict[str, Any]]], op: str) -> Any:
     ticks = [(2 ** e, _size_label(2 ** e)) for e in range(lo, hi + 1, 3)]
     return charts.lines({name: [(p["size"], p["busbw"]) for p in s]
                          for name, s in series.items()},
-                        "message size (bytes)", "busbw (GB/s)", log_x=True, log_y=True,
-                        x_ticks=ticks, title=f"{op}: predicted bus bandwidth",
+                        charts.Axis("message size (bytes)", log=True, ticks=tuple(ticks)),
+                        charts.Axis("busbw (GB/s)", log=True),
+                        title=f"{op}: predicted bus bandwidth",
                         hover="<b>%{fullData.name}</b><br>size: %{x:,} B<br>"
                               "busbw: %{y:.4g} GB/s<extra></extra>")
 

@@ -95,24 +95,26 @@ def section_html(d: dict[str, Any]) -> str:
             f"{d['isl']} input / {d['osl']} output tokens per request, one tensor-parallel-1 "
             "instance (gpufabric serve).</p>")
     c = d["cdf"]
+    A = charts.Axis
     cdf = charts.figure_div(charts.lines(
         {"TTFT": list(zip(c["ttft_ms"], c["q"], strict=True)),
          "TPOT": list(zip(c["tpot_ms"], c["q"], strict=True))},
-        "latency (ms, log)", "fraction of requests", log_x=True, y_fmt=".0%",
+        A("latency (ms, log)", log=True), A("fraction of requests", fmt=".0%"),
         title=f"Latency CDFs at {c['rate']:g} requests/s",
         hover="<b>%{fullData.name}</b><br>%{x:.3g} ms: %{y:.0%} of requests<extra></extra>"))
     sw = d["sweep"]
     thr = charts.figure_div(charts.lines(
         {"output tokens/s": [(p["rate"], p["tokens_per_s"]) for p in sw]},
-        "requests/s", "output tokens/s", title="Output throughput against the request rate"))
+        A("requests/s"), A("output tokens/s"),
+        title="Output throughput against the request rate"))
     lat = charts.figure_div(charts.lines(
         {"TTFT p90": [(p["rate"], p["ttft_ms_p90"]) for p in sw],
          "TPOT p90": [(p["rate"], p["tpot_ms_p90"]) for p in sw]},
-        "requests/s", "latency (ms, log)", log_y=True,
+        A("requests/s"), A("latency (ms, log)", log=True),
         title="p90 latencies against the request rate"))
     kv = charts.figure_div(charts.lines(
         {"KV cache use": list(zip(d["kv"]["t_s"], d["kv"]["use"], strict=True))},
-        "time (s)", "share of KV blocks in use", y_fmt=".0%",
+        A("time (s)"), A("share of KV blocks in use", fmt=".0%"),
         title=f"KV cache use over time at {d['kv']['rate']:g} requests/s"))
     body = [head, cdf, thr, lat, kv]
     if d.get("versus"):

@@ -208,9 +208,10 @@ def efficiency_figure(data: dict[str, Any], model: str) -> Any:
                      and r.get("scaling_efficiency") is not None]
               for name in data["systems"]}
     gpus = sorted({r["gpus"] for r in data["rows"] if r["model"] == model})
-    return charts.lines({k: v for k, v in series.items() if v}, "GPUs (data parallel)",
-                        "scaling efficiency", log_x=True, y_fmt=".1~%",
-                        x_ticks=[(g, str(g)) for g in gpus],
+    return charts.lines({k: v for k, v in series.items() if v},
+                        charts.Axis("GPUs (data parallel)", log=True,
+                                    ticks=tuple((g, str(g)) for g in gpus)),
+                        charts.Axis("scaling efficiency", fmt=".1~%"),
                         title=f"{model}: throughput per GPU against the smallest size that fits",
                         hover="<b>%{fullData.name}</b><br>%{x} GPUs: %{y:.1%}<extra></extra>")
 

@@ -90,8 +90,11 @@ def _check_size(nodes: int, gpus_per_node: int, file: str | None) -> None:
 
 
 def _supernode(s: dict[str, Any], sup: dict[str, Any], g0: catalog.GPU,
-               file: str | None) -> dict[str, Any]:
-    """The NVLink switch side of a domain that spans trays: chips, ports, trays, links."""
+               file: str | None, full: int) -> dict[str, Any]:
+    """The NVLink switch side of a domain that spans trays: chips, ports, trays, links.
+
+    The switches are sized for the whole domain (``domain_gpus``, ``domain_trays``); where
+    the system is part of one domain, ``trays`` and ``ports_used`` are its own trays'."""
     dom = s["nvlink_domain"]
     links = sup.get("links_per_gpu") or s["nvlink_links"]
     if sup.get("links_per_gpu"):
@@ -107,15 +110,16 @@ def _supernode(s: dict[str, Any], sup: dict[str, Any], g0: catalog.GPU,
                          field="supernode.switch")
     ports = sup.get("ports_per_chip") or chip.ports
     per_tray = sup.get("chips_per_tray") or 2
-    need_chips = math.ceil(dom * links / ports)
+    need_chips = math.ceil(full * links / ports)
     trays = sup.get("switch_trays") or math.ceil(need_chips / per_tray)
     racks = sup.get("racks") or 1
     chips = trays * per_tray
     # in a domain over several racks half of each chip's ports cross to the other racks
     gpu_ports = chips * ports // (2 if racks > 1 else 1)
-    if dom * links > gpu_ports:
+    if full * links > gpu_ports:
         least = math.ceil(need_chips * (2 if racks > 1 else 1) / per_tray)
-        raise InputError(f"{dom} GPUs x {links} NVLink links = {dom * links} switch ports, but "
+        raise InputError(f"{full} GPUs x {links} NVLink links = {full * links} switch ports, "
+                         f"but "
                          f"{trays} switch trays x {per_tray} {chip.name} chips x {ports} ports "
                          f"{'(half to the other racks) ' if racks > 1 else ''}give {gpu_ports}; "
                          f"allowed: at least {least} switch trays", file=file,
@@ -123,7 +127,8 @@ def _supernode(s: dict[str, Any], sup: dict[str, Any], g0: catalog.GPU,
     return {"gpus_per_tray": s["gpus_per_node"], "trays": dom // s["gpus_per_node"],
             "switch": chip.name, "switch_trays": trays, "chips_per_tray": per_tray,
             "chips": chips, "ports_per_chip": ports, "links_per_gpu": links,
-            "ports_used": dom * links, "racks": racks}
+            "ports_used": dom * links, "racks": racks,
+            "domain_gpus": full, "domain_trays": full // s["gpus_per_node"]}
 
 
 def _rack_shorthand(spec: Any, file: str | None) -> Any:
@@ -179,10 +184,28 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     gpus = [catalog.gpu(str(g), file=file, field="gpu") for g in raw_gpus]
     g0 = gpus[0]
     s: dict[str, Any] = {"gpu": [g.name for g in gpus] if len(gpus) > 1 else g0.name}
+    sup = {k: v for k, v in (spec.get("supernode") or {}).items() if v is not None}
+    full = _size(spec, s, sup, gpus, file)
+    _scale_up(spec, s, g0, full, file)
+    _host(spec, s, gpus, file)
+    _network(spec, s, file)
+    if s["nodes"] * s["gpus_per_node"] > s["nvlink_domain"] and s["nics_per_node"] == 0:
+        raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
+                         "nics_per_node >= 1", file=file, field="nics_per_node")
+    s["supernode"] = (_supernode(s, sup, g0, file, full) if full > s["gpus_per_node"] else None)
+    for k in ("name", "description"):
+        if k in spec:
+            s[k] = str(spec[k])
+    return s
+
+
+def _size(spec: dict[str, Any], s: dict[str, Any], sup: dict[str, Any], gpus: list,
+          file: str | None) -> int:
+    """GPUs per node, nodes and the NVLink domain into ``s``; returns the whole domain's GPUs
+    (larger than the system when it is some trays of one domain)."""
     s["gpus_per_node"] = spec.get("gpus_per_node", len(gpus) if len(gpus) > 1 else 8)
     s["nodes"] = spec.get("nodes", 1)
     _check_size(s["nodes"], s["gpus_per_node"], file)
-    sup = {k: v for k, v in (spec.get("supernode") or {}).items() if v is not None}
     if "gpus_per_tray" in sup:
         tray = sup["gpus_per_tray"]
         if "gpus_per_node" in spec and spec["gpus_per_node"] != tray:
@@ -192,19 +215,30 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
         s["gpus_per_node"] = tray
     dom = spec.get("nvlink_domain", s["gpus_per_node"])
     total = s["nodes"] * s["gpus_per_node"]
+    # a domain larger than the whole system: the system is some trays of one domain (two
+    # compute trays of an NVL72 rack), on that domain's NVLink switches
+    full = dom
+    if dom > total and not dom % s["gpus_per_node"]:
+        dom = total
     if dom % s["gpus_per_node"] or total % dom:
-        raise InputError(f"an NVLink domain is whole servers and the cluster whole domains; "
-                         f"allowed: a multiple of gpus_per_node ({s['gpus_per_node']}) that "
-                         f"divides the {total} GPUs, got {dom}", file=file, field="nvlink_domain")
+        raise InputError(f"an NVLink domain is whole servers and the cluster whole domains, or "
+                         f"part of one domain; allowed: a multiple of gpus_per_node "
+                         f"({s['gpus_per_node']}) that divides the {total} GPUs or exceeds "
+                         f"them, got {full}", file=file, field="nvlink_domain")
     s["nvlink_domain"] = dom
+    return int(full)
 
+
+def _scale_up(spec: dict[str, Any], s: dict[str, Any], g0: catalog.GPU, full: int,
+              file: str | None) -> None:
+    """How GPUs inside a node talk (NVSwitch, a mesh, a bridge, PCIe) into ``s``."""
     default_up = ("nvswitch" if g0.peer_link and g0.peer_links >= 8 and g0.form_factor == "sxm"
                   and g0.peer_link.startswith("nvlink") else
                   "xgmi" if g0.peer_link and g0.peer_link.startswith("xgmi") else "pcie")
     s["scale_up"] = spec.get("scale_up", default_up)
-    if dom > s["gpus_per_node"] and s["scale_up"] != "nvswitch":
+    if full > s["gpus_per_node"] and s["scale_up"] != "nvswitch":
         raise InputError(f"an NVLink domain larger than a server needs NVLink switches; "
-                         f"allowed with nvlink_domain {dom}: scale_up: nvswitch", file=file,
+                         f"allowed with nvlink_domain {full}: scale_up: nvswitch", file=file,
                          field="scale_up")
     s["mesh"] = spec.get("mesh", "full")
     s["nvlink_links"] = spec.get("nvlink_links", g0.peer_links)
@@ -218,6 +252,10 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                              f"{', '.join(g0.bridges) or 'none'})", file=file, field="scale_up")
         s["bridge"] = fits[0]
 
+
+def _host(spec: dict[str, Any], s: dict[str, Any], gpus: list, file: str | None) -> None:
+    """The CPU side into ``s``: CPU, sockets, PCIe generation, switches, P2P."""
+    g0 = gpus[0]
     host = {k: v for k, v in (spec.get("host") or {}).items() if v is not None}
     want_gen = spec.get("pcie_gen", g0.pcie_gen)
     catalog.pcie_gen(want_gen, file=file, field="pcie_gen")
@@ -254,8 +292,13 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
     }
     s["p2p"] = spec.get("p2p", all(g.p2p_pcie for g in gpus))
 
+
+def _network(spec: dict[str, Any], s: dict[str, Any], file: str | None) -> None:
+    """NICs per node, their kind and the fabric (switches by name, the default leaf switch
+    sized to the cluster) into ``s``."""
     # rack-scale trays carry one NIC per GPU (GB200 NVL72: 4 ConnectX-7 per compute tray)
-    nic_default = 0 if s["nodes"] == 1 else 8 if dom == s["gpus_per_node"] else s["gpus_per_node"]
+    nic_default = (0 if s["nodes"] == 1 else 8 if s["nvlink_domain"] == s["gpus_per_node"]
+                   else s["gpus_per_node"])
     s["nics_per_node"] = spec.get("nics_per_node", nic_default)
     s["nic"] = catalog.net_speed(str(spec.get("nic", "ib-ndr")), file=file, field="nic").name
     fab = {k: v for k, v in (spec.get("fabric") or {}).items() if v is not None}
@@ -278,14 +321,6 @@ def normalize_spec(spec: dict[str, Any], file: str | None = None) -> dict[str, A
                                                    field="fabric.switch").name
     else:      # the default, or a larger one of its kind where the cluster needs it
         s["fabric"]["switch"] = fabric.default_switch(s, file)
-    if total > dom and s["nics_per_node"] == 0:
-        raise InputError("a cluster of several nodes (NVLink domains) needs NICs; set "
-                         "nics_per_node >= 1", file=file, field="nics_per_node")
-    s["supernode"] = (_supernode(s, sup, g0, file) if dom > s["gpus_per_node"] else None)
-    for k in ("name", "description"):
-        if k in spec:
-            s[k] = str(spec[k])
-    return s
 
 
 # --------------------------------------------------------------------------------------------

@@ -282,13 +282,17 @@ def gemm(name: str, m: int, n: int, k: int, elem_bytes: float, count: int = 1,
 
 def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int,
               qk_dim: int, v_dim: int, elem_bytes: float, *, causal: bool = True,
-              flash: bool = True) -> Op:
+              flash: bool = True, balanced_chunks: bool = False) -> Op:
     """The attention core (QK^T, softmax, PV) for ``heads`` query heads on one GPU.
 
     With flash-attention the score matrix never reaches HBM and masked blocks are skipped;
     without it the scores are written and read back (softmax, dropout, PV) in 16/32-bit.
+    ``balanced_chunks``: the ``q_len`` queries are this GPU's share of a causal sequence of
+    ``kv_len`` tokens cut into load-balanced chunks (context parallelism: chunk ``i`` and
+    ``2 cp - 1 - i`` on rank ``i``), so they see half the keys on average, as a whole sequence
+    does.
     """
-    frac = 0.5 if causal and q_len == kv_len and q_len > 1 else 1.0
+    frac = 0.5 if causal and (q_len == kv_len or balanced_chunks) and q_len > 1 else 1.0
     flops = 2.0 * batch * heads * q_len * kv_len * (qk_dim + v_dim)
     io = batch * (q_len * heads * (qk_dim + v_dim) + kv_len * kv_heads * (qk_dim + v_dim))
     if flash:
@@ -437,7 +441,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         ops.append(elementwise("rope", T * (a + kvh) * qd, ps["rope"], eb))
     ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb,
                          causal=model.arch != "encoder",
-                         flash=flash))
+                         flash=flash, balanced_chunks=cp > 1 and q_len == kv_len))
     if quant:
         ops.append(elementwise("attn_out_cast", T * a * vd, FP8_CAST_PASSES, eb))
     ops.append(gemm("attn_out", T, h, a * vd, eb))

@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -134,10 +135,18 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return dense + attn
 
 
+#: the NCCL algorithm and protocol a job forces (``NCCL_ALGO`` / ``NCCL_PROTO``) for the
+#: collectives that take one (all-reduce, all-gather, reduce-scatter); set per predict_step call
+_NCCL: ContextVar[tuple[str | None, str | None]] = ContextVar("_NCCL", default=(None, None))
+_NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
 def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
     if g.ranks <= 1 or size <= 0:
         return 0.0
-    p = C.predict(topo, op, int(size), g.ranks, per_node=g.per_node, concurrent=g.concurrent)
+    algo, proto = _NCCL.get() if op in _NCCL_OPS else (None, None)
+    p = C.predict(topo, op, int(size), g.ranks, algo, proto, per_node=g.per_node,
+                  concurrent=g.concurrent)
     return p.time_us * 1e-6
 
 
@@ -148,6 +157,20 @@ def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
 #: every second matmul (in a Llama block, in call order wq wk wv wo w1 w3 w2: wk, wo and w3)
 #: (torchtitan ``selective_ac_option = 'op'``, the default of its Llama train configs)
 SAC_POLICIES = ("attention", "op")
+
+#: Megatron-Core's ``--recompute-modules`` (selective recomputation of named submodules) -> the
+#: ops of :func:`gpufabric.workloads.compute.layer_ops` each recomputes in the backward pass
+#: (megatron/core/transformer/transformer_config.py, ``recompute_modules``)
+RECOMPUTE_MODULES: dict[str, tuple[str, ...]] = {
+    "core_attn": ("attn_core",),
+    "mlp": ("mlp_up", "mlp_act", "mlp_down_cast", "mlp_down"),
+    "moe_act": ("expert_act",),
+    "moe": ("router", "expert_up", "expert_down", "expert_act", "permute", "expert_cast",
+            "shared_up", "shared_down"),
+    "shared_experts": ("shared_up", "shared_down"),
+    "mla_up_proj": ("q_up", "kv_up"),
+    "layernorm": ("norm1", "residual_norm2"),
+}
 
 
 def _matmul_parts(m: ModelSpec, op_names: list[str], tp: int) -> list[tuple[int, float]]:
@@ -205,7 +228,7 @@ class _Pass:
 def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPUSpec,
                 flash: bool, topo: Topology, groups: dict[str, Group], tp_overlap: bool,
                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
-                sac: str = "attention") -> _Pass:
+                sac: str = "attention", modules: tuple[str, ...] = ()) -> _Pass:
     ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
                     precision=prec, flash=flash, fused=fused, etp=par.expert_tp)
     fwd = bwd = attn_f = 0.0
@@ -224,6 +247,9 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
     bwd += over
     if par.recompute == "full":
         bwd += fwd
+    elif par.recompute == "selective" and modules:
+        names = {n for mod in modules for n in RECOMPUTE_MODULES[mod]}
+        bwd += sum(t for o, t in zip(ops, times, strict=True) if o.name in names)
     elif par.recompute == "selective" and sac == "op":
         bwd += op_sac_recompute_s(m, ops, times, par.tp)
     elif par.recompute == "selective":
@@ -281,7 +307,9 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                  seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
                  tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
                  attn_kernel: str = "native", ep_overlap: bool = False,
-                 sac: str = "attention", zero3_overlap: bool = True,
+                 sac: str = "attention", recompute_modules: tuple[str, ...] = (),
+                 zero3_overlap: bool = True, nccl_algo: str | None = None,
+                 nccl_proto: str | None = None,
                  power_cap_W: float | None = None, check_memory: bool = False) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
 
@@ -293,14 +321,42 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     cuDNN / FA3 kernels). ``ep_overlap``: the expert all-to-all runs under another
     micro-batch's compute (DeepSeek's DualPipe, Megatron's EP-communication overlap); only
     what is longer than that compute stays exposed. ``sac``: what ``recompute="selective"``
-    recomputes (:data:`SAC_POLICIES`: ``attention``, Megatron's; ``op``, torchtitan's).
-    ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the gradient reduce-scatter run
-    between the kernels instead of under them (DeepSpeed with ``overlap_comm`` off, its
-    default). ``power_cap_W``: the GPUs run under this board power limit, below their TDP
-    (:func:`gpufabric.workloads.compute.power_capped`).
+    recomputes (:data:`SAC_POLICIES`: ``attention``, Megatron's; ``op``, torchtitan's);
+    ``recompute_modules``: Megatron-Core's ``--recompute-modules`` instead (the forward of
+    those submodules, :data:`RECOMPUTE_MODULES`, runs again in the backward pass).
+    ``dp_overlap=False``: the data-parallel gradient reduction (and a distributed optimizer's
+    parameter gather) runs after the backward pass instead of under it (Megatron without
+    ``--overlap-grad-reduce``). ``zero3_overlap=False``: the ZeRO-3 parameter gathers and the
+    gradient reduce-scatter run between the kernels instead of under them (DeepSpeed with
+    ``overlap_comm`` off). ``power_cap_W``: the GPUs run under this board power limit, below
+    their TDP (:func:`gpufabric.workloads.compute.power_capped`). ``nccl_algo`` /
+    ``nccl_proto``: the algorithm and protocol the job forces (``NCCL_ALGO`` / ``NCCL_PROTO``)
+    for its all-reduces, all-gathers and reduce-scatters; None: NCCL's own choice.
     """
+    token = _NCCL.set((nccl_algo, nccl_proto))
+    try:
+        return _predict_step(model, system, par, seq_len, precision=precision, flash=flash,
+                             tp_overlap=tp_overlap, dp_overlap=dp_overlap, fused=fused,
+                             attn_kernel=attn_kernel, ep_overlap=ep_overlap, sac=sac,
+                             recompute_modules=recompute_modules,
+                             zero3_overlap=zero3_overlap, power_cap_W=power_cap_W,
+                             check_memory=check_memory)
+    finally:
+        _NCCL.reset(token)
+
+
+def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                  seq_len: int | None, *, precision: str, flash: bool, tp_overlap: bool,
+                  dp_overlap: bool, fused: bool, attn_kernel: str, ep_overlap: bool, sac: str,
+                  recompute_modules: tuple[str, ...], zero3_overlap: bool,
+                  power_cap_W: float | None, check_memory: bool) -> StepResult:
     if sac not in SAC_POLICIES:
         raise InputError(f"got {sac!r}; allowed: {', '.join(SAC_POLICIES)}", field="sac")
+    modules = tuple(recompute_modules)
+    for mod in modules:
+        if mod not in RECOMPUTE_MODULES:
+            raise InputError(f"got {mod!r}; allowed: {', '.join(RECOMPUTE_MODULES)}",
+                             field="recompute_modules")
     m = load_model(model)
     topo = _topology(system)
     prec = check_precision(precision)
@@ -329,7 +385,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     notes: list[str] = []
     if m.is_transformer:
         fwd, bwd, tp_e, cp_e, ep_e = _stage_times(m, par, seq, prec, g, flash, topo, groups,
-                                                  tp_overlap, comm, fused, attn_kernel, sac)
+                                                  tp_overlap, comm, fused, attn_kernel, sac,
+                                                  modules)
     else:
         fwd, bwd, tp_e, cp_e, ep_e = _cnn_times(m, par, g, prec)
     mbs = par.micro_batches
@@ -370,7 +427,8 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     comm["dp"] = dp_t + dp_ag
     # gradients reduce under the last micro-batch's backward, parameters gather under the
     # next step's first forward; with virtual stages, chunk by chunk (chunked_exposure)
-    overlap = dp_overlap and (zero3_overlap or z < 3)
+    # (ZeRO-3/FSDP: the reduce-scatter rides the same prefetching streams as the gathers)
+    overlap = zero3_overlap if z >= 3 else dp_overlap
     if overlap:
         group = min(par.pp, mbs)
         dp_e = (chunked_exposure(dp_t, v, (bwd + tp_e + ep_e) / v, group)
@@ -492,7 +550,8 @@ def _check_divisible(m: ModelSpec, par: Parallel, seq: int) -> None:
 def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, flash: bool,
                  topo: Topology, groups: dict[str, Group], tp_overlap: bool,
                  comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
-                 sac: str = "attention") -> tuple[float, float, float, float, float]:
+                 sac: str = "attention", modules: tuple[str, ...] = ()
+                 ) -> tuple[float, float, float, float, float]:
     """Forward, backward and exposed TP/CP/EP time of one micro-batch on the slowest stage."""
     cache: dict[bool, _Pass] = {}
     scratch = {k: 0.0 for k in comm}
@@ -506,7 +565,8 @@ def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, f
             if key not in cache:
                 c0 = dict(scratch)
                 cache[key] = _layer_pass(m, i, par, seq, prec, g, flash, topo, groups,
-                                         tp_overlap, scratch, fused, attn_kernel, sac)
+                                         tp_overlap, scratch, fused, attn_kernel, sac,
+                                         modules)
                 cache[key].__dict__["_comm"] = {k: scratch[k] - c0[k] for k in scratch}
             p = cache[key]
             f, b, tp_e, cp_e, ep_e = f + p.fwd, b + p.bwd, tp_e + p.tp, cp_e + p.cp, ep_e + p.ep
@@ -588,6 +648,6 @@ def _link_words(topo: Topology, grp: Group) -> str:
     return f"{nics}x {nic} per node" if nics and nic else "the scale-out network"
 
 
-__all__ = ["StepResult", "predict_step", "SAC_POLICIES", "op_sac_recompute_s",
+__all__ = ["StepResult", "predict_step", "SAC_POLICIES", "RECOMPUTE_MODULES", "op_sac_recompute_s",
            "model_flops_per_token", "bottleneck", "LAYER_OVERHEAD_US", "DP_OVERLAP",
            "TP_OVERLAP_EXPOSED", "MemoryBreakdown"]

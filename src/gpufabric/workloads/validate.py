@@ -26,6 +26,8 @@ from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.sweep import each
+from gpufabric.workloads.frameworks import (SETTINGS, check_setting, load_profile, resolve,
+                                            step_options)
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
 from gpufabric.workloads.models import find_model, gives_shape, model_from_shape
 from gpufabric.workloads.parallel import Parallel
@@ -61,57 +63,6 @@ NAME_MAP = (
 )
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s",
            "time_to_train_s", "tflops_per_gpu", "mfu", "gpu_hours_per_trillion_tokens")
-#: configuration the entry leaves out but its source or platform fixes (not fitted values)
-ASSUMED: dict[str, tuple[dict[str, Any], str]] = {
-    "deepseek-v3-pretrain-2048-h800": (
-        {"global_batch": 15360, "seq_len": 4096},
-        "DeepSeek-V3 report Sections 4.2/4.3: batch 15360 after the ramp (97% of the tokens), "
-        "sequence 4096 in pre-training"),
-    "megatron-core-h100-gpt-": (
-        {"zero": 1},
-        "Megatron-LM README (the table's note on the first row): --overlap-grad-reduce "
-        "--overlap-param-gather, which run with the distributed optimizer (ZeRO-1)"),
-    "megascale-": (
-        {"vpp": 6},
-        "MegaScale Table 1 model configuration, stated on the bs768 Megatron-LM entry: "
-        "interleaved 1F1B with 6 interleaving stages, for every row of Table 2"),
-    "megascale-optimized-": (
-        {"tp_comm_overlap": True, "parallel_block": True},
-        "MegaScale (Jiang et al., NSDI'24) Section 3.2: MegaScale overlaps the tensor/sequence-"
-        "parallel all-gather and reduce-scatter with the adjacent GEMMs in every run of its "
-        "Table 2 (the bs768 entry states it as '3D-parallel communication overlap'); Section "
-        "3.1: its model runs attention and MLP as a parallel transformer block"),
-    "megatron-2021-a100-gpt3-175b-zero3-": (
-        {"recompute": "full"},
-        "Narayanan et al. SC'21 Section 5.2 runs ZeRO-3 on 175B without model parallelism at "
-        "micro-batch 1-4: without activation recomputation the activations alone exceed the "
-        "80 GB (memory model); the paper's TFLOP/s count the recomputation pass (eq. 3)"),
-    "mlperf-train-v4.0-gpt3-175b-eos-": (
-        {"zero": 1, "tp_comm_overlap": True, "eval_every_samples": 24576,
-         "eval_samples": 24567},
-        "NVIDIA's MLPerf Training v4.0 gpt3 implementation (mlcommons/training_results_v4.0, "
-        "NVIDIA/benchmarks/gpt3/implementations/nemo): conf/optim/distributed_fused_adam.yaml, "
-        "the distributed optimizer (ZeRO-1); TP_COMM_OVERLAP=True in every DGXH100 config "
-        "(config_DGXH100_64x8x128x4x8_mbs2.sh, ..._1344x8x6x4x6_mbs1_cg.sh, "
-        "..._1452x8x6x4x6_mbs1_cg.sh); README section 5: evaluation after every 24576 "
-        "samples on a validation subset of 24567 examples, inside the timed time-to-train"),
-    "llama3-405b-": (
-        {"vpp": 2},
-        "Llama 3 paper Section 3.3.2: the interleaved pipeline schedule (virtual stages not "
-        "printed; 2, the least that interleaving means)"),
-}
-
-
-#: entries whose framework computed attention unfused (scores through HBM: batched GEMMs and
-#: a softmax kernel), as it ran before FlashAttention (Dao et al., 2022) reached the frameworks
-UNFUSED_ATTENTION: dict[str, str] = {
-    "megatron-2021-": "Narayanan et al. SC'21 (2021): Megatron-LM's attention of that time is "
-                      "two batched GEMMs around a fused scale-mask-softmax kernel",
-    "dle-bert-": "NVIDIA DeepLearningExamples BERT for PyTorch, 2021 NGC containers: "
-                 "matmul + softmax + matmul attention, no FlashAttention (2022)",
-}
-
-
 @dataclass
 class Point:
     id: str
@@ -199,18 +150,18 @@ def _num(v: Any) -> float | None:
     return None
 
 
+def _first_word(text: Any) -> str:
+    """A setting's value without the source's comment: ``"fp8 (FP8-CS)"`` -> ``"fp8"``,
+    ``"selective (layer)"`` -> ``"selective"``."""
+    return re.split(r"[\s(,]", str(text).strip().lower(), maxsplit=1)[0]
+
+
 def _precision(text: Any) -> str:
-    t = str(text or "bf16").lower()
-    for p in ("mxfp8", "fp8", "bf16", "fp16", "tf32", "fp32", "fp4"):
-        if p in t:
-            return p
-    return "bf16"
+    return _first_word(text) if text else "bf16"
 
 
 def _recompute(text: Any) -> str:
-    t = str(text or "none").lower()
-    return "full" if t.startswith("full") else "selective" if t.startswith("selective") else \
-        "none"
+    return _first_word(text) if text else "none"
 
 
 def _spec(system: dict[str, Any], gpus: int) -> dict[str, Any]:
@@ -224,13 +175,16 @@ def _spec(system: dict[str, Any], gpus: int) -> dict[str, Any]:
     if gpn > 16:   # a rack-scale NVLink domain: Grace hosts on NVLink-C2C (as gb200-nvl72)
         s["host"] = {"cpu": "Grace"}
     if s["nodes"] > 1 and "nic" not in s:
-        s["nic"], s["nics_per_node"] = "ib-hdr" if "A100" in str(s["gpu"]) else "ib-ndr", gpn
+        raise InputError("not stated; a system of several nodes needs its scale-out NIC "
+                         "(ib-hdr, ib-ndr, roce-400, ...)", field="system.nic")
     return s
 
 
 def _measured(res: dict[str, Any], gpus: int, tokens_per_seq: int, batch: int,
-              m: ModelSpec, eid: str, recompute: str) -> tuple[str, float] | None:
-    """(metric, tokens/s per GPU) from the first metric the point gives."""
+              m: ModelSpec) -> tuple[str, float] | None:
+    """(metric, tokens/s per GPU) from the first metric the point gives. TFLOP/s and MFU count
+    FLOPs by Megatron's rule, times 4/3 where the result states
+    ``flops_count_includes_recompute`` (the source counts the recomputed forward pass)."""
     for key in METRICS:
         if key not in res:
             continue
@@ -259,7 +213,7 @@ def _measured(res: dict[str, Any], gpus: int, tokens_per_seq: int, batch: int,
             if m.is_moe or m.gated or m.kv_heads != m.heads:   # Megatron's newer rule: 6N + attn
                 from gpufabric.workloads.training import model_flops_per_token
                 per_seq = model_flops_per_token(m, s) * s
-            if eid.startswith("megatron-2021-") and recompute == "full":
+            if res.get("flops_count_includes_recompute") is True:
                 per_seq *= 4 / 3
             return key, tf * 1e12 / (per_seq / s)
     return None
@@ -291,7 +245,7 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             if progress:
                 progress(n_points(e), total)
             continue
-        stated = _assumed(e)      # the entry's parallelism and what ASSUMED adds, once
+        stated = _assumed(e)      # the entry's parallelism and run settings, once
         if stated.get("parallel_block") and m.is_transformer:
             m = replace(m, parallel_block=True)
         pts = e.get("points") or [{}]
@@ -335,12 +289,8 @@ def validate(path: str, *, only: tuple[str, ...] = (),
 
 
 def _assumed(e: dict[str, Any]) -> dict[str, Any]:
-    """The entry's parallelism with what :data:`ASSUMED` adds for it."""
-    par = dict(e.get("parallelism") or {})
-    for prefix, (vals, _why) in ASSUMED.items():
-        if str(e["id"]).startswith(prefix):
-            par.update({k: v for k, v in vals.items() if k not in par})
-    return par
+    """The entry's parallelism and run settings as its file states them (nothing added)."""
+    return dict(e.get("parallelism") or {})
 
 
 def eval_overhead(par: dict[str, Any], r: Any) -> float:
@@ -390,15 +340,18 @@ def derived_has_layout(e: dict[str, Any]) -> bool:
 
 
 def power_cap(system: dict[str, Any]) -> float | None:
-    """The board power limit an entry's system states (``gpu_variant: "... 500 W power
-    limit"``), in watts; None where none is stated.
+    """The board power limit an entry's system states (``power_cap_W``), in watts; None where
+    none is stated.
 
-    >>> power_cap({"gpu": "H100-SXM", "gpu_variant": "96GB HBM2e, 500 W power limit"})
+    >>> power_cap({"gpu": "H100-SXM", "power_cap_W": 500})
     500.0
     """
-    mm = re.search(r"(\d+(?:\.\d+)?)\s*W\s+power\s+limit", str(system.get("gpu_variant", "")),
-                   re.IGNORECASE)
-    return float(mm.group(1)) if mm else None
+    v = system.get("power_cap_W")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise InputError(f"got {v!r}; expected a power in W > 0", field="system.power_cap_W")
+    return float(v)
 
 
 #: keys of a point's system and layout that count something: a whole number >= 0 where given
@@ -425,25 +378,54 @@ def _check_numbers(e: dict[str, Any], pt: dict[str, Any]) -> None:
                 raise InputError(f"got {v!r}; expected a number > 0", field=f"{section}.{k}")
 
 
+#: keys of a point that change the system, and the layout keys a point may restate
+SYSTEM_KEYS = ("gpus", "nodes", "gpus_per_node", "nic", "nics_per_node")
+LAYOUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "grad_accum",
+               "precision", "framework")
+
+
+def run_settings(par: dict[str, Any]) -> dict[str, Any] | str:
+    """The run settings of a point (:data:`gpufabric.workloads.frameworks.SETTINGS`): its
+    framework profile's defaults (``framework``; none when absent) with every key the entry or
+    point states on top. A framework without a profile is a reason to skip (returned as a
+    string); a stated value outside the allowed ones is an :class:`InputError`."""
+    stated = dict(par)
+    if "recompute" in stated:
+        stated["recompute"] = _recompute(stated["recompute"])
+    for k, v in stated.items():
+        if k in SETTINGS and v is not None:
+            check_setting(k, v, field=f"parallelism.{k}")
+    profile = None
+    if par.get("framework"):
+        try:
+            profile = load_profile(str(par["framework"]), field="parallelism.framework")
+        except InputError as exc:
+            return f"no framework profile: {exc}"
+    return resolve(profile, stated)
+
+
 def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any],
          stated: dict[str, Any]) -> tuple[str, float, StepResult] | str:
     _check_numbers(e, pt)
     sysd = dict(e["system"])
     sysd["gpu"] = catalog.gpu_variant(sysd["gpu"], sysd.get("gpu_variant"))
     par = dict(stated)
-    if not any(k in par for k in ("tp", "pp", "dp", "model_parallel", "fsdp", "zero")) and \
+    if not any(k in par for k in ("tp", "pp", "dp", "model_parallel", "fsdp")) and \
             not any(k in pt for k in ("tp", "pp", "dp")) and not derived_has_layout(e) and \
             m.params() > 20e9:      # small models without a stated layout run data parallel
         return "parallel layout not stated"
     for k, v in pt.items():
-        if k in ("gpus", "nodes", "gpus_per_node", "nic", "nics_per_node"):
+        if k in SYSTEM_KEYS:
             sysd[k] = v
-        elif k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch",
-                   "grad_accum", "recompute", "precision", "zero", "fsdp", "etp"):
+        elif k in LAYOUT_KEYS or k in SETTINGS:
             par[k] = v
+    if e.get("peak_figure"):
+        return f"a peak figure ({e['peak_figure']}), not a run average"
+    run = run_settings(par)
+    if isinstance(run, str):
+        return run
     res = dict(e.get("result") or {})
     res.update({k: v for k, v in pt.items() if k in METRICS or k == "tokens_trained"})
-    derived = e.get("derived") or {}
     seq = int(pt.get("seq_len") or e["model"].get("seq_len") or par.get("seq_len")
               or m.seq_len)
     if not m.is_transformer:
@@ -463,9 +445,6 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         dp = gpus // (tp * pp * cp)
     if dp < 1:
         return "layout does not fit the GPU count"
-    if "tflops_per_gpu" in res and "up to" in str(e.get("notes", "")):
-        return "a peak figure ('up to'), not a run average"
-    fw = f"{par.get('framework', '')} {pt.get('technique', '')} {pt.get('tp_mode', '')}".lower()
     mb = int(par.get("micro_batch") or 1)
     if "global_batch" in par:
         gb = int(par["global_batch"])
@@ -473,26 +452,13 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         gb = dp * mb * int(par["grad_accum"])
     else:
         gb = dp * mb
-    if pp > 1 and "torchtitan" in fw and gb // dp == mb and mb % pp == 0:
-        mb //= pp        # torchtitan splits the local batch into pp micro-batches by default
+    if pp > 1 and run.get("pp_microbatches") == "stages" and gb // dp == mb and mb % pp == 0:
+        mb //= pp        # the rank's batch splits into as many micro-batches as stages
     if gb % (dp * mb):
         gb = dp * mb * max(1, round(gb / (dp * mb)))
-    fsdp = str(par.get("fsdp") or "")
-    zero = int(par.get("zero") or 0)
-    text = f"{par.get('framework', '')} {e.get('notes', '')}".lower()
-    if "zero" not in par and ("overlap-param-gather" in text or "distributed optimizer" in text):
-        zero = 1         # Megatron's parameter-gather overlap is the distributed optimizer's
-    vpp = int(par.get("vpp") or 1)
-    mv = re.search(r"(\d+) interleaving stages", str(par.get("framework", "")))
-    if mv and "vpp" not in par:      # stated in the framework text (MegaScale's Megatron runs)
-        vpp = int(mv.group(1))
-    if "interleaved" in str(pt.get("schedule", "")).lower() and vpp == 1:
-        vpp = 2
-    tp_overlap = (bool(par.get("tp_comm_overlap")) or "tp comm overlap" in fw
-                  or "async" in fw or "tp-comm-overlap" in fw
-                  or "communication overlap" in fw)
-    if "megatron-core" in fw and tp > 1:
-        tp_overlap = True
+    fsdp = str(run.get("fsdp") or "")
+    zero = int(run.get("zero") or 0)
+    vpp = int(run.get("vpp") or 1)
     layers = m.layers if m.is_transformer else 1
     if pp * vpp > layers:
         vpp = 1
@@ -506,7 +472,8 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         etp = 1
     p = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
                  fsdp=fsdp if fsdp in ("full", "hybrid") else "", micro_batch=mb,
-                 global_batch=gb, recompute=_recompute(par.get("recompute")), etp=etp)
+                 global_batch=gb, recompute=str(run.get("recompute") or "none"), etp=etp,
+                 sp=bool(run.get("sp", True)))
     spec = _spec(sysd, gpus)
     key = repr(sorted(spec.items()))
     if key not in topo_cache:
@@ -514,23 +481,12 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         from gpufabric.topology.build import from_spec
         topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
     topo = topo_cache[key]
-    # torchtitan without torch.compile runs the model eagerly (no kernel fusion)
-    src = f"{e.get('source', '')} {fw}".lower()
-    fused = not ("torchtitan" in src and "compile" not in src)
-    kernel = "fa2" if "torchtitan" in src else "native"      # PyTorch SDPA
-    ep_overlap = "dualpipe" in src or "overlap-moe" in src
-    # torchtitan's "selective" is its op-level policy (train configs: selective_ac_option = op)
-    sac = "op" if "torchtitan" in src else "attention"
-    # DeepSpeed ZeRO-3 with its default configuration (overlap_comm off)
-    z3_overlap = True
-    flash = not any(str(e["id"]).startswith(k) for k in UNFUSED_ATTENTION)
-    r = predict_step(m, topo, p, seq, precision=prec, tp_overlap=tp_overlap, fused=fused,
-                     attn_kernel=kernel, ep_overlap=ep_overlap, sac=sac, flash=flash,
-                     zero3_overlap=z3_overlap, power_cap_W=power_cap(e["system"]))
+    r = predict_step(m, topo, p, seq, precision=prec, power_cap_W=power_cap(e["system"]),
+                     **step_options(run))
     if "mfu" in res:
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)
-    got = _measured(res, p.world, seq, gb, m, str(e["id"]), p.recompute)
+    got = _measured(res, p.world, seq, gb, m)
     if got is None:
         return "no measured throughput the model can compare with"
     return got[0], got[1], r

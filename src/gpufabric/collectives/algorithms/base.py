@@ -30,6 +30,9 @@ class Plan:
     sim_edges: list = field(default_factory=list)
     bw_s_parts: list = field(default_factory=list)
     note: str = ""
+    #: latency per protocol inside ``lat_us`` that NCCL's cost model does not see (bounces
+    #: across the sockets): paid, but left out when the automatic choice compares algorithms
+    unseen_lat_us: dict[str, float] = field(default_factory=dict)
 
 
 class Algorithm:

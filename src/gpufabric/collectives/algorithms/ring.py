@@ -44,10 +44,14 @@ class Ring(Algorithm):
                / max(len(pat.hops), 1)
                # hops between the racks of a multi-rack NVLink domain cross one more chip
                + steps * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])
+               # bounces through host memory across the sockets: the reader polls the other
+               # socket's memory (NCCL's cost model does not see it)
+               + steps * pat.socket_hops * P.SHM_CROSS_SOCKET_US
                for p in P.PROTOCOLS}
+        unseen = {p: steps * pat.socket_hops * P.SHM_CROSS_SOCKET_US for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.hops), sim.drain_s / UNIT, lat, 1.0,
-                    sim.edges, note=pat.note)
+                    sim.edges, note=pat.note, unseen_lat_us=unseen)
 
     def latency_us(self, m, op, plan, proto, lay, size):
         """NCCL's ring all_reduce across nodes with Simple pays 1.4x its latency once each

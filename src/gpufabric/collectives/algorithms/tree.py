@@ -28,10 +28,12 @@ class Tree(Algorithm):
                + 2 * m.hop_lat(pat.tree_hops, P.TREE_HOP_LAT_US, p, multinode,
                              net_up=pat.net_up)
                + 2 * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])
+               + 2 * pat.socket_hops * P.SHM_CROSS_SOCKET_US
                for p in P.PROTOCOLS}
+        unseen = {p: 2 * pat.socket_hops * P.SHM_CROSS_SOCKET_US for p in P.PROTOCOLS}
         sim = self.simulate(m, pats)
         return Plan(self.name, self.protocols(pat.tree_hops), sim.drain_s / UNIT, lat,
-                    P.TREE_EFFICIENCY, sim.edges, note=pat.note)
+                    P.TREE_EFFICIENCY, sim.edges, note=pat.note, unseen_lat_us=unseen)
 
     def busbw_cap_GBps(self, m, op, lay, proto):
         """LL's ceiling (llMaxBws), and beyond two nodes NCCL's tree estimate: one channel per

@@ -1,5 +1,6 @@
-"""Fit the training model's few physical parameters on the entries named in
-gpufabric.workloads.validate.FITTED_ON, by coordinate descent on the median absolute error.
+"""Fit the training model's few physical parameters on the entries their records name in
+``fitted_on`` (gpufabric params --layer workloads), by coordinate descent on the median
+absolute error.
 
     .venv/bin/python benchmarks/fit_training.py [path/to/training.yaml] [param,param,...]
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
+from gpufabric.params import fitted_ids
 from gpufabric.workloads import compute as K
 from gpufabric.workloads import training as T
 from gpufabric.workloads import validate as V
@@ -22,6 +24,8 @@ from gpufabric.workloads import validate as V
 PATH = sys.argv[1] if len(sys.argv) > 1 else "tests/data/calibration/training.yaml"
 ONLY = sys.argv[2].split(",") if len(sys.argv) > 2 else None
 cache: dict = {}
+#: the entries the step and compute records name in their fitted_on (ids and prefix-* patterns)
+FITTED = tuple(sorted(i.rstrip("*") for i in fitted_ids("workloads")))
 
 
 def setp(name: str, val: float) -> None:
@@ -39,9 +43,9 @@ def setp(name: str, val: float) -> None:
 def loss(params: dict[str, float]) -> float:
     for k, v in params.items():
         setp(k, v)
-    r = V.validate(PATH, only=V.FITTED_ON, topo_cache=cache)
-    return r.summary["median_abs_pct"] + 0.2 * (sum(abs(p.error_pct) for p in r.points)
-                                                  / len(r.points))
+    r = V.validate(PATH, only=FITTED, topo_cache=cache)
+    return r.summary["all"]["median_abs_pct"] + 0.2 * (
+        sum(abs(p["error_pct"]) for p in r.points) / len(r.points))
 
 
 params = {"gemm_ampere": K.GEMM_EFF["ampere"].value, "gemm_hopper": K.GEMM_EFF["hopper"].value,

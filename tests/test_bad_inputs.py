@@ -196,7 +196,7 @@ def test_validate_notes_the_fallback_from_an_algorithm_not_modelled(tmp_path):
     f.write_text("- id: pat-ag\n  system: {gpu: H100-SXM}\n  collective: all_gather\n"
                  "  ranks: 8\n  algorithm: pat\n  points: [{size: 1073741824, busbw: 360}]\n")
     point, = validate(str(f))["points"]
-    assert point["note"] == "algorithm pat not modelled here; auto used"
+    assert point["notes"] == "algorithm pat not modelled here; auto used"
     assert point["algo"] == "ring"
 
 

@@ -195,7 +195,7 @@ def test_nccl_tests_backend_runs_the_binaries_on_path(cli, tmp_path, monkeypatch
     assert env["NCCL_PROTO"] == "Simple"
     code, vout, verr = cli("validate", str(out))
     assert code == 0, verr
-    assert "# summary: 7 points;" in vout
+    assert "# held-out (no parameter fitted on it, not looked at): 7 points" in vout
     # one rank per GPU
     code, _, err = cli("bench", "--backend", "nccl-tests", "--ranks", "9", "-o", str(out))
     assert err == ("gpufabric: error: --ranks: got 9; this machine has 8 GPU(s) and nccl-tests "

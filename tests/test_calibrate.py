@@ -69,7 +69,7 @@ def test_calibrate_recovers_known_parameters_and_moves_nothing_else(tmp_path):
         ["h100-2node-ring (8, 8K, 8M)"]]
     # the held-out sizes (every other one) are predicted better after
     assert res["held_out_points"] == 6 and res["fitted_points"] == 8
-    assert res["after"]["all_median_abs_pct"] < 0.5 < res["before"]["all_median_abs_pct"]
+    assert res["after"]["all"]["median_abs_pct"] < 0.5 < res["before"]["all"]["median_abs_pct"]
 
 
 def test_calibrate_cli_writes_a_profile_that_collective_and_validate_use(cli, tmp_path):
@@ -96,7 +96,7 @@ def test_calibrate_cli_writes_a_profile_that_collective_and_validate_use(cli, tm
     def err_pct(*extra):
         code, out, err = cli("validate", str(path), "--json", *extra)
         assert code == 0, err
-        return json.loads(out)["summary"]["all_median_abs_pct"]
+        return json.loads(out)["summary"]["all"]["median_abs_pct"]
 
     assert err_pct("--profile", str(prof)) < 0.5 < err_pct()
 
@@ -262,7 +262,7 @@ def test_hold_out_ops_and_system_option(cli, tmp_path):
     res = json.loads(out)
     assert res["system"] == "hgx-h100" and res["held_out"] == "every all_gather point"
     assert res["held_out_points"] == len(SIZES) and res["fitted_points"] == len(SIZES)
-    assert res["before"]["points"] == res["after"]["points"] == len(SIZES)
+    assert res["before"]["all"]["points"] == res["after"]["all"]["points"] == len(SIZES)
 
 
 def test_train_reads_a_workloads_parameter_from_a_profile(cli, tmp_path):

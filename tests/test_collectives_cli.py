@@ -82,18 +82,31 @@ def test_validate_json_summary_and_points(cli):
     data = json.loads(out)
     assert code == 0
     s = data["summary"]
-    assert set(s) >= {"large_median_abs_pct", "large_max_abs_pct", "small_median_abs_pct",
-                      "points"}
-    assert s["points"] == len(data["points"]) == 21
-    assert s["large_median_abs_pct"] <= 10 and s["small_median_abs_pct"] <= 25
+    keys = {"median_abs_pct", "p90_abs_pct", "max_abs_pct", "points", "by_size"}
+    assert keys | {"fitted", "looked_at", "all", "by_metric"} <= set(s)
+    assert keys <= set(s["fitted"]) and keys <= set(s["by_metric"]["busbw"]["looked_at"])
+    assert s["all"]["points"] == len(data["points"]) == 21
+    assert s["points"] + s["fitted"]["points"] + s["looked_at"]["points"] == 21
+    # issue 9's goals: large-message median busbw error <= 10 %, small-message time <= 25 %
+    large, small = s["all"]["by_size"]["large"], s["all"]["by_size"]["small"]
+    assert large["median_abs_pct"] <= 10 and small["median_abs_pct"] <= 25
+    assert s["by_size"]["large"]["median_abs_pct"] <= 10      # the held-out points alone
     p = data["points"][0]
-    assert {"id", "size", "measured_busbw", "predicted_busbw", "err_pct"} <= set(p)
+    assert {"id", "point", "metric", "measured", "predicted", "error_pct", "status", "size",
+            "measured_busbw", "predicted_busbw"} <= set(p)
 
 
 def test_validate_table(cli):
     code, out, _ = cli("validate", str(DATA))
     assert code == 0
-    assert "azure-nd-h200-v5" in out and out.splitlines()[-1].startswith("# summary: 21 points")
+    lines = out.splitlines()
+    assert "azure-nd-h200-v5" in out and lines[1] == f"# summary of {DATA}"
+    # held-out first, then fitted and looked-at apart
+    assert lines[2].startswith("# held-out (no parameter fitted on it, not looked at): 12 "
+                               "points, median ")
+    heads = [ln.split(" (")[0] for ln in lines
+             if ln.startswith(("# held-out (", "# fitted (", "# looked-at ("))]
+    assert heads == ["# held-out", "# fitted", "# looked-at"]
 
 
 def test_validate_several_files_summarized_together(cli):
@@ -101,27 +114,39 @@ def test_validate_several_files_summarized_together(cli):
     code, out, _ = cli("validate", str(DATA), holdout)
     assert code == 0
     lines = out.splitlines()
-    # each file's own table and summary, then the headline over both files' 21 + 31 points
-    assert [ln for ln in lines if ln.startswith("# summary:")] == [
-        "# summary: 21 points; large (>= 64 MiB, busbw): median 0.5%, max 10.7% over 16; "
-        "small (< 64 KiB, time): median 0.9% over 1",
-        "# summary: 31 points; large (>= 64 MiB, busbw): median 6.9%, max 111.2% over 21; "
-        "small (< 64 KiB, time): median 18.8% over 10"]
-    assert lines[-1] == ("# all 2 files: 52 points; large (>= 64 MiB, busbw): median 3.2%, "
-                         "max 111.2% over 37; small (< 64 KiB, time): median 14.5% over 11")
+    # each file's own summary and table, then the summary over both files' 21 + 31 points
+    assert [ln for ln in lines if ln.startswith("# summary of")] == [
+        f"# summary of {DATA}", f"# summary of {holdout}", "# summary of all 2 files"]
+    pooled = lines[lines.index("# summary of all 2 files"):]
+    assert pooled[1].startswith("# held-out (no parameter fitted on it, not looked at): 43 "
+                                "points, median ")
     code, out, _ = cli("validate", str(DATA), holdout, "--json")
     data = json.loads(out)
     assert [f["file"] for f in data["files"]] == [str(DATA), holdout]
     s = data["summary"]
-    assert (s["points"], s["large_median_abs_pct"], s["unfitted"]["points"]) == (52, 3.23, 43)
-    assert "hgx-h100-allreduce-290" in s["fitted_entries"]
+    assert (s["all"]["points"], s["points"], s["fitted"]["points"]) == (52, 43, 9)
+    # the held-out large messages of both files: issue 9's goal, median <= 10 %
+    assert s["by_size"]["large"]["median_abs_pct"] <= 10
+    fitted = {p["id"] for f in data["files"] for p in f["points"] if p["status"] == "fitted"}
+    assert "hgx-h100-allreduce-290" in fitted
 
 
-def test_validate_several_files_are_collective_files(cli):
-    training = str(DATA.parent / "training.yaml")
-    code, out, err = cli("validate", str(DATA), training)
-    assert code == 2 and out == "" and err.count("\n") == 1
-    assert f"{training}: a training measurements file; several files at once" in err
+def test_validate_several_files_of_any_kind(cli, tmp_path):
+    """A collective file and a training file: each summarized, then pooled per metric."""
+    import yaml
+    entries = yaml.safe_load((DATA.parent / "training.yaml").read_text())
+    one = next(e for e in entries if e["id"] == "megatron-core-h100-gpt-1.7b-48gpu")
+    training = tmp_path / "t.yaml"
+    training.write_text(yaml.safe_dump({"looked_at": "a file-level mark", "entries": [one]}))
+    code, out, err = cli("validate", str(DATA), str(training), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [f["kind"] for f in data["files"]] == ["collectives", "training"]
+    s = data["summary"]
+    assert set(s["by_metric"]) == {"busbw", "time_us", "tflops_per_gpu"}
+    # a parameter record names the entry: fitted wins over the file's looked_at mark
+    assert s["by_metric"]["tflops_per_gpu"]["fitted"]["points"] == 1
+    assert s["all"]["points"] == 22
 
 
 def test_validate_bad_files(cli, tmp_path):

@@ -24,7 +24,8 @@ def test_nvls_bus_bandwidth_does_not_grow_with_the_domain():
     assert rack.busbw < eight.busbw and rack.busbw == pytest.approx(eight.busbw, rel=0.02)
     # NVLink 5 x18 at the catalog's NCCL rate, Blackwell efficiency 0.74, kernel share 0.76:
     # 810.9 GB/s once the pipeline is full; 72 ranks take 9x longer to fill it than 8
-    assert round(eight.busbw, 1) == 809.2 and round(rack.busbw, 1) == 796.9
+    # within 5 % of the measured 811 (8 GPUs) and 835 GB/s (72) each
+    assert abs(eight.busbw / 811 - 1) <= 0.05 and abs(rack.busbw / 835 - 1) <= 0.05
 
 
 def test_nvls_pipeline_fill_is_one_loop_of_channels_x_ranks_x_chunk():
@@ -36,8 +37,8 @@ def test_nvls_pipeline_fill_is_one_loop_of_channels_x_ranks_x_chunk():
     per_byte_us = (big.time_us - mid.time_us) / (64 * GB - 32 * 2**20)
     fill_us = mid.time_us - P.NVLS_LAT_US - 32 * 2**20 * per_byte_us
     assert fill_us == pytest.approx(16 * 8 * 128 * 1024 * per_byte_us, rel=1e-6)
-    assert round(fill_us, 1) == 61.3
-    assert round(mid.busbw, 1) == 281.2
+    # the fill brings 32 MiB within 10 % of the measured 300.9 GB/s
+    assert abs(mid.busbw / 300.9 - 1) <= 0.10
 
 
 def test_nvls_needs_more_than_two_gpus():
@@ -157,8 +158,9 @@ def test_ring_pays_its_pipeline_fill_at_mid_sizes():
         fill = min(size, 24 * 2**20)
         assert p.time_us == pytest.approx(plan.lat_us["Simple"] + (size + fill) * per_byte_us)
     # the measured 32 / 128 MiB ramp (azure-nd-a100-v4: 132.8 / 174.2 GB/s) is followed
-    assert round(m.predict("all_reduce", 2**25).busbw, 1) == 121.3
-    assert round(m.predict("all_reduce", 2**27).busbw, 1) == 192.8
+    # (each within 15 %: the ramp is followed, not reproduced)
+    assert abs(m.predict("all_reduce", 2**25).busbw / 132.8 - 1) <= 0.15
+    assert abs(m.predict("all_reduce", 2**27).busbw / 174.2 - 1) <= 0.15
     # a PCIe ring has 2 channels: 2 MiB of fill, nothing at 1 GiB
     pcie = from_spec({"gpu": "RTX-4090", "gpus_per_node": 4, "scale_up": "pcie"})
     mp = C.Model(pcie)

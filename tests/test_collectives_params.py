@@ -1,6 +1,7 @@
 """Honest parameters and algorithm plugins: every constant is a sourced record, validation
 reports the error over entries nothing was fitted on, and a new algorithm is one class."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -60,27 +61,47 @@ def test_fitted_ids_are_calibration_entries():
 def test_validate_reports_the_error_over_unfitted_entries():
     r = validate(str(DATA / "collectives.yaml"))
     s = r["summary"]
-    assert s["fitted_entries"] == ["azure-nd-h200-v5", "hgx-h100-allreduce-290",
-                                   "rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
-                                   "rtx5090-pcie5-dual-xeon"]
-    u = s["unfitted"]
-    assert u["points"] == s["points"] - 9
-    assert u["large_points"] == s["large_points"] - 6 and u["small_points"] == 0
-    assert all(isinstance(p["fitted"], bool) for p in r["points"])
-    # the headline keys stay where they were
-    assert {"large_median_abs_pct", "large_max_abs_pct", "small_median_abs_pct",
-            "points"} <= set(s)
+    fitted = sorted({p["id"] for p in r["points"] if p["status"] == "fitted"})
+    assert fitted == ["azure-nd-h200-v5", "hgx-h100-allreduce-290",
+                      "rtx4090-8gpu-small-latency", "rtx5090-pcie5-4gpu",
+                      "rtx5090-pcie5-dual-xeon"]
+    # the headline is over the held-out points only; fitted points are reported apart
+    assert s["points"] == s["all"]["points"] - 9 and s["fitted"]["points"] == 9
+    assert s["by_size"]["large"]["points"] == s["all"]["by_size"]["large"]["points"] - 6
+    assert s["by_size"]["small"]["points"] == 0
+    assert {p["status"] for p in r["points"]} == {"fitted", "held-out"}
+    assert {"median_abs_pct", "p90_abs_pct", "max_abs_pct", "points", "fitted", "looked_at",
+            "by_metric", "by_size"} <= set(s)
 
 
 def test_cli_params_lists_every_record(cli):
     code, out, _ = cli("params")
     assert code == 0 and out.startswith("# gpufabric params: ")
     assert "SHM_HOP_LAT_US" in out and "fitted on rtx4090-8gpu-small-latency" in out
+    # a constant fitted on one entry is that entry's answer, and said so
+    assert "fitted on rtx4090-8gpu-small-latency (a single entry: that entry's answer)" in out
     code, out, _ = cli("params", "--json")
-    import json
     data = json.loads(out)
     assert data["nccl_version"] == "2.28.3"
     assert {p["name"] for p in data["params"]} == set(P.REGISTRY)
+    assert all(p["single_entry"] == (len(p["fitted_on"]) == 1) for p in data["params"])
+
+
+def test_params_check_lists_the_constants_on_one_entry(cli):
+    """`params --check`: every fitted constant resting on one entry, and each such entry
+    counts as fitted (never held out) in validate."""
+    from gpufabric import validation
+    code, out, _ = cli("params", "--layer", "all", "--check", "--json")
+    assert code == 0
+    rows = json.loads(out)["params"]
+    assert rows and all(r["kind"] == "fitted" and len(r["fitted_on"]) == 1 for r in rows)
+    single = {r["fitted_on"][0] for r in rows}
+    assert {"rtx4090-8gpu-small-latency", "p4dn-2node-efa"} <= single
+    for eid in single:
+        probe = eid[:-1] + "x" if eid.endswith("*") else eid
+        assert validation.status(probe) == "fitted", eid
+    code, out, _ = cli("params", "--layer", "all", "--check")
+    assert code == 0 and out.startswith(f"# gpufabric params --check: {len(rows)} fitted ")
 
 
 def test_algorithms_are_registered_by_name_and_duplicates_refused():

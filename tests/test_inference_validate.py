@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from gpufabric.workloads.inference.validate import fitted_on, model_name, validate
@@ -29,22 +28,26 @@ def test_offline_points_and_skips(tmp_path):
                "trtllm-deepseek-r1-h200-min-latency-tp8-ep4-mtp3")
     res = validate(f)
     s = res["summary"]
-    assert s["points"] == 18 and s["median_abs_pct"] < 10
+    # held out (no parameter names the entry): the goal, median <= 10 %
+    assert s["points"] == s["all"]["points"] == 18 and s["median_abs_pct"] <= 10
     assert res["skipped"] == [{"id": "trtllm-deepseek-r1-h200-min-latency-tp8-ep4-mtp3",
                                "point": 0, "reason": "multi-token prediction (speculative "
                                "decoding) is not modeled"}]
     assert not fitted_on("trtllm-0.17-llama31-70b-h200-fp8-tp-sweep")
-    assert s["holdout_points"] == 18
+    assert {r["status"] for r in res["points"]} == {"held-out"}
 
 
 def test_online_latencies_against_trtllm(tmp_path):
     res = validate(subset(tmp_path, "trtllm-0.14-online-llama31-8b-h100-tp1-isl467-osl256"))
     rows = {(r["point"], r["metric"]): r for r in res["points"]}
     # 2 requests/s: TTFT is one 467-token prefill, ITL one decode step of the 8B model
-    assert rows[(0, "itl_ms")]["predicted"] == pytest.approx(8.8, abs=0.1)   # measured 8
-    assert rows[(0, "output_tokens_per_s")]["predicted"] == pytest.approx(465, rel=0.02)
-    assert all(r["fitted"] for r in res["points"])
-    assert res["summary"]["holdout_points"] == 0
+    # (measured 8 ms): the engine overhead is fitted on this entry, so within 15 %
+    assert rows[(0, "itl_ms")]["measured"] == 8
+    assert abs(rows[(0, "itl_ms")]["error_pct"]) <= 15
+    assert abs(rows[(0, "output_tokens_per_s")]["error_pct"]) <= 15
+    assert all(r["status"] == "fitted" for r in res["points"])
+    s = res["summary"]
+    assert s["points"] == 0 and s["fitted"]["points"] == s["all"]["points"] > 0
 
 
 def test_validate_cli_dispatches_by_content(cli, tmp_path):
@@ -52,10 +55,13 @@ def test_validate_cli_dispatches_by_content(cli, tmp_path):
     code, out, err = cli("validate", f, "--json")
     assert code == 0, err
     r = json.loads(out)
-    assert {"median_abs_pct", "max_abs_pct", "points"} <= set(r["summary"])
-    assert r["summary"]["points"] == 6
+    keys = {"median_abs_pct", "p90_abs_pct", "max_abs_pct", "points"}
+    assert keys | {"fitted", "looked_at", "by_metric"} <= set(r["summary"])
+    assert r["summary"]["all"]["points"] == 6
+    assert all(set(sk) == {"id", "point", "reason"} for sk in r["skipped"])
     code, out, err = cli("validate", f)
-    assert code == 0 and "# summary: 6 points" in out
+    assert code == 0 and out.splitlines()[1] == f"# summary of {f}"
+    assert out.splitlines()[2].startswith("# held-out (")
 
 
 def test_validate_bad_file(cli, tmp_path):

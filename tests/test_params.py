@@ -39,12 +39,21 @@ def test_a_name_is_recorded_once_across_layers():
         compute.record("NVLS_LAT_US", 1.0, "us", "x", "prior")
 
 
-def test_training_fitted_entries_are_the_ones_the_records_name():
-    ids = [e["id"] for e in load_yaml(DATA / "training.yaml")]
-    by_list = {i for i in ids
-               if any(i.startswith(f) for f in training_validate.FITTED_ON)}
-    by_records = {i for i in ids if params.matches_fitted(i, params.fitted_ids("workloads"))}
-    assert by_list == by_records and len(by_list) == 20
+def test_training_status_comes_from_the_records_and_the_file():
+    """fitted: a workloads record names the entry; looked-at: the file's looked_at key."""
+    from gpufabric import validation
+    entries = load_yaml(DATA / "training.yaml")
+    st = {e["id"]: validation.status(e["id"], e.get("looked_at", "")) for e in entries}
+    fitted = {i for i, s in st.items() if s == "fitted"}
+    assert fitted == {i for i in st if params.matches_fitted(i, params.fitted_ids("workloads"))}
+    assert len(fitted) == 20 and all(i.startswith(
+        ("megatron-2021-a100-gpt-", "megatron-core-h100-gpt-", "megascale-megatron-baseline",
+         "mlperf-train-v4.0-gpt3-175b-eos-")) for i in fitted)
+    looked = {i for i, s in st.items() if s == "looked-at"}
+    assert len(looked) == 16 and all(isinstance(e["looked_at"], str) for e in entries
+                                     if e["id"] in looked)
+    assert not hasattr(training_validate, "FITTED_ON")
+    assert not hasattr(training_validate, "TUNED_ON")
 
 
 def test_inference_fitted_entries_come_from_the_records():

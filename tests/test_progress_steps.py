@@ -155,7 +155,7 @@ def test_validate_reports_inference_points(cli, first_and_last, tmp_path):
 def test_validate_reports_collective_entries(cli, first_and_last):
     code, out, err = cli("validate", f"{CALIBRATION}/collectives.yaml", "--json")
     n = len(yaml.safe_load(open(f"{CALIBRATION}/collectives.yaml")))
-    assert code == 0 and json.loads(out)["summary"]["points"] == 21
+    assert code == 0 and json.loads(out)["summary"]["all"]["points"] == 21
     assert _steps(err)[-1].startswith(f"gpufabric: validate: {n}/{n} ")
 
 

@@ -64,10 +64,11 @@ def test_models_lists_the_issue_models(cli):
 def test_validate_dispatches_training_files_and_keeps_collectives(cli):
     code, out, _ = cli("validate", str(DATA / "training.yaml"), "--json")
     s = json.loads(out)["summary"]
-    assert code == 0 and s["points"] == 115
-    assert {"median_abs_pct", "max_abs_pct", "points"} <= set(s)
+    assert code == 0 and s["all"]["points"] == 115
+    assert {"median_abs_pct", "p90_abs_pct", "max_abs_pct", "points", "fitted",
+            "looked_at", "by_metric"} <= set(s)
     code, out, _ = cli("validate", str(DATA / "collectives.yaml"), "--json")
-    assert code == 0 and "large_median_abs_pct" in json.loads(out)["summary"]
+    assert code == 0 and "by_size" in json.loads(out)["summary"]
 
 
 def test_bad_training_file_and_oversized_model_exit_2(cli, tmp_path):

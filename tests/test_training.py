@@ -1,10 +1,8 @@
 """The training-step model and its validation against published runs."""
 
-import statistics
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpufabric.errors import InputError
 from gpufabric.topology.build import load
@@ -130,61 +128,62 @@ def test_refuses_what_does_not_fit_when_asked(h100):
         predict_step("llama3-70b", h100, Parallel(dp=8), 4096, check_memory=True)
 
 
-def _g(p, key):
-    """A point's field, whether the point is a record object or a mapping."""
-    return p[key] if isinstance(p, dict) else getattr(p, key)
-
-
 def test_validation_on_the_published_runs():
     r = validate(str(DATA))
-    pts = r.points
-    assert len(pts) == 115
-    errs = sorted(abs(_g(p, "error_pct")) for p in pts)
-    # the goal of the training model: median |error| <= 10% over the published runs
-    assert errs[len(errs) // 2] <= 10
-    # ... and over the held-out points: neither fitted on (a parameter record names them) nor
-    # looked at (the entry's looked_at key says what changed after looking at its misses)
-    looked = {e["id"] for e in yaml.safe_load(DATA.read_text()) if e.get("looked_at")}
-    held = [abs(_g(p, "error_pct")) for p in pts
-            if (_g(p, "status") == "held-out" if isinstance(p, dict)
-                else not p.fitted and p.id not in looked)]
-    assert len(held) >= 15
-    assert statistics.median(held) <= 10
-    skipped = {(x["id"].split("#")[0]) for x in r.skipped}
+    s = r.summary
+    # status, derived: fitted where a workloads record names the entry, looked-at where
+    # training.yaml marks it (its looked_at key says what changed after looking at its
+    # misses), held out otherwise
+    assert s["all"]["points"] == 115
+    assert s["points"] >= 15                      # enough held-out points to mean something
+    # the goal of the training model (issue 22): held-out median |error| <= 10 %
+    assert s["median_abs_pct"] <= 10, s
+    # the fit's own points: within the same goal
+    assert s["fitted"]["median_abs_pct"] <= 10, s["fitted"]
+    skipped = {x["id"] for x in r.skipped}
     assert skipped == {"megatron-core-h100-gpt3-177b-strong-scaling", "opt-175b-992-a100",
                        "zero-100b-400-v100"}
-    reasons = {x["id"].split("#")[0]: x["reason"] for x in r.skipped}
+    assert all(set(x) == {"id", "point", "reason"} for x in r.skipped)
+    reasons = {x["id"]: x["reason"] for x in r.skipped}
     # the peak figure is a key of the entry, quoted from its source
     assert "up to 147 TFLOP/s" in reasons["opt-175b-992-a100"]
-    err = {(_g(p, "id"), _g(p, "index")): _g(p, "error_pct") for p in pts}
-    mega = [e for (i, _), e in err.items()
-            if i.startswith("megascale-megatron-baseline-175b-bs6144")]
+    mega = [p["error_pct"] for p in r.points
+            if p["id"].startswith("megascale-megatron-baseline-175b-bs6144")]
     # Megatron-LM without --overlap-grad-reduce (its default): the gradient reduction over
-    # RoCE is exposed, so the large-DP rows stay within 15% (a bound, not today's value)
-    assert max(abs(e) for e in mega) <= 15
-    eos = {i: e for (i, _), e in err.items() if i.startswith("mlperf-")}
+    # RoCE is exposed, so the large-DP rows stay within 15 % (a bound, not today's value)
+    assert max(abs(e) for e in mega) <= 15, mega
+    eos = {p["id"]: p["error_pct"] for p in r.points if p["id"].startswith("mlperf-")}
     # evaluation inside the timed run counted (eval_every_samples / eval_samples): the 10k-GPU
-    # runs within 5%
+    # runs within 5 %
     assert abs(eos["mlperf-train-v4.0-gpt3-175b-eos-10752gpu"]) <= 5
     assert abs(eos["mlperf-train-v4.0-gpt3-175b-eos-11616gpu"]) <= 5
 
 
 def test_second_holdout_of_runs_never_tuned_against():
     # Megatron-Bridge's published tables (25.11, 26.02, 26.08; H100, B200, GB200), collected
-    # after the model was settled; small-expert MoE runs (Qwen3-30B-A3B) are the worst misses
+    # after the model was settled and never tuned against: no entry is fitted or marked. The
+    # H100 Llama runs are within 11 %; MoE with small experts on B200 / H100 (Qwen3-30B-A3B,
+    # dropless, all-to-all dispatcher) is over-predicted by up to ~3x, the worst misses
     r = validate(str(DATA.parent / "training_holdout2.yaml"))
-    pts = r.points
-    assert len(pts) == 35 and r.skipped == []
-    errs = sorted(abs(_g(p, "error_pct")) for p in pts)
-    assert errs[len(errs) // 2] <= 10         # the goal: median |error| <= 10%
-    err = {_g(p, "id"): _g(p, "error_pct") for p in pts}
-    # the H100 Llama runs (dense, TP/PP/CP inside DGX H100s) within 10%
-    assert all(abs(e) <= 10 for i, e in err.items() if "llama" in i and "-h100-" in i)
+    s = r.summary
+    assert (s["points"], s["fitted"]["points"], s["looked_at"]["points"]) == (35, 0, 0)
+    assert s["median_abs_pct"] <= 10, s       # the issue's goal for a held-out file
+    assert s["max_abs_pct"] <= 200, s         # the Qwen3-30B-A3B rows
+    err = {p["id"]: p["error_pct"] for p in r.points}
+    llama = [e for i, e in err.items() if "llama" in i and "-h100-" in i]
+    assert len(llama) == 5 and all(abs(e) <= 11 for e in llama), llama
     # EP 32 over dp 16 x tp 2: only Megatron's MoE parallel folding runs it (expert TP 1)
-    assert "etp1" in next(_g(p, "layout") for p in pts if "h100-qwen3" in _g(p, "id"))
+    qwen = {i: e for i, e in err.items() if "qwen3-235b" in i and "-h100-" in i}
+    assert set(qwen) == {"mbridge-26.02-h100-qwen3-235b-fp8-tp2-pp8-256gpu",
+                         "mbridge-25.11-h100-qwen3-235b-fp8-cs-tp2-pp8-256gpu"}
+    assert all(abs(e) <= 10 for e in qwen.values()), qwen
+    small = [e for i, e in err.items() if "qwen3-30b" in i]
+    assert len(small) == 6 and all(15 <= e <= 200 for e in small), small
+    assert "etp1" in next(p["layout"] for p in r.points if "h100-qwen3" in p["id"])
+    assert r.skipped == []
     # every entry names its framework: Megatron-Bridge's profile (nemo) runs them
-    assert all(x in _g(p, "layout") for p in pts for x in ("zero1",)
-               if "fsdp" not in _g(p, "layout"))
+    assert all(x in p["layout"] for p in r.points for x in ("zero1",)
+               if "fsdp" not in p["layout"])
 
 
 def test_torchtitan_op_level_recomputation_costs_more_than_megatrons(h100):

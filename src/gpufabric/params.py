@@ -56,10 +56,18 @@ class Param:
                 return k
         return "source"
 
+    @property
+    def single_entry(self) -> bool:
+        """Whether a fitted value rests on one entry (one id, or one ``prefix-*`` pattern: one
+        source's series on one machine): it is that entry's answer rather than a prediction,
+        and that entry counts as fitted (never held out) in every ``validate``."""
+        return len(self.fitted_on) == 1
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["fitted_on"] = list(self.fitted_on)
         d["kind"] = self.kind
+        d["single_entry"] = self.single_entry
         return d
 
 
@@ -105,6 +113,18 @@ def fitted_ids(layer: str) -> set[str]:
 def matches_fitted(eid: str, ids: Iterable[str]) -> bool:
     """Whether entry ``eid`` is one of ``ids`` or matches one of its ``prefix-*`` patterns."""
     return any(eid.startswith(i[:-1]) if i.endswith("*") else eid == i for i in ids)
+
+
+def single_entry(layer: str | None = None) -> list[Param]:
+    """The fitted records (one layer or all) that rest on a single entry (see
+    :attr:`Param.single_entry`).
+
+    >>> import gpufabric.collectives.params
+    >>> [p.fitted_on for p in single_entry("collectives")][0]
+    ('rtx4090-8gpu-small-latency',)
+    """
+    return [p for p in REGISTRY.values()
+            if p.single_entry and (layer is None or p.layer == layer)]
 
 
 def table(layer: str | None = None) -> list[dict]:

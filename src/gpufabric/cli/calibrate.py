@@ -71,11 +71,12 @@ def calibrate(
                f"{_pct(r['after'])} fitted")
     if res["before"] is not None:
         for label in ("before", "after"):
-            s = res[label]
+            s = res[label]["all"]      # every held-out point, whatever its entry's status
+            lg, sm = s["by_size"]["large"], s["by_size"]["small"]
             typer.echo(f"# held-out {label:<6} ({s['points']} points): large (>= 64 MiB, "
-                       f"busbw) median {_pct(s['large_median_abs_pct'])}, max "
-                       f"{_pct(s['large_max_abs_pct'])} over {s['large_points']}; small "
-                       f"(< 64 KiB, time) median {_pct(s['small_median_abs_pct'])} over "
-                       f"{s['small_points']}; all median {_pct(s['all_median_abs_pct'])}")
+                       f"busbw) median {_pct(lg['median_abs_pct'])}, max "
+                       f"{_pct(lg['max_abs_pct'])} over {lg['points']}; small "
+                       f"(< 64 KiB, time) median {_pct(sm['median_abs_pct'])} over "
+                       f"{sm['points']}; all median {_pct(s['median_abs_pct'])}")
     typer.echo(f"# wrote {output} ({len(res['params'])} parameters); use it with "
                f"--profile {output}")

@@ -7,9 +7,9 @@ import re
 
 import typer
 
-from gpufabric.cli.common import (Progress, app, emit_json, profile_option, refuse_together,
-                                  whole)
-from gpufabric.cli.serve import validate_inference
+from gpufabric.cli.common import (Progress, app, emit_json, print_validation_summary,
+                                  profile_option, refuse_together, whole)
+from gpufabric.cli.serve import print_inference, run_inference
 from gpufabric.errors import InputError
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -150,76 +150,60 @@ def collective(
 @app.command()
 def validate(
     files: list[str] = typer.Argument(
-        ..., help="Measurements file (YAML; schema: docs/calibration.md); several collective "
-                  "files are also summarized together."),
-    json: bool = typer.Option(False, "--json", help="Print JSON: {summary, points} (several "
-                              "files: {files, summary})."),
+        ..., help="Measurements files (YAML; schema: docs/calibration.md): collective, training "
+                  "or inference, any mix; several are summarized each and then together."),
+    json: bool = typer.Option(False, "--json", help="Print JSON: {file, summary, points, "
+                              "skipped} (several files: {files, summary})."),
     profile: str | None = profile_option(),
 ) -> None:
-    """Predicted against measured for every point of a measurements file, with a summary.
+    """Predicted against measured for every point of measurements files, with a summary.
 
     Collective files (nccl-tests points), training files (schema of training.yaml) and
-    inference files (schema of inference.yaml) alike. Several collective files print each
-    file's table and summary, then one summary over all their points."""
-    from gpufabric.cli.train import is_training_file, validate_training
-    from gpufabric.collectives.validate import load_entries, validate_many
+    inference files (schema of inference.yaml) alike. Each summary leads with the points of
+    held-out entries (no parameter fitted on them, not marked looked_at), per metric, then the
+    fitted and looked-at points apart; several files print each file's, then one over all
+    their points."""
+    from gpufabric import validation
+    from gpufabric.cli.train import is_training_file, run_training, print_training
+    from gpufabric.collectives.validate import by_size, load_entries
+    from gpufabric.collectives.validate import validate as validate_file
     from gpufabric.workloads.inference.validate import is_inference_file
-    if len(files) == 1:
-        if validate_inference(files[0], json):   # inference serving files (cli/serve.py)
-            return
-        if is_training_file(files[0]):
-            validate_training(files[0], json)
-            return
-    else:
-        for f in files:
-            kind = ("an inference" if is_inference_file(f) else
-                    "a training" if is_training_file(f) else None)
-            if kind:
-                raise InputError(f"{kind} measurements file; several files at once are "
-                                 "summarized together for collective files only (validate it "
-                                 "alone)", file=f)
-    with Progress("validate", sum(len(load_entries(f)) for f in files)) as progress:
-        res = validate_many(files, on_entry=progress.step)
+    results = []
+    for f in files:
+        if is_inference_file(f):
+            res = run_inference(f) | {"kind": "inference"}
+        elif is_training_file(f):
+            res = run_training(f) | {"kind": "training"}
+        else:
+            with Progress("validate", len(load_entries(f))) as progress:
+                res = validate_file(f, on_entry=progress.step) | {"kind": "collectives"}
+        results.append(res)
+    # the large / small split where collective files are among them
+    pooled = validation.pooled(results, by_size if any(r["kind"] == "collectives"
+                                                       for r in results) else None)
     if json:
-        emit_json(res["files"][0] if len(files) == 1 else res)
+        emit_json(results[0] if len(files) == 1 else {"files": results, "summary": pooled})
         return
-    for one in res["files"]:
-        _print_validation(one)
+    for res in results:
+        {"inference": print_inference, "training": print_training,
+         "collectives": _print_validation}[res["kind"]](res)
     if len(files) > 1:
-        # the headline over every file's points stays the last line
-        _print_summary(res["summary"], f"all {len(files)} files")
+        print_validation_summary(pooled, f"all {len(files)} files")
 
 
 def _print_validation(res: dict) -> None:
-    """One collective measurements file's table and summary lines."""
-    typer.echo(f"# gpufabric validate {res['file']}")
+    """One collective measurements file's summary, table and skipped entries."""
+    typer.echo(f"# gpufabric validate {res['file']} (collectives)")
+    print_validation_summary(res["summary"], res["file"])
     typer.echo(f"# {'id':<30} {'op':<14} {'ranks':>5} {'size':>11} {'measured':>16} "
-               f"{'predicted':>10} {'error':>8}  algo/proto")
+               f"{'predicted':>10} {'error':>8}  {'status':<9} algo/proto")
     for r in res["points"]:
-        if r["measured"] == "busbw":
-            meas, pred, unit = r["measured_busbw"], r["predicted_busbw"], "GB/s"
-        else:
-            meas, pred, unit = r["measured_time_us"], r["predicted_time_us"], "us"
+        unit = "GB/s" if r["metric"] == "busbw" else "us"
         typer.echo(f"  {r['id']:<30} {r['collective']:<14} {r['ranks']:>5} {r['size']:>11} "
-                   f"{meas:>11.1f} {unit:<4} {pred:>10.1f} {r['err_pct']:>+7.1f}%  "
-                   f"{r['algo']}/{r['proto']}")
+                   f"{r['measured']:>11.1f} {unit:<4} {r['predicted']:>10.1f} "
+                   f"{r['error_pct']:>+7.1f}%  {r['status']:<9} {r['algo']}/{r['proto']}")
     for sk in res.get("skipped", []):
-        needs = f" (needs: {sk['needs']})" if sk.get("needs") else ""
-        typer.echo(f"# skipped {sk['id']}: {sk['error']}{needs}")
-    _print_summary(res["summary"], "summary")
-
-
-def _print_summary(s: dict, label: str) -> None:
-    """The summary lines: over the entries nothing was fitted on, then the headline last."""
-    def f(x):
-        return "n/a" if x is None else f"{x:.1f}%"
-    if s["fitted_entries"]:
-        typer.echo(f"# entries some parameter was fitted on: {', '.join(s['fitted_entries'])}")
-    for name, x in (("entries nothing was fitted on", s["unfitted"]), (label, s)):
-        typer.echo(f"# {name}: {x['points']} points; large (>= 64 MiB, busbw): median "
-                   f"{f(x['large_median_abs_pct'])}, max {f(x['large_max_abs_pct'])} over "
-                   f"{x['large_points']}; small (< 64 KiB, time): median "
-                   f"{f(x['small_median_abs_pct'])} over {x['small_points']}")
+        typer.echo(f"# skipped {sk['id']}: {sk['reason']}")
 
 
 @app.command()
@@ -229,10 +213,14 @@ def params(
                               help="Whose constants: collectives (the network's and collective "
                                    "models'), workloads (training and inference) or all."),
     json: bool = typer.Option(False, "--json", help="Print JSON: a list of records."),
+    check: bool = typer.Option(False, "--check", help="List only the fitted constants that "
+                               "rest on a single entry (that entry's answer; the entry counts "
+                               "as fitted in validate)."),
     profile: str | None = profile_option(),
 ) -> None:
-    """Every fitted or estimated constant of the models, with its source (NCCL version) or the
-    calibration ids it was fitted on."""
+    """Every fitted or estimated constant of the models with its status (fitted, source,
+    prior, nccl, estimate), its source (NCCL version) or the calibration ids it was fitted
+    on; a constant fitted on a single entry is flagged as that entry's answer."""
     import gpufabric.workloads.inference.pd  # noqa: F401  (records the workloads' constants)
     import gpufabric.workloads.inference.serve  # noqa: F401
     import gpufabric.workloads.training  # noqa: F401
@@ -242,6 +230,8 @@ def params(
         raise InputError(f"--layer: unknown layer '{layer}'; expected one of "
                          f"{', '.join(shared.LAYERS)} or all")
     rows = shared.table(None if layer == "all" else layer)
+    if check:
+        rows = [r for r in rows if r["single_entry"]]
     applied = ctx.meta.get("profile")
     changes = [{**c, "old": _plain(c["old"]), "new": _plain(c["new"])}
                for c in (applied[1] if applied else [])]
@@ -253,10 +243,17 @@ def params(
         typer.echo(f"# profile {applied[0]}: {len(changes)} values changed (old -> new)")
         for c in changes:
             typer.echo(f"{c['name']:<30} {c['old']} -> {c['new']}")
-    typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
-               f"{P.NCCL_VERSION})")
+    if check:
+        typer.echo(f"# gpufabric params --check: {len(rows)} fitted constants rest on a single "
+                   "entry (that entry's answer, not a prediction; validate counts the entry "
+                   "as fitted)")
+    else:
+        typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
+                   f"{P.NCCL_VERSION}); status: fitted, source, prior, nccl or estimate")
     for r in rows:
         where = ("fitted on " + ", ".join(r["fitted_on"])) if r["fitted_on"] else r["source"]
+        if r["single_entry"]:
+            where += " (a single entry: that entry's answer)"
         col = f"{r['layer']:<12} " if layer == "all" else ""
         typer.echo(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} {r['applies_to']}")
         typer.echo(f"{'':<26} value: {_short(r['value'])}")

@@ -328,3 +328,39 @@ class Progress:
             self._bar.start()
             self._task = self._bar.add_task(what, total=self.total, completed=self.done)
         self._bar.update(self._task, total=self.total, completed=self.done, description=what)
+
+
+#: how `gpufabric validate` names each status block of a summary (held-out first)
+_STATUS_LINES = (("held-out", None, "no parameter fitted on it, not looked at"),
+                 ("fitted", "fitted", "a parameter record names the entry"),
+                 ("looked-at", "looked_at", "marked as seen while the model changed"))
+
+
+def _figures(b: dict) -> str:
+    def f(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.1f}%"
+    return (f"{b['points']:>4} points, median {f(b['median_abs_pct'])}, p90 "
+            f"{f(b['p90_abs_pct'])}, max {f(b['max_abs_pct'])}")
+
+
+_SIZES = (("large", "large (>= 64 MiB, busbw)"), ("small", "small (< 64 KiB, time)"))
+
+
+def print_validation_summary(s: dict, label: str) -> None:
+    """The summary lines of `gpufabric validate` (a :func:`gpufabric.validation.summarize`
+    result): the held-out figures and each metric's (and message size's, for collectives),
+    then fitted and looked-at apart."""
+    typer.echo(f"# summary of {label}")
+    for name, key, what in _STATUS_LINES:
+        block = s if key is None else s[key]
+        if key is not None and not block["points"]:
+            typer.echo(f"# {name} ({what}): none")
+            continue
+        typer.echo(f"# {name} ({what}): {_figures(block).strip()}")
+        for metric, m in s["by_metric"].items():
+            mb = m if key is None else m[key]
+            if mb["points"]:
+                typer.echo(f"#   {metric:<30} {_figures(mb)}")
+        for size, text in _SIZES if "by_size" in block else ():
+            if block["by_size"][size]["points"]:
+                typer.echo(f"#   {text:<30} {_figures(block['by_size'][size])}")

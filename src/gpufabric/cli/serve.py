@@ -8,6 +8,7 @@ import typer
 
 from gpufabric.cli.common import (Progress, app, emit_json, note, profile_option, refuse_alone,
                                   refuse_together, whole)
+from gpufabric.cli.common import print_validation_summary
 
 #: Options of `serve` that exclude each other: (option, options, why).
 CONFLICTS = (
@@ -330,36 +331,26 @@ def print_search(res: dict) -> None:
                    f"{ratio:.2f}x goodput per GPU")
 
 
-def validate_inference(file: str, json: bool) -> bool:
-    """`gpufabric validate FILE` for inference measurement files; False for other files."""
+def run_inference(file: str) -> dict:
+    """`gpufabric validate FILE` of an inference measurements file: the validator's result."""
     from gpufabric.workloads.inference import validate as V
-    if not V.is_inference_file(file):
-        return False
     with Progress("validate") as progress:
         res = V.validate(file, progress=progress.told("points"))
-    if json:
-        emit_json(res)
-        return True
+    return {"file": file} | res
+
+
+def print_inference(res: dict) -> None:
+    """One inference file's summary, table (status per point) and skipped points."""
+    file = res["file"]
     typer.echo(f"# gpufabric validate {file} (inference serving)")
+    print_validation_summary(res["summary"], file)
     typer.echo(f"# {'id':<52} {'pt':>2} {'metric':<28} {'measured':>10} {'predicted':>10} "
-               f"{'error':>8}")
+               f"{'error':>8}  status")
     for r in res["points"]:
-        mark = "*" if r["fitted"] else " "
         typer.echo(f"  {r['id']:<52} {r['point']:>2} {r['metric']:<28} {r['measured']:>10.1f} "
-                   f"{r['predicted']:>10.1f} {r['err_pct']:>+7.1f}%{mark}")
+                   f"{r['predicted']:>10.1f} {r['error_pct']:>+7.1f}%  {r['status']}")
     reasons: dict[str, int] = {}
     for sk in res["skipped"]:
         reasons[f"{sk['id']}: {sk['reason']}"] = reasons.get(f"{sk['id']}: {sk['reason']}", 0) + 1
     for k, n in reasons.items():
         typer.echo(f"# skipped {k}" + (f" ({n} points)" if n > 1 else ""))
-    s = res["summary"]
-
-    def f(x):
-        return "n/a" if x is None else f"{x:.1f}%"
-    typer.echo(f"# summary: {s['points']} points, median |error| {f(s['median_abs_pct'])}, max "
-               f"{f(s['max_abs_pct'])}; on entries nothing was fitted on: "
-               f"{s['holdout_points']} points, median {f(s['holdout_median_abs_pct'])} "
-               "(* = entry used for fitting)")
-    for k, v in s["by_metric"].items():
-        typer.echo(f"#   {k:<18} {v['points']:>4} points, median {f(v['median_abs_pct'])}")
-    return True

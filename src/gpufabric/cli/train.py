@@ -6,6 +6,7 @@ import typer
 
 from gpufabric.cli.common import (Progress, above, app, emit_json, profile_option, refuse_alone,
                                   refuse_together, whole)
+from gpufabric.cli.common import print_validation_summary
 from gpufabric.errors import InputError
 
 #: Options of `train` that --search would ignore (it tries the layouts itself).
@@ -217,25 +218,25 @@ def is_training_file(path: str) -> bool:
         return False       # the collective validator reports what is wrong with the file
 
 
-def validate_training(path: str, json: bool) -> None:
+def run_training(path: str) -> dict:
+    """`gpufabric validate FILE` of a training measurements file: the validator's result."""
     from gpufabric.workloads.validate import validate
     with Progress("validate") as progress:
         rep = validate(path, progress=progress.told("points"))
-    if json:
-        emit_json(rep.to_dict())
-        return
+    return {"file": path} | rep.to_dict()
+
+
+def print_training(res: dict) -> None:
+    """One training file's summary, table (status per point) and skipped points."""
+    path = res["file"]
     typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs)")
+    print_validation_summary(res["summary"], path)
     typer.echo(f"# {'id':<52} {'#':>2} {'measured':>10} {'predicted':>10} {'error':>8}  "
-               "fit  layout; bottleneck")
-    for p in rep.points:
-        typer.echo(f"  {p.id:<52} {p.index:>2} {p.measured:>10.1f} {p.predicted:>10.1f} "
-                   f"{p.error_pct:>+7.1f}%  {'yes' if p.fitted else 'no ':3s}  {p.layout}; "
-                   f"{p.bottleneck}")
-    for sk in rep.skipped:
-        typer.echo(f"# skipped {sk['id']}: {sk['reason']}")
-    s = rep.summary
-    typer.echo(f"# {s['points']} points: median |error| {s['median_abs_pct']}%, max "
-               f"{s['max_abs_pct']}%")
-    typer.echo(f"# fitted or tuned on ({s['fitted_points']} points): median "
-               f"{s['fitted_median_abs_pct']}%; held out ({s['holdout_points']} points): median "
-               f"{s['holdout_median_abs_pct']}%, max {s['holdout_max_abs_pct']}%")
+               f"{'status':<9}  layout; bottleneck")
+    for p in res["points"]:
+        typer.echo(f"  {p['id']:<52} {p['point']:>2} {p['measured']:>10.1f} "
+                   f"{p['predicted']:>10.1f} {p['error_pct']:>+7.1f}%  {p['status']:<9}  "
+                   f"{p['layout']}; {p['bottleneck']}")
+    for sk in res["skipped"]:
+        at = "" if sk["point"] is None else f"#{sk['point']}"
+        typer.echo(f"# skipped {sk['id']}{at}: {sk['reason']}")

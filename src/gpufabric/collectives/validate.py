@@ -6,23 +6,25 @@ node, default: fill nodes), ``algorithm`` and ``protocol`` (what the run allowed
 NCCL_PROTO take them: one name or a list), and ``points`` (``size`` with ``busbw`` in GB/s or
 ``time_us``). Any such file works, not only ours.
 
-The summary holds ``large_median_abs_pct`` and ``large_max_abs_pct`` (absolute % error of busbw
-over points of 64 MiB and more), ``small_median_abs_pct`` (absolute % error of time over
-points below 64 KiB) and ``points``; ``unfitted`` holds the same over the entries no
-parameter of :mod:`gpufabric.collectives.params` was fitted on, and ``fitted_entries`` names
-the others (each point also says ``fitted``). A point measured as time is compared as busbw
-when large, and a point measured as busbw is compared as time when small (each derived from
-the other with the nccl-tests definitions). :func:`validate_many` runs several files and
-summarizes all their points together (the headline over several hold-outs at once).
+Each point is a :func:`gpufabric.validation.point` record (``metric`` ``busbw`` or
+``time_us``, whichever the file gives; ``status`` fitted, looked-at or held-out) and the
+summary is :func:`gpufabric.validation.summarize`'s: the held-out figures first, ``fitted``,
+``looked_at``, ``all`` and ``by_metric`` beside them, and in every block ``by_size``: ``large``
+(absolute % error of busbw over points of 64 MiB and more) and ``small`` (absolute % error of
+time over points below 64 KiB), each ``{median_abs_pct, p90_abs_pct, max_abs_pct, points}``.
+A point measured as time is compared as busbw when large, and a point measured as busbw is
+compared as time when small (each derived from the other with the nccl-tests definitions).
+:func:`validate_many` runs several files and summarizes all their points together (the
+headline over several hold-outs at once).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from typing import Any
 
+from gpufabric import validation
 from gpufabric.collectives import (OPS, Model, busbw_factor, check_algo, check_proto, model,
                                    params)
 from gpufabric.errors import InputError
@@ -47,8 +49,7 @@ def _positive_number(v: Any) -> bool:
 def load_entries(path: str) -> list[dict]:
     """Read and check a measurements file; bad input raises :class:`InputError`."""
     data = load_yaml(path, what="a measurements file (YAML)")
-    if isinstance(data, dict) and isinstance(data.get("entries"), list):
-        data = data["entries"]
+    data, file_mark = validation.entries_of(data, path)
     if not isinstance(data, list) or not data:
         raise InputError("expected a list of entries (id, system, collective, ranks, points)",
                          file=path)
@@ -106,7 +107,8 @@ def load_entries(path: str) -> list[dict]:
                     "ranks": ranks, "per_node": per_node, "algorithm": algo, "protocol": proto,
                     "points": clean,
                     "source": e.get("source", ""), "confidence": e.get("confidence", ""),
-                    "needs": str(e.get("needs", "")), "stack": str(e.get("stack", ""))})
+                    "needs": str(e.get("needs", "")), "stack": str(e.get("stack", "")),
+                    "looked_at": validation.looked_at(e, file_mark, path, where)})
     return out
 
 
@@ -123,7 +125,7 @@ def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
     Examples
     --------
     >>> r = validate("tests/data/calibration/collectives.yaml")   # doctest: +SKIP
-    >>> r["summary"]["large_median_abs_pct"] <= 10                   # doctest: +SKIP
+    >>> r["summary"]["by_size"]["large"]["median_abs_pct"] <= 10     # doctest: +SKIP
     True
     """
     return validate_entries(load_entries(path), path, on_entry)
@@ -147,8 +149,8 @@ def validate_entries(entries: list[dict], path: str,
         except InputError as exc:
             err = entry_error(e, path, exc)
             first_error = first_error or err
-            skipped.append({"id": e["id"], "error": str(err),
-                            **({"needs": e["needs"]} if e["needs"] else {})})
+            needs = f" (needs: {e['needs']})" if e["needs"] else ""
+            skipped.append(validation.skip(e["id"], None, f"{err}{needs}"))
             if on_entry:
                 on_entry(e["id"])
             continue
@@ -157,10 +159,7 @@ def validate_entries(entries: list[dict], path: str,
             on_entry(e["id"])
     if not rows and first_error is not None:
         raise first_error
-    fitted = params.fitted_ids()
-    for r in rows:
-        r["fitted"] = r["id"] in fitted
-    return {"file": path, "summary": headline(rows), "points": rows, "skipped": skipped}
+    return {"file": path, "summary": summarize(rows), "points": rows, "skipped": skipped}
 
 
 def entry_model(e: dict, path: str, system: str | None = None) -> Model:
@@ -215,9 +214,11 @@ def entry_error(e: dict, path: str, exc: InputError) -> InputError:
 
 
 def entry_rows(e: dict, preds: list, note: str = "") -> list[dict]:
-    """One row per point of an entry: measured and predicted busbw and time, and the errors."""
+    """One :func:`gpufabric.validation.point` per point of an entry (``metric``: what the file
+    measured, busbw or time_us), with measured and predicted busbw and time and both errors."""
     rows = []
-    for pt, p in zip(e["points"], preds, strict=True):
+    st = validation.status(e["id"], e.get("looked_at", ""))
+    for j, (pt, p) in enumerate(zip(e["points"], preds, strict=True)):
         n = p.ranks
         f = busbw_factor(e["collective"], n)
         if pt["busbw"] is not None:
@@ -226,62 +227,51 @@ def entry_rows(e: dict, preds: list, note: str = "") -> list[dict]:
         else:
             meas_t = float(pt["time_us"])
             meas_bus = pt["size"] / (meas_t * 1e-6) / 1e9 * f
-        row = {"id": e["id"], "collective": e["collective"], "ranks": n,
-               "size": pt["size"], "algo": p.algo, "proto": p.proto,
-               "measured_busbw": meas_bus, "predicted_busbw": p.busbw,
-               "measured_time_us": meas_t, "predicted_time_us": p.time_us,
-               "measured": "busbw" if pt["busbw"] is not None else "time_us",
-               "note": note}
-        row["busbw_err_pct"] = (p.busbw - meas_bus) / meas_bus * 100 if meas_bus else None
-        row["time_err_pct"] = ((p.time_us - meas_t) / meas_t * 100) if meas_t else None
-        row["err_pct"] = row["busbw_err_pct"] if row["measured"] == "busbw" \
-            else row["time_err_pct"]
-        rows.append(row)
+        busbw_err = (p.busbw - meas_bus) / meas_bus * 100 if meas_bus else None
+        time_err = ((p.time_us - meas_t) / meas_t * 100) if meas_t else None
+        if pt["busbw"] is not None:
+            metric, meas, pred, err = "busbw", meas_bus, p.busbw, busbw_err
+        else:
+            metric, meas, pred, err = "time_us", float(pt["time_us"]), p.time_us, time_err
+        rows.append(validation.point(
+            e["id"], j, metric, meas, pred, st, error_pct=err, notes=note,
+            collective=e["collective"], ranks=n, size=pt["size"], algo=p.algo, proto=p.proto,
+            measured_busbw=meas_bus, predicted_busbw=p.busbw, measured_time_us=meas_t,
+            predicted_time_us=p.time_us, busbw_err_pct=busbw_err, time_err_pct=time_err))
     return rows
 
 
 def validate_many(paths: list[str], on_entry: Callable[[str], None] | None = None) -> dict:
     """:func:`validate` each file, and summarize all their points together: ``{files, summary}``
-    with ``files`` the per-file results and ``summary`` (with ``unfitted`` and
-    ``fitted_entries``) over every point of every file, as for one file. This is the headline
-    over several hold-outs at once: the machines of all of them.
+    with ``files`` the per-file results and ``summary`` over every point of every file, as for
+    one file. This is the headline over several hold-outs at once: the machines of all of them.
 
     Examples
     --------
     >>> r = validate_many(["tests/data/calibration/collectives.yaml",
     ...                    "tests/data/calibration/holdout.yaml"])
-    >>> [f["summary"]["points"] for f in r["files"]], r["summary"]["points"]
+    >>> [f["summary"]["all"]["points"] for f in r["files"]], r["summary"]["all"]["points"]
     ([21, 31], 52)
-    >>> r["summary"]["large_median_abs_pct"]     # over both files' 37 large points
-    3.23
+    >>> r["summary"]["by_size"]["large"]["median_abs_pct"] <= 10   # the goal of issue 9
+    True
     """
     files = [validate(p, on_entry) for p in paths]
-    return {"files": files, "summary": headline([r for f in files for r in f["points"]])}
+    return {"files": files, "summary": validation.pooled(files, by_size)}
 
 
-def headline(rows: list[dict]) -> dict:
-    """:func:`summarize` over ``rows``, and again (``unfitted``) over the entries no parameter
-    was fitted on, with ``fitted_entries`` naming the others."""
-    summary = summarize(rows)
-    summary["unfitted"] = summarize([r for r in rows if not r["fitted"]])
-    summary["fitted_entries"] = sorted({r["id"] for r in rows if r["fitted"]})
-    return summary
+def by_size(rows: list[dict]) -> dict:
+    """The collectives' own split of a summary block: ``{by_size: {large, small}}``, busbw
+    error over points of :data:`~gpufabric.collectives.params.LARGE_BYTES` and more, time
+    error below :data:`~gpufabric.collectives.params.SMALL_BYTES` (points without a size,
+    from other validators pooled with these, are left out)."""
+    sized = [r for r in rows if "busbw_err_pct" in r]
+    return {"by_size": {
+        "large": validation.stats(r["busbw_err_pct"] for r in sized
+                                  if r["size"] >= params.LARGE_BYTES),
+        "small": validation.stats(r["time_err_pct"] for r in sized
+                                  if r["size"] < params.SMALL_BYTES)}}
 
 
 def summarize(rows: list[dict]) -> dict:
-    large = [abs(r["busbw_err_pct"]) for r in rows
-             if r["size"] >= params.LARGE_BYTES and r["busbw_err_pct"] is not None]
-    small = [abs(r["time_err_pct"]) for r in rows
-             if r["size"] < params.SMALL_BYTES and r["time_err_pct"] is not None]
-    allp = [abs(r["err_pct"]) for r in rows if r["err_pct"] is not None]
-
-    def med(x):
-        return round(statistics.median(x), 2) if x else None
-
-    return {"large_median_abs_pct": med(large),
-            "large_max_abs_pct": round(max(large), 2) if large else None,
-            "small_median_abs_pct": med(small),
-            "small_max_abs_pct": round(max(small), 2) if small else None,
-            "all_median_abs_pct": med(allp),
-            "large_points": len(large), "small_points": len(small),
-            "points": len(rows)}
+    """:func:`gpufabric.validation.summarize` with the large / small split in every block."""
+    return validation.summarize(rows, by_size)

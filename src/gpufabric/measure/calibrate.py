@@ -359,7 +359,7 @@ def _summary(entries: list[dict], path: str, system: str | None,
     with profile.overrides(values, file=path):
         res = validate_entries(entries, path, system=system)
     return res["summary"] | {"rows": [
-        {k: r[k] for k in ("id", "collective", "size", "measured", "err_pct")}
+        {k: r[k] for k in ("id", "collective", "size", "metric", "error_pct")}
         for r in res["points"]]}
 
 

@@ -9,20 +9,21 @@ counts the recomputation forward pass, as Narayanan et al. do). The error of a p
 ``predicted / measured - 1``.
 
 Entries the model cannot place (no model shape, no parallel layout, or a peak figure instead of
-a run) are listed as skipped, with the reason.
+a run) are listed as skipped, with the reason. Points, skips and the summary are those of
+:mod:`gpufabric.validation` (metric: the measured figure the point gives; status: fitted when a
+parameter record names the entry, looked-at when the file marks it ``looked_at``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 
-from gpufabric import catalog
+from gpufabric import catalog, validation
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.sweep import each
@@ -32,22 +33,6 @@ from gpufabric.workloads.models import ModelSpec, list_models, load_model
 from gpufabric.workloads.models import find_model, gives_shape, model_from_shape
 from gpufabric.workloads.parallel import Parallel
 from gpufabric.workloads.training import StepResult, predict_step
-
-#: entries some parameter of the compute or step model was fitted on (see their Fitted
-#: records); the summary reports the error on all other entries separately
-FITTED_ON = ("megatron-2021-a100-gpt-1.7b", "megatron-2021-a100-gpt-7.5b",
-             "megatron-2021-a100-gpt-18b", "megatron-2021-a100-gpt-39b",
-             "megatron-2021-a100-gpt-145b", "megatron-2021-a100-gpt-310b",
-             "megatron-2021-a100-gpt-1t", "megatron-core-h100-gpt-",
-             "megascale-megatron-baseline-175b-bs768",
-             "mlperf-train-v4.0-gpt3-175b-eos-")
-
-#: entries whose misses led to a change of the model's mechanisms (issue 7: torchtitan's
-#: op-level selective recomputation, the power-capped clock of Meta's 500 W H100s, the ZeRO-3
-#: rows' recomputation, BERT's unfused attention, the fused input projections of MegaScale's
-#: parallel blocks): no longer held out, so the summary counts them with the fitted ones
-TUNED_ON = ("torchtitan-h100-", "torchtitan-a100-llama2-13b", "torchtitan-a100-llama3-8b",
-            "megatron-2021-a100-gpt3-175b-zero3-", "dle-bert-", "megascale-optimized-")
 
 #: entry model names (lower case, first match wins) -> built-in model
 NAME_MAP = (
@@ -64,28 +49,16 @@ NAME_MAP = (
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s",
            "time_to_train_s", "tflops_per_gpu", "mfu", "gpu_hours_per_trillion_tokens")
 @dataclass
-class Point:
-    id: str
-    index: int
-    metric: str
-    measured: float            # tokens/s per GPU (CNN: samples/s per GPU)
-    predicted: float
-    error_pct: float
-    fitted: bool
-    layout: str
-    breakdown_s: dict[str, float] = field(default_factory=dict)
-    bottleneck: str = ""
-
-
-@dataclass
 class Report:
-    points: list[Point]
-    skipped: list[dict[str, str]]
+    """Points (:func:`gpufabric.validation.point` records: measured and predicted tokens/s per
+    GPU, CNNs samples/s per GPU, with ``layout`` and ``bottleneck``), skips and the summary."""
+
+    points: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
     summary: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "points": [asdict(p) for p in self.points],
-                "skipped": self.skipped}
+        return {"summary": self.summary, "points": self.points, "skipped": self.skipped}
 
 
 def is_training_file(data: Any) -> bool:
@@ -98,6 +71,7 @@ def is_training_file(data: Any) -> bool:
 
 def load(path: str) -> list[dict[str, Any]]:
     data = load_yaml(path, what="a training measurements file (YAML)")
+    data, file_mark = validation.entries_of(data, path)
     if isinstance(data, dict):
         data = data.get("entries")
     if not isinstance(data, list) or not data:
@@ -112,6 +86,9 @@ def load(path: str) -> list[dict[str, Any]]:
                                  field=f"[{i}].{key}")
         if not isinstance(e["system"], dict) or not isinstance(e["model"], dict):
             raise InputError("expected a mapping", file=path, field=f"[{i}]({e['id']}).system")
+        why = validation.looked_at(e, file_mark, path, f"[{i}]({e['id']})")
+        if why:
+            data[i] = {**e, "looked_at": why}
     return data
 
 
@@ -228,8 +205,9 @@ def validate(path: str, *, only: tuple[str, ...] = (),
     entries = load(path)
     if only:
         entries = [e for e in entries if str(e["id"]).startswith(only)]
-    points: list[Point] = []
-    skipped: list[dict[str, str]] = []
+    points: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    fitted_ids = validation.fitted_ids()
     topo_cache = {} if topo_cache is None else topo_cache
 
     def n_points(e: dict[str, Any]) -> int:
@@ -240,8 +218,8 @@ def validate(path: str, *, only: tuple[str, ...] = (),
         eid = str(e["id"])
         m = resolve_model(e["model"])
         if m is None:
-            skipped.append({"id": eid, "reason": "model shape not given and no built-in model "
-                            "by that name"})
+            skipped.append(validation.skip(eid, None, "model shape not given and no built-in "
+                                           "model by that name"))
             if progress:
                 progress(n_points(e), total)
             continue
@@ -257,14 +235,14 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             try:
                 got = _one(e, pt, m, topo_cache, stated)
             except InputError as exc:
-                skipped.append({"id": f"{eid}#{j}", "reason": str(exc)})
+                skipped.append(validation.skip(eid, j, str(exc)))
                 continue
             except (ValueError, TypeError, ZeroDivisionError) as exc:
                 raise InputError(f"bad value ({exc}); numbers are expected for gpus, nodes, "
                                  "tp, pp, dp, cp, ep, vpp, micro_batch, global_batch, seq_len",
                                  file=path, field=f"{eid}.points[{j}]") from None
             if isinstance(got, str):
-                skipped.append({"id": f"{eid}#{j}", "reason": got})
+                skipped.append(validation.skip(eid, j, got))
                 continue
             metric, meas, r = got
             pred = r.tokens_per_s_per_gpu if m.is_transformer else \
@@ -274,18 +252,19 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             if not m.is_transformer:
                 meas = meas / max(r.seq_len, 1)
             err = (pred / meas - 1) * 100
-            fitted = any(eid.startswith(f) for f in FITTED_ON + TUNED_ON)
+            status = validation.status(eid, str(e.get("looked_at") or ""), fitted_ids)
             etp = r.parallel.get("etp") or r.parallel["tp"]
             lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep}".format(**r.parallel) + (
                 f" etp{etp}" if etp != r.parallel["tp"] else "") + \
                 " vpp{vpp} mb{micro_batch} gb{global_batch}".format(**r.parallel) + (
                       f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
                       else f" zero{r.parallel['zero']}")
-            points.append(Point(eid, j, metric, round(meas, 2), round(pred, 2), round(err, 2),
-                                fitted, lay + f" {r.precision} {r.parallel['recompute']}",
-                                {k: round(v, 4) for k, v in r.breakdown_s.items()},
-                                r.bottleneck))
-    return Report(points, skipped, summarize(points))
+            points.append(validation.point(
+                eid, j, metric, round(meas, 2), round(pred, 2), status, error_pct=round(err, 2),
+                breakdown={k: round(v, 4) for k, v in r.breakdown_s.items()},
+                layout=lay + f" {r.precision} {r.parallel['recompute']}",
+                bottleneck=r.bottleneck))
+    return Report(points, skipped, validation.summarize(points))
 
 
 def _assumed(e: dict[str, Any]) -> dict[str, Any]:
@@ -319,20 +298,6 @@ def eval_overhead(par: dict[str, Any], r: Any) -> float:
     fwd_share = 1 / ((2 if r.parallel.get("recompute") == "full" else 1) + BWD_GEMM)
     per_step = r.step_time_s - b.get("dp_comm", 0.0) - b.get("optimizer", 0.0)
     return float(n / gb * per_step * fwd_share / (steps * r.step_time_s))
-
-
-def summarize(points: list[Point]) -> dict[str, Any]:
-    def stats(ps: list[Point]) -> dict[str, Any]:
-        errs = [abs(p.error_pct) for p in ps]
-        return {"median_abs_pct": round(statistics.median(errs), 2) if errs else None,
-                "max_abs_pct": round(max(errs), 2) if errs else None, "points": len(errs)}
-    out = stats(points)
-    fit = stats([p for p in points if p.fitted])
-    held = stats([p for p in points if not p.fitted])
-    out.update({"fitted_median_abs_pct": fit["median_abs_pct"], "fitted_points": fit["points"],
-                "holdout_median_abs_pct": held["median_abs_pct"],
-                "holdout_max_abs_pct": held["max_abs_pct"], "holdout_points": held["points"]})
-    return out
 
 
 def derived_has_layout(e: dict[str, Any]) -> bool:
@@ -492,5 +457,4 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
     return got[0], got[1], r
 
 
-__all__ = ["validate", "is_training_file", "Report", "Point", "FITTED_ON", "TUNED_ON",
-           "resolve_model", "power_cap"]
+__all__ = ["validate", "is_training_file", "Report", "resolve_model", "power_cap"]

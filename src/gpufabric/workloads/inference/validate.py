@@ -12,28 +12,25 @@ TTFT, ITL/TPOT, end-to-end latency) is one compared point.
 Entries the model cannot run are listed as skipped with the reason (lengths not stated,
 multi-token prediction, ratios only, a bulk-transfer benchmark, ...).
 
-Summary keys: ``median_abs_pct``, ``max_abs_pct``, ``points``; the same over the points of
-entries no parameter was fitted on (``holdout_*``); see :data:`FITTED_ON`.
+Points, skips and the summary are those of :mod:`gpufabric.validation`: the headline over the
+held-out entries (no parameter record names them, the file does not mark them ``looked_at``),
+with ``fitted``, ``looked_at`` and ``by_metric`` beside it.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 
-from gpufabric import catalog
+from gpufabric import catalog, validation
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
-from gpufabric.params import matches_fitted
 from gpufabric.sweep import each
 from gpufabric.topology.build import from_spec
-from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
-                                                    ENGINE_REQUEST_S, EXPERT_LOAD_CV, FP4_EFF,
-                                                    engine_key)
+from gpufabric.workloads.inference.itertime import engine_key
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 from gpufabric.workloads.models import ModelSpec, gives_shape, load_model, model_from_shape
 from gpufabric.workloads.models import find_model
@@ -59,17 +56,11 @@ METRICS = {
 }
 
 
-def _fitted_ids() -> set[str]:
-    from gpufabric.workloads.inference.pd import KV_EFF, KV_SETUP_S
-    return {i for f in [*ENGINE_OVERHEAD_S.values(), *ENGINE_LAYER_S.values(),
-                        *ENGINE_REQUEST_S.values(), KV_EFF, KV_SETUP_S, FP4_EFF,
-                        EXPERT_LOAD_CV] for i in f.fitted_on}
-
-
 def fitted_on(eid: str) -> bool:
-    """Whether entry ``eid`` was used to fit a parameter (ids and ``prefix-*`` patterns in
-    the ``fitted_on`` of the inference models' records)."""
-    return matches_fitted(eid, _fitted_ids())
+    """Whether a parameter record names entry ``eid`` in its ``fitted_on`` (ids and
+    ``prefix-*`` patterns; the inference models' records are recorded on import)."""
+    import gpufabric.workloads.inference.pd  # noqa: F401  (records KV_EFF, KV_SETUP_S)
+    return validation.status(eid) == validation.FITTED
 
 
 def model_name(text: str) -> str:
@@ -176,6 +167,7 @@ def _name(v: Any, field: str, default: str) -> str:
 
 def load_entries(path: str) -> list[dict]:
     data = load_yaml(path, what="an inference measurements file (YAML)")
+    data, file_mark = validation.entries_of(data, path)
     if not isinstance(data, list) or not data:
         raise InputError("expected a list of entries (id, system, engine, model, workload, "
                          "result or points)", file=path)
@@ -196,6 +188,9 @@ def load_entries(path: str) -> list[dict]:
             raise InputError("expected a list of mappings", file=path,
                              field=f"[{i}]({e['id']}).points")
         _check_phases(e, path, i)
+        why = validation.looked_at(e, file_mark, path, f"[{i}]({e['id']})")
+        if why:
+            data[i] = {**e, "looked_at": why}
     return data
 
 
@@ -205,6 +200,8 @@ def is_inference_file(path: str) -> bool:
         data = load_yaml(path, what="a measurements file (YAML)")
     except InputError:
         return False       # the collective validator says what is wrong with the file
+    if isinstance(data, dict) and isinstance(data.get("entries"), list):
+        data = data["entries"]
     return (isinstance(data, list) and bool(data) and isinstance(data[0], dict)
             and "engine" in data[0] and "workload" in data[0])
 
@@ -436,50 +433,42 @@ def validate(path: str, progress: Callable[[int, int], None] | None = None) -> d
 
     ``progress(n, total)`` is told as each point is done (see :func:`gpufabric.sweep.run`).
     """
+    import gpufabric.workloads.inference.pd  # noqa: F401  (records KV_EFF, KV_SETUP_S)
     entries = load_entries(path)
     rows: list[dict] = []
     skipped: list[dict] = []
+    fitted_ids = validation.fitted_ids()
     total = sum(len(e.get("points") or [{}]) for e in entries)
     for e in entries:
         eid = str(e["id"])
+        status = validation.status(eid, str(e.get("looked_at") or ""), fitted_ids)
         pts = e.get("points") or [{}]
         for j, pt in each(enumerate(pts), progress, total):
             meas_src = {**(e.get("result") or {}), **pt}
             keys = [k for k in METRICS if _num(meas_src.get(k))]
             if not keys:
-                skipped.append({"id": eid, "point": j, "reason": "no figure the model predicts"})
+                skipped.append(validation.skip(eid, j, "no figure the model predicts"))
                 continue
             try:
                 r, info = _run_point(e, pt)
             except Skip as s:
-                skipped.append({"id": eid, "point": j, "reason": str(s)})
+                skipped.append(validation.skip(eid, j, str(s)))
                 continue
             except InputError as exc:
-                skipped.append({"id": eid, "point": j, "reason": f"refused: {exc}"})
+                skipped.append(validation.skip(eid, j, f"refused: {exc}"))
                 continue
             for k in keys:
                 pred = _predicted(r, k, info["gpus"])
                 meas = float(meas_src[k])
                 if pred is None or meas <= 0:
                     continue
-                rows.append({"id": eid, "point": j, "metric": k, "measured": meas,
-                             "predicted": pred, "err_pct": (pred - meas) / meas * 100,
-                             "fitted": fitted_on(eid), "engine": engine_key(
-                                 (e.get("engine") or {}).get("name")), **info,
-                             "bottleneck": r["bottleneck"]})
+                rows.append(validation.point(
+                    eid, j, k, meas, pred, status,
+                    engine=engine_key((e.get("engine") or {}).get("name")), **info,
+                    bottleneck=r["bottleneck"]))
     return {"summary": summary(rows), "points": rows, "skipped": skipped}
 
 
 def summary(rows: list[dict]) -> dict:
-    def stats(rs: list[dict], prefix: str = "") -> dict:
-        errs = [abs(r["err_pct"]) for r in rs]
-        return {f"{prefix}median_abs_pct": statistics.median(errs) if errs else None,
-                f"{prefix}max_abs_pct": max(errs) if errs else None,
-                f"{prefix}points": len(errs)}
-    out = stats(rows)
-    out.update(stats([r for r in rows if not r["fitted"]], "holdout_"))
-    by: dict[str, list[dict]] = {}
-    for r in rows:
-        by.setdefault(r["metric"].split("_p")[0].replace("_per_gpu", ""), []).append(r)
-    out["by_metric"] = {k: stats(v) for k, v in sorted(by.items())}
-    return out
+    """:func:`gpufabric.validation.summarize` of some points."""
+    return validation.summarize(rows)

@@ -50,8 +50,10 @@ def test_training_status_comes_from_the_records_and_the_file():
         ("megatron-2021-a100-gpt-", "megatron-core-h100-gpt-", "megascale-megatron-baseline",
          "mlperf-train-v4.0-gpt3-175b-eos-")) for i in fitted)
     looked = {i for i, s in st.items() if s == "looked-at"}
-    assert len(looked) == 16 and all(isinstance(e["looked_at"], str) for e in entries
-                                     if e["id"] in looked)
+    # the entries whose misses changed the model (issue 7's list among them)
+    assert len(looked) >= 16 and all(isinstance(e["looked_at"], str) and e["looked_at"]
+                                     for e in entries if e["id"] in looked)
+    assert {"dle-bert-large-pretrain-seq512-dgx-a100-multinode"} <= looked
     assert not hasattr(training_validate, "FITTED_ON")
     assert not hasattr(training_validate, "TUNED_ON")
 

@@ -18,6 +18,7 @@ CONFLICTS = (
     ("versus", "search|pd|decode_system|trace|rate|concurrency|tp|ep|dp_attention|replicas",
      "--versus finds each system's best layout and highest rate within the SLO"),
     ("search", "tp|replicas|pd", "--search tries the layouts itself"),
+    ("dataset", "trace", "the trace gives each request's lengths"),
 )
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -94,11 +95,33 @@ def print_summary(r: dict) -> None:
     typer.echo(f"bottleneck       {r['bottleneck']}")
 
 
+def model_and_system(model: str | None, system: str | None,
+                     model_file: str | None) -> tuple[str, str]:
+    """``MODEL SYSTEM``, or ``--model-file FILE SYSTEM`` (the one argument is then the system);
+    the file is read and checked here, so that a bad one is the error."""
+    from gpufabric.errors import InputError
+    from gpufabric.workloads.models import load_model_file
+    if model_file is not None:
+        if system is not None or model is None:
+            raise InputError("give the system as the only argument: --model-file FILE SYSTEM "
+                             "(the file gives the model)", field="--model-file")
+        load_model_file(model_file)
+        return model_file, model
+    if model is None or system is None:
+        raise InputError("missing; give MODEL SYSTEM (a model name, see `gpufabric models`, "
+                         "or --model-file FILE SYSTEM)", field="SYSTEM" if model else "MODEL")
+    return model, system
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="A model name (see docs/training.md) or model file."),
-    system: str = typer.Argument(..., help=SYSTEM_HELP),
+    model: str | None = typer.Argument(None, help="A model name (see `gpufabric models`) or "
+                                       "model file; with --model-file, leave it out."),
+    system: str | None = typer.Argument(None, help=SYSTEM_HELP),
+    model_file: str | None = typer.Option(None, "--model-file", help="A YAML file giving the "
+                                          "model by its shape (layers, hidden, heads, "
+                                          "kv_heads, ffn, vocab, experts, ...)."),
     tp: int = typer.Option(1, "--tp", callback=whole(1),
                            help="Tensor parallelism of one instance."),
     ep: int = typer.Option(1, "--ep", callback=whole(1),
@@ -121,6 +144,13 @@ def serve(
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
                                      "input and output lengths per request."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Draw each request's input "
+                                       "and output lengths from a named dataset (see "
+                                       "`gpufabric datasets`); synthetic ones centre on "
+                                       "--isl / --osl."),
+    dataset_spread: float | None = typer.Option(None, "--dataset-spread", help="Synthetic "
+                                                "datasets: trtllm-normal's stdev as a fraction "
+                                                "of the length, vllm-random's range ratio."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
     slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
     precision: str = typer.Option("bf16", "--precision",
@@ -169,13 +199,31 @@ def serve(
     from gpufabric.workloads.inference.engines import check as check_engine
     from gpufabric.workloads.inference.precisions import lookup as check_format
     from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
+    model, system = model_and_system(model, system, model_file)
     refuse_together(ctx, CONFLICTS)
     refuse_alone(ctx, (
         ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "
          "arrivals)"),
         ("ray", search, "applies only with --search (where its candidates run)"),
+        ("dataset_spread", dataset is not None, "applies only with --dataset (a synthetic "
+         "dataset's spread)"),
         ("two_batch_overlap", bool(pd or decode_system),
          "applies only with --pd or --decode-system (the pool figures)")))
+    if dataset is not None:
+        from gpufabric.cli.common import given
+        from gpufabric.errors import InputError
+        from gpufabric.workloads.inference.datasets import get as get_dataset
+        ds = get_dataset(dataset)
+        for opt in ("isl", "osl"):
+            if not ds.synthetic and given(ctx, opt):
+                raise InputError(f"cannot be used with --dataset {ds.name} (the dataset gives "
+                                 "the lengths; only the synthetic ones, trtllm-fixed, "
+                                 "trtllm-normal and vllm-random, centre on --isl / --osl)",
+                                 field=f"--{opt}")
+        if dataset_spread is not None and ds.synthetic in (None, "fixed"):
+            raise InputError(f"applies only to trtllm-normal and vllm-random, not {ds.name}",
+                             field="--dataset-spread")
+        dataset = ds.name
     check_engine(engine)
     check_format(precision, "weights")
     if kv_dtype is not None:
@@ -185,7 +233,8 @@ def serve(
                       precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
                       burst_cv=burst_cv, concurrency=concurrency, isl=isl,
                       requests=requests if requests is not None or trace else DEFAULT_REQUESTS,
-                      osl=osl, trace=trace, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
+                      osl=osl, trace=trace, dataset=dataset, dataset_spread=dataset_spread,
+                      slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb,
                       gpu_memory_utilization=gpu_memory_utilization)
@@ -237,6 +286,30 @@ def serve(
         print_summary(r)
     note(r["workload"].get("note", ""))
 
+
+
+@app.command()
+def datasets(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the named serving datasets: input and output length statistics and sources."""
+    from gpufabric.workloads.inference.datasets import datasets as all_datasets
+    ds = all_datasets()
+    if json:
+        emit_json([d.summary() for d in ds])
+        return
+
+    def n(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f}"
+
+    def side(ls) -> str:
+        if ls.run:
+            return f"{'(--isl/--osl)':>21}"
+        return f"{n(ls.mean):>7}{n(ls.median):>7}{n(ls.p90):>7}"
+    typer.echo(f"# {'dataset':<28} {'ISL mean/med/p90':>21} {'OSL mean/med/p90':>21}  source")
+    for d in ds:
+        src = d.isl.source.split(" ")[0]
+        gaps = [k for k, ls in (("input", d.isl), ("output", d.osl)) if ls.unknown]
+        flag = f"  (not samplable: {' and '.join(gaps)} lengths not published)" if gaps else ""
+        typer.echo(f"  {d.name:<28} {side(d.isl)} {side(d.osl)}  {src}{flag}")
 
 
 def print_search(res: dict) -> None:

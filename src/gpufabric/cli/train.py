@@ -66,9 +66,13 @@ def _print_result(r, rank: int | None = None) -> None:
 @app.command()
 def train(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="A model name (see `gpufabric models`) or a YAML "
-                                "file of the same shape."),
-    system: str = typer.Argument(..., help=SYSTEM_HELP),
+    model: str | None = typer.Argument(None, help="A model name (see `gpufabric models`) or a "
+                                       "YAML file of the same shape; with --model-file, leave "
+                                       "it out."),
+    system: str | None = typer.Argument(None, help=SYSTEM_HELP),
+    model_file: str | None = typer.Option(None, "--model-file", help="A YAML file giving the "
+                                          "model by its shape (layers, hidden, heads, "
+                                          "kv_heads, ffn, vocab, experts, ...)."),
     tp: int = typer.Option(1, "--tp", callback=whole(1),
                            help="Tensor-parallel size (inside a node)."),
     pp: int = typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
@@ -126,6 +130,8 @@ def train(
     from gpufabric.workloads.parallel import Parallel
     from gpufabric.workloads.search import _topology, search
     from gpufabric.workloads.training import check_seq_len, predict_step
+    from gpufabric.cli.serve import model_and_system
+    model, system = model_and_system(model, system, model_file)
     refuse_together(ctx, [("search_", LAYOUT_OPTIONS, "--search tries the layouts itself")])
     refuse_alone(ctx, [(name, search_, f"applies only with --search ({what})")
                        for name, what in (("top", "the layouts it prints"),

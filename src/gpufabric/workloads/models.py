@@ -16,6 +16,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -329,12 +330,113 @@ def _builtin() -> dict[str, ModelSpec]:
     return out
 
 
+#: Leading words of a published model name that name its maker, not the model.
+_MAKERS = ("meta", "nvidia", "mistralai", "microsoft", "google", "tiiuae", "eleutherai")
+#: A word from which on a published name describes a fine-tune or a checkpoint, not the shape.
+_TUNES = ("instruct", "chat", "base", "hf", "it")
+#: Trailing words that name a checkpoint's precision or quantisation.
+_PRECISIONS = ("fp8", "fp4", "nvfp4", "mxfp4", "bf16", "fp16", "fp32", "int4", "int8", "awq",
+               "gptq", "w4a16", "w8a8", "dynamic")
+
+
+def model_key(text: str) -> str:
+    """The normalised spelling of a model name that built-in names and aliases are matched on:
+    lower case, the maker, the fine-tune and precision suffixes, parenthetical remarks, a
+    Hugging Face organisation and every separator dropped.
+
+    >>> [model_key(t) for t in ("Llama-3.1-405B", "LLAMA3.1_405B", "llama3.1-405b",
+    ...                         "Meta-Llama-3.1-405B-Instruct")]
+    ['llama3.1405b', 'llama3.1405b', 'llama3.1405b', 'llama3.1405b']
+    >>> model_key("Llama 3.3 70B (nvidia/Llama-3.3-70B-Instruct-FP8)")
+    'llama3.370b'
+    """
+    t = re.sub(r"\([^)]*\)?", " ", str(text).lower())
+    t = t.rsplit("/", 1)[-1]
+    words = re.findall(r"[a-z0-9]+(?:\.[0-9]+)*", t)
+    while words and words[0] in _MAKERS:
+        words.pop(0)
+    for i, w in enumerate(words):
+        if w in _TUNES:
+            words = words[:i]
+            break
+    while words and words[-1] in _PRECISIONS:
+        words.pop()
+    return "".join(words)
+
+
+@cache
+def _by_key() -> dict[str, ModelSpec]:
+    out: dict[str, ModelSpec] = {}
+    for name, m in _builtin().items():
+        k = model_key(name)
+        if k in out and out[k].name != m.name:
+            raise InputError(f"model names {out[k].name!r} and {m.name!r} normalise alike "
+                             f"({k!r})", file="workloads/data/models")
+        out[k] = m
+    return out
+
+
+def find_model(text: str) -> ModelSpec | None:
+    """The built-in model a name means, in any of its usual spellings; None if none.
+
+    >>> find_model("Meta-Llama-3.1-405B-Instruct").name, find_model("LLAMA3.1_405B").name
+    ('llama3-405b', 'llama3-405b')
+    >>> find_model("my-model-7b") is None
+    True
+    """
+    hit = _builtin().get(str(text).lower())
+    return hit if hit is not None else _by_key().get(model_key(text))
+
+
+#: Keys of a measurements entry's ``model`` mapping that describe the shape (the rest, such as
+#: precision or params, describe the run or restate a count).
+SHAPE_KEYS = tuple(k for k in _FIELDS if k not in ("name", "source", "aliases", "published",
+                                                    "params_total", "flops_per_sample",
+                                                    "activation_bytes_per_sample"))
+
+
+def gives_shape(d: dict[str, Any]) -> bool:
+    """Whether a mapping gives a transformer's shape (at least layers and hidden)."""
+    return bool(d.get("layers")) and bool(d.get("hidden"))
+
+
+def model_from_shape(d: dict[str, Any], where: str) -> ModelSpec:
+    """A model built from the shape keys of a mapping (a measurements entry's ``model``):
+    layers, hidden, heads, kv_heads, ffn, vocab, experts, top_k, expert_ffn, ... as in a model
+    file; ``arch`` defaults to moe when experts are given, else dense. Checked as a model file
+    is (an InputError names the missing or bad key).
+
+    >>> m = model_from_shape({"name": "My 1B", "layers": 16, "hidden": 2048, "heads": 32,
+    ...                       "kv_heads": 8, "ffn": 8192, "vocab": 128256,
+    ...                       "activation": "swiglu", "norm": "rmsnorm"}, "entry my-1b")
+    >>> m.name, round(m.params() / 1e9, 2)
+    ('my 1b', 1.5)
+    """
+    raw: dict[str, Any] = {k: d[k] for k in SHAPE_KEYS if d.get(k) is not None}
+    raw["name"] = str(d.get("name") or "model by shape")
+    raw["source"] = f"{where} (shape given in the entry)"
+    raw.setdefault("arch", "moe" if d.get("experts") else "dense")
+    if raw["arch"] not in ARCHS:       # measurement files describe the block, not the class
+        raw["arch"] = "moe" if d.get("experts") else "dense"
+    return _check(raw, where)
+
+
 def list_models() -> list[ModelSpec]:
     """The built-in models, each once, in file order."""
     seen: dict[str, ModelSpec] = {}
     for m in _builtin().values():
         seen.setdefault(m.name, m)
     return list(seen.values())
+
+
+def load_model_file(path: str) -> ModelSpec:
+    """The one model of a YAML model file (``train/serve --model-file``): its shape, as the
+    built-in files give it; InputError for a missing, malformed or many-model file."""
+    models = _parse(read_text(Path(path), what="a model file (YAML)", max_bytes=MAX_YAML_BYTES),
+                    path)
+    if len(models) != 1:
+        raise InputError(f"holds {len(models)} models; give a file with one", file=path)
+    return models[0]
 
 
 def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
@@ -353,16 +455,13 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = str(name_or_path)
-    p = Path(text)
     if names_a_path(text) and (text.endswith((".yaml", ".yml")) or path_kind(text) == "file"):
-        models = _parse(read_text(p, what="a model file (YAML)", max_bytes=MAX_YAML_BYTES), text)
-        if len(models) != 1:
-            raise InputError(f"holds {len(models)} models; give a file with one", file=text)
-        return models[0]
-    hit = _builtin().get(text.lower())
+        return load_model_file(text)
+    hit = find_model(text)
     if hit is None:
         raise unknown_name("model", text, [m.name for m in list_models()], field="model")
     return hit
 
 
-__all__ = ["ModelSpec", "load_model", "list_models", "ARCHS"]
+__all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model",
+           "model_key", "model_from_shape", "gives_shape", "SHAPE_KEYS"]

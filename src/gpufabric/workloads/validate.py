@@ -30,6 +30,7 @@ from gpufabric.sweep import each
 from gpufabric.workloads.frameworks import (SETTINGS, check_setting, load_profile, resolve,
                                             step_options)
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
+from gpufabric.workloads.models import find_model, gives_shape, model_from_shape
 from gpufabric.workloads.parallel import Parallel
 from gpufabric.workloads.training import StepResult, predict_step
 
@@ -99,10 +100,18 @@ def resolve_model(m: dict[str, Any]) -> ModelSpec | None:
                     m.get("heads", cand.heads) == cand.heads and \
                     m.get("vocab", cand.vocab) == cand.vocab:
                 return cand
+    hit = find_model(str(m.get("name", "")))
+    if hit is not None:
+        return hit
     name = str(m.get("name", "")).lower()
     for key, target in NAME_MAP:
         if key in name:
             return load_model(target)
+    if gives_shape(m):       # a model no built-in matches, built from the entry's shape
+        try:
+            return model_from_shape(m, f"model {m.get('name') or '(by shape)'}")
+        except InputError:
+            return None
     return None
 
 

@@ -68,6 +68,8 @@ class ServeConfig:
     isl: int = 1024
     osl: int = 256
     trace: str | None = None
+    dataset: str | None = None           # a named dataset's lengths (workloads/data/datasets.yaml)
+    dataset_spread: float | None = None  # synthetic datasets: stdev fraction or range ratio
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     max_num_seqs: int | None = None
@@ -205,13 +207,19 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
         return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
                           source=full.source, total=len(full), rows=full.rows)
     n = max(1, -(-int(cfg.requests or DEFAULT_REQUESTS) // share))
+    isl: int | np.ndarray = cfg.isl
+    osl: int | np.ndarray = cfg.osl
+    if cfg.dataset:
+        from gpufabric.workloads.inference.datasets import sample
+        isl, osl = sample(cfg.dataset, n, seed=cfg.seed, isl=cfg.isl, osl=cfg.osl,
+                          spread=cfg.dataset_spread)
     if cfg.concurrency:
-        return R.closed_loop(max(1, cfg.concurrency // share), n, cfg.isl, cfg.osl)
+        return R.closed_loop(max(1, cfg.concurrency // share), n, isl, osl)
     if cfg.rate is None:
-        return R.offline(n, cfg.isl, cfg.osl)
+        return R.offline(n, isl, osl)
     if cfg.burst_cv:
-        return R.bursty(cfg.rate / share, n, cfg.isl, cfg.osl, cv=cfg.burst_cv, seed=cfg.seed)
-    return R.poisson(cfg.rate / share, n, cfg.isl, cfg.osl, seed=cfg.seed)
+        return R.bursty(cfg.rate / share, n, isl, osl, cv=cfg.burst_cv, seed=cfg.seed)
+    return R.poisson(cfg.rate / share, n, isl, osl, seed=cfg.seed)
 
 
 def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = None
@@ -316,12 +324,13 @@ def user_cycle_s(sm: StepModel, reqs: R.Requests) -> float:
 def source_text(cfg: ServeConfig, src: str) -> str:
     if cfg.trace:
         return src
+    ds = f", dataset {cfg.dataset}" if cfg.dataset else ""
     if cfg.concurrency:
-        return f"closed loop, {cfg.concurrency} users"
+        return f"closed loop, {cfg.concurrency} users{ds}"
     if cfg.rate is None:
-        return "offline (all requests queued at once)"
+        return f"offline (all requests queued at once){ds}"
     kind = f"bursty (gamma, cv {cfg.burst_cv:g})" if cfg.burst_cv else "Poisson"
-    return f"{kind} at {cfg.rate:g} requests/s"
+    return f"{kind} at {cfg.rate:g} requests/s{ds}"
 
 
 def typical_breakdown(sm: StepModel, res):

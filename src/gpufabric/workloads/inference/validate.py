@@ -3,7 +3,8 @@
 The file follows the schema of ``tests/data/calibration/inference.yaml`` (its header): a list of
 entries with ``id``, ``system`` (gpu, gpus, gpus_per_node, nodes, scale_up), ``engine``,
 ``model`` (name, precision, kv_cache_dtype), ``parallelism`` (tp, pp, ep, attention_dp,
-replicas), ``workload`` (mode, isl, osl, request_rate, concurrency, batch_size, num_requests)
+replicas), ``workload`` (mode, isl, osl, request_rate, concurrency, batch_size, num_requests,
+dataset: free text naming the dataset, run on its lengths when isl / osl are not stated)
 and either ``result`` or ``points`` (each point overriding workload and parallelism keys and
 carrying result keys). Each measured figure the model predicts (output tokens/s, per GPU,
 TTFT, ITL/TPOT, end-to-end latency) is one compared point.
@@ -31,7 +32,8 @@ from gpufabric.sweep import each
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference.itertime import engine_key
 from gpufabric.workloads.inference.serve import ServeConfig, serve
-from gpufabric.workloads.models import load_model
+from gpufabric.workloads.models import ModelSpec, gives_shape, load_model, model_from_shape
+from gpufabric.workloads.models import find_model
 
 #: Most requests simulated for one point (offline runs reach their steady state long before).
 MAX_SIM_REQUESTS = 1000
@@ -62,21 +64,64 @@ def fitted_on(eid: str) -> bool:
 
 
 def model_name(text: str) -> str:
-    """A catalog model from a free-text name: 'Llama 3.1 70B Instruct' -> 'llama3-70b'.
+    """A catalog model from a free-text name: 'Llama 3.1 70B Instruct' -> 'llama3-70b'
+    (:func:`gpufabric.workloads.models.find_model` normalises the spelling).
 
     >>> model_name("Llama 3.3 70B (nvidia/Llama-3.3-70B-Instruct-FP8)"), model_name("GPT-J 6B")
     ('llama3-70b', 'gpt-j-6b')
     >>> model_name("llama_13b"), model_name("DeepSeek-R1 (FP8)")
     ('llama2-13b', 'deepseek-v3')
     """
-    t = str(text).split("(")[0].split("/")[0].strip().lower()
-    t = re.sub(r"\b(instruct|chat|base)\b.*$", "", t).strip(" -")
-    t = re.sub(r"[\s_]+", "-", t)
+    hit = find_model(text)
+    if hit is not None:
+        return hit.name
+    t = re.sub(r"[\s_]+", "-", str(text).split("(")[0].strip().lower())
     if re.fullmatch(r"llama-\d+b", t):            # TensorRT-LLM's llama_13b = Llama 2
         t = "llama-2-" + t.split("-")[1]
     if t == "gpt-175b":
         t = "gpt3-175b"
     return load_model(t).name
+
+
+def entry_model(mod: dict, name: Any, eid: str) -> ModelSpec:
+    """The model of an entry: a built-in by name (any usual spelling), else the shape the
+    entry gives (layers, hidden, heads, kv_heads, ffn, vocab, experts, ...).
+
+    Raises :class:`Skip` when neither names a model the tool can build.
+    """
+    try:
+        return load_model(model_name(str(name or "")))
+    except InputError:
+        pass
+    if gives_shape(mod):
+        try:
+            return model_from_shape(mod, f"entry {eid} model")
+        except InputError as exc:
+            raise Skip(f"model '{name}' not in the model catalog and its shape is incomplete: "
+                       f"{exc}") from None
+    raise Skip(f"model '{name}' not in the model catalog and no shape given (layers, "
+               "hidden, heads, kv_heads, ffn, vocab)")
+
+
+def dataset_lengths(wl: dict) -> tuple[str, float, float]:
+    """(dataset, mean input, mean output) of a workload that names a dataset instead of
+    giving its lengths; :class:`Skip` with the reason where it cannot be run."""
+    from gpufabric.workloads.inference import datasets as D
+    text = wl.get("dataset")
+    if not text:
+        raise Skip("input / output lengths not stated")
+    ds = D.match(str(text))
+    if ds is None:
+        raise Skip(f"dataset '{text}' is not a known dataset (gpufabric datasets) and no "
+                   "lengths are stated")
+    if ds.synthetic:
+        raise Skip(f"dataset {ds.name} is a synthetic shape and the lengths it centres on "
+                   "are not stated")
+    if ds.missing:
+        gaps = [k for k, ls in (("input", ds.isl), ("output", ds.osl)) if ls.unknown]
+        raise Skip(f"dataset {ds.name}: {' and '.join(gaps)} length statistics not published")
+    isl, osl = D.mean_lengths(ds)
+    return ds.name, isl, osl
 
 
 def _num(v: Any) -> float | None:
@@ -180,18 +225,19 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     if mode in (None, "bulk-transfer"):
         raise Skip(f"no serving workload (mode {mode})")
     isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
+    dataset = None
     if isl is None or not osl:
-        raise Skip("input / output lengths not stated")
-    # isl 0: pure generation without a prompt (llama.cpp's tg tests)
-    isl_n, osl_n = (_int(isl, "isl") if isl else 0), _int(osl, "osl")
+        dataset, isl, osl = dataset_lengths(wl)
+    if dataset:
+        isl_n, osl_n = max(1, round(isl)), max(1, round(osl))
+    else:    # isl 0: pure generation without a prompt (llama.cpp's tg tests)
+        isl_n, osl_n = (_int(isl, "isl") if isl else 0), _int(osl, "osl")
     gpu = pt.get("gpu") or sysd.get("gpu")
     if not gpu:
         raise Skip("GPU not stated")
     gpu = catalog.gpu_variant(gpu, sysd.get("gpu_variant"))
-    try:
-        model = model_name(pt.get("model") or mod.get("name", ""))
-    except InputError:
-        raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
+    spec_m = entry_model(mod, pt.get("model") or mod.get("name", ""), str(e["id"]))
+    model = spec_m.name
     prec = str(pt.get("precision") or mod.get("precision") or "bf16").lower()
     prec = {"nvfp4": "fp4", "fp4 (nvfp4)": "fp4"}.get(prec, prec)
     kv = mod.get("kv_cache_dtype")
@@ -216,7 +262,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     cfg = ServeConfig(tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps, precision=prec,
                       kv_dtype=kv, engine=_name((e.get("engine") or {}).get("name"),
                                                 "engine.name", "default"),
-                      isl=isl_n, osl=osl_n)
+                      isl=isl_n, osl=osl_n, dataset=dataset)
     if wl.get("max_num_tokens"):
         cfg.max_batched_tokens = _int(wl["max_num_tokens"], "max_num_tokens")
     if wl.get("max_batch_per_rank"):
@@ -236,10 +282,10 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.requests = min(n_req, MAX_SIM_REQUESTS)
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
-    r = serve(model, topo, cfg)
+    r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
                "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
-               "batch": batch, "precision": prec}
+               "batch": batch, "precision": prec, "dataset": dataset}
 
 
 def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:

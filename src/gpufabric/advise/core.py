@@ -621,11 +621,14 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
     ok = [c for c in cands if not c.refused]
     for c in ok:
         c.refused = _fabric_refusal(c.spec) if c.nodes > 1 and c.deployment == "on-prem" else ""
-    ok = [c for c in ok if not c.refused]
-    refused = generated - len(ok)
     for c in ok:
         price(c, prices, kwh_usd, sc.constraints.amortize_years)
-        bound(c, sc)
+        try:
+            bound(c, sc)
+        except InputError as exc:           # the GPU lacks the precision asked
+            c.refused = exc.message
+    ok = [c for c in ok if not c.refused]
+    refused = generated - len(ok)
     needs_price = sc.objective in ("lowest-cost", "cost-per-million-tokens") or \
         sc.constraints.budget_capex_usd or sc.constraints.budget_usd_per_hour
     priced = [c for c in ok if c.cost.get("usd_per_hour") is not None or not needs_price]
@@ -651,7 +654,9 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
                 break                              # no later bound can enter the top N
         chunk = queue[i:i + batch]
         i += len(chunk)
-        evaluate(chunk, sc, ray=ray, progress=progress)
+        evaluate(chunk, sc, ray=ray)
+        if progress:
+            progress(len(chunk), min(len(queue), max_evaluations))
         for c in chunk:
             c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
             c.objective = figure(c, sc)
@@ -676,8 +681,12 @@ def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:
     """Designs no other beats on both cost ($/hour) and throughput (tokens/s)."""
     pts = [(c.cost.get("usd_per_hour"), _tokens_per_s(c, sc), c) for c in cands
            if c.cost.get("usd_per_hour") is not None]
-    front = []
+    front: list[Candidate] = []
+    seen: set[tuple[float, float]] = set()
     for cost, tps, c in pts:
+        if (cost, tps) in seen:
+            continue
+        seen.add((cost, tps))
         if not any((o_cost <= cost and o_tps >= tps) and (o_cost < cost or o_tps > tps)
                    for o_cost, o_tps, _ in pts):
             front.append(c)

@@ -152,6 +152,11 @@ def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = 
     if key not in d or d[key] is None:
         return default
     v = d[key]
+    if isinstance(v, str) and not integer:       # YAML 1.1 reads 2.0e9 (no sign) as text
+        try:
+            v = float(v)
+        except ValueError:
+            pass
     what = "a whole number" if integer else "a number"
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok or (v <= minimum if strict else v < minimum):

@@ -612,7 +612,7 @@ class Advice:
 
 
 def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
-           ray: bool = False, batch: int = 8, max_evaluations: int = 60,
+           ray: bool = False, batch: int = 4, max_evaluations: int = 60,
            progress: Callable[[int, int], None] | None = None) -> Advice:
     """Rank the scenario's designs: generate, price, bound, evaluate best-bound first."""
     t0 = time.perf_counter()
@@ -702,11 +702,21 @@ def what_would_change(ranked: list[Candidate], sc: Scenario) -> list[str]:
     w, r = ranked[0], ranked[1]
     out = []
     if sc.objective in ("lowest-cost", "cost-per-million-tokens") and w.objective and \
-            r.objective and r.objective > 0:
-        f = w.objective / r.objective
-        what = f"{r.instance} $/hour" if r.deployment == "cloud" else f"{r.gpu} price"
-        out.append(f"{describe(r)} overtakes when its {what} falls by "
-                   f"{100 * (1 - f):.1f}% (to {f:.3f}x today's)")
+            r.objective and r.objective > 0 and hourly(r):
+        target = float(hourly(r)) * w.objective / r.objective   # r's $/hour that ties
+        if r.deployment == "cloud":
+            k = target / float(hourly(r))
+            what = f"{r.instance} $/hour"
+        else:
+            energy = (r.power_kW or 0.0) * r.cost.get("kwh_usd", 0.0)
+            k = (target - energy) / float(r.cost["usd_per_hour"])
+            what = "capex"
+        if k > 0:
+            out.append(f"{describe(r)} overtakes when its {what} falls by "
+                       f"{100 * (1 - k):.1f}% (to {k:.3f}x today's)")
+        else:
+            out.append(f"{describe(r)} cannot overtake on price alone (its energy costs "
+                       "more than the winner's whole cost)")
     else:
         out.append(f"next: {describe(r)} ({_fmt_obj(r, sc)} against {_fmt_obj(w, sc)})")
     faster = [c for c in ranked[1:] if _tokens_per_s(c, sc) > _tokens_per_s(w, sc)]
@@ -721,7 +731,7 @@ def _fmt_obj(c: Candidate, sc: Scenario) -> str:
     if c.objective is None:
         return "n/a"
     if sc.objective == "lowest-cost":
-        return f"${c.objective:,.0f}"
+        return f"${c.objective:,.0f}" if sc.train else f"${c.objective:,.2f}/h"
     if sc.objective == "fastest":
         return (f"{c.objective:,.1f} h" if sc.train else f"{-c.objective:,.0f} tok/s")
     if sc.objective == "tokens-per-watt":

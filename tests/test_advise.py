@@ -1,0 +1,164 @@
+"""The design advisor: scenario schema, prices, the properties of its ranking, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufabric.advise import core, prices, scenario
+from gpufabric.errors import InputError
+
+TRAIN = {"workloads": {"train": {"model": "llama2-7b", "tokens": 2.0e9, "global_batch": 32,
+                                 "seq_len": 2048, "deadline_hours": 400}},
+         "constraints": {"deployment": "on-prem",
+                         "gpus": ["H100-SXM", "A100-SXM4-80GB", "L40S"]},
+         "objective": "lowest-cost",
+         "space": {"gpus_per_node": [4, 8], "nodes": [1]}}
+
+
+def _sc(data, name="t.yaml"):
+    return scenario.parse(data, name)
+
+
+# -- schema --------------------------------------------------------------------------------
+@pytest.mark.parametrize("data, field", [
+    ({"workloads": {"train": {"model": "llama2-7b", "tokens": 1e9, "global_batch": 8,
+                              "seq_len": 2048}}, "objective": "cheap"}, "objective"),
+    ({"workloads": {"train": {"model": "llama2-7b", "global_batch": 8, "seq_len": 2048}}},
+     "workloads.train.tokens"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 2}}}, "workloads.serve.slo_tpot_ms"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": -1, "slo_tpot_ms": 50}}},
+     "workloads.serve.rate"),
+    ({"workloads": {"serve": {"model": "no-such-model", "rate": 1, "slo_tpot_ms": 50}}},
+     "workloads.serve.model"),
+    ({"workloads": {}, "constraints": {"deployment": "moon"}}, "workloads"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "constraints": {"deployment": "moon"}}, "constraints.deployment"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "constraints": {"gpus": ["H1000"]}}, "constraints.gpus"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "space": {"nodes": [0]}}, "space.nodes"),
+    ({"workload": {}}, "workload"),
+])
+def test_a_bad_scenario_is_one_line_naming_the_field(data, field):
+    with pytest.raises(InputError) as e:
+        _sc(data, "bad.yaml")
+    assert e.value.file == "bad.yaml" and e.value.field == field
+    assert "\n" not in str(e.value)
+
+
+def test_every_builtin_scenario_parses():
+    names = scenario.builtin_names()
+    assert {"small-chat", "training-box", "ib-vs-roce", "moe-supernode", "pd-moe",
+            "finetune-70b"} <= set(names)
+    for n in names:
+        assert scenario.builtin(n).name == n
+
+
+def test_the_cli_refuses_a_bad_scenario_file_with_exit_2(tmp_path, capsys):
+    from gpufabric.cli import main
+    f = tmp_path / "s.yaml"
+    f.write_text("workloads: {serve: {model: llama3-8b, rate: 2}}\n")
+    with pytest.raises(SystemExit) as e:
+        main(["advise", str(f)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert "workloads.serve.slo_tpot_ms" in err
+
+
+# -- prices ---------------------------------------------------------------------------------
+def test_every_catalog_price_names_its_page_and_dates():
+    p = prices.load()
+    for sec, rows in p.entries.items():
+        for row in rows.values():
+            assert row["source"] and row["url"].startswith("https://"), (sec, row)
+            assert row["read"]
+
+
+def test_a_user_price_file_replaces_and_is_checked(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  - {gpu: H100-SXM, usd: 1000}\n")
+    assert prices.load(str(f)).gpu_usd("H100-SXM") == 1000.0
+    f.write_text("gpus:\n  - {gpu: H100-SXM, usd: -5}\n")
+    with pytest.raises(InputError) as e:
+        prices.load(str(f))
+    assert e.value.field == "gpus[0].usd"
+
+
+# -- the ranking's properties ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def train_advice():
+    return core.advise(_sc(TRAIN), prices.load(), top=10)
+
+
+def test_a_design_the_rules_refuse_never_appears(train_advice):
+    from gpufabric.topology.build import from_spec, parse_inline
+    refused = [c for c in train_advice.candidates if c.refused]
+    assert refused                                  # the space holds designs the rules refuse
+    bad = {c.system for c in refused}
+    for c in train_advice.ranked:
+        assert c.system not in bad
+        from_spec(parse_inline(c.system))           # builds: the rules accept it
+
+
+def test_raising_a_designs_price_never_raises_its_rank(train_advice, tmp_path):
+    base = [c.system for c in train_advice.ranked]
+    assert len(base) >= 2
+    for c in train_advice.ranked[:3]:
+        usd = prices.load().gpu_usd(c.gpu)
+        if usd is None or prices.load().server(c.gpu, c.gpus_per_node,
+                                               c.spec.get("scale_up", "nvswitch")):
+            continue
+        f = tmp_path / "p.yaml"
+        f.write_text(f"gpus:\n  - {{gpu: {c.gpu}, usd: {usd * 1.5}}}\n")
+        after = [x.system for x in core.advise(_sc(TRAIN), prices.load(str(f)), top=10).ranked]
+        for s in (x.system for x in train_advice.ranked if x.gpu == c.gpu):
+            if s in after:
+                assert after.index(s) >= base.index(s)
+
+
+def test_json_of_the_winner_is_a_spec_that_train_accepts(train_advice):
+    from gpufabric.topology.build import load
+    best = train_advice.ranked[0]
+    assert load(best.system).gpus()[0].model == best.gpu
+    assert best.objective == core.run_cost(best, train_advice.scenario) > 0
+
+
+SERVE = {"workloads": {"serve": {"model": "llama3-8b", "rate": 2, "isl": 500, "osl": 100,
+                                 "slo_ttft_ms": 2000, "slo_tpot_ms": 60}},
+         "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"]},
+         "objective": "lowest-cost",
+         "space": {"gpus_per_node": [1], "nodes": [1], "cloud": False}}
+
+
+def test_a_tighter_slo_never_admits_more_designs():
+    loose = core.advise(_sc(SERVE), prices.load(), top=10)
+    tight_d = json.loads(json.dumps(SERVE))
+    tight_d["workloads"]["serve"]["slo_tpot_ms"] = 30
+    tight = core.advise(_sc(tight_d), prices.load(), top=10)
+    assert loose.ranked                               # the loose SLO admits a design
+    assert {c.system for c in tight.ranked} <= {c.system for c in loose.ranked}
+
+
+# -- built-in scenarios and the infeasible case ----------------------------------------------
+def test_the_small_chat_winner_is_not_rack_scale():
+    adv = core.advise(scenario.builtin("small-chat"), prices.load(), top=1)
+    assert adv.ranked and not adv.ranked[0].rack_scale
+    assert adv.ranked[0].gpus <= 8                  # a few requests/s: one small server
+
+
+def test_a_scenario_nothing_meets_names_the_binding_constraint(capsys, tmp_path):
+    from gpufabric.cli import main
+    data = json.loads(json.dumps(TRAIN))
+    data["constraints"]["power_kW"] = 0.5
+    adv = core.advise(_sc(data), prices.load())
+    assert not adv.ranked and adv.infeasible["constraint"] == "power"
+    assert "under 0.5 kW; the closest" in adv.infeasible["message"]
+    f = tmp_path / "s.yaml"
+    import yaml
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(SystemExit) as e:
+        main(["advise", str(f)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "kW" in err

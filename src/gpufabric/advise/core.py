@@ -436,8 +436,10 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
             per_cand_s.append(mine)
     uniq_t = list(dict.fromkeys(jobs_t))
     uniq_s = list(dict.fromkeys(jobs_s))
-    res_t = dict(zip(uniq_t, sweep.run(_train_eval, uniq_t, ray=ray, progress=progress)))
-    res_s = dict(zip(uniq_s, sweep.run(_serve_eval, uniq_s, ray=ray, progress=progress)))
+    out_t = sweep.run(_train_eval, uniq_t, ray=ray, progress=progress)
+    out_s = sweep.run(_serve_eval, uniq_s, ray=ray, progress=progress)
+    res_t = dict(zip(uniq_t, out_t, strict=True))
+    res_s = dict(zip(uniq_s, out_s, strict=True))
     for i, c in enumerate(cands):
         c.evaluated = True
         if sc.train:
@@ -633,7 +635,8 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         sc.constraints.budget_capex_usd or sc.constraints.budget_usd_per_hour
     priced = [c for c in ok if c.cost.get("usd_per_hour") is not None or not needs_price]
     unpriced = len(ok) - len(priced)
-    live, dead = [], []
+    live: list[Candidate] = []
+    dead: list[Candidate] = []
     for c in priced:
         c.violations = _bound_violations(c, sc)
         (dead if c.violations else live).append(c)
@@ -679,7 +682,7 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
 
 def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:
     """Designs no other beats on both cost ($/hour) and throughput (tokens/s)."""
-    pts = [(c.cost.get("usd_per_hour"), _tokens_per_s(c, sc), c) for c in cands
+    pts = [(float(c.cost["usd_per_hour"]), _tokens_per_s(c, sc), c) for c in cands
            if c.cost.get("usd_per_hour") is not None]
     front: list[Candidate] = []
     seen: set[tuple[float, float]] = set()
@@ -703,9 +706,10 @@ def what_would_change(ranked: list[Candidate], sc: Scenario) -> list[str]:
     out = []
     if sc.objective in ("lowest-cost", "cost-per-million-tokens") and w.objective and \
             r.objective and r.objective > 0 and hourly(r):
-        target = float(hourly(r)) * w.objective / r.objective   # r's $/hour that ties
+        r_h = float(hourly(r) or 0.0)
+        target = r_h * w.objective / r.objective   # r's $/hour that ties
         if r.deployment == "cloud":
-            k = target / float(hourly(r))
+            k = target / r_h
             what = f"{r.instance} $/hour"
         else:
             energy = (r.power_kW or 0.0) * r.cost.get("kwh_usd", 0.0)

@@ -12,7 +12,7 @@ Examples
 >>> p.gpu_usd("H100-SXM"), p.gpu_usd("B200") is None
 (27500.0, True)
 >>> p.server("H100-SXM", 8, "nvswitch")["usd"]
-199000.0
+199000
 """
 
 from __future__ import annotations

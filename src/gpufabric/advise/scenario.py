@@ -10,11 +10,10 @@ Examples
 ...            "osl": 200, "slo_tpot_ms": 50}}, "objective": "lowest-cost"}, "x.yaml")
 >>> s.serve.model, s.objective, s.train is None
 ('llama3-8b', 'lowest-cost', True)
->>> parse({"workloads": {}, "objective": "cheap"}, "x.yaml")
+>>> parse({"workloads": {}}, "x.yaml")
 Traceback (most recent call last):
 ...
-gpufabric.errors.InputError: x.yaml: objective: got 'cheap'; allowed: lowest-cost, fastest, \
-tokens-per-watt, cost-per-million-tokens
+gpufabric.errors.InputError: x.yaml: workloads: expected a train and/or a serve workload
 """
 
 from __future__ import annotations

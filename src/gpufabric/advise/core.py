@@ -122,20 +122,28 @@ def _server_designs(gpu: catalog.GPU, per_node: tuple[int, ...]) -> list[dict[st
 
 @cache
 def _refusal(key: str) -> str:
-    """Why the design rules refuse a spec ("" when it can be built)."""
+    """Why the design rules refuse a server design, with its NICs ("" when it can be built):
+    two servers are built so that the NICs are placed and their PCIe lanes counted."""
     from gpufabric.topology.build import from_spec, parse_inline
     try:
-        from_spec(parse_inline(key), file="design")
+        from_spec(parse_inline(key), file="design", materialize_nodes=2)
     except InputError as exc:
         return exc.message
     return ""
 
 
-def _fabric_refusal(spec: dict[str, Any]) -> str:
+@cache
+def _fabric_refusal(tray: int, gpn: int, nodes: int, nic: str, nics: int, topo: str,
+                    over: float) -> str:
+    """Why a fabric of ``nodes`` servers cannot be built ("" when it can): the same for every
+    GPU kind with the same server shape, so it is judged once."""
     from gpufabric.topology import fabric
+    gpu = next(g for g in catalog.names("gpu") if catalog.gpu(g).gpus_per_tray == tray)
+    spec = {"gpu": gpu, "gpus_per_node": gpn, "nodes": nodes, "nic": nic, "nics_per_node": nics,
+            "fabric": {"topology": topo, "oversubscription": over}}
     from gpufabric.topology.build import normalize_spec
     try:
-        s = normalize_spec(dict(spec), file="design")
+        s = normalize_spec(spec, file="design")
         if s["nodes"] * s["gpus_per_node"] > s["nvlink_domain"]:
             fabric.plan(s, file="design")
     except InputError as exc:
@@ -176,8 +184,17 @@ def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
                                                                 "oversubscription": o}})
                     for net in nets:
                         spec = {**node, "nodes": n, **net}
+                        no = why
+                        if net and not no:
+                            no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
+                                                       "nics_per_node": net["nics_per_node"]}))
+                        if net and not no:
+                            f = net["fabric"]
+                            no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
+                                                 net["nics_per_node"], f["topology"],
+                                                 f["oversubscription"])
                         out.append(Candidate(gpu=gname, gpus_per_node=gpn, nodes=n, spec=spec,
-                                             deployment="on-prem", design=design, refused=why))
+                                             deployment="on-prem", design=design, refused=no))
     if c.deployment in ("any", "cloud") and sp.cloud:
         from gpufabric.topology.build import parse_inline
         for inst in prices.cloud():
@@ -280,33 +297,41 @@ def _network_capex(cand: Candidate, prices: Prices) -> tuple[float, str]:
 # --------------------------------------------------------------------------------------------
 # bounds and models
 # --------------------------------------------------------------------------------------------
-def _peak_bound_tokens_per_s(cand: Candidate, sc: Scenario) -> float:
-    from gpufabric.workloads.compute import gpu_spec
+@cache
+def _tokens_per_s_per_gpu_bound(model: str, seq_len: int, gpu: str, precision: str) -> float:
+    """The most training tokens/s one GPU can reach in the model: every FLOP at the dense peak
+    times the generation's GEMM ceiling (``compute.GEMM_EFF``, which bounds every GEMM's and
+    attention core's efficiency in :func:`gpufabric.workloads.compute.op_time_s`); memory
+    traffic, communication and bubbles only add time."""
+    from gpufabric.workloads.compute import GEMM_EFF, GEMM_EFF_DEFAULT, gpu_spec
     from gpufabric.workloads.models import load_model
     from gpufabric.workloads.training import model_flops_per_token
-    assert sc.train is not None
-    m = load_model(sc.train.model)
-    peak = gpu_spec(cand.gpu).peak_tflops(sc.train.precision) * 1e12
-    return cand.gpus * peak / model_flops_per_token(m, sc.train.seq_len) if peak else 0.0
+    g = gpu_spec(gpu)
+    peak = g.peak_tflops(precision) * 1e12
+    ceiling = GEMM_EFF.get(g.arch, GEMM_EFF_DEFAULT).value
+    return peak * ceiling / model_flops_per_token(load_model(model), seq_len)
 
 
-def _weights_gpus(cand: Candidate, sc: Scenario) -> int:
-    """GPUs whose memory holds the model's weights at the serving precision (a floor)."""
+@cache
+def _weights_gpus_floor(model: str, gpu: str, precision: str) -> int:
+    """GPUs whose memory holds the model's weights at ``precision`` (a floor on any layout)."""
     from gpufabric.workloads.models import load_model
-    assert sc.serve is not None
-    m = load_model(sc.serve.model)
-    byts = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}[sc.serve.precision]
-    mem = catalog.gpu(cand.gpu).memory_GB * 1e9
-    return max(1, math.ceil(m.params() * byts / mem)) if mem else 10 ** 9
+    byts = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}[precision]
+    mem = catalog.gpu(gpu).memory_GB * 1e9
+    return max(1, math.ceil(load_model(model).params() * byts / mem)) if mem else 10 ** 9
 
 
 def bound(cand: Candidate, sc: Scenario) -> None:
-    """Sound optimistic figures: the fastest training and the fewest serving GPUs possible."""
+    """Sound optimistic figures: the fastest training and the fewest GPUs that hold the
+    weights (training in 16 bits, serving at its precision)."""
     if sc.train:
-        tps = _peak_bound_tokens_per_s(cand, sc)
-        cand.bound["train_hours"] = sc.train.tokens / tps / 3600 if tps else math.inf
+        t = sc.train
+        tps = cand.gpus * _tokens_per_s_per_gpu_bound(t.model, t.seq_len, cand.gpu, t.precision)
+        cand.bound["train_hours"] = t.tokens / tps / 3600 if tps else math.inf
+        cand.bound["train_min_gpus"] = _weights_gpus_floor(t.model, cand.gpu, "bf16")
     if sc.serve:
-        cand.bound["serve_min_gpus"] = _weights_gpus(cand, sc)
+        s = sc.serve
+        cand.bound["serve_min_gpus"] = _weights_gpus_floor(s.model, cand.gpu, s.precision)
 
 
 @dataclass(frozen=True)
@@ -586,6 +611,8 @@ def _bound_violations(c: Candidate, sc: Scenario) -> dict[str, float]:
         r = c.bound["train_hours"] / sc.train.deadline_hours
         if r > 1:
             v["deadline"] = r
+    if sc.train and c.bound["train_min_gpus"] > c.gpus:
+        v["fits"] = c.bound["train_min_gpus"] / c.gpus
     if sc.serve and c.bound["serve_min_gpus"] > c.gpus:
         v["slo"] = c.bound["serve_min_gpus"] / c.gpus
     if k.power_kW and c.power_kW is not None and c.power_kW > k.power_kW:
@@ -595,6 +622,41 @@ def _bound_violations(c: Candidate, sc: Scenario) -> dict[str, float]:
     if k.budget_usd_per_hour and (c.cost.get("usd_per_hour") or 0) > k.budget_usd_per_hour:
         v["usd_per_hour"] = c.cost["usd_per_hour"] / k.budget_usd_per_hour
     return v
+
+
+#: Constraints a design's performance decides (a slower network cannot lift them).
+PERFORMANCE = {"deadline", "fits", "slo"}
+
+
+def _group(c: Candidate) -> tuple:
+    """Designs that differ only in their network (NIC speed and count, fabric)."""
+    return (c.deployment, c.instance, c.gpu, c.design, c.nodes)
+
+
+def _net_rank(c: Candidate) -> tuple:
+    """Fastest network first: most GB/s per server, least oversubscribed, rail-optimised."""
+    if c.nodes == 1 or c.deployment == "cloud":
+        return (0.0, 0.0, 0)
+    bw = catalog.net_speed(str(c.spec["nic"])).bw_GBps * int(c.spec["nics_per_node"])
+    f = c.spec.get("fabric", {})
+    return (-bw, float(f.get("oversubscription", 1.0)), f.get("topology") != "rail-optimized")
+
+
+def _interleave(queue: list[Candidate], strongest: dict[tuple, Candidate],
+                sc: Scenario) -> list[Candidate]:
+    """``queue`` with each group's fastest-network design moved just before the first of its
+    group (so it is judged first; the bound order is kept otherwise)."""
+    out: list[Candidate] = []
+    placed: set[int] = set()
+    for c in queue:
+        lead = strongest[_group(c)]
+        if id(lead) not in placed:
+            out.append(lead)
+            placed.add(id(lead))
+        if id(c) not in placed:
+            out.append(c)
+            placed.add(id(c))
+    return out
 
 
 @dataclass
@@ -608,6 +670,8 @@ class Advice:
     evaluated: int
     elapsed_s: float
     pareto: list[Candidate]
+    dominated: int = 0
+    budget_left: bool = True
     infeasible: dict[str, Any] | None = None
     changes: list[str] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
@@ -621,8 +685,6 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
     cands = generate(sc, prices)
     generated = len(cands)
     ok = [c for c in cands if not c.refused]
-    for c in ok:
-        c.refused = _fabric_refusal(c.spec) if c.nodes > 1 and c.deployment == "on-prem" else ""
     for c in ok:
         price(c, prices, kwh_usd, sc.constraints.amortize_years)
         try:
@@ -642,12 +704,22 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         (dead if c.violations else live).append(c)
     keyed = [(_bound_figure(c, sc), c) for c in live]
     order = sorted(keyed, key=lambda x: (x[0] is None, x[0] if x[0] is not None else 0.0,
-                                         -(x[1].bound.get("train_hours") or 0), x[1].gpus))
+                                         -(x[1].bound.get("train_hours") or 0), x[1].gpus,
+                                         _net_rank(x[1])))
     queue = [c for _, c in order]
     if sc.objective != "lowest-cost":       # no sound bound on throughput objectives: take
-        queue.sort(key=lambda c: (c.gpus, c.cost.get("usd_per_hour") or 0))  # small first
+        queue.sort(key=lambda c: (c.gpus, c.cost.get("usd_per_hour") or 0,  # small first
+                                  _net_rank(c)))
+    # the fastest network of each group of designs that differ only in their network goes
+    # first; when it misses the deadline or the SLO, so do its slower siblings
+    strongest: dict[tuple, Candidate] = {}
+    for c in sorted(queue, key=_net_rank):
+        strongest.setdefault(_group(c), c)
+    queue = _interleave(queue, strongest, sc)
     done: list[Candidate] = []
     feasible: list[Candidate] = []
+    failed: set[tuple] = set()
+    dominated = 0
     i = 0
     while i < len(queue) and len(done) < max_evaluations:
         if sc.objective == "lowest-cost" and len(feasible) >= top:
@@ -655,8 +727,19 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
             nxt = _bound_figure(queue[i], sc)
             if nxt is not None and nxt >= worst:
                 break                              # no later bound can enter the top N
-        chunk = queue[i:i + batch]
-        i += len(chunk)
+        chunk: list[Candidate] = []
+        while i < len(queue) and len(chunk) < batch:
+            c = queue[i]
+            i += 1
+            if _group(c) in failed:
+                dominated += 1
+                c.violations = {"dominated": 2.0}
+                continue
+            chunk.append(c)
+            if strongest.get(_group(c)) is c:
+                break                  # judge a group's fastest network before its siblings
+        if not chunk:
+            continue
         evaluate(chunk, sc, ray=ray)
         if progress:
             progress(len(chunk), min(len(queue), max_evaluations))
@@ -664,16 +747,23 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
             c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
             c.objective = figure(c, sc)
             done.append(c)
+            if strongest.get(_group(c)) is c and set(c.violations) & PERFORMANCE:
+                failed.add(_group(c))
             if not c.violations and c.objective is not None:
                 feasible.append(c)
-    pruned = len(priced) - len(done)
+    pruned = len(priced) - len(done) - dominated
     feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0))
     adv = Advice(scenario=sc, ranked=feasible, generated=generated, refused=refused,
-                 unpriced=unpriced, pruned=pruned, evaluated=len(done),
+                 unpriced=unpriced, pruned=pruned, evaluated=len(done), dominated=dominated,
+                 budget_left=len(done) < max_evaluations or i >= len(queue),
                  elapsed_s=time.perf_counter() - t0, pareto=pareto(feasible, sc),
                  candidates=cands)
     if not feasible:
         adv.infeasible = binding(done + dead, sc)
+        if not adv.budget_left:
+            adv.infeasible["message"] += (f" (after {len(done)} model runs; "
+                                          f"{len(queue) - i} designs not run: raise "
+                                          "--max-evaluations)")
     else:
         adv.changes = what_would_change(feasible, sc)
     adv.elapsed_s = time.perf_counter() - t0

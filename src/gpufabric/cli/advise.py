@@ -68,7 +68,7 @@ def advise(scenario: str | None = typer.Argument(
         adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
                           max_evaluations=max_evaluations, progress=progress.told("models"))
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
-              "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
+              "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned, "network_dominated": adv.dominated,
               "evaluated_with_models": adv.evaluated}
     if adv.infeasible:
         msg = adv.infeasible["message"]

@@ -577,19 +577,21 @@ def figure(c: Candidate, sc: Scenario) -> float | None:
     if obj == "tokens-per-watt":
         return -tps / (c.power_kW * 1000) if c.power_kW and tps else None
     per_h = hourly(c)
-    if per_h is None or not tps:
+    served = _tokens_per_s(c, sc, at_load=True)
+    if per_h is None or not served:
         return None
-    return per_h / (tps * 3600 / 1e6)
+    return per_h / (served * 3600 / 1e6)
 
 
-def _tokens_per_s(c: Candidate, sc: Scenario) -> float:
+def _tokens_per_s(c: Candidate, sc: Scenario, at_load: bool = False) -> float:
+    """Training tokens/s, or serving output tokens/s: what the design serves within the SLO
+    (its capacity), or, ``at_load``, what it serves of the load the scenario offers."""
     if sc.train and "train_tokens_per_s" in c.metrics:
         return float(c.metrics["train_tokens_per_s"])
     if sc.serve and "serve" in c.metrics:
-        s = sc.serve
-        offered = (s.rate or 0) * s.osl
-        return float(min(offered, c.metrics["serve"]["tokens_per_s_capacity"]) if offered
-                     else c.metrics["serve"]["tokens_per_s_capacity"])
+        cap = float(c.metrics["serve"]["tokens_per_s_capacity"])
+        offered = (sc.serve.rate or 0) * sc.serve.osl
+        return min(offered, cap) if at_load and offered else cap
     return 0.0
 
 
@@ -805,7 +807,9 @@ def what_would_change(ranked: list[Candidate], sc: Scenario) -> list[str]:
             energy = (r.power_kW or 0.0) * r.cost.get("kwh_usd", 0.0)
             k = (target - energy) / float(r.cost["usd_per_hour"])
             what = "capex"
-        if k > 0:
+        if abs(k - 1) < 5e-4:
+            out.append(f"{describe(r)} ties with it (same figure)")
+        elif k > 0:
             out.append(f"{describe(r)} overtakes when its {what} falls by "
                        f"{100 * (1 - k):.1f}% (to {k:.3f}x today's)")
         else:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from gpufabric.cli.common import Progress, above, app, emit_json, whole
 
 console = Console()
+LABEL = {"lowest-cost": "cost", "fastest": "speed", "tokens-per-watt": "efficiency",
+         "cost-per-million-tokens": "cost"}
 
 
 def _row_dict(c, sc) -> dict:
@@ -68,7 +69,8 @@ def advise(scenario: str | None = typer.Argument(
         adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
                           max_evaluations=max_evaluations, progress=progress.told("models"))
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
-              "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned, "network_dominated": adv.dominated,
+              "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
+              "network_dominated": adv.dominated,
               "evaluated_with_models": adv.evaluated}
     if adv.infeasible:
         msg = adv.infeasible["message"]
@@ -88,20 +90,21 @@ def advise(scenario: str | None = typer.Argument(
                    **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
         return
     console.print(f"[bold]{sc.name}[/bold]: {sc.description}", highlight=False)
-    table = Table(box=None)
-    for col in ("#", "design", "objective", "workload", "capex $", "$/hour", "kW",
-                "energy $/day"):
-        table.add_column(col, overflow="fold")
+    console.print(f"objective: {sc.objective}", highlight=False)
     for i, c in enumerate(adv.ranked[:top], 1):
-        table.add_row(str(i), core.describe(c), core._fmt_obj(c, sc), _workload(c, sc),
-                      f"{c.cost['capex_usd']:,.0f}" if c.cost.get("capex_usd") else "-",
-                      f"{core.hourly(c):,.2f}" if core.hourly(c) is not None else "-",
-                      f"{c.power_kW:,.1f}" if c.power_kW is not None else "-",
-                      f"{c.cost['energy_usd_per_day']:,.0f}"
-                      if c.cost.get("energy_usd_per_day") is not None else "-")
-    console.print(table)
-    for i, c in enumerate(adv.ranked[:top], 1):
-        console.print(f"{i}. bottleneck: {_bottleneck(c)}", highlight=False)
+        console.print(f"{i}. {core.describe(c)}", highlight=False)
+        money = [f"{LABEL[sc.objective]} {core._fmt_obj(c, sc)}"]
+        if c.cost.get("capex_usd") is not None:
+            money.append(f"capex ${c.cost['capex_usd']:,.0f}")
+        if core.hourly(c) is not None:
+            money.append(f"${core.hourly(c):,.2f}/h")
+        if c.power_kW is not None:
+            money.append(f"{c.power_kW:,.1f} kW")
+        if c.cost.get("energy_usd_per_day") is not None:
+            money.append(f"energy ${c.cost['energy_usd_per_day']:,.0f}/day")
+        console.print("   " + " | ".join(money), highlight=False)
+        console.print("   " + _workload(c, sc), highlight=False)
+        console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
     best = adv.ranked[0]
     console.print(f"system: {best.system}", highlight=False, soft_wrap=True)
     for n in dict.fromkeys(best.cost.get("notes", [])):

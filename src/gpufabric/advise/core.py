@@ -64,10 +64,12 @@ class Candidate:
     objective: float | None = None
     violations: dict[str, float] = field(default_factory=dict)
     evaluated: bool = False
+    decode: Candidate | None = None     # disaggregated: the decode pool (this is the prefill)
+    pd: tuple[int, int] | None = None   # (prefill, decode) instances of one unit
 
     @property
     def gpus(self) -> int:
-        return self.gpus_per_node * self.nodes
+        return self.gpus_per_node * self.nodes + (self.decode.gpus if self.decode else 0)
 
     @property
     def system(self) -> str:
@@ -626,6 +628,161 @@ def _bound_violations(c: Candidate, sc: Scenario) -> dict[str, float]:
     return v
 
 
+
+# --------------------------------------------------------------------------------------------
+# prefill / decode disaggregation
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _PDJob:
+    model: str
+    prefill: str               # node spec strings of the two pools (one server each)
+    decode: str
+    layout: tuple[tuple[str, int], ...]
+    x: int
+    y: int
+    isl: int
+    osl: int
+    ttft: float | None
+    tpot: float | None
+    precision: str
+    shared: bool               # both pools inside one server
+
+
+@cache
+def _pd_eval(job: _PDJob) -> dict[str, Any]:
+    """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
+    from gpufabric.topology.build import from_spec, parse_inline
+    from gpufabric.workloads.inference.pd import serve_pd
+    from gpufabric.workloads.inference.serve import ServeConfig
+    lay = dict(job.layout)
+    try:
+        pt = from_spec(parse_inline(job.prefill), file="design")
+        dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
+        base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
+                           dp_attention=lay.get("dp_attention", 1), precision=job.precision,
+                           isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft,
+                           slo_tpot_ms=job.tpot)
+
+        def ok(rate: float) -> tuple[bool, dict]:
+            n = max(SERVE_REQUESTS, int(rate * SERVE_DURATION_S))
+            r = serve_pd(job.model, pt, replace(base, rate=rate, requests=n), (job.x, job.y),
+                         dt)
+            return r["slo_attainment"] >= 0.9, r
+        lo, best, hi = 0.0, None, 0.05 * (job.x + job.y)
+        while hi < 1e5:
+            good, r = ok(hi)
+            if not good:
+                break
+            lo, best, hi = hi, r, hi * 2
+        for _ in range(3):
+            mid = (lo + hi) / 2
+            good, r = ok(mid)
+            if good:
+                lo, best = mid, r
+            else:
+                hi = mid
+    except InputError as exc:
+        return {"error": exc.message}
+    if best is None:
+        return {"error": "the SLO is not met at any rate"}
+    return {"per_unit": lo, "tokens_per_s": best["throughput_tokens_per_s"],
+            "ttft_ms_p90": best["ttft_ms"]["p90"], "tpot_ms_p90": best["tpot_ms"]["p90"],
+            "bottleneck": best["bottleneck"]}
+
+
+def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,
+                  *, designs: int = 3, ray: bool = False) -> list[Candidate]:
+    """xPyD deployments on the server designs of the best co-located ones: every (prefill,
+    decode) pair of them, so prefill and decode may run on different GPUs; one unit of x
+    prefill and y decode servers, as many units as the load needs."""
+    assert sc.serve is not None and sc.serve.rate
+    s = sc.serve
+    seen: dict[str, Candidate] = {}
+    kinds: set[tuple[str, str]] = set()
+    for c in ranked:                         # the best design of each GPU kind, per deployment
+        if c.decode is None and "serve" in c.metrics and c.nodes == 1 \
+                and (c.gpu, c.deployment) not in kinds and len(seen) < designs:
+            seen[c.design] = c
+            kinds.add((c.gpu, c.deployment))
+    provider = {str(i["instance"]): str(i.get("provider", "")) for i in prices.cloud()}
+    jobs, meta = [], []
+    for a in seen.values():
+        for b in seen.values():
+            if a.deployment != b.deployment or provider.get(a.instance) != \
+                    provider.get(b.instance):
+                continue                     # both pools in one place
+            lay = a.metrics["serve"]["layout"]
+            w = lay.get("tp", 1)
+            if w > a.gpus_per_node or w > b.gpus_per_node:
+                continue
+            one_a, one_b = _one_server(a), _one_server(b)
+            for x, y in ((1, 1), (1, 2), (2, 1)):
+                shared = a.design == b.design and (x + y) * w <= a.gpus_per_node
+                if not shared and (x * w > a.gpus_per_node or y * w > b.gpus_per_node):
+                    continue
+                jobs.append(_PDJob(s.model, one_a, one_b, tuple(sorted(lay.items())), x, y,
+                                   s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
+                                   shared))
+                meta.append((a, b, x, y))
+    res = sweep.run(_pd_eval, jobs, ray=ray)
+    out = []
+    for job, (a, b, x, y), r in zip(jobs, meta, res, strict=True):
+        if "error" in r or not r["per_unit"]:
+            continue
+        units = max(1, math.ceil(float(s.rate or 0) / r["per_unit"]))
+        if job.shared:                    # both pools share servers
+            pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
+            dec = replace(a, nodes=0, decode=None, metrics={}, cost={})
+        else:
+            pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
+            dec = replace(b, nodes=units, decode=None, metrics={}, cost={})
+        from gpufabric.topology.build import parse_inline
+        pre.spec = {**parse_inline(_one_server(a)), "nodes": units}
+        dec.spec = {**parse_inline(_one_server(b)), "nodes": max(dec.nodes, 1)}
+        for part in (pre, dec):
+            if part.nodes:
+                price(part, prices, kwh_usd, sc.constraints.amortize_years)
+        c = replace(pre, decode=dec if dec.nodes else None, pd=(x, y), evaluated=True)
+        c.cost = _sum_costs(pre, dec)
+        c.power_kW = sum(p.power_kW or 0.0 for p in (pre, dec) if p.nodes) or None
+        c.metrics = {"serve": {"layout": dict(job.layout), "instances": units,
+                               "capacity": r["per_unit"] * units, "per_instance": r["per_unit"],
+                               "tokens_per_s_capacity": r["tokens_per_s"] * units,
+                               "ttft_ms_p90": r["ttft_ms_p90"], "tpot_ms_p90": r["tpot_ms_p90"],
+                               "bottleneck": r["bottleneck"], "pd": f"{x}P{y}D",
+                               "decode_system": spec_string(dec.spec) if dec.nodes else None}}
+        c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
+        c.objective = figure(c, sc)
+        out.append(c)
+    return out
+
+
+def _spec_one(c: Candidate) -> dict[str, Any]:
+    return {k: v for k, v in c.spec.items() if k not in ("nodes", "nic", "nics_per_node",
+                                                          "fabric")}
+
+
+def _one_server(c: Candidate) -> str:
+    """One server of ``c``'s design, with NICs (the KV cache crosses them between pools)."""
+    spec = _spec_one(c)
+    if c.deployment == "cloud":
+        spec = {k: v for k, v in c.spec.items() if k != "nodes"}
+    else:
+        spec.update({"nic": "roce-400", "nics_per_node": c.gpus_per_node})
+    return spec_string(spec)
+
+
+def _sum_costs(a: Candidate, b: Candidate) -> dict[str, Any]:
+    parts = [p for p in (a, b) if p.nodes]
+    out: dict[str, Any] = {"notes": [n for p in parts for n in p.cost.get("notes", [])]}
+    for k in ("capex_usd", "usd_per_hour", "energy_usd_per_day"):
+        vals = [p.cost.get(k) for p in parts]
+        out[k] = None if any(v is None for v in vals) else sum(vals)
+    out["kwh_usd"] = a.cost.get("kwh_usd", 0.0)
+    out["basis"] = "; ".join(str(p.cost.get("basis", "")) for p in parts)
+    return out
+
+
 #: Constraints a design's performance decides (a slower network cannot lift them).
 PERFORMANCE = {"deadline", "fits", "slo"}
 
@@ -754,6 +911,13 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
             if not c.violations and c.objective is not None:
                 feasible.append(c)
     pruned = len(priced) - len(done) - dominated
+    if sc.serve and sc.serve.pd and sc.serve.rate and feasible:
+        feasible.sort(key=lambda c: (c.objective, c.gpus))
+        pool = sorted((c for c in done if "serve" in c.metrics and c.objective is not None),
+                      key=lambda c: c.objective or 0.0)
+        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, ray=ray)
+        done += pds
+        feasible += [c for c in pds if not c.violations and c.objective is not None]
     feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0))
     adv = Advice(scenario=sc, ranked=feasible, generated=generated, refused=refused,
                  unpriced=unpriced, pruned=pruned, evaluated=len(done), dominated=dominated,
@@ -838,6 +1002,21 @@ def _fmt_obj(c: Candidate, sc: Scenario) -> str:
 
 
 def describe(c: Candidate) -> str:
+    if c.pd and c.decode is None:
+        lay = " ".join(f"{k}{v}" for k, v in c.metrics.get("serve", {}).get("layout",
+                                                                            {}).items())
+        return (f"disaggregated {c.pd[0]}P{c.pd[1]}D ({lay}) inside each of "
+                f"{_describe_one(replace(c, pd=None))}")
+    if c.decode is not None and c.pd:
+        lay = " ".join(f"{k}{v}" for k, v in c.metrics.get("serve", {}).get("layout",
+                                                                            {}).items())
+        return (f"disaggregated {c.pd[0]}P{c.pd[1]}D ({lay}): prefill on "
+                f"{_describe_one(replace(c, decode=None, pd=None))}, decode on "
+                f"{_describe_one(c.decode)}")
+    return _describe_one(c)
+
+
+def _describe_one(c: Candidate) -> str:
     if c.deployment == "cloud":
         return f"{c.nodes}x {c.instance} ({c.gpus}x {c.gpu})"
     up = c.spec.get("scale_up") or ("rack NVLink" if c.rack_scale else "default")

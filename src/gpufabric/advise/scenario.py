@@ -34,7 +34,7 @@ TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "spa
 TRAIN_KEYS = ("model", "tokens", "steps", "global_batch", "seq_len", "precision",
               "deadline_hours")
 SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_tpot_ms",
-              "precision")
+              "precision", "pd")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "deployment", "ethernet_only", "amortize_years")
@@ -61,6 +61,7 @@ class Serve:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     precision: str = "bf16"
+    pd: bool = False                 # also try prefill/decode disaggregation (xPyD)
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,13 @@ def _serve(d: Any, file: str) -> Serve | None:
     if ttft is None and tpot is None:
         raise InputError("give an SLO: slo_ttft_ms and/or slo_tpot_ms", file=file,
                          field=f"{w}.slo_tpot_ms")
-    return Serve(model=model, rate=rate, concurrency=conc,
+    pd = d.get("pd", False)
+    if not isinstance(pd, bool):
+        raise InputError(f"expected true or false, got {pd!r}", file=file, field=f"{w}.pd")
+    if pd and conc is not None:
+        raise InputError("disaggregated (pd) runs take a rate, not a concurrency", file=file,
+                         field=f"{w}.pd")
+    return Serve(model=model, rate=rate, concurrency=conc, pd=pd,
                  isl=_num(d, "isl", file, w, integer=True, default=1024),
                  osl=_num(d, "osl", file, w, integer=True, default=256),
                  slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w))

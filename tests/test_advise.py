@@ -162,3 +162,34 @@ def test_a_scenario_nothing_meets_names_the_binding_constraint(capsys, tmp_path)
         main(["advise", str(f)])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and "kW" in err
+
+
+def test_the_bounds_never_promise_less_than_the_model_gives(train_advice):
+    ran = [c for c in train_advice.candidates if c.evaluated and "train_hours" in c.metrics]
+    assert ran
+    for c in ran:      # the bound is the model's own ceiling: the model can only be slower
+        assert c.metrics["train_hours"] >= c.bound["train_hours"] * (1 - 1e-9)
+
+
+def test_services_that_outgrow_the_hosts_bind(train_advice):
+    data = json.loads(json.dumps(TRAIN))
+    data["workloads"]["services"] = [{"name": "etl", "cores": 100000}]
+    adv = core.advise(_sc(data), prices.load())
+    assert not adv.ranked and adv.infeasible["constraint"] == "services_cores"
+
+
+def test_json_has_designs_best_first_with_a_system_spec(tmp_path, capsys):
+    import yaml
+
+    from gpufabric.cli import main
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(TRAIN))
+    main(["advise", str(f), "--json", "--top", "3"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["designs"] and out["candidates_evaluated"] >= len(out["designs"])
+    assert out["elapsed_s"] > 0
+    values = [d["objective"]["value"] for d in out["designs"]]
+    assert values == sorted(values)
+    for d in out["designs"]:
+        assert {"system", "cost", "power_kW", "objective", "metrics"} <= set(d)
+        assert d["system"].startswith("gpu=")

@@ -193,3 +193,27 @@ def test_json_has_designs_best_first_with_a_system_spec(tmp_path, capsys):
     for d in out["designs"]:
         assert {"system", "cost", "power_kW", "objective", "metrics"} <= set(d)
         assert d["system"].startswith("gpu=")
+
+
+def test_the_html_page_loads_in_chromium_without_console_errors(tmp_path, capsys):
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from gpufabric.cli import main
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    f, page = tmp_path / "s.yaml", tmp_path / "advice.html"
+    f.write_text(yaml.safe_dump(TRAIN))
+    main(["advise", str(f), "--json", "-o", str(page)])
+    best = json.loads(capsys.readouterr().out)["designs"][0]["design"]
+    text = page.read_text()
+    assert "<svg" in text and "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    if browser is None:
+        pytest.skip("no headless Chromium on this machine")
+    p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert "Uncaught" not in p.stderr and ":CONSOLE" not in p.stderr, p.stderr[-2000:]
+    import html
+    assert f'id="top-design">{html.escape(best)}</span>' in p.stdout

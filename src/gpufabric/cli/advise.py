@@ -20,7 +20,8 @@ def _row_dict(c, sc) -> dict:
             "rack_scale": c.rack_scale, "cost": {**c.cost, "hourly_usd": core.hourly(c),
                                                   "run_usd": core.run_cost(c, sc)},
             "power_kW": c.power_kW, "objective": {"name": sc.objective, "value": c.objective},
-            "metrics": m, "bottleneck": _bottleneck(c)}
+            "metrics": m, "bottleneck": _bottleneck(c),
+            "tokens_per_s": core._tokens_per_s(c, sc)}
 
 
 def _bottleneck(c) -> str:
@@ -46,6 +47,9 @@ def advise(scenario: str | None = typer.Argument(
            max_evaluations: int = typer.Option(60, "--max-evaluations", callback=whole(1),
                                                help="Most designs to run the models on."),
            ray: bool = typer.Option(False, "--ray", help="Evaluate on Ray."),
+           output: str | None = typer.Option(None, "-o", "--output", metavar="FILE.html",
+                                             help="Also write an offline HTML page (Pareto "
+                                                  "scatter, sortable table, drawing)."),
            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
     from gpufabric.advise import core
@@ -65,6 +69,9 @@ def advise(scenario: str | None = typer.Argument(
                          field="SCENARIO")
     sc = S.load(scenario)
     pr = P.load(prices)
+    if output:
+        from gpufabric.fileio import check_output
+        check_output(output, field="--output")
     with Progress("advise") as progress:
         adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
                           max_evaluations=max_evaluations, progress=progress.told("models"))
@@ -83,6 +90,8 @@ def advise(scenario: str | None = typer.Argument(
                 "elapsed_s": adv.elapsed_s})
         raise InputError(msg, file=sc.file, field=f"constraints ({adv.infeasible['constraint']})")
     designs = [_row_dict(c, sc) for c in adv.ranked[:top]]
+    if output:
+        _write_html(output, sc, adv, designs, counts)
     if json:
         emit_json({"scenario": sc.name, "objective": sc.objective, "designs": designs,
                    "pareto": [_row_dict(c, sc) for c in adv.pareto],
@@ -136,3 +145,19 @@ def _workload(c, sc) -> str:
 def core_demand(sc) -> float:
     from gpufabric.advise import core
     return core._demand(sc)
+
+
+def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
+    from gpufabric.advise import core
+    from gpufabric.collectives import Model
+    from gpufabric.fileio import write_text_atomic
+    from gpufabric.report.advice import render
+    from gpufabric.topology.build import load
+    points = [{"design": core.describe(c), "hourly_usd": core.hourly(c),
+               "tokens_per_s": core._tokens_per_s(c, sc)} for c in adv.ranked]
+    data = {"scenario": sc.name, "objective": sc.objective, "designs": designs,
+            "pareto": [{"design": core.describe(c)} for c in adv.pareto], "points": points,
+            "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated, **counts}
+    topo = load(adv.ranked[0].system, materialize_nodes=Model.SAMPLE_NODES) \
+        if adv.ranked else None
+    write_text_atomic(output, render(data, topo), field="--output")

@@ -165,7 +165,8 @@ def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
     if c.deployment in ("any", "on-prem"):
         for gname in catalog.names("gpu"):
             gpu = catalog.gpu(gname)
-            if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus:
+            if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
+                    (c.vendors and gpu.vendor not in c.vendors):
                 continue
             for node in _server_designs(gpu, sp.gpus_per_node):
                 design = spec_string(node)
@@ -202,7 +203,8 @@ def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
         for inst in prices.cloud():
             node = parse_inline(str(inst["system"]))
             g = catalog.gpu(str(node["gpu"])).name
-            if (c.gpus and g not in c.gpus) or g in c.exclude_gpus:
+            if (c.gpus and g not in c.gpus) or g in c.exclude_gpus or \
+                    (c.vendors and catalog.gpu(g).vendor not in c.vendors):
                 continue
             if c.ethernet_only and catalog.net_speed(str(node.get("nic", "ib-ndr"))).protocol \
                     == "ib":

@@ -37,7 +37,8 @@ SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_
               "precision", "pd")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
-                   "gpus", "exclude_gpus", "deployment", "ethernet_only", "amortize_years")
+                   "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
+                   "amortize_years")
 SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud")
 
 
@@ -79,6 +80,7 @@ class Constraints:
     max_gpus: int | None = None
     gpus: tuple[str, ...] = ()
     exclude_gpus: tuple[str, ...] = ()
+    vendors: tuple[str, ...] = ()           # GPU vendors allowed (catalog ``vendor``)
     deployment: str = "any"
     ethernet_only: bool = False
     amortize_years: float = 4.0
@@ -257,6 +259,16 @@ def _gpu_names(v: Any, file: str, where: str) -> tuple[str, ...]:
     return tuple(catalog.gpu(str(x), file=file, field=where).name for x in v)
 
 
+def _vendors(v: Any, file: str, where: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    known = sorted({catalog.gpu(g).vendor for g in catalog.names("gpu")})
+    if not isinstance(v, list) or any(x not in known for x in v):
+        raise InputError(f"got {v!r}; allowed: a list of {', '.join(known)}", file=file,
+                         field=where)
+    return tuple(v)
+
+
 def _constraints(d: Any, file: str) -> Constraints:
     w = "constraints"
     d = _section(d, CONSTRAINT_KEYS, file, w)
@@ -275,6 +287,7 @@ def _constraints(d: Any, file: str) -> Constraints:
         max_gpus=_num(d, "max_gpus", file, w, integer=True),
         gpus=_gpu_names(d.get("gpus"), file, f"{w}.gpus"),
         exclude_gpus=_gpu_names(d.get("exclude_gpus"), file, f"{w}.exclude_gpus"),
+        vendors=_vendors(d.get("vendors"), file, f"{w}.vendors"),
         deployment=str(dep), ethernet_only=eth,
         amortize_years=float(_num(d, "amortize_years", file, w, default=4.0) or 4.0))
 

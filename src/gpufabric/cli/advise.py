@@ -98,7 +98,8 @@ def advise(scenario: str | None = typer.Argument(
                    "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated,
                    **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
         return
-    console.print(f"[bold]{sc.name}[/bold]: {sc.description}", highlight=False)
+    console.print(f"[bold]{sc.name}[/bold]" + (f": {sc.description}" if sc.description else ""),
+                  highlight=False)
     console.print(f"objective: {sc.objective}", highlight=False)
     for i, c in enumerate(adv.ranked[:top], 1):
         console.print(f"{i}. {core.describe(c)}", highlight=False)

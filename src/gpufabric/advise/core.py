@@ -939,9 +939,10 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
 
 
 def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:
-    """Designs no other beats on both cost ($/hour) and throughput (tokens/s)."""
-    pts = [(float(c.cost["usd_per_hour"]), _tokens_per_s(c, sc), c) for c in cands
-           if c.cost.get("usd_per_hour") is not None]
+    """Designs no other beats on both cost ($/hour, :func:`hourly`) and throughput (tokens/s:
+    training, or serving capacity within the SLO)."""
+    pts = [(float(hourly(c) or 0.0), _tokens_per_s(c, sc), c) for c in cands
+           if hourly(c) is not None]
     front: list[Candidate] = []
     seen: set[tuple[float, float]] = set()
     for cost, tps, c in pts:
@@ -951,7 +952,7 @@ def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:
         if not any((o_cost <= cost and o_tps >= tps) and (o_cost < cost or o_tps > tps)
                    for o_cost, o_tps, _ in pts):
             front.append(c)
-    front.sort(key=lambda c: c.cost["usd_per_hour"])
+    front.sort(key=lambda c: hourly(c) or 0.0)
     return front
 
 

@@ -66,6 +66,7 @@ class Candidate:
     evaluated: bool = False
     decode: Candidate | None = None     # disaggregated: the decode pool (this is the prefill)
     pd: tuple[int, int] | None = None   # (prefill, decode) instances of one unit
+    equivalents: list[str] = field(default_factory=list)   # same figure, other networks
 
     @property
     def gpus(self) -> int:
@@ -785,6 +786,30 @@ def _sum_costs(a: Candidate, b: Candidate) -> dict[str, Any]:
     return out
 
 
+def _net_words(c: Candidate) -> str:
+    if c.nodes == 1 or c.deployment == "cloud" or "nic" not in c.spec:
+        return ""
+    f = c.spec.get("fabric", {})
+    return (f"{c.spec['nics_per_node']}x {c.spec['nic']} {f.get('topology')} "
+            f"{float(f.get('oversubscription', 1)):g}:1")
+
+
+def _fold_equivalents(ranked: list[Candidate]) -> list[Candidate]:
+    """Designs that differ only in their network and have the same figure become one entry
+    (the fastest network), the others listed in its ``equivalents``."""
+    out: list[Candidate] = []
+    for c in ranked:
+        twin = next((o for o in out if _group(o) == _group(c) and o.decode is None
+                     and c.decode is None and o.objective is not None
+                     and c.objective is not None
+                     and math.isclose(o.objective, c.objective, rel_tol=1e-6)), None)
+        if twin is None:
+            out.append(c)
+        else:
+            twin.equivalents.append(_net_words(c) or describe(c))
+    return out
+
+
 #: Constraints a design's performance decides (a slower network cannot lift them).
 PERFORMANCE = {"deadline", "fits", "slo"}
 
@@ -920,7 +945,9 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, ray=ray)
         done += pds
         feasible += [c for c in pds if not c.violations and c.objective is not None]
-    feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0))
+    feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
+                                 _net_rank(c)))
+    feasible = _fold_equivalents(feasible)
     adv = Advice(scenario=sc, ranked=feasible, generated=generated, refused=refused,
                  unpriced=unpriced, pruned=pruned, evaluated=len(done), dominated=dominated,
                  budget_left=len(done) < max_evaluations or i >= len(queue),

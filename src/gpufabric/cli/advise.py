@@ -21,7 +21,7 @@ def _row_dict(c, sc) -> dict:
                                                   "run_usd": core.run_cost(c, sc)},
             "power_kW": c.power_kW, "objective": {"name": sc.objective, "value": c.objective},
             "metrics": m, "bottleneck": _bottleneck(c),
-            "tokens_per_s": core._tokens_per_s(c, sc)}
+            "tokens_per_s": core._tokens_per_s(c, sc), "same_figure": c.equivalents}
 
 
 def _bottleneck(c) -> str:
@@ -115,6 +115,10 @@ def advise(scenario: str | None = typer.Argument(
         console.print("   " + " | ".join(money), highlight=False)
         console.print("   " + _workload(c, sc), highlight=False)
         console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
+        if c.equivalents:
+            console.print(f"   same figure with {len(c.equivalents)} other network(s): "
+                          + "; ".join(c.equivalents[:4])
+                          + ("; ..." if len(c.equivalents) > 4 else ""), highlight=False)
     best = adv.ranked[0]
     console.print(f"system: {best.system}", highlight=False, soft_wrap=True)
     for n in dict.fromkeys(best.cost.get("notes", [])):

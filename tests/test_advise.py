@@ -217,3 +217,13 @@ def test_the_html_page_loads_in_chromium_without_console_errors(tmp_path, capsys
     assert "Uncaught" not in p.stderr and ":CONSOLE" not in p.stderr, p.stderr[-2000:]
     import html
     assert f'id="top-design">{html.escape(best)}</span>' in p.stdout
+
+
+def test_pd_scenarios_rank_disaggregated_units_with_their_decode_pool():
+    adv = core.advise(scenario.builtin("pd-moe"), prices.load(), top=5)
+    pds = [c for c in adv.ranked if c.pd]
+    assert pds and adv.ranked[0].objective <= pds[0].objective
+    c = pds[0]
+    s = c.metrics["serve"]
+    assert s["pd"] == f"{c.pd[0]}P{c.pd[1]}D" and s["capacity"] >= 8   # the load asked
+    assert c.gpus == c.gpus_per_node * c.nodes + (c.decode.gpus if c.decode else 0)

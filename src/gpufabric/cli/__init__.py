@@ -3,7 +3,7 @@
 Each module registers its commands on :data:`app` when imported:
 ``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate),
 ``schedule`` (schedule), ``catalog`` (catalog), ``measure`` (discover), ``bench`` (bench),
-``calibrate`` (calibrate).
+``calibrate`` (calibrate), ``advise`` (advise).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 
 import typer
 
+from gpufabric.cli import advise as _advise  # noqa: F401,E402
 from gpufabric.cli import bench as _bench  # noqa: F401,E402
 from gpufabric.cli import calibrate as _calibrate  # noqa: F401,E402
 from gpufabric.cli import catalog as _catalog  # noqa: F401,E402

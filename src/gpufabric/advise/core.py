@@ -1,0 +1,1110 @@
+"""The design advisor: generate designs from the catalog, evaluate them, rank them.
+
+1. **Space.** Every GPU kind of the catalog (less the excluded) x server design (GPUs per
+   server; NVSwitch, NVLink mesh or bridge, PCIe direct or behind single- or dual-root
+   switches; rack-scale NVLink domains) x network speed and NICs per server x fabric
+   (rail-optimised or fat-tree, oversubscription) x server count, plus the cloud instances of
+   the price table x instance count. Each server design is built once with
+   :func:`gpufabric.topology.build.from_spec`, so the design rules
+   (:mod:`gpufabric.topology.rules`: lanes, switch ports, NVLink links, bridges) refuse what
+   cannot be built; each whole design's spec and fabric plan are checked the same way.
+2. **Bounds.** Every candidate gets a sound bound before any model runs: training cannot beat
+   the GPUs' dense peak (time >= FLOPs / (GPUs x peak)); serving needs at least the GPUs that
+   hold the weights. Candidates whose bound already breaks a constraint are infeasible; the
+   rest are evaluated best-bound first, and evaluation stops when no unevaluated bound can
+   enter the top N (branch and bound).
+3. **Models.** Training: :func:`gpufabric.workloads.search.search` (``train --search``: the
+   best parallel layout of this very cluster). Serving: for each server design and layout
+   (:func:`gpufabric.workloads.inference.supernode.default_layouts`), the highest rate (or
+   concurrency) one model instance serves within the SLO
+   (:func:`gpufabric.workloads.inference.supernode.max_rate`); a design with ``n`` instances
+   serves ``n`` times that (arrivals split evenly over instances). Results are cached by server
+   design (the per-instance figures do not depend on the server count), and every batch of
+   evaluations goes through :func:`gpufabric.sweep.run` (in-process, or Ray).
+4. **Cost and power** from :mod:`gpufabric.advise.prices`: capex (on-premises) or $/hour
+   (cloud), energy per day at a $/kWh, and the objective's figure.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Any
+
+from gpufabric import catalog, sweep
+from gpufabric.advise.prices import Prices
+from gpufabric.advise.scenario import Scenario
+from gpufabric.errors import InputError
+
+#: Largest cluster the default space builds when the scenario sets no GPU limit.
+DEFAULT_MAX_GPUS = 4096
+HOURS_PER_YEAR = 24 * 365
+
+
+# --------------------------------------------------------------------------------------------
+# design space
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    gpu: str
+    gpus_per_node: int          # GPUs per server (a rack-scale part: per NVLink domain)
+    nodes: int
+    spec: dict[str, Any]        # shorthand spec (topology.build)
+    deployment: str             # on-prem | cloud
+    instance: str = ""
+    design: str = ""            # server design key (shared work is cached by it)
+    refused: str = ""           # why the rules refuse it ("" if buildable)
+    bound: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)
+    power_kW: float | None = None
+    objective: float | None = None
+    violations: dict[str, float] = field(default_factory=dict)
+    evaluated: bool = False
+    decode: Candidate | None = None     # disaggregated: the decode pool (this is the prefill)
+    pd: tuple[int, int] | None = None   # (prefill, decode) instances of one unit
+    equivalents: list[str] = field(default_factory=list)   # same figure, other networks
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes + (self.decode.gpus if self.decode else 0)
+
+    @property
+    def system(self) -> str:
+        return spec_string(self.spec)
+
+    @property
+    def rack_scale(self) -> bool:
+        return self.gpus_per_node > 8 and bool(catalog.gpu(self.gpu).gpus_per_tray)
+
+
+def spec_string(spec: dict[str, Any]) -> str:
+    """The inline ``key=value,...`` form of a spec (what ``show``/``train``/``serve`` take)."""
+    parts = []
+    for k, v in spec.items():
+        if isinstance(v, dict):
+            parts += [f"{k}.{kk}={vv}" for kk, vv in v.items() if vv is not None]
+        elif v is not None:
+            parts.append(f"{k}={v}")
+    return ",".join(parts)
+
+
+def _server_designs(gpu: catalog.GPU, per_node: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Server designs of one GPU kind, as node specs (the rules judge them later)."""
+    g = gpu.name
+    if gpu.gpus_per_tray:                  # rack-scale part: NVLink domains of trays
+        return [{"gpu": g, "gpus_per_node": d} for d in (36, 72) if d % gpu.gpus_per_tray == 0]
+    out: list[dict[str, Any]] = []
+    nvlink = bool(gpu.peer_link) and (gpu.peer_link or "").startswith(("nvlink", "xgmi"))
+    if gpu.form_factor in ("sxm", "oam"):
+        for n in per_node:
+            if n < 4:
+                continue
+            out.append({"gpu": g, "gpus_per_node": n})           # the baseboard's own scale-up
+            if n == 4 and nvlink:
+                out.append({"gpu": g, "gpus_per_node": n, "scale_up": "nvlink-mesh"})
+        return out
+    bridges = any(catalog.bridge(b).kind == "nvlink" for b in gpu.bridges)
+    for n in per_node:
+        ups = ["pcie"] + (["nvlink-bridge"] if bridges and n >= 2 else [])
+        hosts: list[dict[str, Any]] = [{}]
+        if n >= 4:
+            hosts += [{"pcie_switches": 1, "switch_layout": "single-root"},
+                      {"pcie_switches": 2, "switch_layout": "dual-root"}]
+        for up in ups:
+            for h in hosts:
+                s: dict[str, Any] = {"gpu": g, "gpus_per_node": n, "scale_up": up}
+                if h:
+                    s["host"] = dict(h)
+                out.append(s)
+    return out
+
+
+@cache
+def _refusal(key: str) -> str:
+    """Why the design rules refuse a server design, with its NICs ("" when it can be built):
+    two servers are built so that the NICs are placed and their PCIe lanes counted."""
+    from gpufabric.topology.build import from_spec, parse_inline
+    try:
+        from_spec(parse_inline(key), file="design", materialize_nodes=2)
+    except InputError as exc:
+        return exc.message
+    return ""
+
+
+@cache
+def _fabric_refusal(tray: int, gpn: int, nodes: int, nic: str, nics: int, topo: str,
+                    over: float) -> str:
+    """Why a fabric of ``nodes`` servers cannot be built ("" when it can): the same for every
+    GPU kind with the same server shape, so it is judged once."""
+    from gpufabric.topology import fabric
+    gpu = next(g for g in catalog.names("gpu") if catalog.gpu(g).gpus_per_tray == tray)
+    spec = {"gpu": gpu, "gpus_per_node": gpn, "nodes": nodes, "nic": nic, "nics_per_node": nics,
+            "fabric": {"topology": topo, "oversubscription": over}}
+    from gpufabric.topology.build import normalize_spec
+    try:
+        s = normalize_spec(spec, file="design")
+        if s["nodes"] * s["gpus_per_node"] > s["nvlink_domain"]:
+            fabric.plan(s, file="design")
+    except InputError as exc:
+        return exc.message
+    return ""
+
+
+def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
+    """Every design of the scenario's space, those the rules refuse marked ``refused``."""
+    c = sc.constraints
+    sp = sc.space
+    max_gpus = c.max_gpus or DEFAULT_MAX_GPUS
+    out: list[Candidate] = []
+    speeds = [catalog.net_speed(n) for n in (sp.nics or catalog.names("net_speed"))]
+    speeds = [s for s in speeds if s.protocol in ("ib", "roce")
+              and (s.protocol == "roce" or not c.ethernet_only)]
+    if c.deployment in ("any", "on-prem"):
+        for gname in catalog.names("gpu"):
+            gpu = catalog.gpu(gname)
+            if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
+                    (c.vendors and gpu.vendor not in c.vendors):
+                continue
+            for node in _server_designs(gpu, sp.gpus_per_node):
+                design = spec_string(node)
+                why = _refusal(design)
+                gpn = node["gpus_per_node"]
+                for n in sp.nodes:
+                    if n * gpn > max_gpus:
+                        continue
+                    nets: list[dict[str, Any]] = [{}]
+                    if n > 1:
+                        nets = []
+                        for sp_ in speeds:
+                            for k in sorted({gpn, max(1, gpn // 2)}):
+                                for topo in sp.fabrics:
+                                    for o in sp.oversubscription:
+                                        nets.append({"nic": sp_.name, "nics_per_node": k,
+                                                     "fabric": {"topology": topo,
+                                                                "oversubscription": o}})
+                    for net in nets:
+                        spec = {**node, "nodes": n, **net}
+                        no = why
+                        if net and not no:
+                            no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
+                                                       "nics_per_node": net["nics_per_node"]}))
+                        if net and not no:
+                            f = net["fabric"]
+                            no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
+                                                 net["nics_per_node"], f["topology"],
+                                                 f["oversubscription"])
+                        out.append(Candidate(gpu=gname, gpus_per_node=gpn, nodes=n, spec=spec,
+                                             deployment="on-prem", design=design, refused=no))
+    if c.deployment in ("any", "cloud") and sp.cloud:
+        from gpufabric.topology.build import parse_inline
+        for inst in prices.cloud():
+            node = parse_inline(str(inst["system"]))
+            g = catalog.gpu(str(node["gpu"])).name
+            if (c.gpus and g not in c.gpus) or g in c.exclude_gpus or \
+                    (c.vendors and catalog.gpu(g).vendor not in c.vendors):
+                continue
+            if c.ethernet_only and catalog.net_speed(str(node.get("nic", "ib-ndr"))).protocol \
+                    == "ib":
+                continue
+            gpn = int(node.get("gpus_per_node", 8))
+            design = spec_string(node)
+            why = _refusal(design)
+            for n in sp.nodes:
+                if n * gpn > max_gpus:
+                    continue
+                spec = {**node, "nodes": n}
+                out.append(Candidate(gpu=g, gpus_per_node=gpn, nodes=n, spec=spec,
+                                     deployment="cloud", instance=str(inst["instance"]),
+                                     design=design, refused=why))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# cost and power
+# --------------------------------------------------------------------------------------------
+def price(cand: Candidate, prices: Prices, kwh_usd: float, amortize_years: float) -> None:
+    """Fill ``cand.cost`` and ``cand.power_kW`` (None where the table has no number)."""
+    cost: dict[str, Any] = {"capex_usd": None, "usd_per_hour": None, "notes": []}
+    watts = None
+    scale_up = cand.spec.get("scale_up") or _default_scale_up(cand)
+    if cand.deployment == "cloud":
+        inst = next(i for i in prices.cloud() if i["instance"] == cand.instance)
+        cost["usd_per_hour"] = float(inst["usd_per_hour"]) * cand.nodes
+        cost["basis"] = f"{cand.instance} on-demand ({inst['source']}; {inst.get('url', '')})"
+    else:
+        srv = prices.server(cand.gpu, cand.gpus_per_node, scale_up)
+        g_usd = prices.gpu_usd(cand.gpu)
+        if srv and srv.get("usd") is not None:
+            capex = float(srv["usd"]) * cand.nodes
+            cost["basis"] = f"whole server ({srv['source']})"
+        elif g_usd is not None:
+            capex = g_usd * cand.gpus
+            cost["basis"] = f"GPUs only ({prices.entries['gpus'][(cand.gpu,)]['source']})"
+            cost["notes"].append("host platform not priced (no published price): capex counts "
+                                 "the GPUs")
+        else:
+            capex = None
+            cost["notes"].append(f"{cand.gpu} has no published price: add one with --prices")
+        if capex is not None and cand.nodes > 1:
+            net, note = _network_capex(cand, prices)
+            capex += net
+            if note:
+                cost["notes"].append(note)
+        cost["capex_usd"] = capex
+        if capex is not None:
+            cost["usd_per_hour"] = capex / (amortize_years * HOURS_PER_YEAR)
+            cost["amortized_over_years"] = amortize_years
+    srv = prices.server(cand.gpu, cand.gpus_per_node, scale_up)
+    if srv and srv.get("watts"):
+        watts = float(srv["watts"]) * cand.nodes
+    else:
+        gw = prices.gpu_watts(cand.gpu)
+        if gw is not None:
+            watts = gw * cand.gpus
+            cost["notes"].append("power counts the GPU boards (host power not recorded)")
+    cand.power_kW = watts / 1000 if watts is not None else None
+    if cand.power_kW is not None:
+        cost["energy_usd_per_day"] = cand.power_kW * 24 * kwh_usd
+        cost["kwh_usd"] = kwh_usd
+    cand.cost = cost
+
+
+def _default_scale_up(cand: Candidate) -> str:
+    from gpufabric.topology.build import normalize_spec
+    try:
+        return str(normalize_spec({"gpu": cand.gpu, "gpus_per_node": cand.gpus_per_node})
+                   ["scale_up"])
+    except InputError:
+        return ""
+
+
+def _network_capex(cand: Candidate, prices: Prices) -> tuple[float, str]:
+    nic = cand.spec.get("nic")
+    row = prices.network(str(nic)) if nic else None
+    if not row:
+        return 0.0, f"network ({nic}) not priced: capex counts no NICs, switches or cables"
+    from gpufabric.topology import fabric
+    from gpufabric.topology.build import normalize_spec
+    s = normalize_spec(dict(cand.spec), file="design")
+    p = fabric.plan(s, file="design")
+    ports = sum(t.ports_used for t in p.tiers)
+    cables = sum(p.cables.values()) if p.cables else p.end_ports
+    usd = (p.end_ports * float(row.get("nic_usd") or 0) + ports * float(row.get("switch_port_usd")
+                                                                        or 0)
+           + cables * float(row.get("cable_usd") or 0))
+    return usd, ""
+
+
+# --------------------------------------------------------------------------------------------
+# bounds and models
+# --------------------------------------------------------------------------------------------
+@cache
+def _tokens_per_s_per_gpu_bound(model: str, seq_len: int, gpu: str, precision: str) -> float:
+    """The most training tokens/s one GPU can reach in the model: every FLOP at the dense peak
+    times the generation's GEMM ceiling (``compute.GEMM_EFF``, which bounds every GEMM's and
+    attention core's efficiency in :func:`gpufabric.workloads.compute.op_time_s`); memory
+    traffic, communication and bubbles only add time."""
+    from gpufabric.workloads.compute import GEMM_EFF, GEMM_EFF_DEFAULT, gpu_spec
+    from gpufabric.workloads.models import load_model
+    from gpufabric.workloads.training import model_flops_per_token
+    g = gpu_spec(gpu)
+    peak = g.peak_tflops(precision) * 1e12
+    ceiling = GEMM_EFF.get(g.arch, GEMM_EFF_DEFAULT).value
+    return peak * ceiling / model_flops_per_token(load_model(model), seq_len)
+
+
+@cache
+def _weights_gpus_floor(model: str, gpu: str, precision: str) -> int:
+    """GPUs whose memory holds the model's weights at ``precision`` (a floor on any layout)."""
+    from gpufabric.workloads.models import load_model
+    byts = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}[precision]
+    mem = catalog.gpu(gpu).memory_GB * 1e9
+    return max(1, math.ceil(load_model(model).params() * byts / mem)) if mem else 10 ** 9
+
+
+def bound(cand: Candidate, sc: Scenario) -> None:
+    """Sound optimistic figures: the fastest training and the fewest GPUs that hold the
+    weights (training in 16 bits, serving at its precision)."""
+    if sc.train:
+        t = sc.train
+        tps = cand.gpus * _tokens_per_s_per_gpu_bound(t.model, t.seq_len, cand.gpu, t.precision)
+        cand.bound["train_hours"] = t.tokens / tps / 3600 if tps else math.inf
+        cand.bound["train_min_gpus"] = _weights_gpus_floor(t.model, cand.gpu, "bf16")
+    if sc.serve:
+        s = sc.serve
+        cand.bound["serve_min_gpus"] = _weights_gpus_floor(s.model, cand.gpu, s.precision)
+
+
+@dataclass(frozen=True)
+class _TrainJob:
+    model: str
+    system: str
+    global_batch: int
+    seq_len: int
+    precision: str
+
+
+@cache
+def _train_eval(job: _TrainJob) -> dict[str, Any]:
+    from gpufabric.workloads.search import search
+    try:
+        rs = search(job.model, job.system, global_batch=job.global_batch, seq_len=job.seq_len,
+                    precision=job.precision, top=1)
+    except InputError as exc:
+        return {"error": exc.message}
+    r = rs[0]
+    return {"tokens_per_s": r.tokens_per_s, "mfu": r.mfu, "step_time_s": r.step_time_s,
+            "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu, "layout": r.parallel,
+            "bottleneck": r.bottleneck}
+
+
+@dataclass(frozen=True)
+class _ServeJob:
+    model: str
+    design: str                 # node spec string of one instance's servers
+    layout: tuple[tuple[str, int], ...]
+    width: int                  # GPUs of one instance
+    isl: int
+    osl: int
+    ttft: float | None
+    tpot: float | None
+    precision: str
+    closed: bool                # concurrency (closed loop) rather than a rate
+
+
+#: Requests per serving trial and seconds of arrivals: small, for speed (the SLO percentile
+#: of a few hundred requests is stable to a few per cent).
+SERVE_REQUESTS, SERVE_DURATION_S = 200, 20.0
+
+
+@cache
+def _serve_eval(job: _ServeJob) -> dict[str, Any]:
+    from gpufabric.topology.build import from_spec, parse_inline
+    from gpufabric.workloads.inference.serve import ServeConfig, serve
+    from gpufabric.workloads.inference.supernode import max_rate
+    lay = dict(job.layout)
+    try:
+        topo = from_spec(parse_inline(job.design), file="design")
+        cfg = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
+                          dp_attention=lay.get("dp_attention", 1), replicas=1,
+                          precision=job.precision, isl=job.isl, osl=job.osl,
+                          requests=SERVE_REQUESTS, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
+        if job.closed:
+            best, r = _max_concurrency(job.model, topo, cfg)
+            if r is None:
+                return {"error": "the SLO is not met at any concurrency"}
+            return {"per_instance": best, "tokens_per_s": r["throughput_tokens_per_s"],
+                    "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
+                    "bottleneck": r["bottleneck"]}
+        rate, r = max_rate(job.model, topo, cfg, duration_s=SERVE_DURATION_S, steps=3)
+        _ = serve
+    except InputError as exc:
+        return {"error": exc.message}
+    if r is None:
+        return {"error": "the SLO is not met at any rate"}
+    return {"per_instance": rate, "tokens_per_s": r["throughput_tokens_per_s"],
+            "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
+            "bottleneck": r["bottleneck"]}
+
+
+def _max_concurrency(model: str, topo: Any, cfg: Any) -> tuple[int, dict | None]:
+    from gpufabric.workloads.inference.serve import serve
+    best, res, c = 0, None, 1
+    while c <= 4096:
+        r = serve(model, topo, replace(cfg, concurrency=c, rate=None))
+        if r["slo_attainment"] < 0.9:
+            break
+        best, res, c = c, r, c * 2
+    return best, res
+
+
+def _serve_layouts(cand: Candidate, sc: Scenario) -> list[tuple[dict[str, int], str, int]]:
+    """(layout, node spec of one instance, instance width) for the candidate's server design."""
+    from gpufabric.workloads.inference.supernode import default_layouts
+    assert sc.serve is not None
+    gpn = cand.gpus_per_node
+    lays, per_server = default_layouts(sc.serve.model, gpn, cand.gpus)
+    out = []
+    for lay in lays:
+        w = lay["tp"]
+        if w > cand.gpus:
+            continue
+        node = {k: v for k, v in cand.spec.items() if k not in ("nodes",)}
+        servers = max(1, math.ceil(w / gpn))
+        if servers == 1:
+            node = {k: v for k, v in node.items() if k not in ("nic", "nics_per_node", "fabric")}
+        else:
+            node["nodes"] = servers
+        out.append((lay, spec_string(node), w))
+    _ = per_server
+    return out
+
+
+def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> None:
+    """Run the models for ``cands`` (training search, serving capacity), filling ``metrics``."""
+    jobs_t: list[_TrainJob] = []
+    jobs_s: list[_ServeJob] = []
+    if sc.train:
+        t = sc.train
+        jobs_t = [_TrainJob(t.model, c.system, t.global_batch, t.seq_len, t.precision)
+                  for c in cands]
+    per_cand_s: list[list[tuple[_ServeJob, int]]] = []
+    if sc.serve:
+        s = sc.serve
+        for c in cands:
+            mine = []
+            for lay, design, w in _serve_layouts(c, sc):
+                j = _ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
+                              s.slo_ttft_ms, s.slo_tpot_ms, s.precision, s.concurrency is not None)
+                mine.append((j, w))
+                jobs_s.append(j)
+            per_cand_s.append(mine)
+    uniq_t = list(dict.fromkeys(jobs_t))
+    uniq_s = list(dict.fromkeys(jobs_s))
+    out_t = sweep.run(_train_eval, uniq_t, ray=ray, progress=progress)
+    out_s = sweep.run(_serve_eval, uniq_s, ray=ray, progress=progress)
+    res_t = dict(zip(uniq_t, out_t, strict=True))
+    res_s = dict(zip(uniq_s, out_s, strict=True))
+    for i, c in enumerate(cands):
+        c.evaluated = True
+        if sc.train:
+            r = res_t[jobs_t[i]]
+            if "error" in r:
+                c.metrics["train_error"] = r["error"]
+            else:
+                hours = sc.train.tokens / r["tokens_per_s"] / 3600
+                c.metrics.update({"train_hours": hours, "train_tokens_per_s": r["tokens_per_s"],
+                                  "mfu": r["mfu"], "train_layout": r["layout"],
+                                  "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"],
+                                  "train_bottleneck": r["bottleneck"]})
+        if sc.serve:
+            best = None
+            for j, w in per_cand_s[i]:
+                r = res_s[j]
+                if "error" in r:
+                    continue
+                inst = c.gpus // w
+                cap = r["per_instance"] * inst
+                row = {"layout": dict(j.layout), "instances": inst, "capacity": cap,
+                       "per_instance": r["per_instance"],
+                       "tokens_per_s_capacity": r["tokens_per_s"] * inst,
+                       "ttft_ms_p90": r["ttft_ms_p90"], "tpot_ms_p90": r["tpot_ms_p90"],
+                       "bottleneck": r["bottleneck"]}
+                if best is None or cap > best["capacity"]:
+                    best = row
+            if best is None:
+                errs = [res_s[j].get("error", "") for j, _ in per_cand_s[i]]
+                c.metrics["serve_error"] = errs[0] if errs else "no layout fits"
+            else:
+                c.metrics["serve"] = best
+
+
+# --------------------------------------------------------------------------------------------
+# constraints, objective, ranking
+# --------------------------------------------------------------------------------------------
+def _demand(sc: Scenario) -> float:
+    assert sc.serve is not None
+    return float(sc.serve.rate if sc.serve.rate is not None else sc.serve.concurrency or 0)
+
+
+def check(c: Candidate, sc: Scenario) -> dict[str, float]:
+    """Constraint name -> needed / allowed (> 1: violated), for an evaluated candidate."""
+    v: dict[str, float] = {}
+    k = sc.constraints
+    if sc.train:
+        if "train_error" in c.metrics:
+            v["fits"] = math.inf
+        elif sc.train.deadline_hours:
+            v["deadline"] = c.metrics["train_hours"] / sc.train.deadline_hours
+    if sc.serve:
+        if "serve_error" in c.metrics:
+            v["slo"] = math.inf
+        else:
+            v["slo"] = _demand(sc) / max(c.metrics["serve"]["capacity"], 1e-12)
+    if k.power_kW and c.power_kW is not None:
+        v["power"] = c.power_kW / k.power_kW
+    if k.budget_capex_usd and c.cost.get("capex_usd") is not None:
+        v["capex"] = c.cost["capex_usd"] / k.budget_capex_usd
+    if k.budget_usd_per_hour and c.cost.get("usd_per_hour") is not None:
+        v["usd_per_hour"] = c.cost["usd_per_hour"] / k.budget_usd_per_hour
+    if sc.services:
+        need = sum(s.cores for s in sc.services)
+        v["services_cores"] = need / max(_host_cores(c), 1)
+    return v
+
+
+def _host_cores(c: Candidate) -> int:
+    from gpufabric.topology.build import normalize_spec
+    s = normalize_spec(dict(c.spec), file="design")
+    cpu = catalog.cpu(s["host"]["cpu"])
+    return int(cpu.cores or 0) * int(s["host"]["sockets"]) * c.nodes
+
+
+def hourly(c: Candidate) -> float | None:
+    """$/hour of running the design: the cloud price, or capex amortized over the years set
+    plus the energy at the $/kWh set (a cloud price includes its power)."""
+    per_h = c.cost.get("usd_per_hour")
+    if per_h is None:
+        return None
+    if c.deployment == "cloud":
+        return float(per_h)
+    return float(per_h) + (c.power_kW or 0.0) * c.cost.get("kwh_usd", 0.0)
+
+
+def run_cost(c: Candidate, sc: Scenario) -> float | None:
+    """What the workload costs on this design (the lowest-cost objective's figure): the
+    training run's hours x $/hour, or, serving, $/hour (both from :func:`hourly`)."""
+    h = hourly(c)
+    if h is None:
+        return None
+    if sc.train:
+        return h * c.metrics["train_hours"] if "train_hours" in c.metrics else None
+    return h
+
+
+def figure(c: Candidate, sc: Scenario) -> float | None:
+    """The objective's figure, smaller is better (throughputs are negated)."""
+    obj = sc.objective
+    if obj == "lowest-cost":
+        return run_cost(c, sc)
+    if obj == "fastest":
+        if sc.train and "train_hours" in c.metrics:
+            return c.metrics["train_hours"]
+        if sc.serve and "serve" in c.metrics:
+            return -c.metrics["serve"]["tokens_per_s_capacity"]
+        return None
+    tps = _tokens_per_s(c, sc)
+    if obj == "tokens-per-watt":
+        return -tps / (c.power_kW * 1000) if c.power_kW and tps else None
+    per_h = hourly(c)
+    served = _tokens_per_s(c, sc, at_load=True)
+    if per_h is None or not served:
+        return None
+    return per_h / (served * 3600 / 1e6)
+
+
+def _tokens_per_s(c: Candidate, sc: Scenario, at_load: bool = False) -> float:
+    """Training tokens/s, or serving output tokens/s: what the design serves within the SLO
+    (its capacity), or, ``at_load``, what it serves of the load the scenario offers."""
+    if sc.train and "train_tokens_per_s" in c.metrics:
+        return float(c.metrics["train_tokens_per_s"])
+    if sc.serve and "serve" in c.metrics:
+        cap = float(c.metrics["serve"]["tokens_per_s_capacity"])
+        offered = (sc.serve.rate or 0) * sc.serve.osl
+        return min(offered, cap) if at_load and offered else cap
+    return 0.0
+
+
+def _bound_figure(c: Candidate, sc: Scenario) -> float | None:
+    """An optimistic (never worse than the real) objective figure, before any model runs."""
+    if sc.objective != "lowest-cost":
+        return None
+    h = hourly(c)
+    if h is None:
+        return None
+    return h * c.bound.get("train_hours", 0.0) if sc.train else h
+
+
+def _bound_violations(c: Candidate, sc: Scenario) -> dict[str, float]:
+    """Constraints the bounds alone already break (needed / allowed > 1)."""
+    v: dict[str, float] = {}
+    k = sc.constraints
+    if sc.train and sc.train.deadline_hours:
+        r = c.bound["train_hours"] / sc.train.deadline_hours
+        if r > 1:
+            v["deadline"] = r
+    if sc.train and c.bound["train_min_gpus"] > c.gpus:
+        v["fits"] = c.bound["train_min_gpus"] / c.gpus
+    if sc.serve and c.bound["serve_min_gpus"] > c.gpus:
+        v["slo"] = c.bound["serve_min_gpus"] / c.gpus
+    if k.power_kW and c.power_kW is not None and c.power_kW > k.power_kW:
+        v["power"] = c.power_kW / k.power_kW
+    if k.budget_capex_usd and (c.cost.get("capex_usd") or 0) > k.budget_capex_usd:
+        v["capex"] = c.cost["capex_usd"] / k.budget_capex_usd
+    if k.budget_usd_per_hour and (c.cost.get("usd_per_hour") or 0) > k.budget_usd_per_hour:
+        v["usd_per_hour"] = c.cost["usd_per_hour"] / k.budget_usd_per_hour
+    return v
+
+
+
+# --------------------------------------------------------------------------------------------
+# prefill / decode disaggregation
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _PDJob:
+    model: str
+    prefill: str               # node spec strings of the two pools (one server each)
+    decode: str
+    layout: tuple[tuple[str, int], ...]
+    x: int
+    y: int
+    isl: int
+    osl: int
+    ttft: float | None
+    tpot: float | None
+    precision: str
+    shared: bool               # both pools inside one server
+
+
+@cache
+def _pd_eval(job: _PDJob) -> dict[str, Any]:
+    """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
+    from gpufabric.topology.build import from_spec, parse_inline
+    from gpufabric.workloads.inference.pd import serve_pd
+    from gpufabric.workloads.inference.serve import ServeConfig
+    lay = dict(job.layout)
+    try:
+        pt = from_spec(parse_inline(job.prefill), file="design")
+        dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
+        base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
+                           dp_attention=lay.get("dp_attention", 1), precision=job.precision,
+                           isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft,
+                           slo_tpot_ms=job.tpot)
+
+        def ok(rate: float) -> tuple[bool, dict]:
+            n = max(SERVE_REQUESTS, int(rate * SERVE_DURATION_S))
+            r = serve_pd(job.model, pt, replace(base, rate=rate, requests=n), (job.x, job.y),
+                         dt)
+            return r["slo_attainment"] >= 0.9, r
+        lo, best, hi = 0.0, None, 0.05 * (job.x + job.y)
+        while hi < 1e5:
+            good, r = ok(hi)
+            if not good:
+                break
+            lo, best, hi = hi, r, hi * 2
+        for _ in range(3):
+            mid = (lo + hi) / 2
+            good, r = ok(mid)
+            if good:
+                lo, best = mid, r
+            else:
+                hi = mid
+    except InputError as exc:
+        return {"error": exc.message}
+    if best is None:
+        return {"error": "the SLO is not met at any rate"}
+    return {"per_unit": lo, "tokens_per_s": best["throughput_tokens_per_s"],
+            "ttft_ms_p90": best["ttft_ms"]["p90"], "tpot_ms_p90": best["tpot_ms"]["p90"],
+            "bottleneck": best["bottleneck"]}
+
+
+def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,
+                  *, designs: int = 3, ray: bool = False) -> list[Candidate]:
+    """xPyD deployments on the server designs of the best co-located ones: every (prefill,
+    decode) pair of them, so prefill and decode may run on different GPUs; one unit of x
+    prefill and y decode servers, as many units as the load needs."""
+    assert sc.serve is not None and sc.serve.rate
+    s = sc.serve
+    seen: dict[str, Candidate] = {}
+    kinds: set[tuple[str, str]] = set()
+    for c in ranked:                         # the best design of each GPU kind, per deployment
+        if c.decode is None and "serve" in c.metrics and c.nodes == 1 \
+                and (c.gpu, c.deployment) not in kinds and len(seen) < designs:
+            seen[c.design] = c
+            kinds.add((c.gpu, c.deployment))
+    provider = {str(i["instance"]): str(i.get("provider", "")) for i in prices.cloud()}
+    jobs, meta = [], []
+    for a in seen.values():
+        for b in seen.values():
+            if a.deployment != b.deployment or provider.get(a.instance) != \
+                    provider.get(b.instance):
+                continue                     # both pools in one place
+            lay = a.metrics["serve"]["layout"]
+            w = lay.get("tp", 1)
+            if w > a.gpus_per_node or w > b.gpus_per_node:
+                continue
+            one_a, one_b = _one_server(a), _one_server(b)
+            for x, y in ((1, 1), (1, 2), (2, 1)):
+                shared = a.design == b.design and (x + y) * w <= a.gpus_per_node
+                if not shared and (x * w > a.gpus_per_node or y * w > b.gpus_per_node):
+                    continue
+                jobs.append(_PDJob(s.model, one_a, one_b, tuple(sorted(lay.items())), x, y,
+                                   s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
+                                   shared))
+                meta.append((a, b, x, y))
+    res = sweep.run(_pd_eval, jobs, ray=ray)
+    out = []
+    for job, (a, b, x, y), r in zip(jobs, meta, res, strict=True):
+        if "error" in r or not r["per_unit"]:
+            continue
+        units = max(1, math.ceil(float(s.rate or 0) / r["per_unit"]))
+        if job.shared:                    # both pools share servers
+            pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
+            dec = replace(a, nodes=0, decode=None, metrics={}, cost={})
+        else:
+            pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
+            dec = replace(b, nodes=units, decode=None, metrics={}, cost={})
+        from gpufabric.topology.build import parse_inline
+        pre.spec = {**parse_inline(_one_server(a)), "nodes": units}
+        dec.spec = {**parse_inline(_one_server(b)), "nodes": max(dec.nodes, 1)}
+        for part in (pre, dec):
+            if part.nodes:
+                price(part, prices, kwh_usd, sc.constraints.amortize_years)
+        c = replace(pre, decode=dec if dec.nodes else None, pd=(x, y), evaluated=True)
+        c.cost = _sum_costs(pre, dec)
+        c.power_kW = sum(p.power_kW or 0.0 for p in (pre, dec) if p.nodes) or None
+        c.metrics = {"serve": {"layout": dict(job.layout), "instances": units,
+                               "capacity": r["per_unit"] * units, "per_instance": r["per_unit"],
+                               "tokens_per_s_capacity": r["tokens_per_s"] * units,
+                               "ttft_ms_p90": r["ttft_ms_p90"], "tpot_ms_p90": r["tpot_ms_p90"],
+                               "bottleneck": r["bottleneck"], "pd": f"{x}P{y}D",
+                               "decode_system": spec_string(dec.spec) if dec.nodes else None}}
+        c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
+        c.objective = figure(c, sc)
+        out.append(c)
+    return out
+
+
+def _spec_one(c: Candidate) -> dict[str, Any]:
+    return {k: v for k, v in c.spec.items() if k not in ("nodes", "nic", "nics_per_node",
+                                                          "fabric")}
+
+
+def _one_server(c: Candidate) -> str:
+    """One server of ``c``'s design, with NICs (the KV cache crosses them between pools)."""
+    spec = _spec_one(c)
+    if c.deployment == "cloud":
+        spec = {k: v for k, v in c.spec.items() if k != "nodes"}
+    else:
+        spec.update({"nic": "roce-400", "nics_per_node": c.gpus_per_node})
+    return spec_string(spec)
+
+
+def _sum_costs(a: Candidate, b: Candidate) -> dict[str, Any]:
+    parts = [p for p in (a, b) if p.nodes]
+    out: dict[str, Any] = {"notes": [n for p in parts for n in p.cost.get("notes", [])]}
+    for k in ("capex_usd", "usd_per_hour", "energy_usd_per_day"):
+        vals = [p.cost.get(k) for p in parts]
+        out[k] = None if any(v is None for v in vals) else sum(vals)
+    out["kwh_usd"] = a.cost.get("kwh_usd", 0.0)
+    out["basis"] = "; ".join(str(p.cost.get("basis", "")) for p in parts)
+    return out
+
+
+def _net_words(c: Candidate) -> str:
+    if c.nodes == 1 or c.deployment == "cloud" or "nic" not in c.spec:
+        return ""
+    f = c.spec.get("fabric", {})
+    return (f"{c.spec['nics_per_node']}x {c.spec['nic']} {f.get('topology')} "
+            f"{float(f.get('oversubscription', 1)):g}:1")
+
+
+def _fold_equivalents(ranked: list[Candidate]) -> list[Candidate]:
+    """Designs that differ only in their network and have the same figure become one entry
+    (the fastest network), the others listed in its ``equivalents``."""
+    out: list[Candidate] = []
+    for c in ranked:
+        twin = next((o for o in out if _group(o) == _group(c) and o.decode is None
+                     and c.decode is None and o.objective is not None
+                     and c.objective is not None
+                     and math.isclose(o.objective, c.objective, rel_tol=1e-6)), None)
+        if twin is None:
+            out.append(c)
+        else:
+            twin.equivalents.append(_net_words(c) or describe(c))
+    return out
+
+
+#: Constraints a design's performance decides (a slower network cannot lift them).
+PERFORMANCE = {"deadline", "fits", "slo"}
+
+
+def _group(c: Candidate) -> tuple:
+    """Designs that differ only in their network (NIC speed and count, fabric)."""
+    return (c.deployment, c.instance, c.gpu, c.design, c.nodes)
+
+
+def _net_rank(c: Candidate) -> tuple:
+    """Fastest network first: most GB/s per server, least oversubscribed, rail-optimised."""
+    if c.nodes == 1 or c.deployment == "cloud":
+        return (0.0, 0.0, 0)
+    bw = catalog.net_speed(str(c.spec["nic"])).bw_GBps * int(c.spec["nics_per_node"])
+    f = c.spec.get("fabric", {})
+    return (-bw, float(f.get("oversubscription", 1.0)), f.get("topology") != "rail-optimized")
+
+
+def _interleave(queue: list[Candidate], strongest: dict[tuple, Candidate],
+                sc: Scenario) -> list[Candidate]:
+    """``queue`` with each group's fastest-network design moved just before the first of its
+    group (so it is judged first; the bound order is kept otherwise)."""
+    out: list[Candidate] = []
+    placed: set[int] = set()
+    for c in queue:
+        lead = strongest[_group(c)]
+        if id(lead) not in placed:
+            out.append(lead)
+            placed.add(id(lead))
+        if id(c) not in placed:
+            out.append(c)
+            placed.add(id(c))
+    return out
+
+
+@dataclass
+class Advice:
+    scenario: Scenario
+    ranked: list[Candidate]
+    generated: int
+    refused: int
+    unpriced: int
+    pruned: int
+    evaluated: int
+    elapsed_s: float
+    pareto: list[Candidate]
+    dominated: int = 0
+    budget_left: bool = True
+    infeasible: dict[str, Any] | None = None
+    changes: list[str] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
+           ray: bool = False, batch: int = 4, max_evaluations: int = 60,
+           progress: Callable[[int, int], None] | None = None) -> Advice:
+    """Rank the scenario's designs: generate, price, bound, evaluate best-bound first."""
+    t0 = time.perf_counter()
+    cands = generate(sc, prices)
+    generated = len(cands)
+    ok = [c for c in cands if not c.refused]
+    for c in ok:
+        price(c, prices, kwh_usd, sc.constraints.amortize_years)
+        try:
+            bound(c, sc)
+        except InputError as exc:           # the GPU lacks the precision asked
+            c.refused = exc.message
+    ok = [c for c in ok if not c.refused]
+    refused = generated - len(ok)
+    needs_price = sc.objective in ("lowest-cost", "cost-per-million-tokens") or \
+        sc.constraints.budget_capex_usd or sc.constraints.budget_usd_per_hour
+    priced = [c for c in ok if c.cost.get("usd_per_hour") is not None or not needs_price]
+    unpriced = len(ok) - len(priced)
+    live: list[Candidate] = []
+    dead: list[Candidate] = []
+    for c in priced:
+        c.violations = _bound_violations(c, sc)
+        (dead if c.violations else live).append(c)
+    keyed = [(_bound_figure(c, sc), c) for c in live]
+    order = sorted(keyed, key=lambda x: (x[0] is None, x[0] if x[0] is not None else 0.0,
+                                         -(x[1].bound.get("train_hours") or 0), x[1].gpus,
+                                         _net_rank(x[1])))
+    queue = [c for _, c in order]
+    if sc.objective != "lowest-cost":       # no sound bound on throughput objectives: take
+        queue.sort(key=lambda c: (c.gpus, c.cost.get("usd_per_hour") or 0,  # small first
+                                  _net_rank(c)))
+    # the fastest network of each group of designs that differ only in their network goes
+    # first; when it misses the deadline or the SLO, so do its slower siblings
+    strongest: dict[tuple, Candidate] = {}
+    for c in sorted(queue, key=_net_rank):
+        strongest.setdefault(_group(c), c)
+    queue = _interleave(queue, strongest, sc)
+    done: list[Candidate] = []
+    feasible: list[Candidate] = []
+    failed: set[tuple] = set()
+    dominated = 0
+    i = 0
+    while i < len(queue) and len(done) < max_evaluations:
+        if sc.objective == "lowest-cost" and len(feasible) >= top:
+            worst = sorted(f.objective for f in feasible if f.objective is not None)[top - 1]
+            nxt = _bound_figure(queue[i], sc)
+            if nxt is not None and nxt >= worst:
+                break                              # no later bound can enter the top N
+        chunk: list[Candidate] = []
+        while i < len(queue) and len(chunk) < batch:
+            c = queue[i]
+            i += 1
+            if _group(c) in failed:
+                dominated += 1
+                c.violations = {"dominated": 2.0}
+                continue
+            chunk.append(c)
+            if strongest.get(_group(c)) is c:
+                break                  # judge a group's fastest network before its siblings
+        if not chunk:
+            continue
+        evaluate(chunk, sc, ray=ray)
+        if progress:
+            progress(len(chunk), min(len(queue), max_evaluations))
+        for c in chunk:
+            c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
+            c.objective = figure(c, sc)
+            done.append(c)
+            if strongest.get(_group(c)) is c and set(c.violations) & PERFORMANCE:
+                failed.add(_group(c))
+            if not c.violations and c.objective is not None:
+                feasible.append(c)
+    pruned = len(priced) - len(done) - dominated
+    if sc.serve and sc.serve.pd and sc.serve.rate and feasible:
+        feasible.sort(key=lambda c: (c.objective, c.gpus))
+        pool = sorted((c for c in done if "serve" in c.metrics and c.objective is not None),
+                      key=lambda c: c.objective or 0.0)
+        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, ray=ray)
+        done += pds
+        feasible += [c for c in pds if not c.violations and c.objective is not None]
+    feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
+                                 _net_rank(c)))
+    feasible = _fold_equivalents(feasible)
+    adv = Advice(scenario=sc, ranked=feasible, generated=generated, refused=refused,
+                 unpriced=unpriced, pruned=pruned, evaluated=len(done), dominated=dominated,
+                 budget_left=len(done) < max_evaluations or i >= len(queue),
+                 elapsed_s=time.perf_counter() - t0, pareto=pareto(feasible, sc),
+                 candidates=cands)
+    if not feasible:
+        adv.infeasible = binding(done + dead, sc)
+        if not adv.budget_left:
+            adv.infeasible["message"] += (f" (after {len(done)} model runs; "
+                                          f"{len(queue) - i} designs not run: raise "
+                                          "--max-evaluations)")
+    else:
+        adv.changes = what_would_change(feasible, sc)
+    adv.elapsed_s = time.perf_counter() - t0
+    return adv
+
+
+def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:
+    """Designs no other beats on both cost ($/hour, :func:`hourly`) and throughput (tokens/s:
+    training, or serving capacity within the SLO)."""
+    pts = [(float(hourly(c) or 0.0), _tokens_per_s(c, sc), c) for c in cands
+           if hourly(c) is not None]
+    front: list[Candidate] = []
+    seen: set[tuple[float, float]] = set()
+    for cost, tps, c in pts:
+        if (cost, tps) in seen:
+            continue
+        seen.add((cost, tps))
+        if not any((o_cost <= cost and o_tps >= tps) and (o_cost < cost or o_tps > tps)
+                   for o_cost, o_tps, _ in pts):
+            front.append(c)
+    front.sort(key=lambda c: hourly(c) or 0.0)
+    return front
+
+
+def what_would_change(ranked: list[Candidate], sc: Scenario) -> list[str]:
+    """The next design and the price at which it overtakes the winner (cost objectives), or
+    the budget at which a faster one would be chosen."""
+    if len(ranked) < 2:
+        return ["no other design meets the scenario"]
+    w, r = ranked[0], ranked[1]
+    out = []
+    if sc.objective in ("lowest-cost", "cost-per-million-tokens") and w.objective and \
+            r.objective and r.objective > 0 and hourly(r):
+        r_h = float(hourly(r) or 0.0)
+        target = r_h * w.objective / r.objective   # r's $/hour that ties
+        if r.deployment == "cloud":
+            k = target / r_h
+            what = f"{r.instance} $/hour"
+        else:
+            energy = (r.power_kW or 0.0) * r.cost.get("kwh_usd", 0.0)
+            k = (target - energy) / float(r.cost["usd_per_hour"])
+            what = "capex"
+        if abs(k - 1) < 5e-4:
+            out.append(f"{describe(r)} ties with it (same figure)")
+        elif k > 0:
+            out.append(f"{describe(r)} overtakes when its {what} falls by "
+                       f"{100 * (1 - k):.1f}% (to {k:.3f}x today's)")
+        else:
+            out.append(f"{describe(r)} cannot overtake on price alone (its energy costs "
+                       "more than the winner's whole cost)")
+    else:
+        out.append(f"next: {describe(r)} ({_fmt_obj(r, sc)} against {_fmt_obj(w, sc)})")
+    faster = [c for c in ranked[1:] if _tokens_per_s(c, sc) > _tokens_per_s(w, sc)]
+    if faster and sc.objective == "lowest-cost":
+        f = faster[0]
+        out.append(f"{describe(f)} is {_tokens_per_s(f, sc) / max(_tokens_per_s(w, sc), 1e-9):.2f}x"
+                   f" faster for {_fmt_obj(f, sc)}")
+    return out
+
+
+def _fmt_obj(c: Candidate, sc: Scenario) -> str:
+    if c.objective is None:
+        return "n/a"
+    if sc.objective == "lowest-cost":
+        return f"${c.objective:,.0f}" if sc.train else f"${c.objective:,.2f}/h"
+    if sc.objective == "fastest":
+        return (f"{c.objective:,.1f} h" if sc.train else f"{-c.objective:,.0f} tok/s")
+    if sc.objective == "tokens-per-watt":
+        return f"{-c.objective:.3f} tok/s/W"
+    return f"${c.objective:.3f}/M tokens"
+
+
+def describe(c: Candidate) -> str:
+    if c.pd and c.decode is None:
+        lay = " ".join(f"{k}{v}" for k, v in c.metrics.get("serve", {}).get("layout",
+                                                                            {}).items())
+        return (f"disaggregated {c.pd[0]}P{c.pd[1]}D ({lay}) inside each of "
+                f"{_describe_one(replace(c, pd=None))}")
+    if c.decode is not None and c.pd:
+        lay = " ".join(f"{k}{v}" for k, v in c.metrics.get("serve", {}).get("layout",
+                                                                            {}).items())
+        return (f"disaggregated {c.pd[0]}P{c.pd[1]}D ({lay}): prefill on "
+                f"{_describe_one(replace(c, decode=None, pd=None))}, decode on "
+                f"{_describe_one(c.decode)}")
+    return _describe_one(c)
+
+
+def _describe_one(c: Candidate) -> str:
+    if c.deployment == "cloud":
+        return f"{c.nodes}x {c.instance} ({c.gpus}x {c.gpu})"
+    up = c.spec.get("scale_up") or ("rack NVLink" if c.rack_scale else "default")
+    host = c.spec.get("host", {}).get("switch_layout", "")
+    net = (f", {c.spec['nics_per_node']}x {c.spec['nic']} {c.spec['fabric']['topology']}"
+           f" {c.spec['fabric']['oversubscription']:g}:1") if c.nodes > 1 else ""
+    return (f"{c.nodes}x {c.gpus_per_node}-GPU {c.gpu} server ({up}"
+            f"{', ' + host + ' PCIe switches' if host else ''}{net})")
+
+
+def binding(tried: list[Candidate], sc: Scenario) -> dict[str, Any]:
+    """Which constraint binds when nothing is feasible, and the closest design."""
+    if not tried:
+        return {"constraint": "catalog", "message": "no design of the space could be priced "
+                "and built: widen the space or add prices with --prices"}
+    counts: dict[str, int] = {}
+    for c in tried:
+        for k in c.violations:
+            counts[k] = counts.get(k, 0) + 1
+    closest = min(tried, key=lambda c: (max(c.violations.values()) if c.violations else 0.0))
+    worst = max(closest.violations, key=lambda k: closest.violations[k]) if closest.violations \
+        else "unknown"
+    return {"constraint": worst, "counts": counts, "closest": closest,
+            "message": _infeasible_line(closest, worst, sc)}
+
+
+def _infeasible_line(c: Candidate, what: str, sc: Scenario) -> str:
+    k = sc.constraints
+    d = describe(c)
+    if what == "power":
+        return (f"no design meets the scenario under {k.power_kW:g} kW; the closest, {d}, needs "
+                f"{c.power_kW:,.1f} kW")
+    if what == "deadline":
+        need = c.metrics.get("train_hours") or c.bound.get("train_hours", 0)
+        return (f"no design trains {sc.train.model if sc.train else ''} within "
+                f"{sc.train.deadline_hours if sc.train else 0:g} h; the closest, {d}, needs "
+                f"{need:,.1f} h")
+    if what == "slo":
+        s = sc.serve
+        tgt = " / ".join(x for x in (f"TTFT {s.slo_ttft_ms:g} ms" if s and s.slo_ttft_ms else "",
+                                     f"TPOT {s.slo_tpot_ms:g} ms" if s and s.slo_tpot_ms else "")
+                         if x)
+        cap = c.metrics.get("serve", {}).get("capacity")
+        have = (f"serves {cap:,.2f} of the {_demand(sc):g} asked" if cap is not None else
+                c.metrics.get("serve_error", "fits no layout"))
+        return (f"no design meets {tgt} for {s.model if s else ''} at the load asked; the "
+                f"closest, {d}, {have}")
+    if what == "capex":
+        return (f"no design fits the capex budget ${k.budget_capex_usd:,.0f}; the closest, {d}, "
+                f"costs ${c.cost['capex_usd']:,.0f}")
+    if what == "usd_per_hour":
+        return (f"no design fits ${k.budget_usd_per_hour:,.2f}/hour; the closest, {d}, costs "
+                f"${c.cost['usd_per_hour']:,.2f}/hour")
+    if what == "fits":
+        return f"{sc.train.model if sc.train else ''} fits no layout of the designs tried ({d})"
+    if what == "services_cores":
+        return f"the services need more CPU cores than the closest design, {d}, has"
+    return f"no design meets the scenario; the closest is {d}"
+
+
+__all__ = ["Advice", "Candidate", "advise", "generate", "spec_string", "describe", "pareto"]

@@ -1,0 +1,360 @@
+"""Advisor scenarios: what must run (train / serve / services), the constraints and the objective.
+
+A scenario is a YAML file (docs/advisor.md gives the schema) or the name of a built-in one
+(``advise/data/scenarios/*.yaml``). :func:`load` checks every key and value and raises one
+:class:`~gpufabric.errors.InputError` naming the file, the dotted field and what is allowed.
+
+Examples
+--------
+>>> s = parse({"workloads": {"serve": {"model": "llama3-8b", "rate": 2, "isl": 1000,
+...            "osl": 200, "slo_tpot_ms": 50}}, "objective": "lowest-cost"}, "x.yaml")
+>>> s.serve.model, s.objective, s.train is None
+('llama3-8b', 'lowest-cost', True)
+>>> parse({"workloads": {}}, "x.yaml")
+Traceback (most recent call last):
+...
+gpufabric.errors.InputError: x.yaml: workloads: expected a train and/or a serve workload
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from gpufabric import catalog
+from gpufabric.errors import InputError
+from gpufabric.fileio import load_yaml, names_a_path, parse_yaml
+
+OBJECTIVES = ("lowest-cost", "fastest", "tokens-per-watt", "cost-per-million-tokens")
+DEPLOYMENTS = ("any", "on-prem", "cloud")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+
+TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "space")
+TRAIN_KEYS = ("model", "tokens", "steps", "global_batch", "seq_len", "precision",
+              "deadline_hours")
+SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_tpot_ms",
+              "precision", "pd")
+SERVICE_KEYS = ("name", "cores", "memory_GB")
+CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
+                   "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
+                   "amortize_years")
+SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud")
+
+
+@dataclass(frozen=True)
+class Train:
+    model: str
+    tokens: float
+    global_batch: int
+    seq_len: int
+    precision: str = "bf16"
+    deadline_hours: float | None = None
+
+
+@dataclass(frozen=True)
+class Serve:
+    model: str
+    rate: float | None = None
+    concurrency: int | None = None
+    isl: int = 1024
+    osl: int = 256
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    precision: str = "bf16"
+    pd: bool = False                 # also try prefill/decode disaggregation (xPyD)
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    cores: int
+    memory_GB: float = 0.0
+
+
+@dataclass(frozen=True)
+class Constraints:
+    budget_capex_usd: float | None = None
+    budget_usd_per_hour: float | None = None
+    power_kW: float | None = None
+    max_gpus: int | None = None
+    gpus: tuple[str, ...] = ()
+    exclude_gpus: tuple[str, ...] = ()
+    vendors: tuple[str, ...] = ()           # GPU vendors allowed (catalog ``vendor``)
+    deployment: str = "any"
+    ethernet_only: bool = False
+    amortize_years: float = 4.0
+
+
+@dataclass(frozen=True)
+class Space:
+    """Narrows the generated design space (every key optional)."""
+
+    gpus_per_node: tuple[int, ...] = (1, 2, 4, 8)
+    nodes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    nics: tuple[str, ...] = ()              # network speeds (net_speeds.yaml); () = all
+    fabrics: tuple[str, ...] = ("rail-optimized", "fat-tree")
+    oversubscription: tuple[float, ...] = (1.0, 2.0)
+    cloud: bool = True
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    train: Train | None
+    serve: Serve | None
+    services: tuple[Service, ...]
+    constraints: Constraints
+    objective: str
+    space: Space = field(default_factory=Space)
+    file: str = ""
+
+
+def _data_dir() -> Any:
+    return resources.files("gpufabric.advise").joinpath("data", "scenarios")
+
+
+def builtin_names() -> list[str]:
+    """The built-in scenarios, by name."""
+    return sorted(p.name.removesuffix(".yaml") for p in _data_dir().iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def builtin(name: str) -> Scenario:
+    text = _data_dir().joinpath(f"{name}.yaml").read_text()
+    return parse(parse_yaml(text, f"scenario {name}"), f"scenario {name}")
+
+
+def load(what: str) -> Scenario:
+    """A built-in scenario by name, or a scenario YAML file."""
+    if what in builtin_names():
+        return builtin(what)
+    if not names_a_path(what) and not what.endswith((".yaml", ".yml")):
+        raise InputError(f"no built-in scenario {what!r} and not a file; allowed: a YAML file "
+                         f"or one of {', '.join(builtin_names())}", field="SCENARIO")
+    return parse(load_yaml(what, what="a scenario YAML file"), what)
+
+
+def _section(data: Any, keys: tuple[str, ...], file: str, where: str) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"expected a mapping of {', '.join(keys)}, got {data!r}", file=file,
+                         field=where or None)
+    for k in data:
+        if k not in keys:
+            raise InputError(f"unknown key {k!r}; allowed: {', '.join(keys)}", file=file,
+                             field=f"{where}.{k}" if where else str(k))
+    return data
+
+
+def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = False,
+         minimum: float = 0.0, strict: bool = True, default: Any = None) -> Any:
+    if key not in d or d[key] is None:
+        return default
+    v = d[key]
+    if isinstance(v, str) and not integer:       # YAML 1.1 reads 2.0e9 (no sign) as text
+        try:
+            v = float(v)
+        except ValueError:
+            pass
+    what = "a whole number" if integer else "a number"
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or (v <= minimum if strict else v < minimum):
+        raise InputError(f"expected {what} {'>' if strict else '>='} {minimum:g}, got {v!r}",
+                         file=file, field=f"{where}.{key}")
+    return v
+
+
+def _model(d: dict[str, Any], file: str, where: str) -> str:
+    from gpufabric.workloads.models import load_model
+    name = d.get("model")
+    if not isinstance(name, str):
+        raise InputError(f"expected a model name, got {name!r}", file=file,
+                         field=f"{where}.model")
+    try:
+        return load_model(name).name
+    except InputError as exc:
+        raise InputError(exc.message, file=file, field=f"{where}.model") from None
+
+
+def _precision(d: dict[str, Any], file: str, where: str) -> str:
+    p = d.get("precision", "bf16")
+    if p not in PRECISIONS:
+        raise InputError(f"got {p!r}; allowed: {', '.join(PRECISIONS)}", file=file,
+                         field=f"{where}.precision")
+    return str(p)
+
+
+def _train(d: Any, file: str) -> Train | None:
+    if d is None:
+        return None
+    w = "workloads.train"
+    d = _section(d, TRAIN_KEYS, file, w)
+    model = _model(d, file, w)
+    gb = _num(d, "global_batch", file, w, integer=True)
+    seq = _num(d, "seq_len", file, w, integer=True)
+    for k, v in (("global_batch", gb), ("seq_len", seq)):
+        if v is None:
+            raise InputError("required", file=file, field=f"{w}.{k}")
+    tokens, steps = _num(d, "tokens", file, w), _num(d, "steps", file, w, integer=True)
+    if (tokens is None) == (steps is None):
+        raise InputError("give exactly one of tokens or steps", file=file, field=f"{w}.tokens")
+    total = float(tokens) if tokens is not None else float(steps * gb * seq)
+    return Train(model=model, tokens=total, global_batch=gb, seq_len=seq,
+                 precision=_precision(d, file, w),
+                 deadline_hours=_num(d, "deadline_hours", file, w))
+
+
+def _serve(d: Any, file: str) -> Serve | None:
+    if d is None:
+        return None
+    w = "workloads.serve"
+    d = _section(d, SERVE_KEYS, file, w)
+    model = _model(d, file, w)
+    rate, conc = _num(d, "rate", file, w), _num(d, "concurrency", file, w, integer=True)
+    if (rate is None) == (conc is None):
+        raise InputError("give exactly one of rate (requests/s) or concurrency (users)",
+                         file=file, field=f"{w}.rate")
+    ttft, tpot = _num(d, "slo_ttft_ms", file, w), _num(d, "slo_tpot_ms", file, w)
+    if ttft is None and tpot is None:
+        raise InputError("give an SLO: slo_ttft_ms and/or slo_tpot_ms", file=file,
+                         field=f"{w}.slo_tpot_ms")
+    pd = d.get("pd", False)
+    if not isinstance(pd, bool):
+        raise InputError(f"expected true or false, got {pd!r}", file=file, field=f"{w}.pd")
+    if pd and conc is not None:
+        raise InputError("disaggregated (pd) runs take a rate, not a concurrency", file=file,
+                         field=f"{w}.pd")
+    return Serve(model=model, rate=rate, concurrency=conc, pd=pd,
+                 isl=_num(d, "isl", file, w, integer=True, default=1024),
+                 osl=_num(d, "osl", file, w, integer=True, default=256),
+                 slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w))
+
+
+def _services(d: Any, file: str) -> tuple[Service, ...]:
+    if d is None:
+        return ()
+    if not isinstance(d, list):
+        raise InputError(f"expected a list of {{name, cores, memory_GB}}, got {d!r}", file=file,
+                         field="workloads.services")
+    out = []
+    for i, e in enumerate(d):
+        w = f"workloads.services[{i}]"
+        e = _section(e, SERVICE_KEYS, file, w)
+        cores = _num(e, "cores", file, w, integer=True)
+        if cores is None:
+            raise InputError("required", file=file, field=f"{w}.cores")
+        out.append(Service(name=str(e.get("name", f"service{i}")), cores=cores,
+                           memory_GB=float(_num(e, "memory_GB", file, w, default=0.0) or 0.0)))
+    return tuple(out)
+
+
+def _gpu_names(v: Any, file: str, where: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise InputError(f"expected a list of GPU names, got {v!r}", file=file, field=where)
+    return tuple(catalog.gpu(str(x), file=file, field=where).name for x in v)
+
+
+def _vendors(v: Any, file: str, where: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    known = sorted({catalog.gpu(g).vendor for g in catalog.names("gpu")})
+    if not isinstance(v, list) or any(x not in known for x in v):
+        raise InputError(f"got {v!r}; allowed: a list of {', '.join(known)}", file=file,
+                         field=where)
+    return tuple(v)
+
+
+def _constraints(d: Any, file: str) -> Constraints:
+    w = "constraints"
+    d = _section(d, CONSTRAINT_KEYS, file, w)
+    dep = d.get("deployment", "any")
+    if dep not in DEPLOYMENTS:
+        raise InputError(f"got {dep!r}; allowed: {', '.join(DEPLOYMENTS)}", file=file,
+                         field=f"{w}.deployment")
+    eth = d.get("ethernet_only", False)
+    if not isinstance(eth, bool):
+        raise InputError(f"expected true or false, got {eth!r}", file=file,
+                         field=f"{w}.ethernet_only")
+    return Constraints(
+        budget_capex_usd=_num(d, "budget_capex_usd", file, w),
+        budget_usd_per_hour=_num(d, "budget_usd_per_hour", file, w),
+        power_kW=_num(d, "power_kW", file, w),
+        max_gpus=_num(d, "max_gpus", file, w, integer=True),
+        gpus=_gpu_names(d.get("gpus"), file, f"{w}.gpus"),
+        exclude_gpus=_gpu_names(d.get("exclude_gpus"), file, f"{w}.exclude_gpus"),
+        vendors=_vendors(d.get("vendors"), file, f"{w}.vendors"),
+        deployment=str(dep), ethernet_only=eth,
+        amortize_years=float(_num(d, "amortize_years", file, w, default=4.0) or 4.0))
+
+
+def _int_list(v: Any, file: str, where: str, default: tuple) -> tuple:
+    if v is None:
+        return default
+    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int)
+                                               or x < 1 for x in v):
+        raise InputError(f"expected a list of whole numbers >= 1, got {v!r}", file=file,
+                         field=where)
+    return tuple(v)
+
+
+def _space(d: Any, file: str) -> Space:
+    w = "space"
+    d = _section(d, SPACE_KEYS, file, w)
+    base = Space()
+    nics = d.get("nics")
+    if nics is not None:
+        if not isinstance(nics, list):
+            raise InputError(f"expected a list of network speeds, got {nics!r}", file=file,
+                             field=f"{w}.nics")
+        nics = tuple(catalog.net_speed(str(x), file=file, field=f"{w}.nics").name for x in nics)
+    fabrics = d.get("fabrics")
+    if fabrics is not None:
+        from gpufabric.topology.schema import FABRICS
+        if not isinstance(fabrics, list) or any(f not in FABRICS for f in fabrics):
+            raise InputError(f"got {fabrics!r}; allowed: a list of {', '.join(FABRICS)}",
+                             file=file, field=f"{w}.fabrics")
+    over = d.get("oversubscription")
+    if over is not None and (not isinstance(over, list) or any(
+            isinstance(x, bool) or not isinstance(x, (int, float)) or x < 1 for x in over)):
+        raise InputError(f"expected a list of numbers >= 1, got {over!r}", file=file,
+                         field=f"{w}.oversubscription")
+    cloud = d.get("cloud", True)
+    if not isinstance(cloud, bool):
+        raise InputError(f"expected true or false, got {cloud!r}", file=file,
+                         field=f"{w}.cloud")
+    return Space(gpus_per_node=_int_list(d.get("gpus_per_node"), file, f"{w}.gpus_per_node",
+                                         base.gpus_per_node),
+                 nodes=_int_list(d.get("nodes"), file, f"{w}.nodes", base.nodes),
+                 nics=nics or (), fabrics=tuple(fabrics or base.fabrics),
+                 oversubscription=tuple(float(x) for x in (over or base.oversubscription)),
+                 cloud=cloud)
+
+
+def parse(data: Any, file: str) -> Scenario:
+    """A :class:`Scenario` from parsed YAML; the first problem is an :class:`InputError`."""
+    data = _section(data, TOP_KEYS, file, "")
+    if not data:
+        raise InputError("empty scenario; expected workloads, constraints and objective",
+                         file=file)
+    wl = _section(data.get("workloads"), ("train", "serve", "services"), file, "workloads")
+    train, serve = _train(wl.get("train"), file), _serve(wl.get("serve"), file)
+    if train is None and serve is None:
+        raise InputError("expected a train and/or a serve workload", file=file,
+                         field="workloads")
+    obj = data.get("objective", "lowest-cost")
+    if obj not in OBJECTIVES:
+        raise InputError(f"got {obj!r}; allowed: {', '.join(OBJECTIVES)}", file=file,
+                         field="objective")
+    return Scenario(name=str(data.get("name", file)), description=str(data.get("description", "")),
+                    train=train, serve=serve, services=_services(wl.get("services"), file),
+                    constraints=_constraints(data.get("constraints"), file), objective=obj,
+                    space=_space(data.get("space"), file), file=file)
+
+
+__all__ = ["OBJECTIVES", "Scenario", "Train", "Serve", "Service", "Constraints", "Space",
+           "builtin", "builtin_names", "load", "parse"]

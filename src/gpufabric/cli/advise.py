@@ -1,0 +1,168 @@
+"""CLI: advise (a scenario in, ranked cluster designs with cost, power and the reason out)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from gpufabric.cli.common import Progress, above, app, emit_json, whole
+
+console = Console()
+LABEL = {"lowest-cost": "cost", "fastest": "speed", "tokens-per-watt": "efficiency",
+         "cost-per-million-tokens": "cost"}
+
+
+def _row_dict(c, sc) -> dict:
+    from gpufabric.advise import core
+    m = {k: v for k, v in c.metrics.items()}
+    return {"system": c.system, "design": core.describe(c), "deployment": c.deployment,
+            "instance": c.instance or None, "gpu": c.gpu, "gpus": c.gpus, "nodes": c.nodes,
+            "rack_scale": c.rack_scale, "cost": {**c.cost, "hourly_usd": core.hourly(c),
+                                                  "run_usd": core.run_cost(c, sc)},
+            "power_kW": c.power_kW, "objective": {"name": sc.objective, "value": c.objective},
+            "metrics": m, "bottleneck": _bottleneck(c),
+            "tokens_per_s": core._tokens_per_s(c, sc), "same_figure": c.equivalents}
+
+
+def _bottleneck(c) -> str:
+    if "train_bottleneck" in c.metrics:
+        return str(c.metrics["train_bottleneck"])
+    if "serve" in c.metrics:
+        return str(c.metrics["serve"]["bottleneck"])
+    return ""
+
+
+@app.command()
+def advise(scenario: str | None = typer.Argument(
+               None, metavar="SCENARIO", help="A scenario YAML file or a built-in name."),
+           list_: bool = typer.Option(False, "--list", help="List the built-in scenarios."),
+           top: int = typer.Option(5, "--top", callback=whole(1, 100),
+                                   help="Designs to show."),
+           prices: str | None = typer.Option(None, "--prices", metavar="FILE",
+                                             help="A price file that adds to or replaces the "
+                                                  "catalog's prices (same shape)."),
+           kwh_price: float = typer.Option(0.10, "--kwh-price", callback=above(0),
+                                           help="Electricity, $ per kWh (a setting, not a "
+                                                "catalog fact)."),
+           max_evaluations: int = typer.Option(60, "--max-evaluations", callback=whole(1),
+                                               help="Most designs to run the models on."),
+           ray: bool = typer.Option(False, "--ray", help="Evaluate on Ray."),
+           output: str | None = typer.Option(None, "-o", "--output", metavar="FILE.html",
+                                             help="Also write an offline HTML page (Pareto "
+                                                  "scatter, sortable table, drawing)."),
+           json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
+    from gpufabric.advise import core
+    from gpufabric.advise import prices as P
+    from gpufabric.advise import scenario as S
+    from gpufabric.errors import InputError
+    if list_:
+        rows = [(n, S.builtin(n).description) for n in S.builtin_names()]
+        if json:
+            emit_json([{"name": n, "description": d} for n, d in rows])
+            return
+        for n, d in rows:
+            console.print(f"[bold]{n}[/bold]: {d}", highlight=False)
+        return
+    if scenario is None:
+        raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
+                         field="SCENARIO")
+    sc = S.load(scenario)
+    pr = P.load(prices)
+    if output:
+        from gpufabric.fileio import check_output
+        check_output(output, field="--output")
+    with Progress("advise") as progress:
+        adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
+                          max_evaluations=max_evaluations, progress=progress.told("models"))
+    counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
+              "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
+              "network_dominated": adv.dominated,
+              "evaluated_with_models": adv.evaluated}
+    if adv.infeasible:
+        msg = adv.infeasible["message"]
+        if json:
+            cl = adv.infeasible.get("closest")
+            emit_json({"scenario": sc.name, "designs": [], "infeasible": {
+                "constraint": adv.infeasible["constraint"], "message": msg,
+                "closest": _row_dict(cl, sc) if cl is not None else None},
+                "candidates_evaluated": adv.evaluated, **counts,
+                "elapsed_s": adv.elapsed_s})
+        raise InputError(msg, file=sc.file, field=f"constraints ({adv.infeasible['constraint']})")
+    designs = [_row_dict(c, sc) for c in adv.ranked[:top]]
+    if output:
+        _write_html(output, sc, adv, designs, counts)
+    if json:
+        emit_json({"scenario": sc.name, "objective": sc.objective, "designs": designs,
+                   "pareto": [_row_dict(c, sc) for c in adv.pareto],
+                   "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated,
+                   **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
+        return
+    console.print(f"[bold]{sc.name}[/bold]" + (f": {sc.description}" if sc.description else ""),
+                  highlight=False)
+    console.print(f"objective: {sc.objective}", highlight=False)
+    for i, c in enumerate(adv.ranked[:top], 1):
+        console.print(f"{i}. {core.describe(c)}", highlight=False)
+        money = [f"{LABEL[sc.objective]} {core._fmt_obj(c, sc)}"]
+        if c.cost.get("capex_usd") is not None:
+            money.append(f"capex ${c.cost['capex_usd']:,.0f}")
+        if core.hourly(c) is not None:
+            money.append(f"${core.hourly(c):,.2f}/h")
+        if c.power_kW is not None:
+            money.append(f"{c.power_kW:,.1f} kW")
+        if c.cost.get("energy_usd_per_day") is not None:
+            money.append(f"energy ${c.cost['energy_usd_per_day']:,.0f}/day")
+        console.print("   " + " | ".join(money), highlight=False)
+        console.print("   " + _workload(c, sc), highlight=False)
+        console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
+        if c.equivalents:
+            console.print(f"   same figure with {len(c.equivalents)} other network(s): "
+                          + "; ".join(c.equivalents[:4])
+                          + ("; ..." if len(c.equivalents) > 4 else ""), highlight=False)
+    best = adv.ranked[0]
+    console.print(f"system: {best.system}", highlight=False, soft_wrap=True)
+    for n in dict.fromkeys(best.cost.get("notes", [])):
+        console.print(f"note: {n}", highlight=False)
+    for line in adv.changes:
+        console.print(f"what would change the answer: {line}", highlight=False)
+    console.print("Pareto front ($/hour against tokens/s): " + "; ".join(
+        f"{core.describe(c)} ${core.hourly(c):,.2f}/h" for c in adv.pareto[:6]),
+        highlight=False)
+    console.print(", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counts.items())
+                  + f"; {adv.elapsed_s:.1f} s", highlight=False)
+
+
+def _workload(c, sc) -> str:
+    parts = []
+    m = c.metrics
+    if "train_hours" in m:
+        parts.append(f"train {m['train_hours']:,.1f} h, MFU {m['mfu']:.0%}, "
+                     f"{m['tokens_per_s_per_gpu']:,.0f} tok/s/GPU")
+    if "serve" in m:
+        s = m["serve"]
+        lay = " ".join(f"{k}{v}" for k, v in s["layout"].items())
+        parts.append(f"serve {s['capacity']:,.2f}/{core_demand(sc):g} ({lay} x"
+                     f"{s['instances']}), TTFT p90 {s['ttft_ms_p90']:,.0f} ms, TPOT p90 "
+                     f"{s['tpot_ms_p90']:,.1f} ms")
+    return "; ".join(parts)
+
+
+def core_demand(sc) -> float:
+    from gpufabric.advise import core
+    return core._demand(sc)
+
+
+def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
+    from gpufabric.advise import core
+    from gpufabric.collectives import Model
+    from gpufabric.fileio import write_text_atomic
+    from gpufabric.report.advice import render
+    from gpufabric.topology.build import load
+    points = [{"design": core.describe(c), "hourly_usd": core.hourly(c),
+               "tokens_per_s": core._tokens_per_s(c, sc)} for c in adv.ranked]
+    data = {"scenario": sc.name, "objective": sc.objective, "designs": designs,
+            "pareto": [{"design": core.describe(c)} for c in adv.pareto], "points": points,
+            "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated, **counts}
+    topo = load(adv.ranked[0].system, materialize_nodes=Model.SAMPLE_NODES) \
+        if adv.ranked else None
+    write_text_atomic(output, render(data, topo), field="--output")

@@ -1,0 +1,229 @@
+"""The design advisor: scenario schema, prices, the properties of its ranking, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufabric.advise import core, prices, scenario
+from gpufabric.errors import InputError
+
+TRAIN = {"workloads": {"train": {"model": "llama2-7b", "tokens": 2.0e9, "global_batch": 32,
+                                 "seq_len": 2048, "deadline_hours": 400}},
+         "constraints": {"deployment": "on-prem",
+                         "gpus": ["H100-SXM", "A100-SXM4-80GB", "L40S"]},
+         "objective": "lowest-cost",
+         "space": {"gpus_per_node": [4, 8], "nodes": [1]}}
+
+
+def _sc(data, name="t.yaml"):
+    return scenario.parse(data, name)
+
+
+# -- schema --------------------------------------------------------------------------------
+@pytest.mark.parametrize("data, field", [
+    ({"workloads": {"train": {"model": "llama2-7b", "tokens": 1e9, "global_batch": 8,
+                              "seq_len": 2048}}, "objective": "cheap"}, "objective"),
+    ({"workloads": {"train": {"model": "llama2-7b", "global_batch": 8, "seq_len": 2048}}},
+     "workloads.train.tokens"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 2}}}, "workloads.serve.slo_tpot_ms"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": -1, "slo_tpot_ms": 50}}},
+     "workloads.serve.rate"),
+    ({"workloads": {"serve": {"model": "no-such-model", "rate": 1, "slo_tpot_ms": 50}}},
+     "workloads.serve.model"),
+    ({"workloads": {}, "constraints": {"deployment": "moon"}}, "workloads"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "constraints": {"deployment": "moon"}}, "constraints.deployment"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "constraints": {"gpus": ["H1000"]}}, "constraints.gpus"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "space": {"nodes": [0]}}, "space.nodes"),
+    ({"workload": {}}, "workload"),
+])
+def test_a_bad_scenario_is_one_line_naming_the_field(data, field):
+    with pytest.raises(InputError) as e:
+        _sc(data, "bad.yaml")
+    assert e.value.file == "bad.yaml" and e.value.field == field
+    assert "\n" not in str(e.value)
+
+
+def test_every_builtin_scenario_parses():
+    names = scenario.builtin_names()
+    assert {"small-chat", "training-box", "ib-vs-roce", "moe-supernode", "pd-moe",
+            "finetune-70b"} <= set(names)
+    for n in names:
+        assert scenario.builtin(n).name == n
+
+
+def test_the_cli_refuses_a_bad_scenario_file_with_exit_2(tmp_path, capsys):
+    from gpufabric.cli import main
+    f = tmp_path / "s.yaml"
+    f.write_text("workloads: {serve: {model: llama3-8b, rate: 2}}\n")
+    with pytest.raises(SystemExit) as e:
+        main(["advise", str(f)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert "workloads.serve.slo_tpot_ms" in err
+
+
+# -- prices ---------------------------------------------------------------------------------
+def test_every_catalog_price_names_its_page_and_dates():
+    p = prices.load()
+    for sec, rows in p.entries.items():
+        for row in rows.values():
+            assert row["source"] and row["url"].startswith("https://"), (sec, row)
+            assert row["read"]
+
+
+def test_a_user_price_file_replaces_and_is_checked(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  - {gpu: H100-SXM, usd: 1000}\n")
+    assert prices.load(str(f)).gpu_usd("H100-SXM") == 1000.0
+    f.write_text("gpus:\n  - {gpu: H100-SXM, usd: -5}\n")
+    with pytest.raises(InputError) as e:
+        prices.load(str(f))
+    assert e.value.field == "gpus[0].usd"
+
+
+# -- the ranking's properties ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def train_advice():
+    return core.advise(_sc(TRAIN), prices.load(), top=10)
+
+
+def test_a_design_the_rules_refuse_never_appears(train_advice):
+    from gpufabric.topology.build import from_spec, parse_inline
+    refused = [c for c in train_advice.candidates if c.refused]
+    assert refused                                  # the space holds designs the rules refuse
+    bad = {c.system for c in refused}
+    for c in train_advice.ranked:
+        assert c.system not in bad
+        from_spec(parse_inline(c.system))           # builds: the rules accept it
+
+
+def test_raising_a_designs_price_never_raises_its_rank(train_advice, tmp_path):
+    base = [c.system for c in train_advice.ranked]
+    assert len(base) >= 2
+    for c in train_advice.ranked[:3]:
+        usd = prices.load().gpu_usd(c.gpu)
+        if usd is None or prices.load().server(c.gpu, c.gpus_per_node,
+                                               c.spec.get("scale_up", "nvswitch")):
+            continue
+        f = tmp_path / "p.yaml"
+        f.write_text(f"gpus:\n  - {{gpu: {c.gpu}, usd: {usd * 1.5}}}\n")
+        after = [x.system for x in core.advise(_sc(TRAIN), prices.load(str(f)), top=10).ranked]
+        for s in (x.system for x in train_advice.ranked if x.gpu == c.gpu):
+            if s in after:
+                assert after.index(s) >= base.index(s)
+
+
+def test_json_of_the_winner_is_a_spec_that_train_accepts(train_advice):
+    from gpufabric.topology.build import load
+    best = train_advice.ranked[0]
+    assert load(best.system).gpus()[0].model == best.gpu
+    assert best.objective == core.run_cost(best, train_advice.scenario) > 0
+
+
+SERVE = {"workloads": {"serve": {"model": "llama3-8b", "rate": 2, "isl": 500, "osl": 100,
+                                 "slo_ttft_ms": 2000, "slo_tpot_ms": 60}},
+         "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"]},
+         "objective": "lowest-cost",
+         "space": {"gpus_per_node": [1], "nodes": [1], "cloud": False}}
+
+
+def test_a_tighter_slo_never_admits_more_designs():
+    loose = core.advise(_sc(SERVE), prices.load(), top=10)
+    tight_d = json.loads(json.dumps(SERVE))
+    tight_d["workloads"]["serve"]["slo_tpot_ms"] = 30
+    tight = core.advise(_sc(tight_d), prices.load(), top=10)
+    assert loose.ranked                               # the loose SLO admits a design
+    assert {c.system for c in tight.ranked} <= {c.system for c in loose.ranked}
+
+
+# -- built-in scenarios and the infeasible case ----------------------------------------------
+def test_the_small_chat_winner_is_not_rack_scale():
+    adv = core.advise(scenario.builtin("small-chat"), prices.load(), top=1)
+    assert adv.ranked and not adv.ranked[0].rack_scale
+    assert adv.ranked[0].gpus <= 8                  # a few requests/s: one small server
+
+
+def test_a_scenario_nothing_meets_names_the_binding_constraint(capsys, tmp_path):
+    from gpufabric.cli import main
+    data = json.loads(json.dumps(TRAIN))
+    data["constraints"]["power_kW"] = 0.5
+    adv = core.advise(_sc(data), prices.load())
+    assert not adv.ranked and adv.infeasible["constraint"] == "power"
+    assert "under 0.5 kW; the closest" in adv.infeasible["message"]
+    f = tmp_path / "s.yaml"
+    import yaml
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(SystemExit) as e:
+        main(["advise", str(f)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "kW" in err
+
+
+def test_the_bounds_never_promise_less_than_the_model_gives(train_advice):
+    ran = [c for c in train_advice.candidates if c.evaluated and "train_hours" in c.metrics]
+    assert ran
+    for c in ran:      # the bound is the model's own ceiling: the model can only be slower
+        assert c.metrics["train_hours"] >= c.bound["train_hours"] * (1 - 1e-9)
+
+
+def test_services_that_outgrow_the_hosts_bind(train_advice):
+    data = json.loads(json.dumps(TRAIN))
+    data["workloads"]["services"] = [{"name": "etl", "cores": 100000}]
+    adv = core.advise(_sc(data), prices.load())
+    assert not adv.ranked and adv.infeasible["constraint"] == "services_cores"
+
+
+def test_json_has_designs_best_first_with_a_system_spec(tmp_path, capsys):
+    import yaml
+
+    from gpufabric.cli import main
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(TRAIN))
+    main(["advise", str(f), "--json", "--top", "3"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["designs"] and out["candidates_evaluated"] >= len(out["designs"])
+    assert out["elapsed_s"] > 0
+    values = [d["objective"]["value"] for d in out["designs"]]
+    assert values == sorted(values)
+    for d in out["designs"]:
+        assert {"system", "cost", "power_kW", "objective", "metrics"} <= set(d)
+        assert d["system"].startswith("gpu=")
+
+
+def test_the_html_page_loads_in_chromium_without_console_errors(tmp_path, capsys):
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from gpufabric.cli import main
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    f, page = tmp_path / "s.yaml", tmp_path / "advice.html"
+    f.write_text(yaml.safe_dump(TRAIN))
+    main(["advise", str(f), "--json", "-o", str(page)])
+    best = json.loads(capsys.readouterr().out)["designs"][0]["design"]
+    text = page.read_text()
+    assert "<svg" in text and "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    if browser is None:
+        pytest.skip("no headless Chromium on this machine")
+    p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert "Uncaught" not in p.stderr and ":CONSOLE" not in p.stderr, p.stderr[-2000:]
+    import html
+    assert f'id="top-design">{html.escape(best)}</span>' in p.stdout
+
+
+def test_pd_scenarios_rank_disaggregated_units_with_their_decode_pool():
+    adv = core.advise(scenario.builtin("pd-moe"), prices.load(), top=5)
+    pds = [c for c in adv.ranked if c.pd]
+    assert pds and adv.ranked[0].objective <= pds[0].objective
+    c = pds[0]
+    s = c.metrics["serve"]
+    assert s["pd"] == f"{c.pd[0]}P{c.pd[1]}D" and s["capacity"] >= 8   # the load asked
+    assert c.gpus == c.gpus_per_node * c.nodes + (c.decode.gpus if c.decode else 0)

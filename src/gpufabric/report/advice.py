@@ -1,7 +1,7 @@
 """The advisor's answer as one offline HTML page: a Pareto scatter ($/hour against tokens/s; a
 point's tooltip names its design), a sortable table of the ranked designs, and the drawing of
-the chosen design's server and fabric. Inline SVG, CSS and a few lines of script; no files or
-network fetched.
+the chosen design's server and fabric. The scatter is plotly's (plotly.js embedded once), the
+drawings our own SVG; no files or network fetched.
 
 Examples
 --------
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from typing import Any
+
+from gpufabric.report import charts
 
 from gpufabric.topology.model import Topology
 
@@ -31,39 +32,30 @@ def _num(v: Any, fmt: str = ",.2f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def scatter(points: list[dict[str, Any]], pareto: set[str], width: int = 720,
-            height: int = 360) -> str:
-    """SVG: each design at ($/hour, tokens/s), log scales; Pareto designs filled."""
+def scatter(points: list[dict[str, Any]], pareto: set[str]) -> Any:
+    """Each priced design at ($/hour, tokens/s) on log axes, the Pareto front as its own
+    series (plotly, :mod:`gpufabric.report.charts`); ``None`` when nothing can be drawn."""
+    import plotly.graph_objects as go
     pts = [p for p in points if p.get("hourly_usd") and p.get("tokens_per_s")]
     if not pts:
-        return "<p>No priced design with a throughput to plot.</p>"
-    xs = [math.log10(p["hourly_usd"]) for p in pts]
-    ys = [math.log10(p["tokens_per_s"]) for p in pts]
-    x0, x1 = min(xs) - 0.1, max(xs) + 0.1
-    y0, y1 = min(ys) - 0.1, max(ys) + 0.1
-    m = 50
-
-    def sx(v: float) -> float:
-        return m + (v - x0) / (x1 - x0) * (width - 2 * m)
-
-    def sy(v: float) -> float:
-        return height - m - (v - y0) / (y1 - y0) * (height - 2 * m)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           'class="scatter">',
-           f'<line x1="{m}" y1="{height - m}" x2="{width - m}" y2="{height - m}" '
-           'stroke="#444"/>',
-           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{height - m}" stroke="#444"/>',
-           f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">$/hour (log)</text>',
-           f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" '
-           'text-anchor="middle">tokens/s (log)</text>']
-    for p, x, y in zip(pts, xs, ys, strict=True):
-        front = p["design"] in pareto
-        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{6 if front else 4}" '
-                   f'fill="{"#d62728" if front else "#9ecae1"}" stroke="#333">'
-                   f'<title>{_e(p["design"])}: ${p["hourly_usd"]:,.2f}/h, '
-                   f'{p["tokens_per_s"]:,.0f} tok/s</title></circle>')
-    out.append("</svg>")
-    return "".join(out)
+        return None
+    fig = go.Figure()
+    for i, (name, keep) in enumerate((("other designs", False), ("Pareto front", True))):
+        sel = [p for p in pts if (p["design"] in pareto) == keep]
+        if not sel:
+            continue
+        color, _, marker = charts.style(i)
+        fig.add_trace(go.Scatter(
+            x=[p["hourly_usd"] for p in sel], y=[p["tokens_per_s"] for p in sel],
+            mode="markers", name=name, text=[p["design"] for p in sel],
+            marker={"color": color, "symbol": marker, "size": 10 if keep else 7,
+                    "line": {"width": 1, "color": "#333"}},
+            hovertemplate="<b>%{text}</b><br>$%{x:,.2f}/hour<br>%{y:,.0f} tokens/s"
+                          "<extra></extra>"))
+    x = charts.Axis("$/hour (log)", log=True)
+    y = charts.Axis("tokens/s (log)", log=True)
+    fig.update_layout(**charts.layout_of("Cost against throughput", fig, x, y))
+    return fig
 
 
 _SORT = """
@@ -118,26 +110,21 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
         "candidates_generated", "refused_by_rules", "not_priced", "pruned_by_bounds",
         "candidates_evaluated")}))
     best = f'<span class="top" id="top-design">{_e(top)}</span>'
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>gpufabric advise: {name}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 3px 6px; }}
-th {{ cursor: pointer; background: #eee; }} .top {{ font-weight: bold; }}
-</style></head><body>
-<h1>gpufabric advise: {name}</h1>
-<p>Objective: {_e(data.get('objective'))}. Best design: {best}</p>
-<ul>{changes}</ul>
-<h2>Cost against throughput</h2>
-<p>Every feasible design evaluated; the Pareto front in red. Hover a point for its design.</p>
-{scatter(data.get('points', []), pareto)}
-<h2>Ranked designs</h2>
-<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
-{drawing}
-<p>{counts}</p>
-<script>{_SORT}</script>
-</body></html>
-"""
+    fig = scatter(data.get("points", []), pareto)
+    chart = (charts.figure_div(fig) if fig is not None
+             else "<p>No priced design with a throughput to plot.</p>")
+    css = ("body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 6px}"
+           "th{cursor:pointer;background:#eee}.top{font-weight:bold}")
+    body = (f"<h1>gpufabric advise: {name}</h1>"
+            f"<p>Objective: {_e(data.get('objective'))}. Best design: {best}</p>"
+            f"<ul>{changes}</ul><h2>Cost against throughput</h2>"
+            "<p>Every feasible design evaluated; the Pareto front apart. Hover a point for "
+            f"its design.</p>{chart}<h2>Ranked designs</h2>"
+            f"<table class='sortable'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>{drawing}<p>{counts}</p>"
+            f"<script>{_SORT}</script>")
+    return charts.page(f"gpufabric advise: {data.get('scenario')}", css, body)
 
 
 __all__ = ["render", "scatter"]

@@ -118,6 +118,13 @@ def lines(series: dict[str, Sequence[tuple[float, float]]], x: Axis, y: Axis, *,
             marker={"symbol": marker, "size": 7, "color": color},
             hovertemplate=hover or (f"<b>{html.escape(name)}</b><br>{x.title}: %{{x}}<br>"
                                     f"{y.title}: %{{y:.4g}}<extra></extra>")))
+    fig.update_layout(**layout_of(title, fig, x, y, height))
+    return fig
+
+
+def layout_of(title: str, fig: Any, x: Axis, y: Axis, height: int = 420) -> dict[str, Any]:
+    """The layout of a chart of ``fig``'s traces on axes ``x`` and ``y`` (a log axis without
+    named ticks gets :func:`log_ticks` over the values drawn)."""
     axes = []
     for ax, values in ((x, [float(v) for tr in fig.data for v in tr.x]),
                        (y, [float(v) for tr in fig.data for v in tr.y])):
@@ -127,8 +134,7 @@ def lines(series: dict[str, Sequence[tuple[float, float]]], x: Axis, y: Axis, *,
             spec["tickvals"] = [v for v, _ in ticks]
             spec["ticktext"] = [t for _, t in ticks]
         axes.append(spec)
-    fig.update_layout(**_layout(title, axes[0], axes[1], height))
-    return fig
+    return _layout(title, axes[0], axes[1], height)
 
 
 def stacked_bars(rows: Sequence[str], parts: dict[str, Sequence[float]], x_title: str, *,

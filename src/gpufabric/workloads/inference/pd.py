@@ -30,7 +30,7 @@ Examples
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -220,11 +220,47 @@ def _transfers(done_p: np.ndarray, xfer: np.ndarray, pos: np.ndarray, full: R.Re
     return ready, done
 
 
+@dataclass
+class _PdRun:
+    """The state of one disaggregated run shared by its steps: the two pools' step models,
+    the requests, each prefill stream's results and the KV transfers."""
+
+    cfg: ServeConfig
+    x: int
+    y: int
+    sm_p: StepModel
+    sm_d: StepModel
+    per: int                     # GPUs per instance
+    link_topo: Topology
+    per_node: int
+    link: str
+    full: R.Requests
+    xs: int = 1                  # prefill and decode request streams (x, y times attention-DP)
+    ys: int = 1
+    senders: int = 1             # the GPUs holding one request's KV cache
+    idx_p: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    idx_d: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    res_p: SimResult | None = None
+    xfer: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    xfer_all: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
 def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
              decode_topo: Topology | None = None, overlap: bool = False) -> dict:
     """Simulate an xPyD disaggregated deployment; the same summary keys as ``serve``, and
     ``pd.pools``: the pools' steady throughput (:func:`pool_figures`; ``overlap``: two-batch
     overlap)."""
+    run = _pd_setup(model, topo, cfg, pd, decode_topo)
+    _prefill_pool(run)
+    order, res_d, ready, done, sharing = _decode_pool(run, decode_topo or topo)
+    return _pd_result(run, topo, decode_topo, order, res_d, ready, done, sharing, overlap)
+
+
+def _pd_setup(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
+              decode_topo: Topology | None) -> _PdRun:
+    """The pools' step models and requests, checked: instances fit their systems, requests
+    fit both pools' caches, the SLO is possible, the run is open loop."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
     check_config(cfg)
     sm_p = step_model(model, topo, cfg)
@@ -244,65 +280,97 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                scheduler_config(sm_p, cfg))                  # prefill: the prompt, 1 token
     check_fits(full, scheduler_config(sm_d, cfg))            # decode: the whole request
     check_slo_possible(sm_p, cfg, int(full.isl.max()))
-    n = len(full)
     # with attention-DP each instance runs dp_attention request streams (its attention ranks,
     # each with its own requests and KV cache): the pools have x and y times that many
     dpa = cfg.dp_attention
-    xs, ys = x * dpa, y * dpa
-    senders = per // dpa             # the GPUs holding one request's KV cache
-    # prefill pool: stream 0 takes requests 0, xs, 2xs, ...; each produces the first token
-    idx_p = np.arange(0, n, xs)
-    pre_req = R.Requests(full.arrival[idx_p], full.isl[idx_p], np.ones(idx_p.size, np.int64))
-    # requests pass the engine's front end (and the PD router) before prefill
-    res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, cfg))
-    delay = res_p.first_token - res_p.arrival
-    # KV transfer per request: each GPU of the instance sends its shard, all at once
-    shard = full.isl[idx_p] * sm_p.kv_bytes_per_token
+    return _PdRun(cfg, x, y, sm_p, sm_d, per, link_topo, per_node, link, full,
+                  xs=x * dpa, ys=y * dpa, senders=per // dpa)
+
+
+def _prefill_pool(run: _PdRun) -> None:
+    """Prefill stream 0 (requests 0, xs, 2xs, ...: each produces the first token, after the
+    engine's front end and the PD router) and every request's KV transfer time: each GPU of
+    the instance sends its shard, all at once."""
+    full, sm_p = run.full, run.sm_p
+    n = len(full)
+    run.idx_p = np.arange(0, n, run.xs)
+    pre_req = R.Requests(full.arrival[run.idx_p], full.isl[run.idx_p],
+                         np.ones(run.idx_p.size, np.int64))
+    run.res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, run.cfg))
     sizes = np.unique(full.isl * sm_p.kv_bytes_per_token)
     t_of = {int(s): KV_SETUP_S.value + collectives.predict(
-        link_topo, "send_recv", int(s), 2, per_node=per_node, concurrent=senders).time_us * 1e-6
-        / KV_EFF.value for s in sizes}
-    xfer = np.array([t_of[int(s)] for s in shard])
-    pos = np.minimum(np.arange(n) // xs, idx_p.size - 1)
-    idx_d = np.arange(0, n, ys)
-    xfer_all = np.array([t_of[int(v)] for v in full.isl * sm_p.kv_bytes_per_token])
-    ready, done = _transfers(res_p.first_token, xfer, pos, full, res_p, xfer_all, idx_d)
-    dec = idx_d[full.osl[idx_d] >= 2]
+        run.link_topo, "send_recv", int(s), 2, per_node=run.per_node,
+        concurrent=run.senders).time_us * 1e-6 / KV_EFF.value for s in sizes}
+    run.xfer = np.array([t_of[int(s)] for s in full.isl[run.idx_p] * sm_p.kv_bytes_per_token])
+    run.pos = np.minimum(np.arange(n) // run.xs, run.idx_p.size - 1)
+    run.idx_d = np.arange(0, n, run.ys)
+    run.xfer_all = np.array([t_of[int(v)] for v in full.isl * sm_p.kv_bytes_per_token])
+
+
+def _decode_pool(run: _PdRun, decode_topo: Topology
+                 ) -> tuple[np.ndarray, SimResult, np.ndarray, np.ndarray, dict]:
+    """Decode stream 0 on the transferred requests, and what the KV transfers and the decode
+    pool's own collectives cost each other on the links they share (the network's max-min
+    sharing, per decode iteration): (order, result, ready, done, sharing)."""
+    full, res_p, cfg = run.full, run.res_p, run.cfg
+    assert res_p is not None
+    dec = run.idx_d[full.osl[run.idx_d] >= 2]
+
+    def transfers() -> tuple[np.ndarray, np.ndarray]:
+        return _transfers(res_p.first_token, run.xfer, run.pos, full, res_p, run.xfer_all,
+                          run.idx_d)
 
     def decode(ready: np.ndarray, sm: StepModel) -> tuple[np.ndarray, SimResult]:
         order = dec[np.argsort(ready[dec], kind="stable")]
         dec_req = R.Requests(ready[order], full.isl[order], full.osl[order])
         return order, simulate(dec_req, sm, scheduler_config(sm, cfg), prefilled=True)
 
-    order, res_d = decode(ready, sm_d)
+    ready, done = transfers()
+    order, res_d = decode(ready, run.sm_d)
     # the KV transfers share the decode GPUs' links with the decode pool's own collectives
-    # (NVLink ports inside a domain; the NICs when the pool's TP / EP groups span domains):
-    # the network's max-min sharing says what each costs the other per decode iteration
-    local = 1 if per_node == 2 else gpu_count(decode_topo or topo)[1]
-    tp_b, ep_b = decode_link_bytes(sm_d, local)
+    # (NVLink ports inside a domain; the NICs when the pool's TP / EP groups span domains)
+    local = 1 if run.per_node == 2 else gpu_count(decode_topo)[1]
+    tp_b, ep_b = decode_link_bytes(run.sm_d, local)
     busy = res_d.iter_decode > 0
     sharing = {"decode_bytes_per_iteration": 0.0, "kv_slowdown": 1.0, "kv_link_busy": 0.0,
-             "decode_comm_ms_per_iteration": 0.0}
+               "decode_comm_ms_per_iteration": 0.0}
     if tp_b + ep_b > 0 and busy.any():
         tok = float(res_d.iter_decode[busy].mean())
         it_s = float(res_d.iter_time_s[busy].mean())
-        kv_lost, dec_lost = link_sharing(link_topo, per_node, senders, (tp_b + ep_b) * tok)
+        kv_lost, dec_lost = link_sharing(run.link_topo, run.per_node, run.senders,
+                                         (tp_b + ep_b) * tok)
         slow = 1.0 + kv_lost / it_s                  # the decode traffic met per second of KV
-        xfer, xfer_all = xfer * slow, xfer_all * slow
-        ready, done = _transfers(res_p.first_token, xfer, pos, full, res_p, xfer_all, idx_d)
+        run.xfer, run.xfer_all = run.xfer * slow, run.xfer_all * slow
+        ready, done = transfers()
         # the share of the decode run its links carry a KV cache in; while they do, the
         # pool's collectives lose what the sharing says
         span = float(res_d.finish.max() - res_d.arrival.min()) if res_d.finish.size else 0.0
-        v = min(1.0, float(xfer_all[idx_d].sum()) / span) if span > 0 else 0.0
+        v = min(1.0, float(run.xfer_all[run.idx_d].sum()) / span) if span > 0 else 0.0
         per_tok = v * dec_lost / tok
-        sm_d = sm_d.with_shared_links(per_tok * tp_b / (tp_b + ep_b),
-                                      per_tok * ep_b / (tp_b + ep_b))
-        order, res_d = decode(ready, sm_d)
+        run.sm_d = run.sm_d.with_shared_links(per_tok * tp_b / (tp_b + ep_b),
+                                              per_tok * ep_b / (tp_b + ep_b))
+        order, res_d = decode(ready, run.sm_d)
         sharing = {"decode_bytes_per_iteration": (tp_b + ep_b) * tok, "kv_slowdown": slow,
                    "kv_link_busy": v, "decode_comm_ms_per_iteration": v * dec_lost * 1e3}
+    return order, res_d, ready, done, sharing
+
+
+def _pcts(x: np.ndarray) -> dict[str, float]:
+    return {k: float(v) for k, v in zip(("p50", "p90", "p99"), np.percentile(x, [50, 90, 99]),
+                                        strict=True)}
+
+
+def _pd_result(run: _PdRun, topo: Topology, decode_topo: Topology | None, order: np.ndarray,
+               res_d: SimResult, ready: np.ndarray, done: np.ndarray, sharing: dict,
+               overlap: bool) -> dict:
+    """The run's summary: ``serve``'s keys over the combined requests, ``pd`` (instances, KV
+    link and transfer times, link sharing, pool figures) and the bottleneck in words."""
+    full, cfg, sm_p, sm_d, res_p = run.full, run.cfg, run.sm_p, run.sm_d, run.res_p
+    assert res_p is not None
+    n, x, y, per = len(full), run.x, run.y, run.per
     # transfer start to finish, queueing on both ends included, for decode instance 0's stream
-    start = (full.arrival + (res_p.first_token - res_p.arrival)[pos])[idx_d]
-    wait = ready[idx_d] - start - xfer_all[idx_d]
+    start = (full.arrival + (res_p.first_token - res_p.arrival)[run.pos])[run.idx_d]
+    wait = ready[run.idx_d] - start - run.xfer_all[run.idx_d]
     combined = SimResult(arrival=full.arrival[order], first_token=ready[order],
                          finish=res_d.finish, isl=full.isl[order], osl=full.osl[order],
                          preemptions=res_d.preemptions, generated=res_d.generated,
@@ -314,15 +382,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     gpus = (x + y) * per
     for key in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
                 "goodput_requests_per_s"):
-        s[key] = s[key] * ys
+        s[key] = s[key] * run.ys
     s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / gpus
     s["requests"] = n
-    xfer_ms = {k: v for k, v in zip(("p50", "p90", "p99"),
-                                    np.percentile(xfer * 1e3, [50, 90, 99]).tolist(),
-                                    strict=True)}
-    prefill_ms = {k: float(v) for k, v in zip(("p50", "p90", "p99"),
-                                              np.percentile(delay * 1e3, [50, 90, 99]),
-                                              strict=True)}
     out = {"model": sm_p.model.name, "system": topo.name, "gpu": sm_p.gpu.name, "gpus": gpus,
            "replicas": x + y, "layout": asdict(cfg.layout()), "precision": sm_p.precision,
            "kv_dtype": sm_p.kv_dtype, "compute_precision": sm_p.compute_prec,
@@ -340,12 +402,11 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
                               "system": topo.name},
                   "decode": {"instances": y, "gpus_per_instance": per, "gpu": sm_d.gpu.name,
                              "system": (decode_topo or topo).name},
-                  "kv_link": link, "kv_bytes_per_request_mean": float(
-                      (full.isl * sm_p.kv_bytes_per_token * senders).mean()),
-                  "kv_transfer_ms": xfer_ms, "prefill_ms": prefill_ms,
-                  "kv_wait_ms": {k: float(v) for k, v in zip(
-                      ("p50", "p90", "p99"), np.percentile(np.maximum(wait, 0.0).round(9) * 1e3,
-                                                           [50, 90, 99]), strict=True)},
+                  "kv_link": run.link, "kv_bytes_per_request_mean": float(
+                      (full.isl * sm_p.kv_bytes_per_token * run.senders).mean()),
+                  "kv_transfer_ms": _pcts(run.xfer * 1e3),
+                  "prefill_ms": _pcts((res_p.first_token - res_p.arrival) * 1e3),
+                  "kv_wait_ms": _pcts(np.maximum(wait, 0.0).round(9) * 1e3),
                   "link_sharing": sharing,
                   "pools": pool_figures(sm_p, sm_d, float(full.isl.mean()),
                                         float(full.osl.mean()), cfg.slo_tpot_ms,
@@ -356,10 +417,9 @@ def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, 
     out.update(s)
     bd = typical_breakdown(sm_d, res_d)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
-    words = bottleneck(sm_d, s, bd, res_d)
-    share = float(np.median(xfer / np.maximum(done - res_p.arrival, 1e-12)))
-    said = (f"decode pool: {words}; the KV transfer over {link} is {share:.0%} of "
-            "the median TTFT")
+    share = float(np.median(run.xfer / np.maximum(done - res_p.arrival, 1e-12)))
+    said = (f"decode pool: {bottleneck(sm_d, s, bd, res_d)}; the KV transfer over {run.link} "
+            f"is {share:.0%} of the median TTFT")
     if sharing["kv_slowdown"] > 1.0:
         said += (f"; the decode pool's own collectives on the same links slow "
                  f"it by {sharing['kv_slowdown'] - 1:.1%}, and the transfers "

@@ -28,17 +28,28 @@ def _ops(text: str) -> list[str]:
     return list(dict.fromkeys(ops))
 
 
-def _machine(system: str | None) -> tuple[str, list[str], dict | None, dict]:
-    """(name, GPU models, spec or None, machine facts) of SYSTEM, else of this machine."""
+def _machine(system: str | None, backend: str = "mpi"
+             ) -> tuple[str, list[str], dict | None, dict, dict | None]:
+    """(name, GPU models, spec or None, machine facts, host spec or None) of SYSTEM, else of
+    this machine; the host spec (``gpu: none``) describes a machine without GPUs, whose ranks
+    are CPU processes exchanging over ``backend``'s transport."""
     from pathlib import Path
 
+    from gpufabric.collectives.host import load_host
+    from gpufabric.measure.bench import host_transport
     from gpufabric.topology.build import load
     host = socket.gethostname()
+    transport = host_transport(backend)
     if system is not None:
+        hs = load_host(system)
+        if hs is not None:
+            hs.transport = transport
+            return hs.name, [], None, {"hostname": host, "system": system, "gpus": 0}, hs.spec()
         t = load(system)
         spec = t.meta.get("spec") if isinstance(t.meta.get("spec"), dict) else None
         gpus = [g.model for g in t.gpus()]
-        return t.name, gpus, spec, {"hostname": host, "system": system, "gpus": len(gpus)}
+        return (t.name, gpus, spec, {"hostname": host, "system": system, "gpus": len(gpus)},
+                None)
     from gpufabric.measure.discover import discover
     d = discover(Path("/"))
     for line in d.notes:
@@ -50,7 +61,18 @@ def _machine(system: str | None) -> tuple[str, list[str], dict | None, dict]:
              "cores": cpu.get("cores"), "gpus": len(gpus)}
     if rep.get("gpu_name"):
         facts["gpu_name"] = rep["gpu_name"]
-    return host, gpus, None, facts
+    hspec: dict | None = None
+    if not gpus:
+        hspec = {"gpu": "none"}
+        model = next((x.get("model", "") for x in d.system.get("devices", [])
+                      if x.get("kind") == "cpu" and x.get("model")), "")
+        if model:
+            hspec["cpu"] = model
+        hspec["sockets"] = cpu.get("sockets") or 1
+        if cpu.get("cores"):
+            hspec["cores"] = cpu["cores"]
+        hspec["transport"] = transport
+    return host, gpus, None, facts, hspec
 
 
 @app.command()
@@ -97,8 +119,8 @@ def bench(
     check_output(output, field="--output")
     chosen = b.choose(backend)
     b.check_bounds(ranks, sizes[-1], chosen)
-    name, gpus, spec, facts = _machine(system)
-    sys_entry, needs = b.system_entry(gpus, spec)
+    name, gpus, spec, facts, hspec = _machine(system, chosen)
+    sys_entry, needs = b.system_entry(gpus, spec, hspec)
     with Progress("bench", len(ops) * len(sizes)) as progress:
         res = b.run(ops, sizes, ranks, chosen, iters, warmup, timeout, step_factor,
                     on_point=lambda r: progress.step(f"{r['op']} {r['size']} B"))

@@ -442,16 +442,22 @@ def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", ite
 
 # --- the measurements file -------------------------------------------------------------------
 
-def system_entry(gpu_models: list[str], spec: dict[str, Any] | None) -> tuple[dict, str]:
+def system_entry(gpu_models: list[str], spec: dict[str, Any] | None,
+                 host: dict[str, Any] | None = None) -> tuple[dict, str]:
     """The entry's ``system`` (the spec shorthand validate builds) and, when there is none to
     give, what the entry ``needs``: ``spec`` when the system came from one, else the GPU model
-    and count of a system file; a system without GPUs gives ``{}``.
+    and count of a system file; a system without GPUs gives ``host`` (its ``gpu: none`` spec,
+    :mod:`gpufabric.collectives.host`), else ``{}``.
 
     >>> system_entry([], None)[0], system_entry(["H100-SXM"] * 8, None)[0]
     ({}, {'gpu': 'H100-SXM', 'gpus_per_node': 8, 'nodes': 1})
+    >>> system_entry([], None, {"gpu": "none", "sockets": 1, "transport": "shm"})[0]
+    {'gpu': 'none', 'sockets': 1, 'transport': 'shm'}
     """
     if spec is not None:
         return {k: v for k, v in spec.items() if v is not None}, ""
+    if not gpu_models and host is not None:
+        return dict(host), ""
     if not gpu_models:
         return {}, ("a GPU: measured on CPU processes of a machine without GPUs, which the "
                     "collective model does not describe")
@@ -495,6 +501,16 @@ def entries(res: BenchResult, name: str, system: dict[str, Any], needs: str,
                         "busbw": float(f"{r['busbw']:.6g}")} for r in pts]
         out.append(e)
     return out
+
+
+def host_transport(backend: str) -> str:
+    """The host transport of a CPU backend's ranks: ``shm`` for MPI (MPICH's shared memory),
+    ``tcp`` for torch (Gloo over loopback).
+
+    >>> host_transport("mpi"), host_transport("torch")
+    ('shm', 'tcp')
+    """
+    return "tcp" if backend == "torch" else "shm"
 
 
 def table_header() -> list[str]:

@@ -91,6 +91,9 @@ def bench(
                                 "torch, else mpi), nccl-tests, torch or mpi."),
     iters: int = typer.Option(20, "--iters", help="Timed calls per point."),
     warmup: int = typer.Option(5, "--warmup", help="Untimed calls before them."),
+    stat: str = typer.Option("mean", "--stat", help="A point's time: mean over the timed "
+                             "calls (as nccl-tests), or median of each call's slowest rank "
+                             "(mpi only; for a machine shared with other work)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds for the whole run; then "
                                   "it is stopped and the points measured so far are kept."),
     output: str = typer.Option(..., "--output", "-o", help="Measurements file to write (YAML; "
@@ -123,7 +126,7 @@ def bench(
     sys_entry, needs = b.system_entry(gpus, spec, hspec)
     with Progress("bench", len(ops) * len(sizes)) as progress:
         res = b.run(ops, sizes, ranks, chosen, iters, warmup, timeout, step_factor,
-                    on_point=lambda r: progress.step(f"{r['op']} {r['size']} B"))
+                    on_point=lambda r: progress.step(f"{r['op']} {r['size']} B"), stat=stat)
     if not res.rows:
         raise InputError(f"nothing measured in {timeout:g} s (raise --timeout or lower --max)",
                          field="--timeout")
@@ -140,7 +143,8 @@ def bench(
     sw = res.software
     lib = sw.get("mpi_library") or sw.get("nccl") or sw.get("torch") or ""
     typer.echo(f"# gpufabric bench: {res.backend}{' (' + lib + ')' if lib else ''}, {ranks} "
-               f"ranks on {name}, {iters} iterations after {warmup} warmup, {b.DTYPE}")
+               f"ranks on {name}, {iters} iterations after {warmup} warmup, {b.DTYPE}"
+               f"{', median of the calls' if res.stat == 'median' else ''}")
     for o in ops:
         rows = [r for r in res.rows if r["op"] == o]
         if not rows:

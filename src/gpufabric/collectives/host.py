@@ -18,7 +18,9 @@ Each message of a collective step costs the transport's latency ``HOST_LAT_US[t]
 bytes at ``B = HOST_COPY_SHARE[t] x R``, where ``R``, the copy rate of one rank, is one core's
 copy rate (``HOST_CORE_COPY_GBps``) or, when the CPU model is known, the sockets' usable DRAM
 bandwidth (catalog ``mem_bw_GBps`` x ``DRAM_EFFICIENCY``) shared by the ranks, whichever is
-lower, and scaled down by ``cores / ranks`` when the ranks outnumber the cores. A reduction's
+lower, and scaled down by ``cores / ranks`` when the ranks outnumber the cores (each message
+then also waits ``HOST_OVERSUB_WAIT_MS``, a scheduler time slice, for a peer that is not
+running, on a share ``1 - cores / ranks`` of the messages). A reduction's
 local pass over its bytes runs at ``B`` too. The algorithms are MPICH's (R. Thakur, R.
 Rabenseifner, W. Gropp, IJHPCA 19(1), 2005, with MPICH's default thresholds
 ``MPICH_THRESHOLDS``) for ``shm``, and Gloo's rings (gloo/allreduce_ring_chunked.h,
@@ -189,6 +191,9 @@ class HostModel:
             raise InputError(f"got {p}; expected a positive integer", field="ranks")
         t = h.transport
         a = float(P.HOST_LAT_US[t])
+        if h.cores and p > h.cores:
+            # a message waits for a descheduled peer on a share 1 - cores/ranks of the steps
+            a += float(P.HOST_OVERSUB_WAIT_MS) * 1e3 * (1 - h.cores / p)
         b = float(P.HOST_COPY_SHARE[t]) * self.rate_GBps(p) * 1e3     # bytes per us
         n = float(size)
         name, time_us = (_ring if t == "tcp" else _mpich)(op, n, p, a, b)

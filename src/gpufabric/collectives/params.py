@@ -350,6 +350,14 @@ HOST_CORE_COPY_GBps = record(
     "(J. McCalpin, STREAM, https://www.cs.virginia.edu/stream/; one core cannot keep more "
     "than its outstanding-miss limit in flight)")
 
+HOST_OVERSUB_WAIT_MS = record(
+    "HOST_OVERSUB_WAIT_MS", 1.5, "ms",
+    "host with more ranks than cores: the wait of a message whose peer is not running (it "
+    "runs again after a scheduler time slice), paid on a share 1 - cores/ranks of the messages",
+    "estimate: Linux CFS minimum time slice sched_min_granularity 0.75 ms x (1 + log2 CPUs) "
+    "= 1.5 ms at 2 CPUs (kernel/sched/fair.c defaults; a busy-polling MPI rank keeps its "
+    "core for its whole slice)")
+
 MPICH_THRESHOLDS = record(
     "MPICH_THRESHOLDS", {
         "allreduce_short": 2048, "allgather_short": 81920, "allgather_long": 524288,

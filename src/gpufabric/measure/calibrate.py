@@ -121,6 +121,8 @@ def _candidates(topos: list, entries: list[dict]) -> list[str]:
     for table in ("HOP_LAT_US", "TREE_HOP_LAT_US"):
         names += [f"{table}.{k}.{p}" for k in kinds for p in P.PROTOCOLS]
     names += [f"HOST_LAT_US.{k}" for k in host_ts]
+    if host_ts:
+        names.append("HOST_OVERSUB_WAIT_MS")
     from gpufabric.collectives import check_proto
     pinned = {check_proto(e["protocol"]) for e in entries if e["protocol"] is not None}
     names += [f"PROTO_EFFICIENCY.{p}" for p in ("LL", "LL128") if (p,) in pinned]

@@ -176,9 +176,13 @@ class HostModel:
         return r
 
     def predict(self, op: str, size: int, ranks: int | None = None, algo: str | None = None,
-                proto: Any = None, per_node: int | None = None) -> Prediction:
+                proto: Any = None, per_node: int | None = None,
+                concurrent: int = 1) -> Prediction:
         """One point in nccl-tests terms (``size`` as nccl-tests counts it for ``op``)."""
         check_op(op)
+        if concurrent != 1:
+            raise InputError(f"got {concurrent}; CPU ranks of one host run one group",
+                             field="concurrent")
         if op not in HOST_OPS:
             raise InputError(f"{op} is not modelled for CPU ranks; allowed: "
                              f"{', '.join(HOST_OPS)}", field="op")

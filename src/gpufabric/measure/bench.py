@@ -400,7 +400,8 @@ def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", ite
             out = os.path.join(tmp, "points.jsonl")
             plan = os.path.join(tmp, "plan.json")
             Path(plan).write_text(json.dumps({"ops": ops, "sizes": sizes, "iters": iters,
-                                              "warmup": warmup, "stat": stat, "out": out}), encoding="utf-8")
+                                              "warmup": warmup, "stat": stat, "out": out}),
+                                  encoding="utf-8")
             pos = 0
 
             def tick() -> None:

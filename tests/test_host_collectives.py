@@ -147,6 +147,7 @@ def test_the_loop_over_loopback_mpi(cli, tmp_path):
     raw = yaml.safe_load(m.read_text())
     assert raw[0]["system"]["gpu"] == "none" and raw[0]["system"]["transport"] == "shm"
     assert "needs" not in raw[0]
+    assert raw[0]["statistic"] == "median" and raw[0]["system"]["cores"] >= 1
     code, vout, err = cli("validate", str(m), "--json")
     assert code == 0, err
     code, cout, err = cli("calibrate", str(m), "-o", str(prof), "--json")
@@ -156,14 +157,51 @@ def test_the_loop_over_loopback_mpi(cli, tmp_path):
     fitted = {p["name"] for p in res["params"]}
     # the bench's points span latency-bound and copy-bound sizes: both are pinned
     assert fitted == {"HOST_COPY_SHARE.shm", "HOST_LAT_US.shm"}
-    before = res["before"]["all"]["median_abs_pct"]
-    after = res["after"]["all"]["median_abs_pct"]
-    # goal: the fitted transport predicts the held-out sizes of this machine within 60%
-    # (median), better than the shipped estimates of an idle server core unless those are
-    # already within 15%; loose, as timings on a shared CI machine swing with its load (27%
-    # to 45% over runs on the 2-vCPU development machine at a load average of 6 to 9)
-    assert after <= 60
-    assert after <= before or after <= 15
+    # the fit improves on the shipped estimates, on its own points and on the held-out sizes;
+    # how far depends on the machine's load at the time (the goal bound is asserted on a
+    # recorded run below, since a shared CI machine can preempt every call of a live run)
+    assert res["residual_pct"]["after"] < res["residual_pct"]["before"]
+    assert res["after"]["all"]["median_abs_pct"] < res["before"]["all"]["median_abs_pct"]
     code, _, err = cli("validate", str(m), "--profile", str(prof))
     assert code == 0, err
     assert validate(str(m))["summary"]["all"]["points"] == 2 * 8      # 8 B to 128 KiB, x4
+
+
+def test_median_is_an_mpi_statistic(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(b, "choose", lambda backend: "torch")
+    code, _, err = cli("bench", "gpu=none", "--stat", "median", "--ranks", "2", "-o",
+                       str(tmp_path / "m.yaml"))
+    assert code == 2
+    assert err == ("gpufabric: error: --stat: median is measured by the mpi backend only "
+                   "(this run: torch); use --stat mean\n")
+    code, _, err = cli("bench", "gpu=none", "--stat", "mode", "--ranks", "2", "-o",
+                       str(tmp_path / "m.yaml"))
+    assert err == "gpufabric: error: --stat: unknown statistic 'mode'; allowed: mean, median\n"
+    assert not (tmp_path / "m.yaml").exists()
+
+
+BENCH = Path(__file__).parent / "fixtures" / "bench"
+
+
+def test_the_recorded_run_of_this_machine_calibrates_within_the_goal():
+    """The 2-rank run docs/measure.md shows (tests/fixtures/bench/SOURCES.md)."""
+    res = cal.calibrate(str(BENCH / "kvm-epyc-2cpu-mpi-2ranks.yaml"))
+    new = {p["name"]: p["new"] for p in res["params"]}
+    assert set(new) == {"HOST_COPY_SHARE.shm", "HOST_LAT_US.shm"}
+    # physics: a message costs microseconds, and a rank moves less than its core's copy rate
+    assert 1 < new["HOST_LAT_US.shm"] < 20 and 0 < new["HOST_COPY_SHARE.shm"] < 0.5
+    # goal: held-out sizes within 30% (median) once fitted; the shipped estimates of an idle
+    # server core are far off on this shared guest (above 100%)
+    assert res["after"]["all"]["median_abs_pct"] <= 30
+    assert res["before"]["all"]["median_abs_pct"] > 100
+    assert res["after"]["by_size"]["small"]["median_abs_pct"] <= 30
+
+
+def test_oversubscribed_ranks_pin_the_scheduler_wait():
+    """4 ranks on 2 vCPUs: the wait for a descheduled peer is pinned (milliseconds), the
+    per-message latency it hides is not and stays as shipped."""
+    res = cal.calibrate(str(BENCH / "kvm-epyc-2cpu-mpi-4ranks.yaml"))
+    new = {p["name"]: p["new"] for p in res["params"]}
+    assert "HOST_OVERSUB_WAIT_MS" in new and 0.1 < new["HOST_OVERSUB_WAIT_MS"] < 20
+    assert "HOST_LAT_US.shm" in {u["name"] for u in res["unpinned"]}
+    assert res["after"]["all"]["median_abs_pct"] < res["before"]["all"]["median_abs_pct"]

@@ -131,16 +131,19 @@ def load_host(system: str) -> HostSystem | None:
     none``, a system file without GPUs), or None for a GPU system."""
     from pathlib import Path
 
-    from gpufabric.fileio import load_yaml, names_a_path
-    from gpufabric.topology.build import load, parse_inline
+    from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, read_text
+    from gpufabric.topology.build import SYSTEM_FILE, load, parse_inline
     text = system.strip()
     path = Path(text)
     if (names_a_path(text) and path.suffix.lower() in (".yaml", ".yml", ".json")
             and path.is_file()):
-        data = load_yaml(text, what="a system file (YAML)")
+        # read as the topology loader reads it (same limits, same messages)
+        data = parse_yaml(read_text(path, what=SYSTEM_FILE, max_bytes=MAX_YAML_BYTES), system)
         if is_host(data):
             return host_system(data, name=path.stem, file=system)
-        if isinstance(data, dict) and "devices" in data:
+        devs = data.get("devices") if isinstance(data, dict) else None
+        if isinstance(devs, list) and devs and not any(
+                isinstance(d, dict) and d.get("kind") == "gpu" for d in devs):
             return from_topology(load(system))
         return None
     if "=" in text:

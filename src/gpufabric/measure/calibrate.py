@@ -10,6 +10,10 @@ entry, one collective, or none), and fits only what the fitted points constrain,
   ring step, one tree hop: small messages), in [0, ``profile.LAT_CEILING_US``];
 - ``PROTO_EFFICIENCY.LL`` and ``.LL128`` (a protocol's share of the rate, in (0, 1]) where an
   entry forces that one protocol (Simple's is the reference, 1 by definition),
+- for hosts of CPU ranks (``gpu: none``, :mod:`gpufabric.collectives.host`):
+  ``HOST_COPY_SHARE.<transport>`` (shm, tcp: the share of a rank's copy rate, in (0, 1]),
+  ``HOST_LAT_US.<transport>`` (one message) and ``HOST_OVERSUB_WAIT_MS`` (the wait for a
+  descheduled peer when the ranks outnumber the cores),
 
 for the transports the measured systems have. Which of them the points constrain is read
 from the model itself: each is changed by :data:`STEP` and the predictions of the fitted

@@ -137,7 +137,8 @@ def bench(
         print(f"gpufabric: note: {note}", file=sys.stderr)
     if json:
         emit_json({"backend": res.backend, "ranks": ranks, "iterations": iters,
-                   "warmup": warmup, "complete": res.complete, "software": res.software,
+                   "warmup": warmup, "statistic": res.stat, "complete": res.complete,
+                   "software": res.software,
                    "rows": res.rows, "notes": res.notes, "output": output})
         return
     sw = res.software

@@ -132,6 +132,13 @@ def test_calibrate_recovers_the_host_transport(tmp_path):
     assert res["unpinned"][0]["why"] == "moves no fitted point's prediction"
 
 
+def _log_err(summary: dict) -> float:
+    """Median |log(predicted / measured)| of a calibrate before/after summary's rows."""
+    import math
+    import statistics
+    return statistics.median(abs(math.log1p(r["error_pct"] / 100)) for r in summary["rows"])
+
+
 def test_the_loop_over_loopback_mpi(cli, tmp_path):
     """discover -> bench (MPI, 2 ranks) -> validate -> calibrate -> validate --profile."""
     if b.why_not("mpi"):
@@ -157,11 +164,12 @@ def test_the_loop_over_loopback_mpi(cli, tmp_path):
     fitted = {p["name"] for p in res["params"]}
     # the bench's points span latency-bound and copy-bound sizes: both are pinned
     assert fitted == {"HOST_COPY_SHARE.shm", "HOST_LAT_US.shm"}
-    # the fit improves on the shipped estimates, on its own points and on the held-out sizes;
-    # how far depends on the machine's load at the time (the goal bound is asserted on a
-    # recorded run below, since a shared CI machine can preempt every call of a live run)
-    assert res["residual_pct"]["after"] < res["residual_pct"]["before"]
-    assert res["after"]["all"]["median_abs_pct"] < res["before"]["all"]["median_abs_pct"]
+    # the fit improves on the shipped estimates on the held-out sizes, in the measure it
+    # minimizes (|log predicted / measured|: a % error is capped at 100% below the measurement
+    # and not above it, so its median can rise while the predictions get closer); how far
+    # depends on the machine's load at the time: the goal bound is asserted on a recorded run
+    # below, since a shared CI machine can preempt every call of a live run
+    assert _log_err(res["after"]) < _log_err(res["before"])
     code, _, err = cli("validate", str(m), "--profile", str(prof))
     assert code == 0, err
     assert validate(str(m))["summary"]["all"]["points"] == 2 * 8      # 8 B to 128 KiB, x4

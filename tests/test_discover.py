@@ -64,7 +64,7 @@ def test_the_recorded_kvm_guest_becomes_a_cpu_and_a_nic():
     assert d.system == {
         "name": "discovered",
         "devices": [{"id": "cpu0", "kind": "cpu", "model": "", "index": 0, "numa": 0,
-                     "attrs": {"model_name": "AMD EPYC", "numa_nodes": [0]}},
+                     "attrs": {"model_name": "AMD EPYC", "numa_nodes": [0], "cores": 2}},
                     {"id": "nic0", "kind": "nic", "model": "", "index": 0, "numa": 0,
                      "attrs": {"name": "eth0", "pci": "0000:00:03.0"}}],
         "links": [{"a": "cpu0", "b": "nic0", "kind": "pcie",

@@ -28,17 +28,28 @@ def _ops(text: str) -> list[str]:
     return list(dict.fromkeys(ops))
 
 
-def _machine(system: str | None) -> tuple[str, list[str], dict | None, dict]:
-    """(name, GPU models, spec or None, machine facts) of SYSTEM, else of this machine."""
+def _machine(system: str | None, backend: str = "mpi"
+             ) -> tuple[str, list[str], dict | None, dict, dict | None]:
+    """(name, GPU models, spec or None, machine facts, host spec or None) of SYSTEM, else of
+    this machine; the host spec (``gpu: none``) describes a machine without GPUs, whose ranks
+    are CPU processes exchanging over ``backend``'s transport."""
     from pathlib import Path
 
+    from gpufabric.collectives.host import load_host
+    from gpufabric.measure.bench import host_transport
     from gpufabric.topology.build import load
     host = socket.gethostname()
+    transport = host_transport(backend)
     if system is not None:
+        hs = load_host(system)
+        if hs is not None:
+            hs.transport = transport
+            return hs.name, [], None, {"hostname": host, "system": system, "gpus": 0}, hs.spec()
         t = load(system)
         spec = t.meta.get("spec") if isinstance(t.meta.get("spec"), dict) else None
         gpus = [g.model for g in t.gpus()]
-        return t.name, gpus, spec, {"hostname": host, "system": system, "gpus": len(gpus)}
+        return (t.name, gpus, spec, {"hostname": host, "system": system, "gpus": len(gpus)},
+                None)
     from gpufabric.measure.discover import discover
     d = discover(Path("/"))
     for line in d.notes:
@@ -50,7 +61,18 @@ def _machine(system: str | None) -> tuple[str, list[str], dict | None, dict]:
              "cores": cpu.get("cores"), "gpus": len(gpus)}
     if rep.get("gpu_name"):
         facts["gpu_name"] = rep["gpu_name"]
-    return host, gpus, None, facts
+    hspec: dict | None = None
+    if not gpus:
+        hspec = {"gpu": "none"}
+        model = next((x.get("model", "") for x in d.system.get("devices", [])
+                      if x.get("kind") == "cpu" and x.get("model")), "")
+        if model:
+            hspec["cpu"] = model
+        hspec["sockets"] = cpu.get("sockets") or 1
+        if cpu.get("cores"):
+            hspec["cores"] = cpu["cores"]
+        hspec["transport"] = transport
+    return host, gpus, None, facts, hspec
 
 
 @app.command()
@@ -69,6 +91,9 @@ def bench(
                                 "torch, else mpi), nccl-tests, torch or mpi."),
     iters: int = typer.Option(20, "--iters", help="Timed calls per point."),
     warmup: int = typer.Option(5, "--warmup", help="Untimed calls before them."),
+    stat: str = typer.Option("mean", "--stat", help="A point's time: mean over the timed "
+                             "calls (as nccl-tests), or median of each call's slowest rank "
+                             "(mpi only; for a machine shared with other work)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds for the whole run; then "
                                   "it is stopped and the points measured so far are kept."),
     output: str = typer.Option(..., "--output", "-o", help="Measurements file to write (YAML; "
@@ -97,11 +122,11 @@ def bench(
     check_output(output, field="--output")
     chosen = b.choose(backend)
     b.check_bounds(ranks, sizes[-1], chosen)
-    name, gpus, spec, facts = _machine(system)
-    sys_entry, needs = b.system_entry(gpus, spec)
+    name, gpus, spec, facts, hspec = _machine(system, chosen)
+    sys_entry, needs = b.system_entry(gpus, spec, hspec)
     with Progress("bench", len(ops) * len(sizes)) as progress:
         res = b.run(ops, sizes, ranks, chosen, iters, warmup, timeout, step_factor,
-                    on_point=lambda r: progress.step(f"{r['op']} {r['size']} B"))
+                    on_point=lambda r: progress.step(f"{r['op']} {r['size']} B"), stat=stat)
     if not res.rows:
         raise InputError(f"nothing measured in {timeout:g} s (raise --timeout or lower --max)",
                          field="--timeout")
@@ -112,13 +137,15 @@ def bench(
         print(f"gpufabric: note: {note}", file=sys.stderr)
     if json:
         emit_json({"backend": res.backend, "ranks": ranks, "iterations": iters,
-                   "warmup": warmup, "complete": res.complete, "software": res.software,
+                   "warmup": warmup, "statistic": res.stat, "complete": res.complete,
+                   "software": res.software,
                    "rows": res.rows, "notes": res.notes, "output": output})
         return
     sw = res.software
     lib = sw.get("mpi_library") or sw.get("nccl") or sw.get("torch") or ""
     typer.echo(f"# gpufabric bench: {res.backend}{' (' + lib + ')' if lib else ''}, {ranks} "
-               f"ranks on {name}, {iters} iterations after {warmup} warmup, {b.DTYPE}")
+               f"ranks on {name}, {iters} iterations after {warmup} warmup, {b.DTYPE}"
+               f"{', median of the calls' if res.stat == 'median' else ''}")
     for o in ops:
         rows = [r for r in res.rows if r["op"] == o]
         if not rows:

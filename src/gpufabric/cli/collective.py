@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import typer
 
@@ -107,8 +108,14 @@ def collective(
         algo_n = C.check_algo(algo)
     except InputError as exc:
         raise InputError(exc.message, field=_OPTION.get(exc.field or "", exc.field)) from None
-    topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
-    m = C.model(topo)
+    from gpufabric.collectives.host import HostModel, load_host
+    host = load_host(system)            # gpu: none: CPU ranks of one host
+    m: Any
+    if host is not None:
+        m, name = HostModel(host), host.name
+    else:
+        topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
+        m, name = C.model(topo), topo.name
     try:
         preds = []
         with Progress("collective", len(sizes)) as progress:
@@ -120,11 +127,11 @@ def collective(
         raise InputError(exc.message, file=system,
                          field=_OPTION.get(exc.field or "", exc.field)) from None
     if json:
-        emit_json({"system": topo.name, "op": opn, "ranks": preds[0].ranks,
+        emit_json({"system": name, "op": opn, "ranks": preds[0].ranks,
                    "rows": [p.to_dict() for p in preds]})
         return
     n = preds[0].ranks
-    typer.echo(f"# gpufabric collective: {opn} on {topo.name}, {n} ranks "
+    typer.echo(f"# gpufabric collective: {opn} on {name}, {n} ranks "
                f"(predicted; nccl-tests columns, out-of-place)")
     typer.echo(f"#{'size':>11} {'count':>12} {'type':>7} {'redop':>6} {'root':>5} "
                f"{'time':>10} {'algbw':>7} {'busbw':>7}  algo/proto")

@@ -320,6 +320,58 @@ NET_FALLBACK = record(
     "NET_FALLBACK", 0.95, "share of raw rate", "a network port whose speed is not in the catalog",
     "estimate (network.capacity: net links of unknown speed)")
 
+# -- CPU ranks on one host (gpufabric.collectives.host) ---------------------------------------
+HOST_TRANSPORTS = ("shm", "tcp")
+
+HOST_LAT_US = record(
+    "HOST_LAT_US", {"shm": 0.5, "tcp": 15.0}, "us",
+    "host transport (shm: MPI between processes of one host through shared memory; tcp: Gloo "
+    "over TCP loopback): one message of a collective step, send posted to receive completed",
+    "estimate: shm, MPICH's ch4 shared-memory eager path, one-way osu_latency of 0.2-0.5 us "
+    "between cores of current x86 servers (OSU Micro-Benchmarks, MPICH intra-node), plus "
+    "posting and matching the receive; tcp, one round through the kernel's loopback stack "
+    "(send and receive system calls, a wake-up of the receiving thread), 10-20 us")
+
+HOST_COPY_SHARE = record(
+    "HOST_COPY_SHARE", {"shm": 0.5, "tcp": 0.25}, "share of the host copy rate",
+    "host transport: bytes of a message moved per byte the sending core can copy (shm: MPICH "
+    "copies a message into a shared buffer and out of it, two copies pipelined, so about one "
+    "half; tcp: the copies into and out of socket buffers and the protocol's work, about a "
+    "quarter); a reduction's local pass over the data runs at the same rate",
+    "estimate: shm, MPICH ch4 posix eager cells and the LMT copy through a shared buffer "
+    "(copy-in, copy-out) without CMA/XPMEM single-copy; tcp, two kernel copies per byte plus "
+    "checksum-free loopback processing")
+
+HOST_CORE_COPY_GBps = record(
+    "HOST_CORE_COPY_GBps", 10.0, "GB/s",
+    "one CPU core's memory-to-memory copy rate (STREAM Copy with one thread): a rank's copy "
+    "rate, unless the sockets' DRAM bandwidth shared among the host's ranks is lower",
+    "estimate: STREAM Copy with one thread on current x86 server cores is 8-20 GB/s "
+    "(J. McCalpin, STREAM, https://www.cs.virginia.edu/stream/; one core cannot keep more "
+    "than its outstanding-miss limit in flight)")
+
+HOST_OVERSUB_WAIT_MS = record(
+    "HOST_OVERSUB_WAIT_MS", 1.5, "ms",
+    "host with more ranks than cores: the wait of a message whose peer is not running (it "
+    "runs again after a scheduler time slice), paid on a share 1 - cores/ranks of the messages",
+    "estimate: Linux CFS minimum time slice sched_min_granularity 0.75 ms x (1 + log2 CPUs) "
+    "= 1.5 ms at 2 CPUs (kernel/sched/fair.c defaults; a busy-polling MPI rank keeps its "
+    "core for its whole slice)")
+
+MPICH_THRESHOLDS = record(
+    "MPICH_THRESHOLDS", {
+        "allreduce_short": 2048, "allgather_short": 81920, "allgather_long": 524288,
+        "redscat_long": 524288, "bcast_short": 12288, "bcast_long": 524288, "bcast_min_procs": 8,
+        "alltoall_short": 256, "alltoall_medium": 32768, "alltoall_min_procs": 8},
+    "B (procs for *_min_procs)",
+    "MPI collectives over one host's shared memory: the message sizes at which MPICH changes "
+    "algorithm (definitions of MPICH's defaults, not fits)",
+    "MPICH src/mpi/coll CVARs MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, ALLGATHER_SHORT/LONG_MSG_SIZE, "
+    "REDSCAT_COMMUTATIVE_LONG_MSG_SIZE, BCAST_SHORT/LONG_MSG_SIZE, BCAST_MIN_PROCS, "
+    "ALLTOALL_SHORT/MEDIUM_MSG_SIZE, ALLTOALL_MIN_PROCS; algorithms of R. Thakur, R. "
+    "Rabenseifner, W. Gropp, 'Optimization of Collective Communication Operations in MPICH', "
+    "IJHPCA 19(1), 2005")
+
 #: Sizes nccl-tests calls large and small in validation summaries (definitions, not fits).
 LARGE_BYTES = 64 * 2**20
 SMALL_BYTES = 64 * 2**10

@@ -162,10 +162,19 @@ def validate_entries(entries: list[dict], path: str,
     return {"file": path, "summary": summarize(rows), "points": rows, "skipped": skipped}
 
 
-def entry_model(e: dict, path: str, system: str | None = None) -> Model:
+def entry_model(e: dict, path: str, system: str | None = None) -> Any:
     """A new collective model of an entry's system (the entry's own, or ``system`` as
-    :func:`gpufabric.topology.build.load` takes it), reading the parameters as they are now."""
+    :func:`gpufabric.topology.build.load` takes it), reading the parameters as they are now:
+    a :class:`~gpufabric.collectives.Model`, or for a host of CPU ranks (``gpu: none``, a
+    system file without GPUs) a :class:`~gpufabric.collectives.host.HostModel`."""
+    from gpufabric.collectives import host
     from gpufabric.topology.build import from_spec, load
+    if system is not None:
+        hs = host.load_host(system)
+        if hs is not None:
+            return host.HostModel(hs)
+    elif host.is_host(e["system"]):
+        return host.HostModel(host.host_system(dict(e["system"]), name=e["id"], file=path))
     if system is not None:
         topo = load(system, materialize_nodes=Model.SAMPLE_NODES)
     else:

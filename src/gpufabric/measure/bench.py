@@ -65,6 +65,7 @@ class BenchResult:
     iters: int
     warmup: int
     rows: list[dict[str, Any]] = field(default_factory=list)
+    stat: str = "mean"
     software: dict[str, Any] = field(default_factory=dict)
     complete: bool = True
     notes: list[str] = field(default_factory=list)
@@ -374,15 +375,22 @@ def _launch(backend: str, plan_path: str, ranks: int, timeout: float,
 
 def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", iters: int = 20,
         warmup: int = 5, timeout: float = 300.0, factor: float = 2.0,
-        on_point: Callable[[dict], None] | None = None) -> BenchResult:
+        on_point: Callable[[dict], None] | None = None, stat: str = "mean") -> BenchResult:
     """Measure ``ops`` at ``sizes`` (bytes) on ``ranks`` processes of this host.
 
     After ``timeout`` seconds the ranks are killed and the points measured so far are kept
     (``complete`` False). A backend that fails before measuring anything raises
-    :class:`InputError` with its last line of output.
+    :class:`InputError` with its last line of output. ``stat`` is ``mean`` (over the timed
+    calls, as nccl-tests) or ``median`` (of each call's slowest rank; MPI only).
     """
     backend = choose(backend)
-    res = BenchResult(backend, ranks, iters, warmup)
+    if stat not in STATS:
+        raise InputError(f"unknown statistic '{stat}'; allowed: {', '.join(STATS)}",
+                         field="--stat")
+    if stat != "mean" and backend != "mpi":
+        raise InputError(f"{stat} is measured by the mpi backend only (this run: {backend}); "
+                         f"use --stat mean", field="--stat")
+    res = BenchResult(backend, ranks, iters, warmup, stat=stat)
     res.software["backend"] = backend
     deadline = time.monotonic() + timeout
     if backend == "nccl-tests":
@@ -392,7 +400,8 @@ def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", ite
             out = os.path.join(tmp, "points.jsonl")
             plan = os.path.join(tmp, "plan.json")
             Path(plan).write_text(json.dumps({"ops": ops, "sizes": sizes, "iters": iters,
-                                              "warmup": warmup, "out": out}), encoding="utf-8")
+                                              "warmup": warmup, "stat": stat, "out": out}),
+                                  encoding="utf-8")
             pos = 0
 
             def tick() -> None:
@@ -442,16 +451,26 @@ def run(ops: list[str], sizes: list[int], ranks: int, backend: str = "auto", ite
 
 # --- the measurements file -------------------------------------------------------------------
 
-def system_entry(gpu_models: list[str], spec: dict[str, Any] | None) -> tuple[dict, str]:
+#: How a point's time is taken from the timed calls (``--stat``).
+STATS = ("mean", "median")
+
+
+def system_entry(gpu_models: list[str], spec: dict[str, Any] | None,
+                 host: dict[str, Any] | None = None) -> tuple[dict, str]:
     """The entry's ``system`` (the spec shorthand validate builds) and, when there is none to
     give, what the entry ``needs``: ``spec`` when the system came from one, else the GPU model
-    and count of a system file; a system without GPUs gives ``{}``.
+    and count of a system file; a system without GPUs gives ``host`` (its ``gpu: none`` spec,
+    :mod:`gpufabric.collectives.host`), else ``{}``.
 
     >>> system_entry([], None)[0], system_entry(["H100-SXM"] * 8, None)[0]
     ({}, {'gpu': 'H100-SXM', 'gpus_per_node': 8, 'nodes': 1})
+    >>> system_entry([], None, {"gpu": "none", "sockets": 1, "transport": "shm"})[0]
+    {'gpu': 'none', 'sockets': 1, 'transport': 'shm'}
     """
     if spec is not None:
         return {k: v for k, v in spec.items() if v is not None}, ""
+    if not gpu_models and host is not None:
+        return dict(host), ""
     if not gpu_models:
         return {}, ("a GPU: measured on CPU processes of a machine without GPUs, which the "
                     "collective model does not describe")
@@ -483,6 +502,7 @@ def entries(res: BenchResult, name: str, system: dict[str, Any], needs: str,
             "backend": res.backend,
             "iterations": res.iters,
             "warmup": res.warmup,
+            "statistic": res.stat,
             "dtype": DTYPE,
             "software": copy.deepcopy(sw),
             "machine": copy.deepcopy(machine),
@@ -495,6 +515,16 @@ def entries(res: BenchResult, name: str, system: dict[str, Any], needs: str,
                         "busbw": float(f"{r['busbw']:.6g}")} for r in pts]
         out.append(e)
     return out
+
+
+def host_transport(backend: str) -> str:
+    """The host transport of a CPU backend's ranks: ``shm`` for MPI (MPICH's shared memory),
+    ``tcp`` for torch (Gloo over loopback).
+
+    >>> host_transport("mpi"), host_transport("torch")
+    ('shm', 'tcp')
+    """
+    return "tcp" if backend == "torch" else "shm"
 
 
 def table_header() -> list[str]:

@@ -9,12 +9,15 @@ Started by :mod:`gpufabric.measure.bench`, never by hand:
   with ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set (Gloo on CPUs, NCCL on
   GPUs).
 
-The plan (JSON) holds ``ops``, ``sizes`` (bytes), ``iters``, ``warmup`` and ``out`` (the result
-file). Sizes are counted as nccl-tests counts them, on float32 elements: all_reduce and
+The plan (JSON) holds ``ops``, ``sizes`` (bytes), ``iters``, ``warmup``, ``stat`` and ``out``
+(the result file). Sizes are counted as nccl-tests counts them, on float32 elements: all_reduce and
 broadcast move ``size`` bytes on every rank; all_gather's ``size`` is the gathered buffer,
 reduce_scatter's the buffer reduced, all_to_all's each rank's send buffer (each rank's share is
 ``size / ranks``, the element count rounded down to a multiple of the ranks). The time is the
-slowest rank's mean over ``iters`` calls after ``warmup`` calls.
+slowest rank's mean over ``iters`` calls after ``warmup`` calls (``stat: mean``, as nccl-tests
+times them), or with ``stat: median`` (MPI only) the median over the calls of the slowest
+rank's time of each call: a machine shared with other work preempts a rank now and then, and
+the median leaves those calls out.
 """
 
 from __future__ import annotations
@@ -77,11 +80,22 @@ def _run_mpi(plan: dict[str, Any]) -> None:
         for _ in range(plan["warmup"]):
             call()
         comm.Barrier()
-        t0 = MPI.Wtime()
-        for _ in range(plan["iters"]):
-            call()
-        dt = (MPI.Wtime() - t0) / plan["iters"]
-        worst = comm.reduce(dt, op=MPI.MAX, root=0)
+        if plan.get("stat", "mean") == "median":
+            # each call timed alone; the slowest rank's time of each call, then their median
+            times = np.empty(plan["iters"], np.float64)
+            for i in range(plan["iters"]):
+                t0 = MPI.Wtime()
+                call()
+                times[i] = MPI.Wtime() - t0
+            slowest = np.empty_like(times) if rank == 0 else None
+            comm.Reduce(times, slowest, op=MPI.MAX, root=0)
+            worst = float(np.median(slowest)) if rank == 0 and slowest is not None else None
+        else:
+            t0 = MPI.Wtime()
+            for _ in range(plan["iters"]):
+                call()
+            dt = (MPI.Wtime() - t0) / plan["iters"]
+            worst = comm.reduce(dt, op=MPI.MAX, root=0)
         if rank == 0 and worst is not None:
             _emit(plan["out"], {"op": op, "size": count * WORD, "count": count,
                                 "time_us": worst * 1e6})

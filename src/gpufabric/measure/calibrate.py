@@ -10,6 +10,10 @@ entry, one collective, or none), and fits only what the fitted points constrain,
   ring step, one tree hop: small messages), in [0, ``profile.LAT_CEILING_US``];
 - ``PROTO_EFFICIENCY.LL`` and ``.LL128`` (a protocol's share of the rate, in (0, 1]) where an
   entry forces that one protocol (Simple's is the reference, 1 by definition),
+- for hosts of CPU ranks (``gpu: none``, :mod:`gpufabric.collectives.host`):
+  ``HOST_COPY_SHARE.<transport>`` (shm, tcp: the share of a rank's copy rate, in (0, 1]),
+  ``HOST_LAT_US.<transport>`` (one message) and ``HOST_OVERSUB_WAIT_MS`` (the wait for a
+  descheduled peer when the ranks outnumber the cores),
 
 for the transports the measured systems have. Which of them the points constrain is read
 from the model itself: each is changed by :data:`STEP` and the predictions of the fitted
@@ -113,8 +117,16 @@ def _candidates(topos: list, entries: list[dict]) -> list[str]:
     kinds = [k for k in TRANSPORTS
              if any(_kind(ln.kind) == k for t in topos for ln in t.links)]
     names = [f"USABLE_RATE_SCALE.{k}" for k in kinds]
+    # hosts of CPU ranks (gpu: none): their transport's share of the copy rate and latency
+    from gpufabric.collectives.host import HostSystem
+    host_ts = [k for k in P.HOST_TRANSPORTS
+               if any(isinstance(t, HostSystem) and t.transport == k for t in topos)]
+    names += [f"HOST_COPY_SHARE.{k}" for k in host_ts]
     for table in ("HOP_LAT_US", "TREE_HOP_LAT_US"):
         names += [f"{table}.{k}.{p}" for k in kinds for p in P.PROTOCOLS]
+    names += [f"HOST_LAT_US.{k}" for k in host_ts]
+    if host_ts:
+        names.append("HOST_OVERSUB_WAIT_MS")
     from gpufabric.collectives import check_proto
     pinned = {check_proto(e["protocol"]) for e in entries if e["protocol"] is not None}
     names += [f"PROTO_EFFICIENCY.{p}" for p in ("LL", "LL128") if (p,) in pinned]
@@ -233,8 +245,10 @@ def _usable(entries: list[dict], path: str, system: str | None
             ) -> tuple[list, list[dict], list[str]]:
     """(topologies, entries, skip notes): the systems, built once; entries that cannot be
     built are left out, as validate skips them (none left: the first one's error)."""
+    from gpufabric.collectives import host
     from gpufabric.topology.build import from_spec, load
-    if system is not None:
+    given = host.load_host(system) if system is not None else None
+    if system is not None and given is None:
         load(system)          # a system that does not build: its own one-line error
     topos, usable, skipped = [], [], []
     first: InputError | None = None
@@ -242,7 +256,9 @@ def _usable(entries: list[dict], path: str, system: str | None
         if not e["points"]:
             continue
         try:
-            topo = (load(system) if system is not None else
+            topo = (given if given is not None else load(system) if system is not None else
+                    host.host_system(dict(e["system"]), name=e["id"], file=path)
+                    if host.is_host(e["system"]) else
                     from_spec(dict(e["system"]), name=e["id"], file=path))
             predict_entry(e, path, system)
         except InputError as exc:

@@ -150,6 +150,8 @@ def host_system(d: Discovery, name: str) -> dict[str, Any]:
         if d.cpu:
             dev["attrs"] = {"model_name": d.cpu.model_name,
                             "numa_nodes": sockets[s]}
+            if d.cpu.cores:     # this socket's share of the cores (the host model's ranks)
+                dev["attrs"]["cores"] = max(1, d.cpu.cores // max(1, len(sockets)))
         devices.append(dev)
     ids = [cpu_id[s] for s in sorted(sockets)]
     links: list[dict[str, Any]] = [{"a": a, "b": b, "kind": "cpu"}

@@ -222,3 +222,63 @@ def check(spec: Any, file: str | None = None) -> Spec:
                 value = value[part]
         raise InputError(_message(err, value), file=file, field=_field_path(err["loc"])
                          or None) from None
+
+
+# -- a host of CPU ranks (no GPU) -------------------------------------------------------------
+
+HOST_TRANSPORTS = ("shm", "tcp")
+
+
+class HostSpec(_Section):
+    """A host whose ranks are CPU processes (``gpu: none``): MPI over shared memory or Gloo
+    over TCP loopback among processes of one machine (docs/systems.md)."""
+
+    gpu: Literal["none"] = Field(description="none")
+    cpu: Name | None = None
+    sockets: Sockets | None = None
+    cores: Annotated[int, _ints(1, 8192)] | None = None
+    ranks_per_node: Annotated[int, _ints(1, 8192)] | None = None
+    transport: Literal["shm", "tcp"] | None = None
+    name: Any = None
+    description: Any = None
+
+
+HOST_SPEC_KEYS = tuple(HostSpec.model_fields)
+
+
+def is_host_spec(spec: Any) -> bool:
+    """Whether a spec describes a host of CPU ranks (``gpu: none``).
+
+    >>> is_host_spec({"gpu": "none", "cpu": "EPYC-7763"}), is_host_spec({"gpu": "H100-SXM"})
+    (True, False)
+    """
+    return isinstance(spec, dict) and str(spec.get("gpu", "")).strip().lower() == "none"
+
+
+def check_host(spec: Any, file: str | None = None) -> HostSpec:
+    """Validate a ``gpu: none`` host spec; one :class:`InputError` for the first problem.
+
+    >>> check_host({"gpu": "none", "transport": "udp"}, file="h.yaml")
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: h.yaml: transport: got 'udp'; allowed: shm, tcp
+    """
+    if not isinstance(spec, dict):
+        raise InputError("a system spec must be a mapping of keys to values", file=file)
+    bad = sorted(str(k) for k in set(spec) - set(HOST_SPEC_KEYS))
+    if bad:
+        raise InputError(f"unknown key(s) {', '.join(bad)} for a host without GPUs (gpu: none); "
+                         f"allowed: {', '.join(HOST_SPEC_KEYS)}", file=file, field=bad[0])
+    try:
+        return HostSpec.model_validate({**spec, "gpu": "none"})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        value = spec.get(name)
+        if err["type"] == "literal_error":
+            choices = err.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ")
+            msg = f"got {value!r}; allowed: {choices}"
+        else:
+            allowed = _allowed(HostSpec, name) if name in HostSpec.model_fields else "a value"
+            msg = f"expected {allowed}, got {value!r}"
+        raise InputError(msg, file=file, field=name or None) from None

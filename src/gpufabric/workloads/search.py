@@ -34,7 +34,8 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from contextlib import contextmanager
 from functools import cache
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,14 +44,14 @@ from gpufabric import sweep
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import (
-    GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
+    ACT_BYTES, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
 )
 from gpufabric.workloads.memory import stage_layers, training_memory
 from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import RECOMPUTE, Parallel
 from gpufabric.workloads.training import (
-    BWD_ATTN, BWD_GEMM, LAYER_OVERHEAD_US, StepResult, _check_divisible, check_seq_len,
-    predict_step,
+    BWD_ATTN, BWD_GEMM, COLL_CACHE, LAYER_OVERHEAD_US, TP_OVERLAP_EXPOSED, StepResult,
+    _check_divisible, _coll_time, check_seq_len, predict_step,
 )
 
 #: relative slack on the bounds: a bound is only used to prune above ``(1 + SLACK) x`` the
@@ -236,9 +237,39 @@ class _Bounds:
     with no communication, the less loaded of the first and last stages, times the
     micro-batches plus the pipeline bubble."""
 
-    def __init__(self, m: ModelSpec, g: GPUSpec, seq: int, prec: str) -> None:
+    def __init__(self, m: ModelSpec, g: GPUSpec, seq: int, prec: str, topo: Topology,
+                 gpn: int, axes: Axes) -> None:
         self.m, self.g, self.seq, self.prec = m, g, seq, prec
+        self.topo, self.gpn, self.axes = topo, gpn, axes
         self._layer: dict[tuple, tuple[float, float, float]] = {}
+
+    def _tp(self, par: Parallel) -> tuple[float, float]:
+        """Least exposed TP time per block and pass (with the recomputed forward: full), and
+        least pipeline send/recv time of one boundary, over the sequence-parallel and overlap
+        choices the axes allow."""
+        m, eb = self.m, ACT_BYTES[self.prec]
+        act = par.micro_batch * self.seq / par.cp * m.hidden * eb
+        sps = list(self.axes.sps)
+        if par.tp == 1:
+            t1, sps = 0.0, [False]
+        else:
+            g = par.group("tp", self.gpn)
+            opts = []
+            if True in sps and (par.micro_batch * self.seq // par.cp) % par.tp == 0:
+                opts.append(_coll_time(self.topo, "all_gather", act, g)
+                            + _coll_time(self.topo, "reduce_scatter", act, g))
+            if False in sps:
+                opts.append(_coll_time(self.topo, "all_reduce", act, g))
+            t1 = min(opts) if opts else 0.0
+            if True in self.axes.tp_overlaps:
+                t1 *= TP_OVERLAP_EXPOSED.value
+        t1 *= 1 if m.parallel_block else 2
+        p2p = 0.0
+        if par.pp > 1:
+            gp = par.group("pp", self.gpn)
+            p2p = min(_coll_time(self.topo, "send_recv", act / (par.tp if sp else 1), gp)
+                      for sp in sps)
+        return t1, p2p
 
     def _pass(self, moe: bool, i: int, par: Parallel) -> tuple[float, float, float]:
         key = (moe, par.tp, par.cp, par.ep, par.expert_tp, par.micro_batch)
@@ -264,9 +295,12 @@ class _Bounds:
             return {rc: 0.0 for rc in RECOMPUTE}
         out: dict[str, float] = {}
         per_stage: dict[str, list[float]] = {rc: [] for rc in RECOMPUTE}
+        per_stage_n: list[int] = []
         for st in sorted({0, par.pp - 1}):
             f = b = a = 0.0
-            for i in stage_layers(m, par, st):
+            layers = stage_layers(m, par, st)
+            per_stage_n.append(len(layers))
+            for i in layers:
                 lf, lb, la = self._pass(m.moe_layer(i), i, par)
                 f, b, a = f + lf, b + lb, a + la
             heads = head_ops(m, par.micro_batch, self.seq, tp=par.tp, cp=par.cp,
@@ -281,10 +315,15 @@ class _Bounds:
             per_stage["none"].append(f + b + hf + hb)
             per_stage["selective"].append(f + b + a + hf + hb)
             per_stage["full"].append(2 * f + b + hf + hb)
+        tp1, p2p = self._tp(par)
+        v_ = par.vpp
+        pp_e = 2 * p2p * ((par.pp - 1) * v_ if v_ > 1 else par.micro_batches + par.pp - 1)
         for rc, v in per_stage.items():
-            fb = min(v)
+            # per micro-batch: compute and the exposed TP time of the stage's blocks
+            fb = min(x + tp1 * n * (3 if rc == "full" else 2)
+                     for x, n in zip(v, per_stage_n, strict=True))
             out[rc] = par.micro_batches * fb + ((par.pp - 1) / par.vpp * fb if par.pp > 1
-                                                else 0.0)
+                                                else 0.0) + pp_e
         return out
 
 
@@ -293,14 +332,42 @@ def _dominators(st: Setting) -> list[Setting]:
     instead of off, no offload instead of offload, less recomputation."""
     out = []
     if not st.tp_overlap:
-        out.append(Setting(**(asdict(st) | {"tp_overlap": True})))
+        out.append(replace(st, tp_overlap=True))
     if not st.dp_overlap:
-        out.append(Setting(**(asdict(st) | {"dp_overlap": True})))
+        out.append(replace(st, dp_overlap=True))
     if st.offload:
-        out.append(Setting(**(asdict(st) | {"offload": False})))
+        out.append(replace(st, offload=False))
     for rc in RECOMPUTE[:RECOMPUTE.index(st.recompute)]:
-        out.append(Setting(**(asdict(st) | {"recompute": rc})))
+        out.append(replace(st, recompute=rc))
     return out
+
+
+class _Fits:
+    """Whether a shape's settings fit, from the memory model, skipping the calls the model's
+    order already answers: with the same recomputation, ZeRO 0 -> 1 -> 2, sequence parallelism
+    and optimizer offload each need no more memory, so a setting fits when one needing at
+    least as much does, and does not when one needing no more does not."""
+
+    def __init__(self, fn: Callable[[Parallel], bool]) -> None:
+        self.fn = fn
+        self.known: dict[tuple, bool] = {}
+
+    def __call__(self, st: Setting, par: Parallel) -> bool:
+        key = (st.recompute, st.sp, st.zero, st.fsdp, st.offload)
+        if key in self.known:
+            return self.known[key]
+        for (rc, sp, z, f, off), v in self.known.items():
+            if rc != st.recompute or not ((f == st.fsdp and z == st.zero)
+                                          or (not f and not st.fsdp and z < 3 and st.zero < 3)):
+                continue
+            if v and z <= st.zero and sp <= st.sp and off <= st.offload:
+                self.known[key] = True
+                return True
+            if not v and z >= st.zero and sp >= st.sp and off >= st.offload:
+                self.known[key] = False
+                return False
+        self.known[key] = self.fn(par)
+        return self.known[key]
 
 
 def _prepare(model: ModelSpec | str, system: str, global_batch: int, seq_len: int | None,
@@ -336,6 +403,16 @@ def _valid(m: ModelSpec, shape: Shape, seq: int, gb: int) -> bool:
         return False
 
 
+@contextmanager
+def _memo() -> Iterator[None]:
+    """Collective times memoised for the calls inside (one system throughout)."""
+    token = COLL_CACHE.set({})
+    try:
+        yield
+    finally:
+        COLL_CACHE.reset(token)
+
+
 def search_layouts(model: ModelSpec | str, system: str, *, global_batch: int,
                    seq_len: int | None = None, precision: str = "bf16", top: int = 5,
                    tp_overlap: bool | None = None, ray: bool = False,
@@ -354,10 +431,19 @@ def search_layouts(model: ModelSpec | str, system: str, *, global_batch: int,
     InputError
         When no layout divides evenly and fits.
     """
+    with _memo():
+        return _search(model, system, global_batch, seq_len, precision, top, tp_overlap, ray,
+                       ray_address, progress, kw)
+
+
+def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int | None,
+            precision: str, top: int, tp_overlap: bool | None, ray: bool,
+            ray_address: str | None, progress: Callable[[int, int], None] | None,
+            kw: dict[str, Any]) -> tuple[list[StepResult], SearchCounts]:
     m, seq, gpn, gpus, gpu = _prepare(model, system, global_batch, seq_len, top)
     prec = check_precision(precision)
     ax = _axes(tp_overlap, kw)
-    bounds = _Bounds(m, gpu_spec(gpu), seq, prec)
+    bounds = _Bounds(m, gpu_spec(gpu), seq, prec, _topology(system), gpn, ax)
     counts = SearchCounts()
     todo: list[tuple[float, Shape, dict[str, float], list[Setting]]] = []
     for sh in shapes(m, gpus, gpn, global_batch=global_batch, seq=seq, axes=ax):
@@ -383,7 +469,8 @@ def search_layouts(model: ModelSpec | str, system: str, *, global_batch: int,
         if lb0 > threshold():        # shapes come in bound order: none after this can place
             counts.pruned_bound += sum(len(t[3]) for t in todo[n:])
             break
-        fits: dict[tuple, bool] = {}
+        fits = _Fits(lambda par: training_memory(m, par, seq, gpu, precision=prec,
+                                                 gpus_per_node=gpn).fits)
         timed: dict[Setting, float] = {}
         batch: list[tuple[Setting, _Job]] = []
         for st in sts:
@@ -392,11 +479,7 @@ def search_layouts(model: ModelSpec | str, system: str, *, global_batch: int,
                 counts.pruned_bound += 1
                 continue
             par = _parallel(sh, st, global_batch)
-            mkey = (st.recompute, st.sp, st.zero, st.fsdp, st.offload)
-            if mkey not in fits:
-                fits[mkey] = training_memory(m, par, seq, gpu, precision=prec,
-                                             gpus_per_node=gpn).fits
-            if not fits[mkey]:
+            if not fits(st, par):
                 counts.pruned_memory += 1
                 continue
             job = _Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap)
@@ -442,17 +525,18 @@ def brute_force(model: ModelSpec | str, system: str, *, global_batch: int,
     prec = check_precision(precision)
     ax = _axes(tp_overlap, kw)
     out: list[StepResult] = []
-    for sh in shapes(m, gpus, gpn, global_batch=global_batch, seq=seq, axes=ax):
-        if not _valid(m, sh, seq, global_batch):
-            continue
-        for st in settings(sh, gpn, ax, seq):
-            par = _parallel(sh, st, global_batch)
-            if not training_memory(m, par, seq, gpu, precision=prec,
-                                   gpus_per_node=gpn).fits:
+    with _memo():
+        for sh in shapes(m, gpus, gpn, global_batch=global_batch, seq=seq, axes=ax):
+            if not _valid(m, sh, seq, global_batch):
                 continue
-            r = _evaluate(_Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap))
-            if r is not None:
-                out.append(r)
+            for st in settings(sh, gpn, ax, seq):
+                par = _parallel(sh, st, global_batch)
+                if not training_memory(m, par, seq, gpu, precision=prec,
+                                       gpus_per_node=gpn).fits:
+                    continue
+                r = _evaluate(_Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap))
+                if r is not None:
+                    out.append(r)
     out.sort(key=_rank_key)
     return out[:top]
 

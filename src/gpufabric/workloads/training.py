@@ -151,12 +151,23 @@ _NCCL: ContextVar[tuple[str | None, str | None]] = ContextVar("_NCCL", default=(
 _NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
+#: collective times already predicted on one topology, when a caller (the layout search) sets
+#: a dict here for the duration of many predict_step calls on the same system
+COLL_CACHE: ContextVar[dict | None] = ContextVar("COLL_CACHE", default=None)
+
+
 def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
     if g.ranks <= 1 or size <= 0:
         return 0.0
     algo, proto = _NCCL.get() if op in _NCCL_OPS else (None, None)
+    memo = COLL_CACHE.get()
+    key = (op, int(size), g, algo, proto)
+    if memo is not None and key in memo:
+        return memo[key]
     p = C.predict(topo, op, int(size), g.ranks, algo, proto, per_node=g.per_node,
                   concurrent=g.concurrent)
+    if memo is not None:
+        memo[key] = p.time_us * 1e-6
     return p.time_us * 1e-6
 
 

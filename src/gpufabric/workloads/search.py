@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from contextlib import contextmanager
 from functools import cache
+from math import prod
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -191,11 +192,8 @@ def shapes(m: ModelSpec, gpus: int, gpn: int, *, global_batch: int, seq: int,
                             yield Shape(tp, cp, pp, dp, ep, etp, vpp, mb)
 
 
-def settings(shape: Shape, gpn: int, axes: Axes, seq: int = 0) -> list[Setting]:
-    """The settings of a shape, each dominating ones come first (less recomputation, no
-    offload, overlap on). Axes a shape cannot tell apart take one value: sequence parallelism
-    at tp 1, sharding and DP overlap with no data-parallel group, TP overlap at tp 1. With
-    ``seq``, sequence parallelism only where tp divides a micro-batch's tokens."""
+def _factors(shape: Shape, gpn: int, axes: Axes, seq: int) -> tuple[Any, ...]:
+    """The values of each setting axis for ``shape`` (see :func:`settings`)."""
     s = shape
     world = s.tp * s.cp * s.pp * s.dp
     edp = s.tp * s.cp * s.dp // (s.ep * (s.etp or s.tp))
@@ -210,8 +208,17 @@ def settings(shape: Shape, gpn: int, axes: Axes, seq: int = 0) -> list[Setting]:
         shards = shards[:1]
     tpo = axes.tp_overlaps if s.tp > 1 else axes.tp_overlaps[:1]
     dpo = axes.dp_overlaps if has_dp else axes.dp_overlaps[:1]
-    return [Setting(rc, sp, z, f, off, t, d) for rc in axes.recomputes for sp in sps
-            for z, f in shards for off in axes.offloads for t in tpo for d in dpo]
+    return (axes.recomputes, sps, shards, axes.offloads, tpo, dpo)
+
+
+def settings(shape: Shape, gpn: int, axes: Axes, seq: int = 0) -> list[Setting]:
+    """The settings of a shape, each dominating ones come first (less recomputation, no
+    offload, overlap on). Axes a shape cannot tell apart take one value: sequence parallelism
+    at tp 1, sharding and DP overlap with no data-parallel group, TP overlap at tp 1. With
+    ``seq``, sequence parallelism only where tp divides a micro-batch's tokens."""
+    rcs, sps, shards, offs, tpo, dpo = _factors(shape, gpn, axes, seq)
+    return [Setting(rc, sp, z, f, off, t, d) for rc in rcs for sp in sps
+            for z, f in shards for off in offs for t in tpo for d in dpo]
 
 
 def _parallel(shape: Shape, st: Setting, global_batch: int) -> Parallel:
@@ -449,11 +456,15 @@ def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int
     for sh in shapes(m, gpus, gpn, global_batch=global_batch, seq=seq, axes=ax):
         if not _valid(m, sh, seq, global_batch):
             continue
-        sts = settings(sh, gpn, ax, seq)
-        lb = bounds.step(_parallel(sh, sts[0], global_batch))
-        counts.considered += len(sts)
+        fac = _factors(sh, gpn, ax, seq)
+        n_set = prod(len(f) for f in fac)
+        if not n_set:
+            continue
+        lb = bounds.step(_parallel(sh, Setting("none", fac[1][0], 0, "", False, True, True),
+                                   global_batch))
+        counts.considered += n_set
         counts.shapes += 1
-        todo.append((min(lb[s.recompute] for s in sts), sh, lb, sts))
+        todo.append((min(lb[rc] for rc in fac[0]), sh, lb, n_set))
     todo.sort(key=lambda t: (t[0], t[1].tp * t[1].pp, t[1].micro_batch, t[1].vpp))
     best: list[StepResult] = []
 
@@ -465,10 +476,11 @@ def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int
         best.sort(key=_rank_key)
         del best[top:]
 
-    for n, (lb0, sh, lb, sts) in enumerate(todo):
+    for n, (lb0, sh, lb, _) in enumerate(todo):
         if lb0 > threshold():        # shapes come in bound order: none after this can place
-            counts.pruned_bound += sum(len(t[3]) for t in todo[n:])
+            counts.pruned_bound += sum(t[3] for t in todo[n:])
             break
+        sts = settings(sh, gpn, ax, seq)
         fits = _Fits(lambda par: training_memory(m, par, seq, gpu, precision=prec,
                                                  gpus_per_node=gpn).fits)
         timed: dict[Setting, float] = {}

@@ -96,3 +96,20 @@ def test_offload_must_be_a_bool():
     from gpufabric.errors import InputError
     with pytest.raises(InputError, match="offload"):
         Parallel(offload=1)
+
+
+def test_cli_search_says_what_it_considered_and_pruned(cli):
+    import json
+    args = ("train", "llama3-70b", ONE_NODE, "--global-batch", "8", "--seq-len", "4096",
+            "--search", "--top", "2")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    n = json.loads(out)["search"]
+    assert n["considered"] == n["pruned"] + n["timed"] > 0
+    assert n["pruned"] == n["pruned_bound"] + n["pruned_memory"]
+    code, out, err = cli(*args)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("# considered"))
+    assert line == (f"# considered {n['considered']:,} layouts ({n['shapes']:,} shapes): "
+                    f"{n['pruned_bound']:,} pruned by bound, {n['pruned_memory']:,} by memory, "
+                    f"{n['timed']:,} timed")

@@ -303,10 +303,12 @@ class _Bounds:
         out: dict[str, float] = {}
         per_stage: dict[str, list[float]] = {rc: [] for rc in RECOMPUTE}
         per_stage_n: list[int] = []
+        per_stage_moe: list[int] = []
         for st in sorted({0, par.pp - 1}):
             f = b = a = 0.0
             layers = stage_layers(m, par, st)
             per_stage_n.append(len(layers))
+            per_stage_moe.append(sum(1 for i in layers if m.moe_layer(i)))
             for i in layers:
                 lf, lb, la = self._pass(m.moe_layer(i), i, par)
                 f, b, a = f + lf, b + lb, a + la
@@ -323,12 +325,20 @@ class _Bounds:
             per_stage["selective"].append(f + b + a + hf + hb)
             per_stage["full"].append(2 * f + b + hf + hb)
         tp1, p2p = self._tp(par)
+        a2a = 0.0
+        if m.is_moe and par.ep > 1:
+            size = (par.micro_batch * self.seq / par.cp / par.tp * par.expert_tp * m.top_k
+                    * m.hidden * ACT_BYTES[self.prec])
+            a2a = _coll_time(self.topo, "all_to_all", size, par.group("ep", self.gpn))
         v_ = par.vpp
         pp_e = 2 * p2p * ((par.pp - 1) * v_ if v_ > 1 else par.micro_batches + par.pp - 1)
         for rc, v in per_stage.items():
             # per micro-batch: compute and the exposed TP time of the stage's blocks
+            # (+ the expert all-to-alls, dispatch and combine forward and backward, never
+            # overlapped in the search: it does not try --ep-overlap)
             fb = min(x + tp1 * n * (3 if rc == "full" else 2)
-                     for x, n in zip(v, per_stage_n, strict=True))
+                     + a2a * k * (6 if rc == "full" else 4)
+                     for x, n, k in zip(v, per_stage_n, per_stage_moe, strict=True))
             out[rc] = par.micro_batches * fb + ((par.pp - 1) / par.vpp * fb if par.pp > 1
                                                 else 0.0) + pp_e
         return out

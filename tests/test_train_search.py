@@ -26,10 +26,16 @@ def _layout(r):
     # MoE: expert layouts carved out of dp and folded over tp x dp
     ("qwen3-30b-a3b", {"global_batch": 8, "seq_len": 4096, "micro_batches": (1,),
                        "max_cp": 1, "max_pp": 1}),
+    # two nodes: data parallelism and HSDP across the network
+    ("llama3-8b", {"system": "gpu=H100-SXM,gpus_per_node=4,nodes=2,nic=ib-ndr",
+                   "global_batch": 8, "seq_len": 8192, "micro_batches": (1,), "max_cp": 2,
+                   "max_vpp": 2}),
 ])
 def test_pruned_search_finds_what_brute_force_finds(model, kw):
-    rs, n = S.search_layouts(model, ONE_NODE, top=3, **kw)
-    bf = S.brute_force(model, ONE_NODE, top=3, **kw)
+    kw = dict(kw)
+    system = kw.pop("system", ONE_NODE)
+    rs, n = S.search_layouts(model, system, top=3, **kw)
+    bf = S.brute_force(model, system, top=3, **kw)
     assert [_layout(r) for r in rs] == [_layout(r) for r in bf]
     assert [r.step_time_s for r in rs] == [r.step_time_s for r in bf]
     # every layout considered is counted once: pruned by memory or bound, or timed

@@ -462,7 +462,7 @@ def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int
     ax = _axes(tp_overlap, kw)
     bounds = _Bounds(m, gpu_spec(gpu), seq, prec, _topology(system), gpn, ax)
     counts = SearchCounts()
-    todo: list[tuple[float, Shape, dict[str, float], list[Setting]]] = []
+    todo: list[tuple[float, Shape, dict[str, float], int]] = []
     for sh in shapes(m, gpus, gpn, global_batch=global_batch, seq=seq, axes=ax):
         if not _valid(m, sh, seq, global_batch):
             continue

@@ -176,11 +176,12 @@ def shapes(m: ModelSpec, gpus: int, gpn: int, *, global_batch: int, seq: int,
                     continue
                 # expert layouts: EP carved out of dp x cp with the experts split by tp
                 # (Megatron-Core's default), and, with tp > 1, MoE parallel folding with
-                # whole experts (etp 1) over tp x cp x dp
+                # the experts split by a smaller etp (whole experts at etp 1) over tp x cp x dp
                 eps = [(e, 0) for e in _divisors(dp * cp) if m.experts % e == 0] \
                     if m.is_moe else [(1, 0)]
-                if m.is_moe and tp > 1:
-                    eps += [(e, 1) for e in _divisors(tp * cp * dp)
+                if m.is_moe and tp > 1:    # expert TP: any divisor of tp below it
+                    eps += [(e, et) for et in _divisors(tp) if et < tp
+                            for e in _divisors(tp * cp * dp // et)
                             if e > 1 and m.experts % e == 0]
                 vpps = [1] if pp == 1 or m.layers % pp else \
                     _divisors(m.layers // pp, axes.max_vpp)

@@ -44,6 +44,17 @@ def _etp(p: dict) -> str:
     return f" etp {p['etp']}" if p.get("etp") and p["etp"] != p["tp"] else ""
 
 
+def _run_words(p: dict) -> str:
+    """The search's run settings of a layout (sequence parallelism, offload, overlaps)."""
+    if "tp_overlap" not in p:
+        return " offload" if p.get("offload") else ""
+    words = [("sp" if p["sp"] else "no sp") if p["tp"] > 1 else ""]
+    words += ["offload" if p.get("offload") else ""]
+    words += ["tp-overlap" if p["tp_overlap"] and p["tp"] > 1 else ""]
+    words += ["dp-overlap" if p["dp_overlap"] else "no dp-overlap"]
+    return "".join(f" {w}" for w in words if w)
+
+
 def _print_result(r, rank: int | None = None) -> None:
     p = r.parallel
     head = f"#{rank} " if rank is not None else ""
@@ -51,7 +62,7 @@ def _print_result(r, rank: int | None = None) -> None:
                f" cp {p['cp']} ep {p['ep']}{_etp(p)} vpp {p['vpp']} zero {p['zero']}"
                f"{' fsdp ' + p['fsdp'] if p['fsdp'] else ''} micro-batch {p['micro_batch']} "
                f"global batch {p['global_batch']} (x{p['grad_accum']} accumulation) "
-               f"seq {r.seq_len} {r.precision} recompute {p['recompute']}")
+               f"seq {r.seq_len} {r.precision} recompute {p['recompute']}{_run_words(p)}")
     typer.echo(f"  step time        {_fmt_s(r.step_time_s)}")
     for k, v in r.breakdown_s.items():
         if v > 0:
@@ -128,7 +139,7 @@ def train(
     """Step time of a training job with its breakdown, tokens/s, MFU, memory, bottleneck."""
     from gpufabric.workloads.models import load_model
     from gpufabric.workloads.parallel import Parallel
-    from gpufabric.workloads.search import _topology, search
+    from gpufabric.workloads.search import _topology, search_layouts
     from gpufabric.workloads.training import check_seq_len, predict_step
     from gpufabric.cli.serve import model_and_system
     model, system = model_and_system(model, system, model_file)
@@ -145,18 +156,25 @@ def train(
         gpus = per_domain * domains
         gb = global_batch or gpus
         with Progress("train --search") as progress:
-            rs = search(m, system, global_batch=gb, seq_len=seq, precision=precision, top=top,
-                        tp_overlap=tp_overlap, ray=ray, ray_address=ray_address,
-                        progress=progress.told("layouts"))
+            # TP overlap is searched (on and off) unless --tp-overlap fixes it on
+            rs, counts = search_layouts(m, system, global_batch=gb, seq_len=seq,
+                                        precision=precision, top=top,
+                                        tp_overlap=True if tp_overlap else None, ray=ray,
+                                        ray_address=ray_address,
+                                        progress=progress.told("shapes"))
         if json:
             best = rs[0]
             emit_json({"step_time_s": best.step_time_s,
                        "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
                        "memory_GiB_per_gpu": best.memory_GiB_per_gpu,
+                       "search": counts.to_dict(),
                        "layouts": [r.to_dict() for r in rs]})
             return
         typer.echo(f"# best {len(rs)} layouts of {m.name} on {system} (global batch {gb}, "
                    f"seq {seq}, {precision})")
+        typer.echo(f"# considered {counts.considered:,} layouts ({counts.shapes:,} shapes): "
+                   f"{counts.pruned_bound:,} pruned by bound, {counts.pruned_memory:,} by "
+                   f"memory, {counts.timed:,} timed")
         for i, r in enumerate(rs, 1):
             _print_result(r, i)
         return

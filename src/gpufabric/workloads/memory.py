@@ -200,6 +200,8 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
         shard = min(shard, max(gpn // (par.tp * par.cp), 1) * par.cp)
     eshard = expert_shard(par, shard)
     opt = OPT_B * (dense / (shard if z >= 1 else 1) + expert / (eshard if z >= 1 else 1))
+    if par.offload:            # optimizer states in host memory (streamed by the step)
+        opt = 0.0
     grads = GRAD_B * (dense / (shard if z >= 2 else 1) + expert / (eshard if z >= 2 else 1))
     weights = wb * (dense / (shard if z >= 3 else 1) + expert / (eshard if z >= 3 else 1))
     buffers = 0.0

@@ -57,7 +57,9 @@ class Parallel:
     pipeline stages (model chunks) per rank, 1 for plain 1F1B. ``etp``: tensor parallelism
     inside each expert (0: as ``tp``, Megatron-Core's default); with ``etp`` other than ``tp``
     the expert layout folds over the stage's ``tp * cp * dp`` ranks, which needs the pipeline
-    outermost in ``order``.
+    outermost in ``order``. ``offload``: the optimizer states (FP32 master weights and Adam
+    moments) live in host memory and the optimizer step streams them over the GPU's host link
+    (Megatron-Core ``--optimizer-cpu-offload``, DeepSpeed ZeRO-Offload).
     """
 
     tp: int = 1
@@ -74,6 +76,7 @@ class Parallel:
     recompute: str = "none"
     order: str = DEFAULT_ORDER
     etp: int = 0            # 0: as tp
+    offload: bool = False   # optimizer states in host memory
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"):
@@ -111,6 +114,8 @@ class Parallel:
         if gb % (self.dp * self.micro_batch):
             raise InputError(f"global batch {gb} is not a multiple of dp x micro-batch = "
                              f"{self.dp} x {self.micro_batch}", field="global_batch")
+        if not isinstance(self.offload, bool):
+            raise InputError(f"got {self.offload!r}; allowed: true, false", field="offload")
         if self.vpp > 1 and self.pp == 1:
             raise InputError("virtual pipeline stages need pp > 1", field="vpp")
 

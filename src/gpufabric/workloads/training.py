@@ -78,6 +78,16 @@ TP_OVERLAP_EXPOSED = record("TP_OVERLAP_EXPOSED", 0.4, "fraction",
                             "prior: Megatron-Core/TE tp-comm-overlap and "
                             "torch AsyncTP hide ~half to two thirds of TP communication")
 
+#: bytes per parameter the optimizer step moves each way over the host link with optimizer-state
+#: offload: it reads the FP32 master weight and both Adam moments from host memory and writes
+#: them back (memory.OPT_B); the two directions run at once on a full-duplex PCIe / C2C link
+OFFLOAD_B = record("OFFLOAD_B", 12, "B per parameter each way over the host link",
+                   "training: optimizer step with optimizer-state offload",
+                   "physical: FP32 master weight + two FP32 Adam moments (4+4+4 B, the "
+                   "Megatron-LM distributed-optimizer count) read from and written back to host "
+                   "memory per step, as Megatron-Core --optimizer-cpu-offload and ZeRO-Offload "
+                   "(Ren et al. 2021, arXiv 2101.06840) keep them in host memory; not fitted")
+
 
 #: HBM passes over a CNN's activations per step: written in forward, read in backward, the
 #: gradient written and read, batch-norm statistics read once more
@@ -141,12 +151,23 @@ _NCCL: ContextVar[tuple[str | None, str | None]] = ContextVar("_NCCL", default=(
 _NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
+#: collective times already predicted on one topology, when a caller (the layout search) sets
+#: a dict here for the duration of many predict_step calls on the same system
+COLL_CACHE: ContextVar[dict | None] = ContextVar("COLL_CACHE", default=None)
+
+
 def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
     if g.ranks <= 1 or size <= 0:
         return 0.0
     algo, proto = _NCCL.get() if op in _NCCL_OPS else (None, None)
+    memo = COLL_CACHE.get()
+    key = (op, int(size), g, algo, proto)
+    if memo is not None and key in memo:
+        return memo[key]
     p = C.predict(topo, op, int(size), g.ranks, algo, proto, per_node=g.per_node,
                   concurrent=g.concurrent)
+    if memo is not None:
+        memo[key] = p.time_us * 1e-6
     return p.time_us * 1e-6
 
 
@@ -448,6 +469,9 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     shard = (shard_grp.ranks if par.fsdp == "hybrid" else par.dp * par.cp) if z >= 1 else 1
     eshard = expert_shard(par, shard) if z >= 1 else 1
     opt = op_time_s(optimizer_op(dense / shard + expert / eshard), g, prec)
+    if par.offload:   # states streamed over the host link while the GPU updates them
+        opt = max(opt, OFFLOAD_B.value * (dense / shard + expert / eshard)
+                  / (host_link_GBps(topo) * 1e9))
     breakdown = {
         "compute": mbs * (fwd + bwd),
         "tp_comm": mbs * tp_e,
@@ -509,6 +533,21 @@ def chunked_exposure(total: float, chunks: int, unit: float, group: int) -> floa
     d = total / max(1, chunks)
     return max(0.0, d - DP_OVERLAP.value * unit
                + (chunks - 1) * max(0.0, d - group * unit))
+
+
+def host_link_GBps(topo: Topology) -> float:
+    """Per-direction rate of the first GPU's link to its host (PCIe to a root port or switch,
+    or NVLink-C2C to a Grace CPU), from the catalog through the built topology.
+
+    >>> host_link_GBps(_topology("gpu=H100-SXM,gpus_per_node=8,nodes=1"))
+    63.0
+    """
+    gid = topo.gpus()[0].id
+    rates = [ln.bw_GBps for _, ln in topo.neighbors(gid) if ln.kind in ("pcie", "c2c")]
+    if not rates:
+        raise InputError("the system gives its GPUs no PCIe or C2C link to a host, which "
+                         "optimizer-state offload needs", field="offload")
+    return max(rates)
 
 
 def _hybrid_groups(par: Parallel, gpn: int) -> tuple[Group, Group]:
@@ -650,4 +689,4 @@ def _link_words(topo: Topology, grp: Group) -> str:
 
 __all__ = ["StepResult", "predict_step", "SAC_POLICIES", "RECOMPUTE_MODULES", "op_sac_recompute_s",
            "model_flops_per_token", "bottleneck", "LAYER_OVERHEAD_US", "DP_OVERLAP",
-           "TP_OVERLAP_EXPOSED", "MemoryBreakdown"]
+           "TP_OVERLAP_EXPOSED", "OFFLOAD_B", "host_link_GBps", "MemoryBreakdown"]

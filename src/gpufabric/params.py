@@ -119,9 +119,12 @@ def single_entry(layer: str | None = None) -> list[Param]:
     """The fitted records (one layer or all) that rest on a single entry (see
     :attr:`Param.single_entry`).
 
+    Examples
+    --------
     >>> import gpufabric.collectives.params
-    >>> [p.fitted_on for p in single_entry("collectives")][0]
-    ('rtx4090-8gpu-small-latency',)
+    >>> recs = single_entry("collectives")
+    >>> all(p.kind == "fitted" and p.single_entry for p in recs)
+    True
     """
     return [p for p in REGISTRY.values()
             if p.single_entry and (layer is None or p.layer == layer)]

@@ -344,6 +344,8 @@ def model_key(text: str) -> str:
     lower case, the maker, the fine-tune and precision suffixes, parenthetical remarks, a
     Hugging Face organisation and every separator dropped.
 
+    Examples
+    --------
     >>> [model_key(t) for t in ("Llama-3.1-405B", "LLAMA3.1_405B", "llama3.1-405b",
     ...                         "Meta-Llama-3.1-405B-Instruct")]
     ['llama3.1405b', 'llama3.1405b', 'llama3.1405b', 'llama3.1405b']

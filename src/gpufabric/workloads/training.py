@@ -29,7 +29,7 @@ Examples
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpufabric import collectives as C
@@ -246,12 +246,50 @@ class _Pass:
     ep: float = 0.0
 
 
-def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPUSpec,
-                flash: bool, topo: Topology, groups: dict[str, Group], tp_overlap: bool,
-                comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
-                sac: str = "attention", modules: tuple[str, ...] = ()) -> _Pass:
+@dataclass(frozen=True)
+class StepOptions:
+    """How a job runs, beyond its layout (see :func:`predict_step` for each)."""
+
+    precision: str = "bf16"
+    flash: bool = True
+    tp_overlap: bool = False
+    dp_overlap: bool = True
+    fused: bool = True
+    attn_kernel: str = "native"
+    ep_overlap: bool = False
+    sac: str = "attention"
+    recompute_modules: tuple[str, ...] = ()
+    zero3_overlap: bool = True
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
+    power_cap_W: float | None = None
+    check_memory: bool = False
+
+
+@dataclass
+class _Step:
+    """One step's inputs, resolved: the model, layout, sequence, precision, GPU, system, the
+    layout's groups, the options, and the communication totals the passes add to."""
+
+    m: ModelSpec
+    par: Parallel
+    seq: int
+    prec: str
+    g: GPUSpec
+    topo: Topology
+    groups: dict[str, Group]
+    o: StepOptions
+    comm: dict[str, float] = field(default_factory=lambda: {
+        k: 0.0 for k in ("tp", "cp", "ep", "pp", "dp", "zero3")})
+
+
+def _layer_pass(c: _Step, i: int, comm: dict[str, float]) -> _Pass:
+    """Forward and backward time of block ``i`` for one micro-batch, and its exposed TP, CP
+    and EP communication (each collective's whole time is added to ``comm``)."""
+    m, par, seq, prec, g, topo, groups = c.m, c.par, c.seq, c.prec, c.g, c.topo, c.groups
+    attn_kernel, sac, modules = c.o.attn_kernel, c.o.sac, c.o.recompute_modules
     ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
-                    precision=prec, flash=flash, fused=fused, etp=par.expert_tp)
+                    precision=prec, flash=c.o.flash, fused=c.o.fused, etp=par.expert_tp)
     fwd = bwd = attn_f = 0.0
     times: list[float] = []
     for o in ops:
@@ -290,7 +328,7 @@ def _layer_pass(m: ModelSpec, i: int, par: Parallel, seq: int, prec: str, g: GPU
         syncs = 1 if m.parallel_block else 2
         tp_all = syncs * t1 * (2 if par.recompute != "full" else 3)
         comm["tp"] += tp_all
-        res.tp = tp_all * (TP_OVERLAP_EXPOSED.value if tp_overlap else 1.0)
+        res.tp = tp_all * (TP_OVERLAP_EXPOSED.value if c.o.tp_overlap else 1.0)
     if par.cp > 1:
         kvw = (m.kv_lora_rank + m.qk_rope_head_dim if m.attention == "mla"
                else 2 * max(m.kv_heads // par.tp, 1) * m.head_dim)
@@ -325,14 +363,12 @@ def check_seq_len(seq_len: int | None, m: ModelSpec) -> int:
 
 
 def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
-                 seq_len: int | None = None, *, precision: str = "bf16", flash: bool = True,
-                 tp_overlap: bool = False, dp_overlap: bool = True, fused: bool = True,
-                 attn_kernel: str = "native", ep_overlap: bool = False,
-                 sac: str = "attention", recompute_modules: tuple[str, ...] = (),
-                 zero3_overlap: bool = True, nccl_algo: str | None = None,
-                 nccl_proto: str | None = None,
-                 power_cap_W: float | None = None, check_memory: bool = False) -> StepResult:
+                 seq_len: int | None = None, options: StepOptions | None = None,
+                 **kw: Any) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
+
+    How the job runs beyond its layout is ``options`` (a :class:`StepOptions`), or its fields
+    as keywords (``precision="fp8", tp_overlap=True``), which override ``options``.
 
     ``system`` is a Topology or anything :func:`gpufabric.topology.build.load` takes. With
     ``check_memory`` a layout that does not fit raises :class:`InputError`; otherwise the
@@ -354,37 +390,31 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     ``nccl_proto``: the algorithm and protocol the job forces (``NCCL_ALGO`` / ``NCCL_PROTO``)
     for its all-reduces, all-gathers and reduce-scatters; None: NCCL's own choice.
     """
-    token = _NCCL.set((nccl_algo, nccl_proto))
+    o = replace(options or StepOptions(), **kw)
+    token = _NCCL.set((o.nccl_algo, o.nccl_proto))
     try:
-        return _predict_step(model, system, par, seq_len, precision=precision, flash=flash,
-                             tp_overlap=tp_overlap, dp_overlap=dp_overlap, fused=fused,
-                             attn_kernel=attn_kernel, ep_overlap=ep_overlap, sac=sac,
-                             recompute_modules=recompute_modules,
-                             zero3_overlap=zero3_overlap, power_cap_W=power_cap_W,
-                             check_memory=check_memory)
+        return _predict_step(model, system, par, seq_len, o)
     finally:
         _NCCL.reset(token)
 
 
-def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
-                  seq_len: int | None, *, precision: str, flash: bool, tp_overlap: bool,
-                  dp_overlap: bool, fused: bool, attn_kernel: str, ep_overlap: bool, sac: str,
-                  recompute_modules: tuple[str, ...], zero3_overlap: bool,
-                  power_cap_W: float | None, check_memory: bool) -> StepResult:
-    if sac not in SAC_POLICIES:
-        raise InputError(f"got {sac!r}; allowed: {', '.join(SAC_POLICIES)}", field="sac")
-    modules = tuple(recompute_modules)
-    for mod in modules:
+def _resolve(model: ModelSpec | str, system: Topology | str, par: Parallel,
+             seq_len: int | None, o: StepOptions) -> _Step:
+    """The step's inputs checked and resolved: options, model, system, GPU (power-capped),
+    sequence length, a layout that fits the system and divides the model."""
+    if o.sac not in SAC_POLICIES:
+        raise InputError(f"got {o.sac!r}; allowed: {', '.join(SAC_POLICIES)}", field="sac")
+    for mod in o.recompute_modules:
         if mod not in RECOMPUTE_MODULES:
             raise InputError(f"got {mod!r}; allowed: {', '.join(RECOMPUTE_MODULES)}",
                              field="recompute_modules")
+    o = replace(o, recompute_modules=tuple(o.recompute_modules))
     m = load_model(model)
     topo = _topology(system)
-    prec = check_precision(precision)
-    gname = topo.gpus()[0].model
-    g = gpu_spec(gname)
-    if power_cap_W is not None:
-        g = power_capped(g, power_cap_W)
+    prec = check_precision(o.precision)
+    g = gpu_spec(topo.gpus()[0].model)
+    if o.power_cap_W is not None:
+        g = power_capped(g, o.power_cap_W)
     g.peak_tflops(prec)            # refuses a precision the part lacks
     gpn, domains = topo.scale_up()      # groups are laid out per NVLink domain
     total = gpn * domains
@@ -397,38 +427,86 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     elif max(par.tp, par.pp, par.cp, par.ep) > 1:
         raise InputError(f"{m.name} is a {m.arch}: data parallelism only (tp, pp, cp and ep "
                          "must be 1)", field="tp")
-    mem = training_memory(m, par, seq, gname, precision=prec, flash=flash, gpus_per_node=gpn)
-    if check_memory and not mem.fits:
-        check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=flash,
-                                 gpus_per_node=gpn))
     groups = {k: par.group(k, gpn) for k in ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp")}
-    comm = {k: 0.0 for k in ("tp", "cp", "ep", "pp", "dp", "zero3")}
-    notes: list[str] = []
+    return _Step(m, par, seq, prec, g, topo, groups, o)
+
+
+def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                  seq_len: int | None, o: StepOptions) -> StepResult:
+    c = _resolve(model, system, par, seq_len, o)
+    m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
+    gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
+    mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn)
+    if o.check_memory and not mem.fits:
+        check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
+                                 gpus_per_node=gpn))
     if m.is_transformer:
-        fwd, bwd, tp_e, cp_e, ep_e = _stage_times(m, par, seq, prec, g, flash, topo, groups,
-                                                  tp_overlap, comm, fused, attn_kernel, sac,
-                                                  modules)
+        fwd, bwd, tp_e, cp_e, ep_e = _stage_times(c)
     else:
         fwd, bwd, tp_e, cp_e, ep_e = _cnn_times(m, par, g, prec)
-    mbs = par.micro_batches
-    v = par.vpp
-    if ep_overlap:
+    mbs, v = par.micro_batches, par.vpp
+    if o.ep_overlap:
         ep_e = max(0.0, ep_e - (fwd + bwd))
     per_mb = fwd + bwd + tp_e + cp_e + ep_e
     bubble = (par.pp - 1) / v * per_mb if par.pp > 1 else 0.0
-    eb = ACT_BYTES[prec]
-    # pipeline send/recv of the boundary activations, forward and backward
-    pp_e = 0.0
-    if par.pp > 1:
-        act = par.micro_batch * seq / par.cp * m.hidden * eb / (par.tp if par.sp else 1)
-        t_p2p = _coll_time(topo, "send_recv", act, groups["pp"])
-        comm["pp"] = 2 * t_p2p * mbs * v
-        # interleaving overlaps the p2p with compute except on the fill/drain chain
-        pp_e = 2 * t_p2p * ((par.pp - 1) * v if v > 1 else mbs + par.pp - 1)
-    # data parallel: gradients (and parameters with a distributed optimizer / ZeRO)
+    dp_e, z3_e, opt = _data_parallel(c, fwd, bwd, tp_e + ep_e)
+    breakdown = {
+        "compute": mbs * (fwd + bwd),
+        "tp_comm": mbs * tp_e,
+        "cp_comm": mbs * cp_e,
+        "ep_comm": mbs * ep_e,
+        "pp_comm": _pipeline_send(c),
+        "dp_comm": dp_e,
+        "zero3_gather": z3_e,
+        "pipeline_bubble": bubble,
+        "optimizer": opt,
+    }
+    step = sum(breakdown.values())
+    tokens = par.batch * seq
+    flops = model_flops_per_token(m, seq) * tokens
+    world = par.world
+    peak = g.peak_tflops(prec) * 1e12
+    mfu = flops / (step * world * peak)
+    notes: list[str] = []
+    res = StepResult(
+        m.name, str(topo.meta.get("source") or topo.name), g.name, world, par.to_dict(), seq,
+        prec, step, tokens / step, tokens / step / world, flops / step / world / 1e12, mfu,
+        round(mem.total_GiB, 2), mem.fits, breakdown, c.comm,
+        {k: asdict(x) for k, x in groups.items() if x.ranks > 1}, mem.to_dict(), "", flops,
+        notes)
+    res.bottleneck = bottleneck(res, topo, groups)
+    if not mem.fits:
+        notes.append(f"does not fit: needs {mem.total_GiB:.1f} GiB per GPU, {g.name} has "
+                     f"{mem.capacity_GiB:g}")
+    return res
+
+
+def _pipeline_send(c: _Step) -> float:
+    """Exposed pipeline send/recv of the boundary activations, forward and backward
+    (interleaving overlaps it with compute except on the fill/drain chain)."""
+    par, m = c.par, c.m
+    if par.pp <= 1:
+        return 0.0
+    act = par.micro_batch * c.seq / par.cp * m.hidden * ACT_BYTES[c.prec] / (
+        par.tp if par.sp else 1)
+    t_p2p = _coll_time(c.topo, "send_recv", act, c.groups["pp"])
+    mbs, v = par.micro_batches, par.vpp
+    c.comm["pp"] = 2 * t_p2p * mbs * v
+    return 2 * t_p2p * ((par.pp - 1) * v if v > 1 else mbs + par.pp - 1)
+
+
+def _data_parallel(c: _Step, fwd: float, bwd: float, exposed: float
+                   ) -> tuple[float, float, float]:
+    """(exposed data-parallel reduction, exposed ZeRO-3 gathers, optimizer step): gradients
+    (and parameters with a distributed optimizer / ZeRO) reduced over the data-parallel
+    groups, under the last micro-batch's backward (its compute and ``exposed`` TP/EP time)
+    and the next step's first forward, chunk by chunk with virtual stages."""
+    m, par, topo, groups, o = c.m, c.par, c.topo, c.groups, c.o
+    gpn = topo.scale_up()[0]
+    eb = ACT_BYTES[c.prec]
     dense, expert = params_per_gpu(m, par, 0)
     z = par.zero_stage
-    grad_b = 4 if prec in ("fp32", "tf32") else 2
+    grad_b = 4 if c.prec in ("fp32", "tf32") else 2
     dp_t = dp_ag = 0.0
     shard_grp = groups["dp_cp"]
     if par.fsdp == "hybrid":     # HSDP: shard inside a node, replicate across nodes
@@ -445,14 +523,12 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
             dp_t += _coll_time(topo, "reduce_scatter", n_par * grad_b, grp)
             if z < 3:     # updated parameters gathered back (distributed optimizer)
                 dp_ag += _coll_time(topo, "all_gather", n_par * eb, grp)
-    comm["dp"] = dp_t + dp_ag
-    # gradients reduce under the last micro-batch's backward, parameters gather under the
-    # next step's first forward; with virtual stages, chunk by chunk (chunked_exposure)
+    c.comm["dp"] = dp_t + dp_ag
+    mbs, v = par.micro_batches, par.vpp
     # (ZeRO-3/FSDP: the reduce-scatter rides the same prefetching streams as the gathers)
-    overlap = zero3_overlap if z >= 3 else dp_overlap
-    if overlap:
+    if (o.zero3_overlap if z >= 3 else o.dp_overlap):
         group = min(par.pp, mbs)
-        dp_e = (chunked_exposure(dp_t, v, (bwd + tp_e + ep_e) / v, group)
+        dp_e = (chunked_exposure(dp_t, v, (bwd + exposed) / v, group)
                 + chunked_exposure(dp_ag, v, fwd / v, group))
     else:
         dp_e = dp_t + dp_ag
@@ -460,46 +536,17 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     z3_e = 0.0
     if z >= 3:
         t_ag = _coll_time(topo, "all_gather", (dense + expert) * eb, shard_grp)
-        comm["zero3"] = 2 * t_ag * mbs
-        if zero3_overlap:
-            z3_e = mbs * (max(0.0, t_ag - fwd) + max(0.0, t_ag - bwd))
-        else:
-            z3_e = comm["zero3"]
+        c.comm["zero3"] = 2 * t_ag * mbs
+        z3_e = (mbs * (max(0.0, t_ag - fwd) + max(0.0, t_ag - bwd)) if o.zero3_overlap
+                else c.comm["zero3"])
     # optimizer step on this GPU's shard
     shard = (shard_grp.ranks if par.fsdp == "hybrid" else par.dp * par.cp) if z >= 1 else 1
     eshard = expert_shard(par, shard) if z >= 1 else 1
-    opt = op_time_s(optimizer_op(dense / shard + expert / eshard), g, prec)
+    opt = op_time_s(optimizer_op(dense / shard + expert / eshard), c.g, c.prec)
     if par.offload:   # states streamed over the host link while the GPU updates them
         opt = max(opt, OFFLOAD_B.value * (dense / shard + expert / eshard)
                   / (host_link_GBps(topo) * 1e9))
-    breakdown = {
-        "compute": mbs * (fwd + bwd),
-        "tp_comm": mbs * tp_e,
-        "cp_comm": mbs * cp_e,
-        "ep_comm": mbs * ep_e,
-        "pp_comm": pp_e,
-        "dp_comm": dp_e,
-        "zero3_gather": z3_e,
-        "pipeline_bubble": bubble,
-        "optimizer": opt,
-    }
-    step = sum(breakdown.values())
-    tokens = par.batch * seq
-    flops = model_flops_per_token(m, seq) * tokens
-    world = par.world
-    peak = g.peak_tflops(prec) * 1e12
-    mfu = flops / (step * world * peak)
-    res = StepResult(
-        m.name, str(topo.meta.get("source") or topo.name), g.name, world, par.to_dict(), seq,
-        prec, step, tokens / step, tokens / step / world, flops / step / world / 1e12, mfu,
-        round(mem.total_GiB, 2), mem.fits, breakdown, comm,
-        {k: asdict(v) for k, v in groups.items() if v.ranks > 1}, mem.to_dict(), "", flops,
-        notes)
-    res.bottleneck = bottleneck(res, topo, groups)
-    if not mem.fits:
-        notes.append(f"does not fit: needs {mem.total_GiB:.1f} GiB per GPU, {g.name} has "
-                     f"{mem.capacity_GiB:g}")
-    return res
+    return dp_e, z3_e, opt
 
 
 def chunked_exposure(total: float, chunks: int, unit: float, group: int) -> float:
@@ -586,12 +633,9 @@ def _check_divisible(m: ModelSpec, par: Parallel, seq: int) -> None:
                          field="seq_len")
 
 
-def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, flash: bool,
-                 topo: Topology, groups: dict[str, Group], tp_overlap: bool,
-                 comm: dict[str, float], fused: bool = True, attn_kernel: str = "native",
-                 sac: str = "attention", modules: tuple[str, ...] = ()
-                 ) -> tuple[float, float, float, float, float]:
+def _stage_times(c: _Step) -> tuple[float, float, float, float, float]:
     """Forward, backward and exposed TP/CP/EP time of one micro-batch on the slowest stage."""
+    m, par, seq, prec, g, comm = c.m, c.par, c.seq, c.prec, c.g, c.comm
     cache: dict[bool, _Pass] = {}
     scratch = {k: 0.0 for k in comm}
     best: tuple[float, float, float, float, float] | None = None
@@ -603,9 +647,7 @@ def _stage_times(m: ModelSpec, par: Parallel, seq: int, prec: str, g: GPUSpec, f
             key = m.moe_layer(i)
             if key not in cache:
                 c0 = dict(scratch)
-                cache[key] = _layer_pass(m, i, par, seq, prec, g, flash, topo, groups,
-                                         tp_overlap, scratch, fused, attn_kernel, sac,
-                                         modules)
+                cache[key] = _layer_pass(c, i, scratch)
                 cache[key].__dict__["_comm"] = {k: scratch[k] - c0[k] for k in scratch}
             p = cache[key]
             f, b, tp_e, cp_e, ep_e = f + p.fwd, b + p.bwd, tp_e + p.tp, cp_e + p.cp, ep_e + p.ep

@@ -64,3 +64,20 @@ def test_no_module_imports_a_layer_below_its_own():
             if used != own and order[used] > order[own]:
                 upward.append(f"{rel} imports {used}")
     assert upward == []
+
+
+def test_no_function_outside_the_command_line_is_longer_than_120_lines():
+    """A small core: the longest pieces of logic are split into steps that read and test
+    on their own (the typer commands in cli/, which declare one option per line, aside)."""
+
+    src = Path(__file__).resolve().parents[1] / "src" / "gpufabric"
+    long = []
+    for path in src.rglob("*.py"):
+        if "cli" in path.parts or path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > 120:
+                    long.append(f"{path.relative_to(src)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []

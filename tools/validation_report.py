@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,7 @@ def run_file(name: str) -> dict[str, Any]:
     exe = Path(sys.executable).with_name("gpufabric")
     out = subprocess.run([str(exe), "validate", f"{DATA}/{name}", "--json"], cwd=ROOT,
                          capture_output=True, text=True, check=True,
-                         env={"GPUFABRIC_PROGRESS": "off", "PATH": "/usr/bin:/bin"}).stdout
+                         env={**os.environ, "GPUFABRIC_PROGRESS": "off"}).stdout
     return dict(json.loads(out))
 
 

@@ -33,7 +33,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["collectives.yaml"]),
     ("Collectives: hold-out 1", "published nccl-tests runs of other machines",
      ["holdout.yaml"]),
-    ("Collectives: hold-out 2", "rack-scale and multi-node runs", ["holdout2.yaml"]),
+    ("Collectives: hold-out 2",
+     "rack-scale NVLink domains, multi-node clusters and cloud fabrics", ["holdout2.yaml"]),
     ("Collectives: hold-out 3", "runs published outside the other files", ["holdout3.yaml"]),
     ("Collectives: hold-out 4", "published runs of machines collected as a blind test",
      ["holdout4.yaml"]),
@@ -45,7 +46,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["training_holdout2.yaml"]),
     ("Inference", "published serving figures (throughput, latencies, KV transfers)",
      ["inference.yaml"]),
-    ("Inference: prefill/decode disaggregation", "published disaggregated serving runs",
+    ("Inference: prefill/decode disaggregation",
+     "published pool figures of disaggregated serving with large expert parallelism",
      ["inference_pd.yaml"]),
 ]
 #: the status blocks of a summary, in the order shown (held-out first)

@@ -344,8 +344,8 @@ def model_key(text: str) -> str:
     lower case, the maker, the fine-tune and precision suffixes, parenthetical remarks, a
     Hugging Face organisation and every separator dropped.
 
-    >>> [model_key(t) for t in ("Llama-3.1-405B", "LLAMA3.1_405B", "llama3.1-405b",
-    ...                         "Meta-Llama-3.1-405B-Instruct")]
+    >>> list(map(model_key, ("Llama-3.1-405B", "LLAMA3.1_405B", "llama3.1-405b",
+    ...                      "Meta-Llama-3.1-405B-Instruct")))
     ['llama3.1405b', 'llama3.1405b', 'llama3.1405b', 'llama3.1405b']
     >>> model_key("Llama 3.3 70B (nvidia/Llama-3.3-70B-Instruct-FP8)")
     'llama3.370b'

@@ -1,0 +1,184 @@
+"""Write docs/validation.md: the model's current figures against published measurements.
+
+For every measurements file in tests/data/calibration/ it runs ``gpufabric validate FILE
+--json`` (each file in its own process, as a user runs it) and renders the summary: the
+held-out points first (no parameter fitted on them, not looked at while the model changed),
+per metric, then the fitted and the looked-at points apart, each file with the one command
+that reproduces its figures. The four collective hold-outs are also pooled, as
+``gpufabric validate tests/data/calibration/holdout*.yaml`` pools them.
+
+Run by hand after a model change (about a minute)::
+
+    .venv/bin/python tools/validation_report.py            # writes docs/validation.md
+    .venv/bin/python tools/validation_report.py --out /tmp/v.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = "tests/data/calibration"
+
+#: (section title, what the file holds, its files); the order of the page
+SECTIONS: list[tuple[str, str, list[str]]] = [
+    ("Collectives: calibration file",
+     "nccl-tests figures of the machines the collective parameters were fitted on",
+     ["collectives.yaml"]),
+    ("Collectives: hold-out 1", "published nccl-tests runs of other machines",
+     ["holdout.yaml"]),
+    ("Collectives: hold-out 2",
+     "rack-scale NVLink domains, multi-node clusters and cloud fabrics", ["holdout2.yaml"]),
+    ("Collectives: hold-out 3", "runs published outside the other files", ["holdout3.yaml"]),
+    ("Collectives: hold-out 4", "published runs of machines collected as a blind test",
+     ["holdout4.yaml"]),
+    ("Collectives: the four hold-outs together", "hold-outs 1 to 4 pooled",
+     ["holdout.yaml", "holdout2.yaml", "holdout3.yaml", "holdout4.yaml"]),
+    ("Training", "published training runs (tokens/s per GPU; images/s for CNNs)",
+     ["training.yaml"]),
+    ("Training: hold-out 2", "published training runs collected after the model was settled",
+     ["training_holdout2.yaml"]),
+    ("Inference", "published serving figures (throughput, latencies, KV transfers)",
+     ["inference.yaml"]),
+    ("Inference: prefill/decode disaggregation",
+     "published pool figures of disaggregated serving with large expert parallelism",
+     ["inference_pd.yaml"]),
+]
+#: the status blocks of a summary, in the order shown (held-out first)
+STATUSES = [("held-out", None), ("fitted", "fitted"), ("looked-at", "looked_at")]
+#: the collectives' own split of a block (gpufabric.collectives.validate.by_size)
+SIZES = [("large", ">= 64 MiB, busbw"), ("small", "< 64 KiB, time")]
+
+
+def command(files: list[str]) -> str:
+    """The one command that reproduces a section's figures."""
+    if len(files) > 1 and all(f.startswith("holdout") for f in files):
+        return f"gpufabric validate {DATA}/holdout*.yaml"
+    return "gpufabric validate " + " ".join(f"{DATA}/{f}" for f in files)
+
+
+def run_file(name: str) -> dict[str, Any]:
+    """``gpufabric validate FILE --json`` of one file (its own process)."""
+    exe = Path(sys.executable).with_name("gpufabric")
+    out = subprocess.run([str(exe), "validate", f"{DATA}/{name}", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "GPUFABRIC_PROGRESS": "off"}).stdout
+    return dict(json.loads(out))
+
+
+def pooled_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary over several files' points, as ``validate`` pools several files."""
+    from gpufabric import validation
+    from gpufabric.collectives.validate import by_size
+    split = by_size if any(r.get("kind") == "collectives" for r in results) else None
+    return validation.pooled(results, split)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f} %"
+
+
+def _row(status: str, metric: str, b: dict[str, Any], sized: bool) -> str:
+    cells = [status, metric, str(b["points"]), _pct(b["median_abs_pct"]),
+             _pct(b["p90_abs_pct"]), _pct(b["max_abs_pct"])]
+    if sized:
+        large, small = b["by_size"]["large"], b["by_size"]["small"]
+        cells += [f"{_pct(large['median_abs_pct'])} / {_pct(large['max_abs_pct'])} "
+                  f"({large['points']})", f"{_pct(small['median_abs_pct'])} ({small['points']})"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _block(summary: dict[str, Any], key: str | None) -> dict[str, Any]:
+    return summary if key is None else dict(summary[key])
+
+
+def summary_table(summary: dict[str, Any]) -> list[str]:
+    """The rows of one summary: each status (held-out first) over all metrics, then per
+    metric where there are several; empty fitted / looked-at blocks are left out."""
+    sized = "by_size" in summary
+    cols = ["status", "metric", "points", "median", "p90", "max"]
+    if sized:
+        cols += [f"large ({SIZES[0][1]}): median / max (points)",
+                 f"small ({SIZES[1][1]}): median (points)"]
+    head = ["| " + " | ".join(cols) + " |"]
+    rule = ["| --- | --- |" + " ---: |" * (len(cols) - 2)]
+    rows = head + rule
+    metrics = sorted(summary["by_metric"])
+    for status, key in STATUSES:
+        block = _block(summary, key)
+        if key is not None and block["points"] == 0:
+            continue
+        rows.append(_row(status, "all", block, sized))
+        if len(metrics) > 1:
+            for m in metrics:
+                b = _block(summary["by_metric"][m], key)
+                if b["points"]:
+                    rows.append(_row(status, m, b, sized))
+    return rows
+
+
+def render(sections: list[tuple[str, str, list[str], dict[str, Any], int]]) -> str:
+    """The page from ``(title, what, files, summary, skipped points)`` per section."""
+    out = ["# Validation", "",
+           "How far the model's predictions are from published measurements, per measurements",
+           "file and metric. Each figure is the absolute error `|predicted / measured - 1|` over",
+           "a file's points: the median, the 90th percentile and the maximum. **held-out** points",
+           "are of entries no parameter was fitted on and nobody looked at while the model",
+           "changed: they are the headline. **fitted** points are of entries a parameter record",
+           "names in its `fitted_on` (`gpufabric params`); **looked-at** points are of entries",
+           "marked `looked_at` in their file, with the reason. How a status is derived:",
+           "[Measurement files](calibration.md).", "",
+           "This page is generated by `.venv/bin/python tools/validation_report.py` from the",
+           "`--json` output of the command under each section; run that command to see every",
+           "point, its prediction's breakdown and the points skipped with their reasons.", "",
+           "## Overview (held-out points)", "",
+           "| file | what | points | median | p90 | max |",
+           "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for title, what, _files, s, _skipped in sections:
+        anchor = title.lower().replace(":", "").replace("/", "").replace(" ", "-")
+        out.append(f"| [{title}](#{anchor}) | {what} | {s['points']} | "
+                   f"{_pct(s['median_abs_pct'])} | {_pct(s['p90_abs_pct'])} | "
+                   f"{_pct(s['max_abs_pct'])} |")
+    out.append("")
+    for title, what, files, s, skipped in sections:
+        names = ", ".join(f"`{DATA}/{f}`" for f in files)
+        out += [f"## {title}", "", f"{names}: {what}.", "",
+                f"Reproduce: `{command(files)}`", "", *summary_table(s), ""]
+        if skipped:
+            out += [f"{skipped} skipped (entries or points the model cannot predict; the command "
+                    "prints each with its reason).", ""]
+    return "\n".join(out)
+
+
+def collect() -> list[tuple[str, str, list[str], dict[str, Any], int]]:
+    """Run every file's validator once and build the sections."""
+    cache: dict[str, dict[str, Any]] = {}
+    sections = []
+    for title, what, files in SECTIONS:
+        for f in files:
+            if f not in cache:
+                print(f"validate {f} ...", file=sys.stderr, flush=True)
+                cache[f] = run_file(f)
+        results = [cache[f] for f in files]
+        summary = results[0]["summary"] if len(results) == 1 else pooled_summary(results)
+        skipped = sum(len(r.get("skipped", [])) for r in results)
+        sections.append((title, what, files, summary, skipped))
+    return sections
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "validation.md"))
+    args = ap.parse_args(argv)
+    Path(args.out).write_text(render(collect()))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

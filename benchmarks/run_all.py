@@ -35,7 +35,6 @@ QUICK: dict[str, list[str]] = {
     "k8s_chaos": ["--seconds", "15"],
     "scheduler": ["--traces", "default", "--policies", "fgd", "--runs", "2",
                   "--data-dir", "../shared/traces/openb"],
-    "serve_sim": ["--requests", "20000"],
 }
 #: seconds after which a benchmark is stopped (its output so far is still shown)
 TIMEOUT_S = 600

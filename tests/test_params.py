@@ -1,6 +1,7 @@
 """One record type for every model constant: collectives and workloads share the registry."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,59 @@ def test_cli_params_by_layer(cli):
     assert "KERNEL_US                  prior    workloads    us" in out
     code, _, err = cli("params", "--layer", "scheduler")
     assert code == 2 and "--layer: unknown layer 'scheduler'" in err
+
+
+#: what a record's history looks like (a record keeps its source and what it was fitted on):
+#: a refit's old -> new, "was <value>", a work stop or a project issue, a fitting pass,
+#: "before/after/once/since" a change, "no longer". An issue of another repository
+#: ("NVIDIA/nccl issue 527") is a source and stays.
+HISTORY = re.compile(
+    r"(?i)\brefit\b|\b\d[\d.]*\s*->\s*\d[\d.]*\s*(?:once|after|when|since)\b|\bwas\s+\d"
+    r"|\bwas\s+(?:refit|fitted on|changed|raised|lowered|tuned)\b|\bstop\s+\d+"
+    r"|\bissue\s+\d+|\b(?:first|second|third|"
+    r"\d+(?:st|nd|rd|th))\s+pass\b|\bpass\s+\d+|\b(?:before|after|once|since)\s+the\s+"
+    r"(?:refit|fit|change|fix)\b|\bno longer\b|\bwere modell?ed\b|\bwas modell?ed\b"
+    r"|\bused to be\b|\bpreviously\b")
+#: an issue of a named repository (owner/name issue N) is a source, not history
+CITED_ISSUE = re.compile(r"[\w.-]+/[\w.-]+\s+issues?\s+\d+")
+
+
+def history(text: str) -> bool:
+    """Whether a source string tells the record's history."""
+    return bool(HISTORY.search(CITED_ISSUE.sub("", text)))
+
+
+def _yaml_sources(node, where=""):
+    """Every ``source`` string of a profile YAML (engines, frameworks, precisions)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "source" and isinstance(v, str):
+                yield f"{where}.source", v
+            else:
+                yield from _yaml_sources(v, f"{where}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _yaml_sources(v, f"{where}[{i}]")
+
+
+def test_history_pattern_tells_sources_from_history():
+    for text in ("refit 0.75 -> 0.77 once the casts were modelled", "was 0.75",
+                 "issue 7's second pass", "stop 12", "that entry is no longer held out"):
+        assert history(text), text
+    for text in ("NVIDIA/nccl issue 527", "the next all-gather issued before the gradient",
+                 "after the backward pass", "Llama 2 34B was not released",
+                 "3.8e9 multiply-adds -> 2 x 4.1e9 FLOPs"):
+        assert not history(text), text
+
+
+def test_records_keep_sources_not_history():
+    """Every record's source and every profile YAML's source states facts and where they come
+    from, never the record's history (no 'refit a -> b', 'was', 'stop N', 'issue N',
+    'pass N')."""
+    bad = [(p.name, p.source) for p in params.REGISTRY.values() if history(p.source)]
+    data = Path(compute.__file__).parent / "data"
+    for f in sorted([*data.glob("engines/*.yaml"), *data.glob("frameworks/*.yaml"),
+                     data / "precisions.yaml"]):
+        bad += [(f"{f.name}{w}", s) for w, s in _yaml_sources(load_yaml(f))
+                if history(s)]
+    assert bad == []

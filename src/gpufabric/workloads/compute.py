@@ -85,11 +85,11 @@ GEMM_EFF_DEFAULT = record("GEMM_EFF_DEFAULT", 0.60, "fraction of peak",
 #: 16-bit tiles (the input casts are their own operations, FP8_CAST_PASSES). Fitted on the
 #: three MLPerf v4.0 GPT-3 runs of NVIDIA's Transformer Engine FP8 recipe (512, 10,752 and
 #: 11,616 GPUs, evaluation time counted): the value that minimises the median error over their
-#: nine points (0.75 before the casts were modelled, 0.77 since).
+#: nine points.
 FP8_EFF = record("FP8_EFF", 0.77, "fraction of the 16-bit efficiency", "FP8 GEMMs",
                  "fitted on mlperf-train-v4.0-gpt3-175b-eos-* (512, 10752 and 11616 GPUs; "
-                 "time to train with its evaluation passes; median over the 9 points; refit "
-                 "0.75 -> 0.77 once the FP8 input casts were modelled)",
+                 "time to train with its evaluation passes and the FP8 input casts; median "
+                 "over the 9 points)",
                  "mlperf-train-v4.0-gpt3-175b-eos-*")
 #: reduction depth at which a GEMM reaches half its ceiling, per FLOP/byte of the GPU's machine
 #: balance (peak / HBM bandwidth): a tile's prologue and epilogue move a fixed number of bytes

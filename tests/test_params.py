@@ -47,9 +47,9 @@ def test_training_status_comes_from_the_records_and_the_file():
     st = {e["id"]: validation.status(e["id"], e.get("looked_at", "")) for e in entries}
     fitted = {i for i, s in st.items() if s == "fitted"}
     assert fitted == {i for i in st if params.matches_fitted(i, params.fitted_ids("workloads"))}
-    assert len(fitted) == 20 and all(i.startswith(
+    assert len(fitted) == 22 and all(i.startswith(
         ("megatron-2021-a100-gpt-", "megatron-core-h100-gpt-", "megascale-megatron-baseline",
-         "mlperf-train-v4.0-gpt3-175b-eos-")) for i in fitted)
+         "mlperf-train-v4.0-gpt3-175b-eos-", "torchtitan-h100-llama31-")) for i in fitted)
     looked = {i for i, s in st.items() if s == "looked-at"}
     # the entries whose misses changed the model (issue 7's list among them)
     assert len(looked) >= 16 and all(isinstance(e["looked_at"], str) and e["looked_at"]
@@ -71,8 +71,9 @@ def test_cli_params_by_layer(cli):
     assert code == 0 and len(rows) == len(params.layer_registry("workloads"))
     assert {r["layer"] for r in rows} == {"workloads"}
     kv = next(r for r in rows if r["name"] == "KV_EFF")
-    assert (kv["value"], kv["kind"], kv["fitted_on"]) == (
-        0.81, "fitted", ["mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer"])
+    assert (kv["value"], kv["kind"], kv["fitted_on"], kv["status"]) == (
+        0.81, "fitted", ["mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",
+                         "mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer"], "entries")
     code, out, _ = cli("params", "--layer", "all")
     assert code == 0 and out.startswith(
         f"# gpufabric params: {len(params.REGISTRY)} constants")
@@ -135,3 +136,25 @@ def test_records_keep_sources_not_history():
         bad += [(f"{f.name}{w}", s) for w, s in _yaml_sources(load_yaml(f))
                 if history(s)]
     assert bad == []
+
+
+def test_every_fitted_constant_rests_on_two_entries_or_is_an_answer():
+    """A fitted constant names two or more entries (different sources or machines), or is
+    marked as its single entry's answer with the reason; `params --check` exits 0."""
+    fitted = [p for p in params.REGISTRY.values() if p.fitted_on]
+    assert fitted and all(p.status in ("entries", "answer") for p in fitted)
+    assert all(p.answer for p in fitted if p.single_entry)
+    assert not any(p.answer for p in fitted if not p.single_entry)
+    assert params.REGISTRY["FP4_EFF"].fitted_on == ("trtllm-1.0-llama33-70b-b200-tp1-fp4",
+                                                    "trtllm-1.0-llama33-70b-gb200-tp1-fp4")
+    assert params.REGISTRY["KV_SETUP_S"].status == "answer"
+
+
+def test_params_check_exit_status(cli, monkeypatch):
+    code, out, _ = cli("params", "--layer", "all", "--check")
+    assert code == 0 and "0 need a second entry or the mark" in out
+    p = params.REGISTRY["KV_SETUP_S"]
+    monkeypatch.setitem(params.REGISTRY, "KV_SETUP_S", params.Param(
+        p.name, p.value, p.unit, p.applies_to, p.source, p.fitted_on, layer=p.layer))
+    code, out, _ = cli("params", "--layer", "all", "--check")
+    assert code == 1 and "(a single entry, not marked: needs a second entry" in out

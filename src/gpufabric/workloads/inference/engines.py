@@ -129,6 +129,16 @@ def _sourced(d: dict, key: str, file: str, kind: type | tuple = (int, float)) ->
     return val, " ".join(str(v["source"]).split()), tuple(fitted)
 
 
+def _answer(d: dict, key: str, file: str) -> str:
+    """The ``answer`` of a ``{value, source, fitted_on, answer}`` field ('' when none): why a
+    value fitted on a single entry is that entry's answer."""
+    a = d[key].get("answer") or ""
+    if not isinstance(a, str):
+        raise _err("answer must be a sentence (why a single entry is all the value rests on)",
+                   file, key + ".answer")
+    return " ".join(a.split())
+
+
 def _param(d: dict, key: str, file: str, name: str, unit: str, applies: str,
            register: bool) -> Param | None:
     if d.get(key) is None:
@@ -137,9 +147,10 @@ def _param(d: dict, key: str, file: str, name: str, unit: str, applies: str,
     if val < 0 or val > 10:
         raise _err(f"must be from 0 to 10 seconds, got {val!r}", file, key + ".value")
     full = f"{name}[{d['name']}]"
+    answer = _answer(d, key, file)
     if register:
-        return record(full, float(val), unit, applies, src, *fitted)
-    return Param(full, float(val), unit, applies, src, fitted, "", "workloads")
+        return record(full, float(val), unit, applies, src, *fitted, answer=answer)
+    return Param(full, float(val), unit, applies, src, fitted, "", "workloads", answer)
 
 
 def parse(d: Any, file: str, register: bool = False) -> EngineProfile:

@@ -56,7 +56,7 @@ GAIN = 0.1
 #: moves has an elasticity (relative change of the prediction per relative change of the
 #: value) of at least PINS times the largest among the entries' points, and at least FLOOR:
 #: a KV link share moves the transfer times, not the times to first token around them
-STEP, PINS, FLOOR = 0.05, 0.1, 0.001
+STEP, PINS, FLOOR = 0.05, 0.1, 0.01
 COARSE = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.4, 1.6, 2.0)
 FINE = (0.96, 0.98, 1.02, 1.04)
 
@@ -147,7 +147,7 @@ def refit_leaf(name: str, old: float, files: list[str]) -> dict[str, Any]:
     metrics = sorted({k[2] for k in keys})
     if not keys:
         return {"name": name, "old": old, "new": old, "before": None, "after": None,
-                "points": 0, "metrics": metrics}
+                "points": 0, "metrics": metrics, "elasticity": top}
 
     def score(v: float) -> float:
         pts = base_pts if v == old else _points(name, v, files)
@@ -169,7 +169,7 @@ def refit_leaf(name: str, old: float, files: list[str]) -> dict[str, Any]:
     best = min(seen, key=lambda v: (seen[v], abs(v - old)))
     new = best if before - seen[best] > GAIN else old
     return {"name": name, "old": old, "new": new, "before": before, "after": seen[new],
-            "points": len(keys), "metrics": metrics}
+            "points": len(keys), "metrics": metrics, "elasticity": top}
 
 
 def headline(files: list[Path], values: dict[str, float]) -> dict[str, dict]:
@@ -218,9 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         f"where it lowers that median by more than {GAIN} points. Shipped values are not "
         "changed by this command.")
     say()
-    say("| constant | status | entries | file | points (metric) | old | new | median before "
-        "| after |")
-    say("|---|---|---|---|---|---|---|---|---|")
+    say("Columns: `status` is `entries` (fitted on two or more entries) or `answer` (one "
+        "entry, marked as its answer: `gpufabric params --check`); `points it moves` are the "
+        "named entries' points whose prediction changes by at least a tenth of the largest "
+        "change (and 1% of the constant's own), `elasticity` the largest relative change of a "
+        "prediction per relative change of the constant (0: the constant moves none of its "
+        "entries' points as the models read it now); the medians are over those points.")
+    say()
+    say("| constant | status | entries | file | points it moves (metric) | elasticity | old | "
+        "new | median before | after |")
+    say("|---|---|---|---|---|---|---|---|---|---|")
     moved: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -232,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             subs = [subset(f, v, tmp) for f, v in by_file.items()]
             where = ", ".join(sorted({f.name for f in by_file})) or "none found"
             if not subs:
-                say(f"| `{p.name}` | {p.status} | {len(ids)} | {where} | 0 | {p.value} | "
+                say(f"| `{p.name}` | {p.status} | {len(ids)} | {where} | 0 | n/a | {p.value} | "
                     "(no entry found) | n/a | n/a |")
                 continue
             for name, old in leaves(p):
@@ -240,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                 if r["new"] != old:
                     moved[name] = r["new"]
                 say(f"| `{name}` | {p.status} | {len(ids)} | {where} | {r['points']} "
-                    f"({', '.join(r['metrics']) or 'none moved'}) | {old:g} | "
+                    f"({', '.join(r['metrics']) or 'none moved'}) | {r['elasticity']:.2g} | "
+                    f"{old:g} | "
                     f"{r['new']:g}{' (moves)' if r['new'] != old else ''} | "
                     f"{_pct(r['before'])} | {_pct(r['after'])} |")
     say()

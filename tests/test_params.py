@@ -158,3 +158,31 @@ def test_params_check_exit_status(cli, monkeypatch):
         p.name, p.value, p.unit, p.applies_to, p.source, p.fitted_on, layer=p.layer))
     code, out, _ = cli("params", "--layer", "all", "--check")
     assert code == 1 and "(a single entry, not marked: needs a second entry" in out
+
+
+def test_refit_command_refits_on_the_named_entries_and_changes_nothing(tmp_path):
+    """benchmarks/refit.py: a constant is refitted on the points of its entries that it moves
+    (KV_EFF: the transfer times of both Mooncake runs, not their times to first token), the
+    report says old -> new, and the shipped value stays."""
+    import importlib.util
+
+    import yaml
+
+    from gpufabric import validation
+    spec = importlib.util.spec_from_file_location(
+        "refit", Path(__file__).parents[1] / "benchmarks" / "refit.py")
+    refit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refit)
+    ents, _ = validation.entries_of(load_yaml(DATA / "inference.yaml"), "inference.yaml")
+    f = tmp_path / "kv.yaml"
+    kv = params.REGISTRY["KV_EFF"].fitted_on
+    f.write_text(yaml.safe_dump([e for e in ents if e["id"] in kv]))
+    out = tmp_path / "refit.md"
+    refit.COARSE, refit.FINE = (0.9, 1.0, 1.1), ()      # a short grid keeps the test fast
+    assert refit.main(["--only", "KV_EFF", "--files", str(f), "-o", str(out)]) == 0
+    text = out.read_text()
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `KV_EFF` |"))
+    # both entries, their 17 transfer times (9 + 8), none of the TTFT points
+    assert "| entries | 2 | kv.yaml | 17 (transfer_ms) |" in row
+    assert "| 0.81 |" in row and "Held-out headline" in text
+    assert params.REGISTRY["KV_EFF"].value == 0.81

@@ -138,7 +138,7 @@ def single_entry(layer: str | None = None) -> list[Param]:
     :attr:`Param.single_entry`).
 
     >>> import gpufabric.collectives.params
-    >>> [p.fitted_on for p in single_entry("collectives")][0]
+    >>> single_entry("collectives")[0].fitted_on
     ('rtx5090-pcie5-4gpu',)
     """
     return [p for p in REGISTRY.values()

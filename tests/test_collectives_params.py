@@ -78,8 +78,8 @@ def test_cli_params_lists_every_record(cli):
     code, out, _ = cli("params")
     assert code == 0 and out.startswith("# gpufabric params: ")
     assert "SHM_HOP_LAT_US" in out and "fitted on rtx4090-8gpu-small-latency" in out
-    # a constant fitted on one entry is that entry's answer, and said so
-    assert "fitted on rtx4090-8gpu-small-latency (a single entry: that entry's answer)" in out
+    # a constant fitted on one entry is that entry's answer, and said so with the reason
+    assert "fitted on rtx5090-pcie5-4gpu (a single entry: that entry's answer; " in out
     code, out, _ = cli("params", "--json")
     data = json.loads(out)
     assert data["nccl_version"] == "2.28.3"
@@ -95,8 +95,10 @@ def test_params_check_lists_the_constants_on_one_entry(cli):
     assert code == 0
     rows = json.loads(out)["params"]
     assert rows and all(r["kind"] == "fitted" and len(r["fitted_on"]) == 1 for r in rows)
+    # each is marked as its entry's answer, with the reason no second entry is in our files
+    assert all(r["status"] == "answer" and r["answer"] for r in rows)
     single = {r["fitted_on"][0] for r in rows}
-    assert {"rtx4090-8gpu-small-latency", "p4dn-2node-efa"} <= single
+    assert {"rtx5090-pcie5-4gpu", "p4dn-2node-efa"} <= single
     for eid in single:
         probe = eid[:-1] + "x" if eid.endswith("*") else eid
         assert validation.status(probe) == "fitted", eid

@@ -172,3 +172,24 @@ def test_serve_takes_the_memory_fraction_and_refuses_a_bad_one(cli):
                          "--gpu-memory-utilization", "1.5", "--requests", "10")
     assert code == 2 and err.count("\n") == 1
     assert "--gpu-memory-utilization: must be a fraction above 0 and at most 1" in err
+
+
+def test_a_profile_sets_a_built_in_engines_costs():
+    """A calibration profile (or a refit) that sets an engine's recorded cost reaches the
+    engine the models use; a user's engine file keeps its own values."""
+    from gpufabric.measure import profile
+    from gpufabric.workloads.inference import engines as E
+    sg = E.builtin()["sglang"]
+    shipped = sg.request_s
+    with profile.overrides({"ENGINE_REQUEST_S[sglang]": 0.5,
+                            "ENGINE_OVERHEAD_S[sglang]": 0.01}):
+        assert (sg.request_s, sg.overhead_s) == (0.5, 0.01)
+    assert sg.request_s == shipped
+    assert not E.parse(dict(_yaml_of("sglang")), "mine.yaml").registered
+
+
+def _yaml_of(name):
+    import yaml
+    from importlib import resources
+    return yaml.safe_load(resources.files("gpufabric.workloads").joinpath(
+        "data", "engines", f"{name}.yaml").read_text())

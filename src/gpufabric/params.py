@@ -4,6 +4,9 @@ A :class:`Param` holds a value, its unit, what it applies to (a protocol, a link
 generation, an inference engine; never one machine) and where it comes from: a ``source``
 (NCCL's tuning code with its version, a datasheet, a paper, or the reasoning behind a prior)
 and, for fitted values, the calibration ids (or ``prefix-*`` patterns) it was ``fitted_on``.
+A fitted value rests on at least two independent entries (different sources or machines), or
+it is marked as its single entry's ``answer`` (why no second entry is in our files): that
+entry counts as fitted and the value is not a prediction (:attr:`Param.status`).
 Each layer records its constants here under its ``layer`` name (``collectives``,
 ``workloads``); a name is recorded once across all layers. ``gpufabric params`` lists them and
 each layer's ``validate`` reports its error also over the entries nothing was fitted on.
@@ -41,6 +44,9 @@ class Param:
     fitted_on: tuple[str, ...] = ()
     nccl_version: str = ""
     layer: str = ""
+    #: for a value fitted on a single entry: why it is that entry's answer (no second
+    #: independent published entry in our measurement files that it also explains)
+    answer: str = ""
 
     @property
     def kind(self) -> str:
@@ -63,11 +69,23 @@ class Param:
         and that entry counts as fitted (never held out) in every ``validate``."""
         return len(self.fitted_on) == 1
 
+    @property
+    def status(self) -> str:
+        """What a fitted value rests on: ``entries`` (two or more entries), ``answer`` (a single
+        entry, marked as that entry's answer) or ``single`` (a single entry, unmarked: it needs
+        a second entry or the mark); '' for values that are not fitted."""
+        if not self.fitted_on:
+            return ""
+        if not self.single_entry:
+            return "entries"
+        return "answer" if self.answer else "single"
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["fitted_on"] = list(self.fitted_on)
         d["kind"] = self.kind
         d["single_entry"] = self.single_entry
+        d["status"] = self.status
         return d
 
 
@@ -86,7 +104,7 @@ def register(p: Param) -> Param:
 
 
 def record(layer: str, name: str, value: Any, unit: str, applies_to: str, source: str, *,
-           fitted_on: Iterable[str] = (), nccl_version: str = "") -> Param:
+           fitted_on: Iterable[str] = (), nccl_version: str = "", answer: str = "") -> Param:
     """Record one constant of ``layer`` and return its record (a name already recorded, in
     any layer, raises ``ValueError``).
 
@@ -97,7 +115,7 @@ def record(layer: str, name: str, value: Any, unit: str, applies_to: str, source
     ValueError: parameter NVLS_LAT_US recorded twice
     """
     return register(Param(name, value, unit, applies_to, source, tuple(fitted_on), nccl_version,
-                          layer))
+                          layer, answer))
 
 
 def layer_registry(layer: str) -> dict[str, Param]:

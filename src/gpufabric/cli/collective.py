@@ -221,8 +221,9 @@ def params(
                                    "models'), workloads (training and inference) or all."),
     json: bool = typer.Option(False, "--json", help="Print JSON: a list of records."),
     check: bool = typer.Option(False, "--check", help="List only the fitted constants that "
-                               "rest on a single entry (that entry's answer; the entry counts "
-                               "as fitted in validate)."),
+                               "rest on a single entry: marked as that entry's answer (the "
+                               "entry counts as fitted in validate) or still needing a second "
+                               "entry (exit status 1 when any does)."),
     profile: str | None = profile_option(),
 ) -> None:
     """Every fitted or estimated constant of the models with its status (fitted, source,
@@ -251,20 +252,26 @@ def params(
         for c in changes:
             typer.echo(f"{c['name']:<30} {c['old']} -> {c['new']}")
     if check:
+        unmarked = [r["name"] for r in rows if r["status"] == "single"]
         typer.echo(f"# gpufabric params --check: {len(rows)} fitted constants rest on a single "
-                   "entry (that entry's answer, not a prediction; validate counts the entry "
-                   "as fitted)")
+                   f"entry; {len(rows) - len(unmarked)} are marked as that entry's answer (not "
+                   f"a prediction; validate counts the entry as fitted), {len(unmarked)} need "
+                   "a second entry or the mark")
     else:
         typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
                    f"{P.NCCL_VERSION}); status: fitted, source, prior, nccl or estimate")
     for r in rows:
         where = ("fitted on " + ", ".join(r["fitted_on"])) if r["fitted_on"] else r["source"]
-        if r["single_entry"]:
-            where += " (a single entry: that entry's answer)"
+        if r["status"] == "answer":
+            where += f" (a single entry: that entry's answer; {r['answer']})"
+        elif r["status"] == "single":
+            where += " (a single entry, not marked: needs a second entry or the answer mark)"
         col = f"{r['layer']:<12} " if layer == "all" else ""
         typer.echo(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} {r['applies_to']}")
         typer.echo(f"{'':<26} value: {_short(r['value'])}")
         typer.echo(f"{'':<26} from: {where}")
+    if check and any(r["status"] == "single" for r in rows):
+        raise typer.Exit(1)
 
 
 def _plain(v):

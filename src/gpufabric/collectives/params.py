@@ -41,10 +41,11 @@ REGISTRY: dict[str, Param] = _shared.layer_registry(LAYER)
 
 
 def record(name: str, value: Any, unit: str, applies_to: str, source: str, *,
-           fitted_on: tuple[str, ...] = (), nccl: bool = False) -> Any:
-    """Register one constant and return its value (so modules keep plain names)."""
+           fitted_on: tuple[str, ...] = (), nccl: bool = False, answer: str = "") -> Any:
+    """Register one constant and return its value (so modules keep plain names); ``answer``
+    marks a value fitted on a single entry as that entry's answer (why)."""
     _shared.record(LAYER, name, value, unit, applies_to, source, fitted_on=fitted_on,
-                   nccl_version=NCCL_VERSION if nccl else "")
+                   nccl_version=NCCL_VERSION if nccl else "", answer=answer)
     return value
 
 
@@ -274,19 +275,25 @@ P2P_PER_PEER_US = record(
 SHM_EFFICIENCY = record(
     "SHM_EFFICIENCY", 0.73, "share of link rate",
     "GPU-to-GPU copy bounced through host memory (receiver reads host memory over PCIe)",
-    "fitted (network.SHM_EFFICIENCY)", fitted_on=("rtx5090-pcie5-4gpu",))
+    "fitted (network.SHM_EFFICIENCY)", fitted_on=("rtx5090-pcie5-4gpu",),
+    answer="the one large-message measurement of GPUs without peer-to-peer on one socket in "
+    "our files besides rtx5090-4gpu-genoa-no-p2p, which it does not explain (busbw off by a "
+    "median 23%: an AMD host whose copy path differs)")
 
 DRAM_EFFICIENCY = record(
     "DRAM_EFFICIENCY", 0.73, "share of peak DRAM bandwidth",
     "host memory crossed by copies through it (written, then read)",
     "fitted (network.capacity.DRAM_EFFICIENCY); peak = channels x rate x 8 B from Intel ARK / "
-    "AMD product briefs", fitted_on=("rtx5090-pcie5-dual-xeon",))
+    "AMD product briefs", fitted_on=("rtx5090-pcie5-dual-xeon",),
+    answer="no other published large-message run in our files crosses host memory between "
+    "two sockets")
 
 INTERSOCKET_EFFICIENCY = record(
     "INTERSOCKET_EFFICIENCY", 0.45, "share of raw rate",
     "GPU DMA across the inter-socket link (UPI, xGMI)",
     "fitted (network.capacity.INTERSOCKET_EFFICIENCY)",
-    fitted_on=("rtx5090-pcie5-dual-xeon",))
+    fitted_on=("rtx5090-pcie5-dual-xeon",),
+    answer="no other published large-message run in our files crosses the inter-socket link")
 
 OTHER_EFFICIENCY = record(
     "OTHER_EFFICIENCY", 0.8, "share of raw rate", "links without a catalog NCCL rate (C2C, ...)",
@@ -307,7 +314,9 @@ EFA_V1_EFFICIENCY = record(
     "trees alike (the catalog's efa-v1 efficiency, read from there)",
     "fitted: 2 p4dn.24xlarge all_reduce 1 GiB (NVIDIA/nccl issue 527); its 3- and 4-node "
     "points are held out. NVIDIA/nccl issue 235 (p3dn) gives 50-60 Gb/s per card on 8-32 nodes",
-    fitted_on=("p4dn-2node-efa",))
+    fitted_on=("p4dn-2node-efa",),
+    answer="the other EFA v1 runs in our files (p4dn-3node-efa, p4dn-4node-efa) are the same "
+    "source on the same instance type, held out; no second source measures EFA v1")
 
 USABLE_RATE_SCALE = record(
     "USABLE_RATE_SCALE", _capacity.USABLE_RATE_SCALE, "x catalog NCCL-usable rate",

@@ -46,11 +46,13 @@ LAYER = "workloads"
 
 
 def record(name: str, value: Any, unit: str, applies_to: str, source: str,
-           *fitted_on: str) -> Param:
+           *fitted_on: str, answer: str = "") -> Param:
     """Record one constant of the workloads' models (:func:`gpufabric.params.record`): a fitted
     value names the calibration ids (or ``prefix-*`` patterns) it was fitted on, a prior only
-    its ``source`` text."""
-    return _params.record(LAYER, name, value, unit, applies_to, source, fitted_on=fitted_on)
+    its ``source`` text; ``answer`` marks a value fitted on a single entry as that entry's
+    answer (why no second entry)."""
+    return _params.record(LAYER, name, value, unit, applies_to, source, fitted_on=fitted_on,
+                          answer=answer)
 
 
 #: Achieved fraction of the dense tensor peak on large, well-shaped GEMMs (cuBLAS / cuBLASLt),
@@ -84,13 +86,18 @@ GEMM_EFF_DEFAULT = record("GEMM_EFF_DEFAULT", 0.60, "fraction of peak",
 #: FP8 GEMMs reach a lower fraction of their (2x) peak: per-tensor scaling and shapes sized for
 #: 16-bit tiles (the input casts are their own operations, FP8_CAST_PASSES). Fitted on the
 #: three MLPerf v4.0 GPT-3 runs of NVIDIA's Transformer Engine FP8 recipe (512, 10,752 and
-#: 11,616 GPUs, evaluation time counted): the value that minimises the median error over their
-#: nine points (0.75 before the casts were modelled, 0.77 since).
+#: 11,616 GPUs, evaluation time counted) and two torchtitan Float8 runs on another H100
+#: cluster (Llama 3.1 70B on 256 GPUs, 405B on 512): the value that minimises the median error
+#: over their points.
 FP8_EFF = record("FP8_EFF", 0.77, "fraction of the 16-bit efficiency", "FP8 GEMMs",
                  "fitted on mlperf-train-v4.0-gpt3-175b-eos-* (512, 10752 and 11616 GPUs; "
-                 "time to train with its evaluation passes; median over the 9 points; refit "
-                 "0.75 -> 0.77 once the FP8 input casts were modelled)",
-                 "mlperf-train-v4.0-gpt3-175b-eos-*")
+                 "time to train with its evaluation passes and the FP8 input casts) and the "
+                 "torchtitan Float8 runs torchtitan-h100-llama31-70b-fsdp32-tp8-256gpu and "
+                 "torchtitan-h100-llama31-405b-fsdp8-tp8-pp8-512gpu (torchtitan paper, "
+                 "arXiv 2410.06511); median over their points",
+                 "mlperf-train-v4.0-gpt3-175b-eos-*",
+                 "torchtitan-h100-llama31-70b-fsdp32-tp8-256gpu",
+                 "torchtitan-h100-llama31-405b-fsdp8-tp8-pp8-512gpu")
 #: reduction depth at which a GEMM reaches half its ceiling, per FLOP/byte of the GPU's machine
 #: balance (peak / HBM bandwidth): a tile's prologue and epilogue move a fixed number of bytes
 #: while its k-loop does MMAs, so the faster the tensor cores relative to memory, the deeper

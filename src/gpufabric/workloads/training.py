@@ -63,8 +63,8 @@ BWD_ATTN = record("BWD_ATTN", 2.9, "x forward time",
 LAYER_OVERHEAD_US = record("LAYER_OVERHEAD_US", 40.0, "us per block per pass",
                            "training: framework cost per transformer block and pass",
                            "fitted on megatron-2021-a100-gpt-* and megatron-core-h100-gpt-* (the "
-                           "small models weigh it); refit (200 -> 40) once the 2021 runs' "
-                           "unfused attention was modelled", "megatron-2021-a100-gpt-*",
+                           "small models weigh it), with the 2021 runs' unfused attention "
+                           "modelled", "megatron-2021-a100-gpt-*",
                            "megatron-core-h100-gpt-*")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = record("DP_OVERLAP", 0.9, "fraction of the last micro-batch's backward",

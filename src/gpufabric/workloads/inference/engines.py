@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from gpufabric.errors import InputError
+from gpufabric import params as _params
 from gpufabric.params import Param
 from gpufabric.workloads.compute import record
 
@@ -82,6 +83,14 @@ class EngineProfile:
     layer: Param | None
     file: str
     params: tuple[Param, ...] = ()
+    #: a built-in profile, whose costs are recorded: read through the registry, so that a
+    #: calibration profile (``--profile``) or a refit sets them
+    registered: bool = False
+
+    def _live(self, p: Param | None) -> Param | None:
+        if p is None or not self.registered:
+            return p
+        return _params.REGISTRY.get(p.name, p)
 
     def batched_tokens(self, gpu: str) -> tuple[int, str]:
         """The engine's default prefill token budget on this GPU kind, and its source."""
@@ -97,15 +106,18 @@ class EngineProfile:
 
     @property
     def overhead_s(self) -> float:
-        return float(self.overhead.value)
+        p = self._live(self.overhead)
+        return float(p.value) if p is not None else 0.0
 
     @property
     def request_s(self) -> float:
-        return float(self.request.value) if self.request is not None else 0.0
+        p = self._live(self.request)
+        return float(p.value) if p is not None else 0.0
 
     @property
     def layer_s(self) -> float:
-        return float(self.layer.value) if self.layer is not None else 0.0
+        p = self._live(self.layer)
+        return float(p.value) if p is not None else 0.0
 
 
 def _err(msg: str, file: str, fld: str) -> InputError:
@@ -129,6 +141,16 @@ def _sourced(d: dict, key: str, file: str, kind: type | tuple = (int, float)) ->
     return val, " ".join(str(v["source"]).split()), tuple(fitted)
 
 
+def _answer(d: dict, key: str, file: str) -> str:
+    """The ``answer`` of a ``{value, source, fitted_on, answer}`` field ('' when none): why a
+    value fitted on a single entry is that entry's answer."""
+    a = d[key].get("answer") or ""
+    if not isinstance(a, str):
+        raise _err("answer must be a sentence (why a single entry is all the value rests on)",
+                   file, key + ".answer")
+    return " ".join(a.split())
+
+
 def _param(d: dict, key: str, file: str, name: str, unit: str, applies: str,
            register: bool) -> Param | None:
     if d.get(key) is None:
@@ -137,9 +159,10 @@ def _param(d: dict, key: str, file: str, name: str, unit: str, applies: str,
     if val < 0 or val > 10:
         raise _err(f"must be from 0 to 10 seconds, got {val!r}", file, key + ".value")
     full = f"{name}[{d['name']}]"
+    answer = _answer(d, key, file)
     if register:
-        return record(full, float(val), unit, applies, src, *fitted)
-    return Param(full, float(val), unit, applies, src, fitted, "", "workloads")
+        return record(full, float(val), unit, applies, src, *fitted, answer=answer)
+    return Param(full, float(val), unit, applies, src, fitted, "", "workloads", answer)
 
 
 def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
@@ -226,7 +249,7 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
                          str(sch["policy"]), bool(sch["chunked_prefill"]),
                          sch["admission"] == "reserve-full", " ".join(str(sch["source"]).split()),
                          int(seqs), tuple(rules), float(util), str(mu["of"]), int(bs), graphs,
-                         over, req, lay, file, tuple(extra))
+                         over, req, lay, file, tuple(extra), register)
 
 
 @functools.cache

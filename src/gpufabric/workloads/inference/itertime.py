@@ -74,25 +74,31 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 
 #: NVFP4 GEMMs against the shared model's FP8 efficiency: a scale factor per 16 values to
 #: load and apply, so a lower fraction of the (2x) FP4 peak. A kernel efficiency of the
-#: Blackwell generation, fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4 (grid 0.65-1.0: median
-#: error 22.8% at 1.0, 4.7% at 0.75; the GB200 and 405B FP4 entries, held out: 21.0% -> 3.4%).
+#: Blackwell generation, fitted on the Llama 3.3 70B FP4 runs on two machines, B200 and GB200
+#: (the value that minimises the median error over their points; the 405B FP4 entry is held
+#: out).
 FP4_EFF = record("FP4_EFF", 0.75, "fraction of the FP8 efficiency", "NVFP4 GEMMs",
-                 "fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4",
-                 "trtllm-1.0-llama33-70b-b200-tp1-fp4")
+                 "fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4 and "
+                 "trtllm-1.0-llama33-70b-gb200-tp1-fp4 (TensorRT-LLM 1.0 performance overview, "
+                 "B200 and GB200)",
+                 "trtllm-1.0-llama33-70b-b200-tp1-fp4", "trtllm-1.0-llama33-70b-gb200-tp1-fp4")
 
 #: How unevenly a step's tokens pick the experts: the coefficient of variation of the experts'
 #: shares of one step's top-k choices (0: the router spreads them uniformly, only the
 #: sampling noise of :func:`rank_load_factor` remains). It sets the slowest expert-parallel
 #: rank's load, which every rank waits for at the combine all-to-all.
 #: No source we have publishes it for these models, so it is fitted on one entry (grid 0-3 in
-#: steps of 0.5: median error 26.5 % at 0, 20.0 % at 2.5); the other MoE entries with EP are
-#: held out (Qwen3-235B-A22B 79.0 % -> 20.1 %, DeepSeek-R1 B200 98.0 % -> 66.9 %, H200
-#: 86.6 % -> 69.9 %). A spread this wide also absorbs what the model lacks for small grouped
-#: GEMMs (several experts' few rows per kernel), so read it as an upper bound on the skew.
+#: steps of 0.5: median error 26.5 % at 0, 20.0 % at 2.5): that entry's answer. The other MoE
+#: entries with EP are held out (Qwen3-235B-A22B, DeepSeek-R1 on B200 and H200). A spread this
+#: wide also absorbs what the model lacks for small grouped GEMMs (several experts' few rows
+#: per kernel), so read it as an upper bound on the skew.
 EXPERT_LOAD_CV = record("EXPERT_LOAD_CV", 2.5, "coefficient of variation of expert shares per step",
                         "MoE serving without EPLB: the router's skew across experts",
                         "fitted on trtllm-1.0-llama4-maverick-moe-tp8",
-                        "trtllm-1.0-llama4-maverick-moe-tp8")
+                        "trtllm-1.0-llama4-maverick-moe-tp8",
+                        answer="no source publishes the router's skew; the other MoE entries "
+                        "with expert parallelism are the same source's and DeepSeek-R1's, with "
+                        "misses of 20-70% this value does not close")
 
 #: Redundant experts of an EPLB deployment (copies of the hottest experts placed so that every
 #: rank's mean load is equal): DeepSeek-V3 serves with 32 (DeepSeek-V3 Technical Report,

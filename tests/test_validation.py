@@ -103,3 +103,20 @@ def test_no_validator_lists_entries_by_hand():
                 "collectives/validate.py"):
         text = (src / rel).read_text()
         assert "FITTED_ON" not in text and "TUNED_ON" not in text, rel
+
+
+def test_no_measurement_entry_id_is_written_in_the_code():
+    """What a constant was fitted on lives in data (src/gpufabric/data/fits.yaml, the engine
+    profiles); run settings in the measurement files: the code names no entry."""
+    import re
+
+    ids = set()
+    for f in DATA.glob("*.yaml"):
+        d = yaml.safe_load(f.read_text())
+        d = d.get("entries", []) if isinstance(d, dict) else d
+        ids |= {str(e["id"]) for e in d or [] if isinstance(e, dict) and "id" in e}
+    pat = re.compile("|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)))
+    src = Path(V.__file__).parent
+    hits = [f"{p.relative_to(src)}:{n}" for p in src.rglob("*.py")
+            for n, line in enumerate(p.read_text().splitlines(), 1) if pat.search(line)]
+    assert hits == []

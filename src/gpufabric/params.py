@@ -16,16 +16,17 @@ Examples
 >>> import gpufabric.collectives.params, gpufabric.workloads.inference.itertime
 >>> REGISTRY["KERNEL_US"].kind, REGISTRY["KERNEL_US"].layer
 ('prior', 'workloads')
->>> REGISTRY["ENGINE_LAYER_S[fastertransformer]"].fitted_on
-('fastertransformer-gpt-20b-a100-tp-sweep',)
->>> matches_fitted("trtllm-0.14-online-llama2-70b", ["trtllm-0.14-online-*"])
-True
+>>> REGISTRY["ENGINE_LAYER_S[fastertransformer]"].kind
+'fitted'
+>>> matches_fitted("run-a-70b", ["run-a-*"]), matches_fitted("run-b", ["run-a-*"])
+(True, False)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 #: layers that record constants, in listing order
@@ -94,10 +95,32 @@ REGISTRY: dict[str, Param] = {}
 _BY_LAYER: dict[str, dict[str, Param]] = {}
 
 
+def _fits() -> dict[str, dict]:
+    """What each fitted constant was fitted on, by name (``data/fits.yaml``)."""
+    global _FITS
+    if _FITS is None:
+        import yaml
+        path = Path(__file__).parent / "data" / "fits.yaml"
+        _FITS = yaml.safe_load(path.read_text()) or {}
+    return _FITS
+
+
+_FITS: dict[str, dict] | None = None
+
+
 def register(p: Param) -> Param:
-    """Record ``p`` (its name must be new across all layers) and return it."""
+    """Record ``p`` (its name must be new across all layers) and return it; what a fitted
+    constant was fitted on (and, on one entry, why it is that entry's answer) comes from
+    ``data/fits.yaml`` by its name, so that no measurement entry id is written in the code."""
     if p.name in REGISTRY:
         raise ValueError(f"parameter {p.name} recorded twice")
+    fit = _fits().get(p.name)
+    if fit is not None:
+        if p.fitted_on:
+            raise ValueError(f"parameter {p.name}: fitted_on given in the code and in "
+                             "data/fits.yaml; give it once, in the data file")
+        p = replace(p, fitted_on=tuple(fit.get("fitted_on") or ()),
+                    answer=str(fit.get("answer") or p.answer))
     REGISTRY[p.name] = p
     layer_registry(p.layer)[p.name] = p
     return p

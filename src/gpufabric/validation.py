@@ -121,8 +121,7 @@ def status(eid: str, looked: str = "", ids: Iterable[str] | None = None) -> str:
     """``fitted`` when a parameter record names ``eid``, else ``looked-at`` when ``looked`` (a
     reason) is given, else ``held-out``.
 
-    >>> import gpufabric.collectives.params
-    >>> status("rtx4090-8gpu-small-latency"), status("x", "seen"), status("x")
+    >>> status("run-a", ids=["run-a"]), status("x", "seen", ids=[]), status("x", ids=[])
     ('fitted', 'looked-at', 'held-out')
     """
     if _params.matches_fitted(eid, fitted_ids() if ids is None else ids):

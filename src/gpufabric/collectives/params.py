@@ -19,8 +19,8 @@ Examples
 --------
 >>> REGISTRY["NVLS_EFFICIENCY"].value["nvlink4"], REGISTRY["NVLS_EFFICIENCY"].nccl_version
 (0.85, '2.28.3')
->>> "rtx4090-8gpu-small-latency" in fitted_ids()
-True
+>>> REGISTRY["SHM_HOP_LAT_US"].kind, len(REGISTRY["SHM_HOP_LAT_US"].fitted_on) >= 2
+('fitted', True)
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ SHM_HOP_LAT_US = record(
     "fitted: the writer's posted write, the reader's flag poll and read of host memory "
     "across PCIe (LL: 1.5 PCIe hops of NCCL's 1.0 us); LL128 and Simple keep their offsets "
     "above LL (estimates). Fitted with SHM_CROSS_SOCKET_US on an 8-GPU dual-socket ring (2 "
-    "of its 8 hops cross) and a 4-GPU single-socket ring",
-    fitted_on=("rtx4090-8gpu-small-latency", "rtx5090-4gpu-genoa-no-p2p"))
+    "of its 8 hops cross) and a 4-GPU single-socket ring")
 HOP_LAT_US["shm"] = SHM_HOP_LAT_US
 
 SHM_CROSS_SOCKET_US = record(
@@ -96,8 +95,7 @@ SHM_CROSS_SOCKET_US = record(
     "transport shm: a hop whose bounce through host memory crosses the inter-socket link "
     "(UPI, xGMI), any protocol: the reader's polls and reads of the other socket's memory",
     "fitted with SHM_HOP_LAT_US: 8x RTX 4090 on two sockets (42 us, 14 ring steps, 2 of 8 "
-    "hops across) and 4x RTX 5090 on one socket (15.6 us, 6 steps)",
-    fitted_on=("rtx4090-8gpu-small-latency", "rtx5090-4gpu-genoa-no-p2p"))
+    "hops across) and 4x RTX 5090 on one socket (15.6 us, 6 steps)")
 
 TREE_HOP_LAT_US = record(
     "TREE_HOP_LAT_US", {
@@ -224,8 +222,7 @@ NVLS_KERNEL_SHARE = record(
     "NVLS all_reduce: share of NCCL's NVLS rate (2 x NVLink rate x nvlsEfficiency) its kernels "
     "sustain, any NVLink generation",
     "fitted on the Hopper NVLS plateaus (8 GiB: 476 and 480 GB/s busbw, NVLink 4 x18 at "
-    "20.6 GB/s x 0.85); Blackwell follows from NCCL's own per-generation efficiency",
-    fitted_on=("hgx-h100-allreduce-290", "azure-nd-h200-v5"))
+    "20.6 GB/s x 0.85); Blackwell follows from NCCL's own per-generation efficiency")
 
 NVLS_CHANNELS = record(
     "NVLS_CHANNELS", 16, "channels", "NVLS and NVLS tree: channels NCCL runs",
@@ -275,25 +272,18 @@ P2P_PER_PEER_US = record(
 SHM_EFFICIENCY = record(
     "SHM_EFFICIENCY", 0.73, "share of link rate",
     "GPU-to-GPU copy bounced through host memory (receiver reads host memory over PCIe)",
-    "fitted (network.SHM_EFFICIENCY)", fitted_on=("rtx5090-pcie5-4gpu",),
-    answer="the one large-message measurement of GPUs without peer-to-peer on one socket in "
-    "our files besides rtx5090-4gpu-genoa-no-p2p, which it does not explain (busbw off by a "
-    "median 23%: an AMD host whose copy path differs)")
+    "fitted (network.SHM_EFFICIENCY)")
 
 DRAM_EFFICIENCY = record(
     "DRAM_EFFICIENCY", 0.73, "share of peak DRAM bandwidth",
     "host memory crossed by copies through it (written, then read)",
     "fitted (network.capacity.DRAM_EFFICIENCY); peak = channels x rate x 8 B from Intel ARK / "
-    "AMD product briefs", fitted_on=("rtx5090-pcie5-dual-xeon",),
-    answer="no other published large-message run in our files crosses host memory between "
-    "two sockets")
+    "AMD product briefs")
 
 INTERSOCKET_EFFICIENCY = record(
     "INTERSOCKET_EFFICIENCY", 0.45, "share of raw rate",
     "GPU DMA across the inter-socket link (UPI, xGMI)",
-    "fitted (network.capacity.INTERSOCKET_EFFICIENCY)",
-    fitted_on=("rtx5090-pcie5-dual-xeon",),
-    answer="no other published large-message run in our files crosses the inter-socket link")
+    "fitted (network.capacity.INTERSOCKET_EFFICIENCY)")
 
 OTHER_EFFICIENCY = record(
     "OTHER_EFFICIENCY", 0.8, "share of raw rate", "links without a catalog NCCL rate (C2C, ...)",
@@ -313,10 +303,7 @@ EFA_V1_EFFICIENCY = record(
     "AWS EFA v1 (SRD, 100 Gb/s cards of p3dn/p4d): what NCCL moves per card, on rings and "
     "trees alike (the catalog's efa-v1 efficiency, read from there)",
     "fitted: 2 p4dn.24xlarge all_reduce 1 GiB (NVIDIA/nccl issue 527); its 3- and 4-node "
-    "points are held out. NVIDIA/nccl issue 235 (p3dn) gives 50-60 Gb/s per card on 8-32 nodes",
-    fitted_on=("p4dn-2node-efa",),
-    answer="the other EFA v1 runs in our files (p4dn-3node-efa, p4dn-4node-efa) are the same "
-    "source on the same instance type, held out; no second source measures EFA v1")
+    "points are held out. NVIDIA/nccl issue 235 (p3dn) gives 50-60 Gb/s per card on 8-32 nodes")
 
 USABLE_RATE_SCALE = record(
     "USABLE_RATE_SCALE", _capacity.USABLE_RATE_SCALE, "x catalog NCCL-usable rate",

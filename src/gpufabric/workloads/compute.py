@@ -63,13 +63,12 @@ GEMM_EFF: dict[str, Param] = {
                     "prior: cuBLAS HGEMM on V100 reaches ~0.70-0.80 "
                     "of 125 TFLOPS at large sizes (NVIDIA CUTLASS / cuBLAS profiler figures)"),
     "ampere": record("GEMM_EFF[ampere]", 0.74, "fraction of peak", "GEMMs on ampere",
-                     "fitted on megatron-2021-a100-gpt-* (Table 1 rows 1.7B-1T) and "
-                     "megascale-megatron-baseline-175b-bs768", "megatron-2021-a100-gpt-*",
-                     "megascale-megatron-baseline-175b-bs768"),
+                     "fitted on Megatron-LM's 2021 A100 GPT runs (Narayanan et al., SC'21, "
+                     "Table 1 rows 1.7B-1T) and MegaScale's Megatron-LM 175B baseline at "
+                     "batch 768 (data/fits.yaml names the entries)"),
     "hopper": record("GEMM_EFF[hopper]", 0.80, "fraction of peak", "GEMMs on hopper",
-                     "fitted on megatron-core-h100-gpt-* (9 rows) and "
-                     "mlperf-train-v4.0-gpt3-175b-eos-512gpu", "megatron-core-h100-gpt-*",
-                     "mlperf-train-v4.0-gpt3-175b-eos-512gpu"),
+                     "fitted on Megatron-Core's H100 GPT table (9 rows) and NVIDIA's MLPerf "
+                     "Training v4.0 GPT-3 run on 512 GPUs (data/fits.yaml names the entries)"),
     "ada": record("GEMM_EFF[ada]", 0.70, "fraction of peak", "GEMMs on ada",
     "prior: as hopper less its TMA/wgmma (not fitted)"),
     "blackwell": record("GEMM_EFF[blackwell]", 0.70, "fraction of peak", "GEMMs on blackwell",
@@ -90,23 +89,19 @@ GEMM_EFF_DEFAULT = record("GEMM_EFF_DEFAULT", 0.60, "fraction of peak",
 #: cluster (Llama 3.1 70B on 256 GPUs, 405B on 512): the value that minimises the median error
 #: over their points.
 FP8_EFF = record("FP8_EFF", 0.77, "fraction of the 16-bit efficiency", "FP8 GEMMs",
-                 "fitted on mlperf-train-v4.0-gpt3-175b-eos-* (512, 10752 and 11616 GPUs; "
-                 "time to train with its evaluation passes and the FP8 input casts) and the "
-                 "torchtitan Float8 runs torchtitan-h100-llama31-70b-fsdp32-tp8-256gpu and "
-                 "torchtitan-h100-llama31-405b-fsdp8-tp8-pp8-512gpu (torchtitan paper, "
-                 "arXiv 2410.06511); median over their points",
-                 "mlperf-train-v4.0-gpt3-175b-eos-*",
-                 "torchtitan-h100-llama31-70b-fsdp32-tp8-256gpu",
-                 "torchtitan-h100-llama31-405b-fsdp8-tp8-pp8-512gpu")
+                 "fitted on NVIDIA's MLPerf Training v4.0 GPT-3 runs (512, 10752 and 11616 "
+                 "GPUs; time to train with its evaluation passes and the FP8 input casts) and "
+                 "torchtitan's Float8 Llama 3.1 70B and 405B runs (torchtitan paper, "
+                 "arXiv 2410.06511); median over their points (data/fits.yaml names the "
+                 "entries)")
 #: reduction depth at which a GEMM reaches half its ceiling, per FLOP/byte of the GPU's machine
 #: balance (peak / HBM bandwidth): a tile's prologue and epilogue move a fixed number of bytes
 #: while its k-loop does MMAs, so the faster the tensor cores relative to memory, the deeper
 #: the GEMM must be to hide them (A100 BF16: 153 FLOP/B, H100: 295, H100 FP8: 591)
 K_HALF_PER_BALANCE = record("K_HALF_PER_BALANCE", 0.63, "elements per FLOP/B",
                             "GEMMs: the reduction depth of half the ceiling",
-                            "fitted on the megatron-core-h100-gpt-* and megatron-2021-a100-gpt-* "
-                            "rows (small hidden sizes)", "megatron-core-h100-gpt-*",
-                            "megatron-2021-a100-gpt-*")
+                            "fitted on the Megatron-Core H100 and Megatron-LM 2021 A100 GPT rows "
+                            "(small hidden sizes; data/fits.yaml names the entries)")
 #: precisions whose GEMMs take quantized inputs (the activations stay 16-bit in between)
 QUANTIZED = ("fp8", "mxfp8", "fp4")
 #: 2-byte passes to quantize a GEMM input: read the 16-bit tensor, write the 8-bit copy and its

@@ -62,10 +62,9 @@ BWD_ATTN = record("BWD_ATTN", 2.9, "x forward time",
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
 LAYER_OVERHEAD_US = record("LAYER_OVERHEAD_US", 40.0, "us per block per pass",
                            "training: framework cost per transformer block and pass",
-                           "fitted on megatron-2021-a100-gpt-* and megatron-core-h100-gpt-* (the "
-                           "small models weigh it), with the 2021 runs' unfused attention "
-                           "modelled", "megatron-2021-a100-gpt-*",
-                           "megatron-core-h100-gpt-*")
+                           "fitted on the Megatron-LM 2021 A100 and Megatron-Core H100 GPT rows "
+                           "(the small models weigh it), with the 2021 runs' unfused attention "
+                           "modelled (data/fits.yaml names the entries)")
 #: fraction of a backward pass under which the data-parallel gradient reduction hides
 DP_OVERLAP = record("DP_OVERLAP", 0.9, "fraction of the last micro-batch's backward",
                     "training: data-parallel gradient reduction under the backward",

@@ -78,10 +78,8 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 #: (the value that minimises the median error over their points; the 405B FP4 entry is held
 #: out).
 FP4_EFF = record("FP4_EFF", 0.75, "fraction of the FP8 efficiency", "NVFP4 GEMMs",
-                 "fitted on trtllm-1.0-llama33-70b-b200-tp1-fp4 and "
-                 "trtllm-1.0-llama33-70b-gb200-tp1-fp4 (TensorRT-LLM 1.0 performance overview, "
-                 "B200 and GB200)",
-                 "trtllm-1.0-llama33-70b-b200-tp1-fp4", "trtllm-1.0-llama33-70b-gb200-tp1-fp4")
+                 "fitted on the Llama 3.3 70B FP4 runs of the TensorRT-LLM 1.0 performance "
+                 "overview on B200 and GB200 (data/fits.yaml names the entries)")
 
 #: How unevenly a step's tokens pick the experts: the coefficient of variation of the experts'
 #: shares of one step's top-k choices (0: the router spreads them uniformly, only the
@@ -94,11 +92,8 @@ FP4_EFF = record("FP4_EFF", 0.75, "fraction of the FP8 efficiency", "NVFP4 GEMMs
 #: per kernel), so read it as an upper bound on the skew.
 EXPERT_LOAD_CV = record("EXPERT_LOAD_CV", 2.5, "coefficient of variation of expert shares per step",
                         "MoE serving without EPLB: the router's skew across experts",
-                        "fitted on trtllm-1.0-llama4-maverick-moe-tp8",
-                        "trtllm-1.0-llama4-maverick-moe-tp8",
-                        answer="no source publishes the router's skew; the other MoE entries "
-                        "with expert parallelism are the same source's and DeepSeek-R1's, with "
-                        "misses of 20-70% this value does not close")
+                        "fitted on TensorRT-LLM 1.0's Llama 4 Maverick TP8 run (data/fits.yaml "
+                        "names the entry)")
 
 #: Redundant experts of an EPLB deployment (copies of the hottest experts placed so that every
 #: rank's mean load is equal): DeepSeek-V3 serves with 32 (DeepSeek-V3 Technical Report,

@@ -53,25 +53,20 @@ from gpufabric.workloads.inference.simulator import (SimResult, check_fits, simu
 
 #: The KV-transfer engine (Mooncake Transfer Engine, NIXL): a fixed cost per request's transfer
 #: (registration, handshake, completion) and the fraction of the links' NCCL-usable rate its
-#: RDMA writes reach. Fitted on the transfer_ms points of
-#: mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer (128 to 32,768 tokens; two-point fit of
-#: the smallest and largest, the rest within 6 %); the rate share also explains the large
-#: transfers of mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer (another engine on H20
-#: machines: within 7 % from 8,192 tokens), whose small ones the setup cost does not.
+#: RDMA writes reach. Fitted on the transfer times of Mooncake's vLLM 1P1D run on H800
+#: (128 to 32,768 tokens; two-point fit of the smallest and largest, the rest within 6 %); the
+#: rate share also explains the large transfers of its SGLang 1P1D run on H20 (another engine
+#: on other machines: within 7 % from 8,192 tokens), whose small ones the setup cost does not.
+#: data/fits.yaml names the entries.
 KV_SETUP_S = record("KV_SETUP_S", 0.00039, "s per transfer",
                     "KV-transfer engines: fixed cost of one request's transfer",
-                    "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",
-                    "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",
-                    answer="the only other published per-request KV-transfer times in our "
-                    "files (mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer) miss by 40-64% "
-                    "at small transfers: SGLang's setup differs")
+                    "fitted on Mooncake's vLLM 1P1D KV-transfer run on H800 (data/fits.yaml "
+                    "names the entry)")
 KV_EFF = record("KV_EFF", 0.81, "fraction of the send/recv rate",
                 "KV-transfer engines: share of the links' NCCL-usable rate",
-                "fitted on mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer (vLLM, H800) and "
-                "the large transfers of mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer "
-                "(SGLang, H20); Mooncake's transfer engine on both",
-                "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",
-                "mooncake-sglang-pd-1p1d-h20-qwen3-235b-kv-transfer")
+                "fitted on Mooncake's vLLM 1P1D run on H800 and the large transfers of its "
+                "SGLang 1P1D run on H20; Mooncake's transfer engine on both (data/fits.yaml "
+                "names the entries)")
 
 
 def parse_pd(text: str) -> tuple[int, int]:

@@ -85,12 +85,12 @@ def test_parallel_block_fuses_its_input_projections():
     # projections run as one GEMM of the summed width; the FLOPs do not change
     from dataclasses import replace
 
-    from gpufabric.workloads.compute import layer_ops
+    from gpufabric.workloads.compute import Split, layer_ops
     from gpufabric.workloads.models import load_model
     gptj = load_model("gpt-j-6b")
-    side = {o.name: o for o in layer_ops(gptj, 0, 1, 2048, tp=8)}
+    side = {o.name: o for o in layer_ops(gptj, 0, 1, 2048, split=Split(tp=8))}
     serial = {o.name: o for o in layer_ops(replace(gptj, parallel_block=False), 0, 1, 2048,
-                                           tp=8)}
+                                           split=Split(tp=8))}
     assert "qkv_mlp_up" in side and "qkv" not in side and "mlp_up" not in side
     assert (side["qkv_mlp_up"].m, side["qkv_mlp_up"].n, side["qkv_mlp_up"].k) == \
         (2048, 3 * 4096 // 8 + 16384 // 8, 4096)
@@ -237,12 +237,12 @@ def test_hybrid_fsdp_gathers_inside_the_node_and_reduces_across(h100):
 
 
 def test_context_parallel_ranks_do_their_share_of_causal_attention():
-    from gpufabric.workloads.compute import layer_ops
+    from gpufabric.workloads.compute import Split, layer_ops
     from gpufabric.workloads.models import load_model
     m = load_model("llama3-405b")
 
     def attn_flops(seq, cp):
-        ops = layer_ops(m, 0, 1, seq, tp=8, cp=cp)
+        ops = layer_ops(m, 0, 1, seq, split=Split(tp=8, cp=cp))
         return next(o.flops for o in ops if o.name == "attn_core")
     # a causal sequence of 131072 tokens over 16 ranks in load-balanced chunks: each rank does
     # 1/16 of the whole sequence's causal attention (half of its queries x all keys)

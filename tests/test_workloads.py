@@ -4,7 +4,8 @@ import pytest
 
 from gpufabric.errors import InputError
 from gpufabric.workloads.compute import (
-    attention, gemm, gemm_efficiency, gpu_spec, head_ops, layer_ops, op_time_s, tile_shapes,
+    Heads, Split, attention, gemm, gemm_efficiency, gpu_spec, head_ops, layer_ops, op_time_s,
+    tile_shapes,
 )
 from gpufabric.workloads.memory import (
     check_fits, kv_cache_bytes_per_token, training_memory, weight_bytes,
@@ -114,13 +115,13 @@ def test_layer_flops_are_twice_the_parameters_per_token_plus_attention():
     core = next(o for o in ops if o.name == "attn_core")
     assert core.flops == 2 * 32 * 4096 * 4096 * 256 / 2      # causal half, flash
     # tensor parallelism splits them evenly
-    ops8 = layer_ops(m, 0, 1, 4096, tp=8)
+    ops8 = layer_ops(m, 0, 1, 4096, split=Split(tp=8))
     assert sum(o.flops for o in ops8) * 8 == pytest.approx(sum(o.flops for o in ops))
 
 
 def test_attention_without_flash_moves_the_score_matrix():
-    fl = attention("a", 1, 4096, 4096, 32, 8, 128, 128, 2, flash=True)
-    no = attention("a", 1, 4096, 4096, 32, 8, 128, 128, 2, flash=False)
+    fl = attention("a", 1, 4096, 4096, Heads(32, 8, 128, 128), 2, flash=True)
+    no = attention("a", 1, 4096, 4096, Heads(32, 8, 128, 128), 2, flash=False)
     assert no.bytes - fl.bytes == 32 * 4096 * 4096 * 16
     g = gpu_spec("A100-SXM4-80GB")
     assert op_time_s(no, g, "bf16") > op_time_s(fl, g, "bf16")
@@ -128,7 +129,7 @@ def test_attention_without_flash_moves_the_score_matrix():
 
 def test_moe_layer_runs_top_k_experts_per_token():
     ds = load_model("deepseek-v3")
-    ops = layer_ops(ds, 5, 1, 4096, ep=64)
+    ops = layer_ops(ds, 5, 1, 4096, split=Split(ep=64))
     up = next(o for o in ops if o.name == "expert_up")
     assert up.count == 4 and up.m == 4096 * 8 * 64 // 256
     assert sum(o.flops for o in ops if o.name.startswith("expert")) == \
@@ -262,12 +263,12 @@ def test_search_considers_moe_parallel_folding():
 
 def test_expert_work_per_gpu_does_not_depend_on_the_expert_tp():
     # whatever the folding, a GPU runs top_k / tp experts' worth of its block's tokens
-    from gpufabric.workloads.compute import layer_ops
+    from gpufabric.workloads.compute import Split, layer_ops
     m = load_model("qwen3-235b-a22b")
     layer = next(i for i in range(m.layers) if m.moe_layer(i))
 
     def expert_flops(**kw):
-        return sum(o.flops for o in layer_ops(m, layer, 1, 4096, tp=2, **kw)
+        return sum(o.flops for o in layer_ops(m, layer, 1, 4096, split=Split(tp=2, **kw))
                    if o.name.startswith("expert_"))
     full = 2 * 4096 * m.top_k * 3 * m.hidden * m.expert_ffn / 2
     assert expert_flops(ep=32, etp=1) == pytest.approx(full, rel=1e-3)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpufabric import catalog
 from gpufabric import params as _params
@@ -282,10 +282,19 @@ def gemm(name: str, m: int, n: int, k: int, elem_bytes: float, count: int = 1,
               (m * k + k * n + m * n) * elem_bytes * count, m, n, k, count, streams)
 
 
-def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int,
-              qk_dim: int, v_dim: int, elem_bytes: float, *, causal: bool = True,
-              flash: bool = True, balanced_chunks: bool = False) -> Op:
-    """The attention core (QK^T, softmax, PV) for ``heads`` query heads on one GPU.
+class Heads(NamedTuple):
+    """The attention heads on one GPU: query and key/value heads, and their dimensions."""
+
+    heads: int
+    kv_heads: int
+    qk_dim: int
+    v_dim: int
+
+
+def attention(name: str, batch: int, q_len: int, kv_len: int, shape: Heads,
+              elem_bytes: float, *, causal: bool = True, flash: bool = True,
+              balanced_chunks: bool = False) -> Op:
+    """The attention core (QK^T, softmax, PV) for ``shape.heads`` query heads on one GPU.
 
     With flash-attention the score matrix never reaches HBM and masked blocks are skipped;
     without it the scores are written and read back (softmax, dropout, PV) in 16/32-bit.
@@ -294,6 +303,7 @@ def attention(name: str, batch: int, q_len: int, kv_len: int, heads: int, kv_hea
     ``2 cp - 1 - i`` on rank ``i``), so they see half the keys on average, as a whole sequence
     does.
     """
+    heads, kv_heads, qk_dim, v_dim = shape
     frac = 0.5 if causal and (q_len == kv_len or balanced_chunks) and q_len > 1 else 1.0
     flops = 2.0 * batch * heads * q_len * kv_len * (qk_dim + v_dim)
     io = batch * (q_len * heads * (qk_dim + v_dim) + kv_len * kv_heads * (qk_dim + v_dim))
@@ -384,19 +394,29 @@ PASSES = {True: {"norm": 2, "residual_norm": 5, "act_gated": 3, "act": 2, "resid
                   "rope": 10}}
 
 
+class Split(NamedTuple):
+    """How a block's work is split over GPUs: tensor, expert and context parallel sizes, and
+    the expert tensor parallelism (None: ``tp``)."""
+
+    tp: int = 1
+    ep: int = 1
+    cp: int = 1
+    etp: int | None = None
+
+
 def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int | None = None,
-              *, tp: int = 1, ep: int = 1, cp: int = 1, precision: str = "bf16",
-              flash: bool = True, fused: bool = True, etp: int | None = None) -> list[Op]:
+              *, split: Split = Split(), precision: str = "bf16", flash: bool = True,
+              fused: bool = True) -> list[Op]:
     """Forward operations of block ``layer`` on one GPU.
 
     ``batch`` sequences of ``q_len`` new tokens attend to ``kv_len`` keys (default ``q_len``;
-    inference decode: ``q_len=1`` and the cached length). Tensor parallelism ``tp`` splits heads
-    and MLP width; context parallelism ``cp`` splits the sequence (each rank holds ``q_len/cp``
-    queries against the whole ``kv_len``); expert parallelism ``ep`` spreads the routed experts
-    and ``etp`` (default ``tp``) splits each one: an expert-model-parallel group of ``ep x etp``
-    GPUs serves the tokens its GPUs hold outside the tensor-parallel regions (``1/tp`` of the
-    block's, sequence parallel), so each GPU runs ``top_k / tp`` experts' worth of its block's
-    tokens (balanced routing).
+    inference decode: ``q_len=1`` and the cached length). ``split``: tensor parallelism ``tp``
+    splits heads and MLP width; context parallelism ``cp`` splits the sequence (each rank holds
+    ``q_len/cp`` queries against the whole ``kv_len``); expert parallelism ``ep`` spreads the
+    routed experts and ``etp`` (default ``tp``) splits each one: an expert-model-parallel group
+    of ``ep x etp`` GPUs serves the tokens its GPUs hold outside the tensor-parallel regions
+    (``1/tp`` of the block's, sequence parallel), so each GPU runs ``top_k / tp`` experts' worth
+    of its block's tokens (balanced routing).
 
     >>> m = load_model("llama3-8b")
     >>> ops = layer_ops(m, 0, 1, 8192)
@@ -409,6 +429,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         raise InputError(f"{model.name} is a {model.arch}; layer_ops needs a transformer",
                          field="model")
     kv_len = q_len if kv_len is None else kv_len
+    tp, ep, cp, etp = split
     prec = check_precision(precision)
     eb = ACT_BYTES[prec]
     q_loc = max(q_len // cp, 1) if cp > 1 else q_len
@@ -441,7 +462,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
             ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
     if ps["rope"]:
         ops.append(elementwise("rope", T * (a + kvh) * qd, ps["rope"], eb))
-    ops.append(attention("attn_core", batch, q_loc, kv_len, a, kvh, qd, vd, eb,
+    ops.append(attention("attn_core", batch, q_loc, kv_len, Heads(a, kvh, qd, vd), eb,
                          causal=model.arch != "encoder",
                          flash=flash, balanced_chunks=cp > 1 and q_len == kv_len))
     if quant:

@@ -45,7 +45,7 @@ from gpufabric import sweep
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import (
-    ACT_BYTES, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
+    ACT_BYTES, GPUSpec, Split, check_precision, gpu_spec, head_ops, layer_ops, op_time_s,
 )
 from gpufabric.workloads.memory import stage_layers, training_memory
 from gpufabric.workloads.models import ModelSpec, load_model
@@ -282,8 +282,9 @@ class _Bounds:
     def _pass(self, moe: bool, i: int, par: Parallel) -> tuple[float, float, float]:
         key = (moe, par.tp, par.cp, par.ep, par.expert_tp, par.micro_batch)
         if key not in self._layer:
-            ops = layer_ops(self.m, i, par.micro_batch, self.seq, self.seq, tp=par.tp,
-                            ep=par.ep, cp=par.cp, precision=self.prec, etp=par.expert_tp)
+            ops = layer_ops(self.m, i, par.micro_batch, self.seq, self.seq,
+                            split=Split(par.tp, par.ep, par.cp, par.expert_tp),
+                            precision=self.prec)
             f = b = a = 0.0
             for o in ops:
                 t = op_time_s(o, self.g, self.prec)

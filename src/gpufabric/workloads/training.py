@@ -37,7 +37,7 @@ from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import (
     ACT_BYTES, GPUSpec, check_precision, gpu_spec, head_ops, layer_ops, op_time_s, optimizer_op,
-    power_capped, record,
+    Split, power_capped, record,
 )
 from gpufabric.workloads.memory import (
     MemoryBreakdown, check_fits, expert_shard, fit_hint, params_per_gpu, stage_layers,
@@ -246,8 +246,11 @@ class _Pass:
 
 
 @dataclass(frozen=True)
-class StepOptions:
-    """How a job runs, beyond its layout (see :func:`predict_step` for each)."""
+class Software:
+    """How the job's software runs it, beyond its layout (:class:`Parallel`): precision,
+    kernels, overlaps, recomputation policy, forced NCCL algorithm, power cap (see
+    :func:`predict_step` for each). Framework profiles (``workloads/data/frameworks/``) and
+    ``train``'s flags set them."""
 
     precision: str = "bf16"
     flash: bool = True
@@ -277,7 +280,7 @@ class _Step:
     g: GPUSpec
     topo: Topology
     groups: dict[str, Group]
-    o: StepOptions
+    o: Software
     comm: dict[str, float] = field(default_factory=lambda: {
         k: 0.0 for k in ("tp", "cp", "ep", "pp", "dp", "zero3")})
 
@@ -287,8 +290,9 @@ def _layer_pass(c: _Step, i: int, comm: dict[str, float]) -> _Pass:
     and EP communication (each collective's whole time is added to ``comm``)."""
     m, par, seq, prec, g, topo, groups = c.m, c.par, c.seq, c.prec, c.g, c.topo, c.groups
     attn_kernel, sac, modules = c.o.attn_kernel, c.o.sac, c.o.recompute_modules
-    ops = layer_ops(m, i, par.micro_batch, seq, seq, tp=par.tp, ep=par.ep, cp=par.cp,
-                    precision=prec, flash=c.o.flash, fused=c.o.fused, etp=par.expert_tp)
+    ops = layer_ops(m, i, par.micro_batch, seq, seq,
+                    split=Split(par.tp, par.ep, par.cp, par.expert_tp), precision=prec,
+                    flash=c.o.flash, fused=c.o.fused)
     fwd = bwd = attn_f = 0.0
     times: list[float] = []
     for o in ops:
@@ -362,12 +366,12 @@ def check_seq_len(seq_len: int | None, m: ModelSpec) -> int:
 
 
 def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
-                 seq_len: int | None = None, options: StepOptions | None = None,
+                 seq_len: int | None = None, options: Software | None = None,
                  **kw: Any) -> StepResult:
     """Predict one optimizer step of ``model`` on ``system`` with layout ``par``.
 
-    How the job runs beyond its layout is ``options`` (a :class:`StepOptions`), or its fields
-    as keywords (``precision="fp8", tp_overlap=True``), which override ``options``.
+    How the job's software runs beyond its layout is ``options`` (a :class:`Software`), or
+    its fields as keywords (``precision="fp8", tp_overlap=True``), which override ``options``.
 
     ``system`` is a Topology or anything :func:`gpufabric.topology.build.load` takes. With
     ``check_memory`` a layout that does not fit raises :class:`InputError`; otherwise the
@@ -389,7 +393,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     ``nccl_proto``: the algorithm and protocol the job forces (``NCCL_ALGO`` / ``NCCL_PROTO``)
     for its all-reduces, all-gathers and reduce-scatters; None: NCCL's own choice.
     """
-    o = replace(options or StepOptions(), **kw)
+    o = replace(options or Software(), **kw)
     token = _NCCL.set((o.nccl_algo, o.nccl_proto))
     try:
         return _predict_step(model, system, par, seq_len, o)
@@ -398,7 +402,7 @@ def predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
 
 
 def _resolve(model: ModelSpec | str, system: Topology | str, par: Parallel,
-             seq_len: int | None, o: StepOptions) -> _Step:
+             seq_len: int | None, o: Software) -> _Step:
     """The step's inputs checked and resolved: options, model, system, GPU (power-capped),
     sequence length, a layout that fits the system and divides the model."""
     if o.sac not in SAC_POLICIES:
@@ -431,7 +435,7 @@ def _resolve(model: ModelSpec | str, system: Topology | str, par: Parallel,
 
 
 def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
-                  seq_len: int | None, o: StepOptions) -> StepResult:
+                  seq_len: int | None, o: Software) -> StepResult:
     c = _resolve(model, system, par, seq_len, o)
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]

@@ -137,7 +137,7 @@ def test_overrides_reach_every_alias_and_come_back():
                             "DRAM_EFFICIENCY": 0.5}):
         assert capacity.USABLE_RATE_SCALE["net"] == 0.9
         assert P.HOP_LAT_US["shm"]["LL"] == 3.0 == P.TREE_HOP_LAT_US["shm"]["LL"]
-        assert capacity.DRAM_EFFICIENCY == 0.5 == P.DRAM_EFFICIENCY
+        assert capacity.DRAM_EFFICIENCY == 0.5 == shared.REGISTRY["DRAM_EFFICIENCY"].value
         assert shared.REGISTRY["DRAM_EFFICIENCY"].value == 0.5
     assert capacity.USABLE_RATE_SCALE["net"] == 1.0 and P.HOP_LAT_US["shm"]["LL"] == 1.5
     assert capacity.DRAM_EFFICIENCY == 0.73 == shared.REGISTRY["DRAM_EFFICIENCY"].value

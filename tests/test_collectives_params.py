@@ -36,13 +36,15 @@ def test_every_record_says_where_it_comes_from():
         P.record("NVLS_LAT_US", 1.0, "us", "x", "y")
 
 
-def test_the_network_uses_the_recorded_values():
-    assert SHM_EFFICIENCY == P.SHM_EFFICIENCY
-    assert capacity.DRAM_EFFICIENCY == P.DRAM_EFFICIENCY
-    assert capacity.INTERSOCKET_EFFICIENCY == P.INTERSOCKET_EFFICIENCY
-    assert capacity.OTHER_EFFICIENCY == P.OTHER_EFFICIENCY
-    assert capacity.NVLINK_FALLBACK == P.NVLINK_FALLBACK
-    assert capacity.PCIE_FALLBACK == P.PCIE_FALLBACK
+def test_the_network_records_its_constants_where_it_defines_them():
+    """One definition per constant: the network's are recorded in gpufabric.network, with the
+    collective model's, and not copied by value into collectives/params.py."""
+    from gpufabric.params import REGISTRY
+    assert REGISTRY["SHM_EFFICIENCY"].value == SHM_EFFICIENCY
+    for name in ("DRAM_EFFICIENCY", "INTERSOCKET_EFFICIENCY", "OTHER_EFFICIENCY",
+                 "NVLINK_FALLBACK", "PCIE_FALLBACK"):
+        assert REGISTRY[name].value == getattr(capacity, name)
+        assert REGISTRY[name].layer == "collectives" and not hasattr(P, name)
     assert capacity.USABLE_RATE_SCALE is P.USABLE_RATE_SCALE
 
 

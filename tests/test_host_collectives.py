@@ -12,6 +12,7 @@ from gpufabric.collectives.validate import load_entries, predict_entry, validate
 from gpufabric.errors import InputError
 from gpufabric.measure import bench as b
 from gpufabric.measure import calibrate as cal
+from gpufabric.network import capacity
 from gpufabric.measure import profile
 
 EPYC = {"gpu": "none", "cpu": "EPYC-7763", "sockets": 1, "cores": 64, "transport": "shm"}
@@ -57,7 +58,7 @@ def test_copy_rate_is_a_core_or_the_shared_dram():
     m = host.HostModel(host.host_system(EPYC))
     assert m.rate_GBps(2) == P.HOST_CORE_COPY_GBps          # one core is the limit
     # 64 ranks share one socket's usable DRAM: 204.8 GB/s x DRAM_EFFICIENCY / 64
-    assert m.rate_GBps(64) == pytest.approx(204.8 * P.DRAM_EFFICIENCY / 64)
+    assert m.rate_GBps(64) == pytest.approx(204.8 * capacity.DRAM_EFFICIENCY / 64)
     # ranks beyond the cores share them
     small = host.HostModel(host.host_system({"gpu": "none", "cores": 2}))
     assert small.rate_GBps(4) == pytest.approx(P.HOST_CORE_COPY_GBps / 2)

@@ -59,6 +59,7 @@ from gpufabric import catalog
 from gpufabric.collectives import DTYPE_BYTES, OPS, Prediction, busbw_factor, check_op
 from gpufabric.collectives import params as P
 from gpufabric.errors import InputError
+from gpufabric.network.capacity import DRAM_EFFICIENCY
 from gpufabric.topology import schema
 
 #: The collectives this model predicts (reduce is not among nccl-tests' five here).
@@ -173,7 +174,7 @@ class HostModel:
         h = self.host
         r = float(P.HOST_CORE_COPY_GBps)
         if h.mem_bw_GBps:
-            r = min(r, h.mem_bw_GBps * h.sockets * P.DRAM_EFFICIENCY / max(1, ranks))
+            r = min(r, h.mem_bw_GBps * h.sockets * DRAM_EFFICIENCY / max(1, ranks))
         if h.cores and ranks > h.cores:
             r *= h.cores / ranks
         return r

@@ -268,35 +268,11 @@ P2P_PER_PEER_US = record(
     "P2P_PER_PEER_US", 0.15, "us", "all_to_all: posting and matching one send/receive pair",
     "estimate")
 
-# -- the network's constants (defined in gpufabric.network, recorded here) --------------------
-SHM_EFFICIENCY = record(
-    "SHM_EFFICIENCY", 0.73, "share of link rate",
-    "GPU-to-GPU copy bounced through host memory (receiver reads host memory over PCIe)",
-    "fitted (network.SHM_EFFICIENCY)")
-
-DRAM_EFFICIENCY = record(
-    "DRAM_EFFICIENCY", 0.73, "share of peak DRAM bandwidth",
-    "host memory crossed by copies through it (written, then read)",
-    "fitted (network.capacity.DRAM_EFFICIENCY); peak = channels x rate x 8 B from Intel ARK / "
-    "AMD product briefs")
-
-INTERSOCKET_EFFICIENCY = record(
-    "INTERSOCKET_EFFICIENCY", 0.45, "share of raw rate",
-    "GPU DMA across the inter-socket link (UPI, xGMI)",
-    "fitted (network.capacity.INTERSOCKET_EFFICIENCY)")
-
-OTHER_EFFICIENCY = record(
-    "OTHER_EFFICIENCY", 0.8, "share of raw rate", "links without a catalog NCCL rate (C2C, ...)",
-    "estimate (network.capacity.OTHER_EFFICIENCY)")
-
-NVLINK_FALLBACK = record(
-    "NVLINK_FALLBACK", 0.82, "share of raw rate", "NVLink of unknown generation",
-    "estimate: usable / raw of the catalog's NVLink generations "
-    "(network.capacity.NVLINK_FALLBACK)")
-
-PCIE_FALLBACK = record(
-    "PCIE_FALLBACK", 0.76, "share of raw rate", "PCIe of unknown generation",
-    "estimate: usable / raw of the catalog's PCIe generations (network.capacity.PCIE_FALLBACK)")
+# -- the network's constants are recorded where they are defined (gpufabric.network and
+# gpufabric.network.capacity: SHM_EFFICIENCY, DRAM_EFFICIENCY, INTERSOCKET_EFFICIENCY,
+# OTHER_EFFICIENCY, NVLINK_FALLBACK, PCIE_FALLBACK); importing them here records them with
+# this layer's constants
+import gpufabric.network.capacity  # noqa: E402,F401
 
 EFA_V1_EFFICIENCY = record(
     "EFA_V1_EFFICIENCY", _catalog.net_speed("efa-v1").efficiency, "share of line rate",

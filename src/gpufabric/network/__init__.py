@@ -37,7 +37,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from gpufabric.network.capacity import host_memory_GBps, usable_GBps
+from gpufabric.network.capacity import host_memory_GBps, record, usable_GBps
 from gpufabric.network.fairshare import fluid, maxmin_rates
 from gpufabric.network.routing import Route, Router
 from gpufabric.topology.model import Topology
@@ -49,7 +49,10 @@ __all__ = ["Transfer", "Network", "SimResult", "EdgeUse", "Route", "Router", "us
 #: the links it crosses: the sender's posted writes are cheap, but the receiver pulls the data
 #: with PCIe reads of host memory, in chunks, with a flag handshake per chunk. (A transfer to a
 #: NIC staged through host memory is read by the NIC's DMA engine and keeps the link rate.)
-SHM_EFFICIENCY = 0.73
+SHM_EFFICIENCY: float = record(
+    "SHM_EFFICIENCY", 0.73, "share of link rate",
+    "GPU-to-GPU copy bounced through host memory (receiver reads host memory over PCIe)",
+    "fitted (data/fits.yaml)").value
 
 
 @dataclass(frozen=True)

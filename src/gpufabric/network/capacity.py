@@ -17,6 +17,8 @@ The rule is one per link *type*, never per machine:
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Link, Topology
@@ -24,14 +26,30 @@ from gpufabric.topology.model import Link, Topology
 #: Fraction of an inter-socket link's raw rate that GPU DMA traffic crossing it achieves
 #: (coherent-fabric protocol overhead and remote-memory round trips). Fitted on the 8-GPU
 #: no-P2P PCIe Gen5 machine of the calibration file, where the ring crosses the sockets.
-INTERSOCKET_EFFICIENCY = 0.45
+def record(name: str, value: Any, unit: str, applies_to: str, source: str) -> Any:
+    """Record one of the network's constants where it is defined, with the collective model's
+    (``gpufabric params --layer collectives``); what a fitted one was fitted on is in
+    ``data/fits.yaml``."""
+    from gpufabric import params
+    return params.record("collectives", name, value, unit, applies_to, source)
+
+
+INTERSOCKET_EFFICIENCY: float = record(
+    "INTERSOCKET_EFFICIENCY", 0.45, "share of raw rate",
+    "GPU DMA across the inter-socket link (UPI, xGMI)", "fitted (data/fits.yaml)").value
 
 #: Fraction of the raw rate usable on links with no catalog NCCL rate (xGMI, C2C, unknown).
-OTHER_EFFICIENCY = 0.8
+OTHER_EFFICIENCY: float = record(
+    "OTHER_EFFICIENCY", 0.8, "share of raw rate", "links without a catalog NCCL rate (C2C, ...)",
+    "estimate").value
 
 #: Used when a link's generation is unknown: usable / raw of the most common generations.
-NVLINK_FALLBACK = 0.82
-PCIE_FALLBACK = 0.76
+NVLINK_FALLBACK: float = record(
+    "NVLINK_FALLBACK", 0.82, "share of raw rate", "NVLink of unknown generation",
+    "estimate: usable / raw of the catalog's NVLink generations").value
+PCIE_FALLBACK: float = record(
+    "PCIE_FALLBACK", 0.76, "share of raw rate", "PCIe of unknown generation",
+    "estimate: usable / raw of the catalog's PCIe generations").value
 
 #: Factor on the usable rate of each collective transport (``nvlink``, ``pcie``, ``net``): 1 is
 #: the catalog's NCCL-usable rate. A calibration profile sets it for one machine's links
@@ -139,7 +157,11 @@ def usable_GBps(link: Link, topo: Topology) -> float:
 #: Share of peak DRAM bandwidth a stream of DMA writes and reads sustains (STREAM-class
 #: efficiency); fitted on the 8x RTX 5090 two-socket machine, where four GPUs per socket bounce
 #: their ring traffic through one socket's memory.
-DRAM_EFFICIENCY = 0.73
+DRAM_EFFICIENCY: float = record(
+    "DRAM_EFFICIENCY", 0.73, "share of peak DRAM bandwidth",
+    "host memory crossed by copies through it (written, then read)",
+    "fitted (data/fits.yaml); peak = channels x rate x 8 B from Intel ARK / AMD product "
+    "briefs").value
 
 
 def host_memory_GBps(topo: Topology, cpu_id: str) -> float | None:

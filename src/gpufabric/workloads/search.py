@@ -450,18 +450,19 @@ def search_layouts(model: ModelSpec | str, system: str, *, global_batch: int,
     InputError
         When no layout divides evenly and fits.
     """
+    ax = _axes(tp_overlap, kw)
     with _memo():
-        return _search(model, system, global_batch, seq_len, precision, top, tp_overlap, ray,
-                       ray_address, progress, kw)
+        return _search(model, system, global_batch, seq_len, precision, top, ax,
+                       (ray, ray_address), progress)
 
 
 def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int | None,
-            precision: str, top: int, tp_overlap: bool | None, ray: bool,
-            ray_address: str | None, progress: Callable[[int, int], None] | None,
-            kw: dict[str, Any]) -> tuple[list[StepResult], SearchCounts]:
+            precision: str, top: int, ax: Axes, ray_at: tuple[bool, str | None],
+            progress: Callable[[int, int], None] | None
+            ) -> tuple[list[StepResult], SearchCounts]:
     m, seq, gpn, gpus, gpu = _prepare(model, system, global_batch, seq_len, top)
     prec = check_precision(precision)
-    ax = _axes(tp_overlap, kw)
+    ray, ray_address = ray_at
     bounds = _Bounds(m, gpu_spec(gpu), seq, prec, _topology(system), gpn, ax)
     counts = SearchCounts()
     todo: list[tuple[float, Shape, dict[str, float], int]] = []

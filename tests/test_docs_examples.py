@@ -84,6 +84,15 @@ def test_the_guides_have_checked_examples():
 def test_example(block, cli, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("COLUMNS", COLUMNS)
+    # the commands' consoles were made when their module was first imported, maybe by another
+    # test of this process at another width: give each the guide's width
+    import sys
+
+    from rich.console import Console
+    for name, mod in list(sys.modules.items()):
+        con = getattr(mod, "console", None) if name.startswith("gpufabric.cli") else None
+        if isinstance(con, Console):
+            monkeypatch.setattr(con, "_width", int(COLUMNS))
     checker = doctest.OutputChecker()
     for command, want in block:
         code, out, err = cli(*shlex.split(command, comments=True)[1:])

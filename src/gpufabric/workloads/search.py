@@ -492,6 +492,8 @@ def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int
     for n, (lb0, sh, lb, _) in enumerate(todo):
         if lb0 > threshold():        # shapes come in bound order: none after this can place
             counts.pruned_bound += sum(t[3] for t in todo[n:])
+            if progress is not None:      # the rest are done too: pruned
+                progress(len(todo) - n, len(todo))
             break
         sts = settings(sh, gpn, ax, seq)
         fits = _Fits(lambda par: training_memory(m, par, seq, gpu, precision=prec,

@@ -656,6 +656,7 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
     """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
     from gpufabric.topology.build import from_spec, parse_inline
     from gpufabric.workloads.inference.pd import serve_pd
+    from gpufabric.workloads.inference.supernode import highest_passing
     from gpufabric.workloads.inference.serve import ServeConfig
     lay = dict(job.layout)
     try:
@@ -671,19 +672,7 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
             r = serve_pd(job.model, pt, replace(base, rate=rate, requests=n), (job.x, job.y),
                          dt)
             return r["slo_attainment"] >= 0.9, r
-        lo, best, hi = 0.0, None, 0.05 * (job.x + job.y)
-        while hi < 1e5:
-            good, r = ok(hi)
-            if not good:
-                break
-            lo, best, hi = hi, r, hi * 2
-        for _ in range(3):
-            mid = (lo + hi) / 2
-            good, r = ok(mid)
-            if good:
-                lo, best = mid, r
-            else:
-                hi = mid
+        lo, best = highest_passing(ok, 0.05 * (job.x + job.y), steps=3)
     except InputError as exc:
         return {"error": exc.message}
     if best is None:

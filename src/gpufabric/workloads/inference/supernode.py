@@ -38,6 +38,26 @@ def _name(lay: dict) -> str:
     return " ".join(parts)
 
 
+def highest_passing(ok: Callable[[float], tuple[bool, Any]], start: float, steps: int = 5
+                    ) -> tuple[float, Any]:
+    """The highest rate at which ``ok(rate) -> (passes, run)`` passes, and that run: the rate
+    doubles from ``start`` until it fails (or passes 1e5), then ``steps`` bisections."""
+    lo, best, hi = 0.0, None, start
+    while hi <= 1e5:
+        good, r = ok(hi)
+        if not good:
+            break
+        lo, best, hi = hi, r, hi * 2
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        good, r = ok(mid)
+        if good:
+            lo, best = mid, r
+        else:
+            hi = mid
+    return lo, best
+
+
 def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float = 0.9,
              steps: int = 5, duration_s: float = 30.0) -> tuple[float, dict | None]:
     """The highest deployment rate (requests/s) at which ``attainment`` of the requests meet
@@ -47,23 +67,7 @@ def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float 
         n = max(cfg.requests or 0, int(rate * duration_s))
         r = serve(model, topo, replace(cfg, rate=rate, requests=n))
         return r["slo_attainment"] >= attainment, r
-    lo, best = 0.0, None
-    hi = max(0.05, 0.02 * len(topo.gpus()))
-    while True:
-        good, r = ok(hi)
-        if not good:
-            break
-        lo, best, hi = hi, r, hi * 2
-        if hi > 1e5:        # pragma: no cover - an SLO met at any rate
-            break
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        good, r = ok(mid)
-        if good:
-            lo, best = mid, r
-        else:
-            hi = mid
-    return lo, best
+    return highest_passing(ok, max(0.05, 0.02 * len(topo.gpus())), steps)
 
 
 def _layout_row(model: str, topo: Topology, cfg: ServeConfig, lay: dict, gpus: int,

@@ -40,7 +40,8 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -80,6 +81,20 @@ def _pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else 0.0
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a replay runs: the queue order, the seed, how jobs are routed to node pools, the
+    checkpoint interval of jobs that state none, how many utilisation samples the timeline
+    keeps, and the load factor (creation times divided by it)."""
+
+    queue: str = "fifo"
+    seed: int = 42
+    routing: str = "kind"
+    default_checkpoint_s: float = 0.0
+    samples: int = 200
+    load: float = 1.0
+
+
 class Replay:
     """One replay: the cluster state, the jobs' bookkeeping and one handler per event kind.
 
@@ -97,10 +112,12 @@ class Replay:
     10.0
     """
 
-    def __init__(self, cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fifo",
-                 seed: int = 42, failures: FailureSpec | None = None, routing: str = "kind",
-                 default_checkpoint_s: float = 0.0, samples: int = 200, load: float = 1.0,
-                 tick: Callable[[float], None] | None = None):
+    def __init__(self, cluster: Cluster, jobs: JobSet, policy: str,
+                 options: ReplayOptions | None = None, *, failures: FailureSpec | None = None,
+                 tick: Callable[[float], None] | None = None, **kw: Any):
+        o = replace(options or ReplayOptions(), **kw)
+        queue, seed, routing, load = o.queue, o.seed, o.routing, o.load
+        default_checkpoint_s, samples = o.default_checkpoint_s, o.samples
         if not jobs.meta.get("has_times", True):
             raise InputError("replay needs the creation_time and deletion_time columns; this "
                              "trace has none (use --mode arrival)", file=jobs.source or None,
@@ -470,15 +487,13 @@ class Replay:
                             time.perf_counter() - self.t_start)
 
 
-def run_replay(cluster: Cluster, jobs: JobSet, policy: str, *, queue: str = "fifo",
-               seed: int = 42, failures: FailureSpec | None = None, routing: str = "kind",
-               default_checkpoint_s: float = 0.0, samples: int = 200, load: float = 1.0,
-               tick: Callable[[float], None] | None = None) -> ReplayResult:
-    """Replay ``jobs`` on ``cluster`` (see the module doc and :class:`Replay`).
+def run_replay(cluster: Cluster, jobs: JobSet, policy: str,
+               options: ReplayOptions | None = None, *, failures: FailureSpec | None = None,
+               tick: Callable[[float], None] | None = None, **kw: Any) -> ReplayResult:
+    """Replay ``jobs`` on ``cluster`` (see the module doc and :class:`Replay`); ``options``
+    (a :class:`ReplayOptions`) or its fields as keywords (``queue="priority", samples=20``).
 
     ``load`` > 1 compresses the arrival times (creation times divided by ``load``, durations
     kept), to study the same jobs under more pressure.
     """
-    return Replay(cluster, jobs, policy, queue=queue, seed=seed, failures=failures,
-                  routing=routing, default_checkpoint_s=default_checkpoint_s, samples=samples,
-                  load=load, tick=tick).run()
+    return Replay(cluster, jobs, policy, options, failures=failures, tick=tick, **kw).run()

@@ -266,7 +266,7 @@ class StepModel:
 
     def __init__(self, model: str | ModelSpec, topo: Topology, layout: ServeLayout, *,
                  precision: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
-                 max_tokens: int = 8192, block_size: int | None = None, gpu: str | None = None,
+                 max_tokens: int = 8192, block_size: int | None = None,
                  mem_utilization: float | None = None, eplb: bool = False):
         self.model = load_model(model)
         m = self.model
@@ -289,7 +289,7 @@ class StepModel:
         layout.check(m, len(gpus) if "nodes" not in topo.meta else per * domains, red)
         self.expert_slots = m.experts if not m.is_moe or m.experts % layout.ep == 0 \
             else m.experts + red
-        self.gpu = C.gpu_spec(gpu or gpus[0].model)
+        self.gpu = C.gpu_spec(gpus[0].model)
         self.format = P.lookup(str(precision), "weights", "--precision")
         self.precision = self.format.name
         kvd = kv_dtype or ("fp8" if self.precision in ("fp8", "fp4") else "bf16")

@@ -222,12 +222,11 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
     return R.poisson(cfg.rate / share, n, isl, osl, seed=cfg.seed)
 
 
-def step_model(model: str, topo: Topology, cfg: ServeConfig, gpu: str | None = None
-               ) -> StepModel:
-    tok, _ = engine_batched_tokens(cfg.engine, gpu or topo.gpus()[0].model)
+def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
+    tok, _ = engine_batched_tokens(cfg.engine, topo.gpus()[0].model)
     return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                      engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
-                     block_size=cfg.block_size, gpu=gpu, eplb=cfg.eplb,
+                     block_size=cfg.block_size, eplb=cfg.eplb,
                      mem_utilization=cfg.gpu_memory_utilization)
 
 

@@ -81,3 +81,21 @@ def test_no_function_outside_the_command_line_is_longer_than_120_lines():
                 if n > 120:
                     long.append(f"{path.relative_to(src)}:{node.lineno} {node.name} ({n} lines)")
     assert long == []
+
+
+def test_no_function_outside_the_command_line_takes_more_than_10_parameters():
+    """Long parameter lists become records (Software, ReplayOptions, Split, Heads): the typer
+    commands in cli/, one option per parameter, aside."""
+    src = Path(__file__).resolve().parents[1] / "src" / "gpufabric"
+    wide = []
+    for path in src.rglob("*.py"):
+        if "cli" in path.parts or path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = node.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                n = len(names) - (names[:1] in (["self"], ["cls"]))
+                if n > 10:
+                    wide.append(f"{path.relative_to(src)}:{node.lineno} {node.name} ({n})")
+    assert wide == []

@@ -384,7 +384,7 @@ SERVE_REQUESTS, SERVE_DURATION_S = 200, 20.0
 @cache
 def _serve_eval(job: _ServeJob) -> dict[str, Any]:
     from gpufabric.topology.build import from_spec, parse_inline
-    from gpufabric.workloads.inference.serve import ServeConfig, serve
+    from gpufabric.workloads.inference.serve import ServeConfig
     from gpufabric.workloads.inference.supernode import max_rate
     lay = dict(job.layout)
     try:
@@ -395,18 +395,19 @@ def _serve_eval(job: _ServeJob) -> dict[str, Any]:
                           requests=SERVE_REQUESTS, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
         if job.closed:
             best, r = _max_concurrency(job.model, topo, cfg)
-            if r is None:
-                return {"error": "the SLO is not met at any concurrency"}
-            return {"per_instance": best, "tokens_per_s": r["throughput_tokens_per_s"],
-                    "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
-                    "bottleneck": r["bottleneck"]}
+            return _capacity("per_instance", best, r, "concurrency")
         rate, r = max_rate(job.model, topo, cfg, duration_s=SERVE_DURATION_S, steps=3)
-        _ = serve
     except InputError as exc:
         return {"error": exc.message}
+    return _capacity("per_instance", rate, r, "rate")
+
+
+def _capacity(key: str, value: float, r: dict | None, what: str) -> dict[str, Any]:
+    """What a serving search found: the capacity (``key``: per instance or per PD unit) and
+    the run at it, or why none meets the SLO."""
     if r is None:
-        return {"error": "the SLO is not met at any rate"}
-    return {"per_instance": rate, "tokens_per_s": r["throughput_tokens_per_s"],
+        return {"error": f"the SLO is not met at any {what}"}
+    return {key: value, "tokens_per_s": r["throughput_tokens_per_s"],
             "ttft_ms_p90": r["ttft_ms"]["p90"], "tpot_ms_p90": r["tpot_ms"]["p90"],
             "bottleneck": r["bottleneck"]}
 
@@ -675,11 +676,7 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
         lo, best = highest_passing(ok, 0.05 * (job.x + job.y), steps=3)
     except InputError as exc:
         return {"error": exc.message}
-    if best is None:
-        return {"error": "the SLO is not met at any rate"}
-    return {"per_unit": lo, "tokens_per_s": best["throughput_tokens_per_s"],
-            "ttft_ms_p90": best["ttft_ms"]["p90"], "tpot_ms_p90": best["tpot_ms"]["p90"],
-            "bottleneck": best["bottleneck"]}
+    return _capacity("per_unit", lo, best, "rate")
 
 
 def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,

@@ -19,7 +19,8 @@ import pytest
 from gpufabric.errors import InputError
 from gpufabric.scheduler import load_jobs, load_nodes
 from gpufabric.scheduler import datasets as D
-from gpufabric.scheduler.synthetic import synthetic_jobs, synthetic_nodes
+from gpufabric.scheduler.cluster import synthetic_nodes
+from gpufabric.scheduler.jobs import synthetic_jobs
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n"
 

@@ -41,6 +41,7 @@ import numpy as np
 from gpufabric.fileio import path_kind
 from gpufabric.errors import InputError, unknown_name
 from gpufabric.scheduler import nodetopo
+from gpufabric.scheduler import synthetic
 from gpufabric.scheduler.jobs import KINDS, bundled_path, read_csv
 from gpufabric.topology.paths import gpu_nic_levels
 
@@ -327,7 +328,6 @@ def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster
     if nodes in NODE_LISTS:
         return _read_node_csv(bundled_path("node_list", nodes, data_dir))
     if nodes in ("synthetic-openb", "synthetic-openb:gpu_node", "synthetic-openb:all_node"):
-        from gpufabric.scheduler.synthetic import synthetic_nodes
         return synthetic_nodes(nodes.partition(":")[2] or "gpu_node")
     p = Path(nodes)
     kind = path_kind(nodes)      # None for an inline spec longer than a file name may be
@@ -352,6 +352,18 @@ def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster
                 presets_of[len(rows) + k] = preset
         rows += new
     return Cluster.from_rows(rows, nodes, presets_of)
+
+
+def synthetic_nodes(which: str = "gpu_node") -> Cluster:
+    """The openb cluster's node configurations (:mod:`gpufabric.scheduler.synthetic`;
+    ``gpu_node``, or ``all_node`` with the CPU nodes).
+
+    >>> c = synthetic_nodes("gpu_node")
+    >>> len(c), int(c.num_gpu.sum())
+    (1213, 6212)
+    """
+    rows, name = synthetic.node_rows(which)
+    return Cluster.from_rows(rows, name)
 
 
 __all__ = ["Cluster", "load_nodes", "POOLS", "ROUTES", "TPU_SLICES", "KINDS"]

@@ -31,11 +31,8 @@ import numpy as np
 from gpufabric.errors import InputError, clip, unknown_name
 from gpufabric.fileio import check_key, path_kind, read_text
 
-#: Job kinds; routing (see :mod:`gpufabric.scheduler.cluster`) sends each to its pools.
-KINDS = ("training", "inference", "service", "batch")
-
-#: openb ``qos`` -> priority (higher runs first and may preempt lower).
-QOS_PRIORITY = {"Guaranteed": 3, "LS": 2, "Burstable": 1, "BE": 0, "": 0}
+from gpufabric.scheduler import synthetic
+from gpufabric.scheduler.openb import KINDS, QOS_PRIORITY
 
 #: Short names of the bundled openb pod lists.
 TRACES = ("default", "cpu050", "gpushare40", "multigpu20", "gpuspec10")
@@ -302,8 +299,7 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
     InputError
         The file is missing, lacks an openb column, or has a value that is not a number.
     """
-    if str(trace) == "synthetic-openb":
-        from gpufabric.scheduler.synthetic import synthetic_jobs
+    if str(trace) == synthetic.NAME:
         return synthetic_jobs()
     path = resolve_trace(str(trace), data_dir)
     header, rows = read_csv(path, REQUIRED_COLUMNS, OPENB_COLUMNS + EXTRA_COLUMNS)
@@ -390,4 +386,16 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
     js = JobSet(names, cpu, mem, ngpu, gmilli, spec, specs, kind, prio, qos, gang, create, dur,
                 ckpt, p)
     js.meta["has_times"] = g("creation_time") is not None
+    return js
+
+
+def synthetic_jobs(seed: int = 0) -> JobSet:
+    """The synthetic openb-like pod list (:mod:`gpufabric.scheduler.synthetic`).
+
+    >>> js = synthetic_jobs()
+    >>> len(js), int(js.num_gpu.sum()), js.source
+    (8152, 7433, 'synthetic-openb')
+    """
+    js = JobSet(*synthetic.job_columns(seed))
+    js.meta["has_times"] = True
     return js

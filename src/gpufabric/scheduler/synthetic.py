@@ -15,14 +15,18 @@ computed from by ``tools/synthetic_openb.py``):
 
 One seed (``seed``, default 0) fixes the order, the run times and the creation times.
 
+This module draws the data only (job columns, node rows), and imports neither the job nor the
+cluster module: :func:`gpufabric.scheduler.jobs.synthetic_jobs` and
+:func:`gpufabric.scheduler.cluster.synthetic_nodes` make the job set and the cluster of them.
+
 Examples
 --------
->>> js = synthetic_jobs()
->>> len(js), int(js.num_gpu.sum()), js.source
+>>> cols = job_columns()
+>>> len(cols[0]), int(cols[3].sum()), cols[-1]
 (8152, 7433, 'synthetic-openb')
->>> c = synthetic_nodes("gpu_node")
->>> len(c), int(c.num_gpu.sum())
-(1213, 6212)
+>>> rows, name = node_rows("gpu_node")
+>>> len(rows), sum(r[3] for r in rows), name
+(1213, 6212, 'synthetic-openb:gpu_node')
 """
 
 from __future__ import annotations
@@ -34,8 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gpufabric.scheduler.cluster import Cluster
-from gpufabric.scheduler.jobs import KINDS, QOS_PRIORITY, JobSet
+from gpufabric.scheduler.openb import KINDS, QOS_PRIORITY
 
 #: The name that selects the synthetic workload (as a trace) or cluster (as ``--nodes``).
 NAME = "synthetic-openb"
@@ -49,8 +52,9 @@ def stats() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def synthetic_jobs(seed: int = 0) -> JobSet:
-    """The synthetic openb-like pod list (see the module doc)."""
+def job_columns(seed: int = 0) -> tuple:
+    """The synthetic openb-like pod list's columns, in the order ``JobSet`` takes them (see
+    the module doc)."""
     s = stats()
     rng = np.random.default_rng(seed)
     shapes = np.array([row[:4] for row in s["shapes"]], dtype=np.int64)
@@ -66,16 +70,15 @@ def synthetic_jobs(seed: int = 0) -> JobSet:
     duration = np.round(np.expm1(np.interp(rng.uniform(0, 100, n), pct, val)))
     creation = np.round(np.sort(rng.uniform(0, s["creation_span_s"], n)))
     kind = np.where(ngpu > 0, KINDS.index("training"), KINDS.index("service"))
-    js = JobSet([f"synth-pod-{k:04d}" for k in range(n)], cpu, mem, ngpu, gmilli,
-                np.zeros(n, np.int64), [()], kind.astype(np.int64),
-                np.array([QOS_PRIORITY.get(q, 0) for q in qos], np.int64), qos,
-                np.ones(n, np.int64), creation, duration, np.zeros(n), NAME)
-    js.meta["has_times"] = True
-    return js
+    return ([f"synth-pod-{k:04d}" for k in range(n)], cpu, mem, ngpu, gmilli,
+            np.zeros(n, np.int64), [()], kind.astype(np.int64),
+            np.array([QOS_PRIORITY.get(q, 0) for q in qos], np.int64), qos,
+            np.ones(n, np.int64), creation, duration, np.zeros(n), NAME)
 
 
-def synthetic_nodes(which: str = "gpu_node") -> Cluster:
-    """The openb cluster's node configurations (``gpu_node``; ``all_node`` adds CPU nodes)."""
+def node_rows(which: str = "gpu_node") -> tuple[list[tuple[str, int, int, int, str, str]], str]:
+    """The openb cluster's node configurations (``gpu_node``; ``all_node`` adds CPU nodes) as
+    rows ``Cluster.from_rows`` takes, and the cluster's name."""
     s = stats()
     rows: list[tuple[str, int, int, int, str, str]] = []
     for model, gpus, cpu, mem, count in s["gpu_nodes"]:
@@ -84,4 +87,4 @@ def synthetic_nodes(which: str = "gpu_node") -> Cluster:
         for cpu, mem, count in s["cpu_nodes"]:
             rows += [("", cpu, mem, 0, "", "cpu")] * count
     rows = [(f"synth-node-{k:04d}",) + r[1:] for k, r in enumerate(rows)]
-    return Cluster.from_rows(rows, f"{NAME}:{which}")
+    return rows, f"{NAME}:{which}"

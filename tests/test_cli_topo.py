@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufabric.topology.build import load as load_system
 from gpufabric.topology import nvsmi
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
@@ -95,7 +96,6 @@ def test_import_of_a_malformed_file_writes_nothing(cli, tmp_path):
 
 def test_compare_puts_systems_side_by_side_and_writes_the_report(cli, tmp_path):
     from gpufabric import collectives
-    from gpufabric.topology import presets
     report = tmp_path / "report.html"
     code, out, _ = cli("compare", "pcie-direct-8gpu", "hgx-h100", "-o", str(report), "--json",
                        "--no-training")
@@ -104,7 +104,7 @@ def test_compare_puts_systems_side_by_side_and_writes_the_report(cli, tmp_path):
     pcie, hgx = data["systems"]
     assert (pcie["name"], pcie["lanes_used"], pcie["lanes_free"]) == ("pcie-direct-8gpu", 128, 32)
     assert hgx["path_mix"] == {"NV18": 28} and hgx["nvswitches"] == 1
-    assert hgx["collectives"] == collectives.summary(presets.load("hgx-h100"))
+    assert hgx["collectives"] == collectives.summary(load_system("hgx-h100"))
     # what NVSwitch buys over PCIe, in the model's numbers
     assert (hgx["collectives"]["allreduce_busbw_1GB"]
             > 15 * pcie["collectives"]["allreduce_busbw_1GB"])

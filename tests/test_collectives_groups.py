@@ -7,7 +7,7 @@ from gpufabric import collectives as C
 from gpufabric.collectives.patterns import layout
 from gpufabric.errors import InputError
 from gpufabric.topology.build import from_spec
-from gpufabric.topology.presets import load
+from gpufabric.topology.build import load
 
 GB = 2**30
 

@@ -2,11 +2,11 @@
 
 from gpufabric.report.html import busbw_figure, draw, render_report
 from gpufabric.report.summary import system_summary
-from gpufabric.topology import presets
+from gpufabric.topology.build import load as load_system
 
 
 def test_report_has_a_table_and_a_drawing_per_system_and_no_external_resources():
-    topos = [presets.load(n) for n in ("dgx1-v100", "pcie-switch-cascade")]
+    topos = [load_system(n) for n in ("dgx1-v100", "pcie-switch-cascade")]
     rows = [system_summary(t) for t in topos]
     curves = {"all_reduce": {t.name: [{"size": 8, "busbw": 0.1}, {"size": 2**30, "busbw": 100.0}]
                              for t in topos}}
@@ -22,7 +22,7 @@ def test_report_has_a_table_and_a_drawing_per_system_and_no_external_resources()
 
 
 def test_drawing_shows_every_device_of_the_node_and_every_link():
-    t = presets.load("hgx-h100")
+    t = load_system("hgx-h100")
     svg = draw(t)
     assert svg.count("<rect") == len(t.devices)
     assert svg.count("<path") == len(t.links)
@@ -40,12 +40,12 @@ def test_chart_has_one_line_per_system_on_log_axes_that_keep_every_positive_poin
 
 
 def test_drawing_legend_names_only_the_link_kinds_drawn():
-    svg = draw(presets.load("pcie-direct-8gpu"))
+    svg = draw(load_system("pcie-direct-8gpu"))
     legend = svg[svg.rindex("<text"):]
     assert "pcie" in legend and "nvlink" not in legend and "xgmi" not in legend
 
 
 def test_gb200_tray_drawing_shows_its_nvlink_ports_to_the_domain():
-    svg = draw(presets.load("gb200-nvl72"))
+    svg = draw(load_system("gb200-nvl72"))
     assert svg.count("18 ports") == 4          # 4 GPUs a tray, 18 NVLink links each
     assert "NVLink domain switches (72 GPUs)" in svg

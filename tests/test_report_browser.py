@@ -13,7 +13,7 @@ import pytest
 from gpufabric.report import inference, training
 from gpufabric.report.html import render_report
 from gpufabric.report.summary import system_summary
-from gpufabric.topology import presets
+from gpufabric.topology.build import load as load_system
 
 from chromium_page import chromium, open_page
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("deadline")
 
 def test_report_opens_in_chromium_without_errors_and_every_chart_has_ticked_axes(tmp_path):
     browser_path = chromium()
-    topos = [presets.load(n) for n in ("hgx-h100", "pcie-direct-8gpu", "gb200-nvl72")]
+    topos = [load_system(n) for n in ("hgx-h100", "pcie-direct-8gpu", "gb200-nvl72")]
     rows = [system_summary(t) for t in topos]
     curves = {"all_reduce": {t.name: [{"size": 8, "busbw": 0.01}, {"size": 2**20, "busbw": 5.0},
                                       {"size": 2**30, "busbw": 100.0 + i}]

@@ -6,7 +6,7 @@ import pytest
 
 from gpufabric import collectives as C
 from gpufabric.report.fabric import MAX_GROUPS, fabric_svg, heat_color, link_utilisation
-from gpufabric.topology import presets
+from gpufabric.topology.build import load as load_system
 from gpufabric.topology.build import from_spec, load
 
 SMALL_PODS = {"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr",
@@ -14,10 +14,10 @@ SMALL_PODS = {"gpu": "H100-SXM", "nodes": 8, "nic": "ib-ndr",
 
 
 def test_rack_scale_domains_are_drawn_tray_by_tray():
-    svg = fabric_svg(presets.load("gb200-nvl72"))
+    svg = fabric_svg(load_system("gb200-nvl72"))
     assert svg.count("<title>compute tray") == 18 and svg.count("NVLink switch tray ") == 9
     assert "72 GPUs in 18 compute trays, 9 NVLink switch trays x 2 nvswitch4" in svg
-    al = fabric_svg(presets.load("al128-class"))
+    al = fabric_svg(load_system("al128-class"))
     assert al.count("<title>compute tray") == 32 and al.count("NVLink switch tray ") == 16
 
 

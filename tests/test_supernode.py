@@ -5,7 +5,8 @@ import pytest
 from gpufabric import collectives as C
 from gpufabric.errors import InputError
 from gpufabric.network import Network, Transfer
-from gpufabric.topology import presets, rules
+from gpufabric.topology import rules
+from gpufabric.topology.build import load as load_system
 from gpufabric.topology.build import from_spec
 from gpufabric.topology.paths import path
 
@@ -34,7 +35,7 @@ def test_nvlink_domain_partitions_servers_and_the_nics_join_them():
 
 
 def test_collectives_see_a_multi_tray_domain_as_one_nvls_domain():
-    t = presets.load("gb200-nvl72")
+    t = load_system("gb200-nvl72")
     p = C.predict(t, "all_reduce", 2**30)
     assert (p.algo, p.ranks) == ("nvls", 72)
     # two NVL72 racks: NVLS inside each, trees across the NICs
@@ -43,20 +44,20 @@ def test_collectives_see_a_multi_tray_domain_as_one_nvls_domain():
 
 
 def test_grace_gpus_use_gpudirect_rdma_through_c2c():
-    t = presets.load("gb200-nvl72")
+    t = load_system("gb200-nvl72")
     p = path(t, "n0.gpu0", "n0.nic0")
     assert (p.type, p.p2p) == ("NODE", True)       # NCCL's PATH_P2C, NCCL_NET_GDR_C2C=1
     assert not path(t, "n0.gpu0", "n0.nic2").p2p    # the other Grace's NIC: SYS
 
 
 def test_supernode_section_checks_the_switch_ports():
-    sup = presets.load("gb200-nvl36x2").meta["supernode"]
+    sup = load_system("gb200-nvl36x2").meta["supernode"]
     assert (sup["racks"], sup["switch_trays"], sup["chips"]) == (2, 18, 36)
     with pytest.raises(InputError, match="supernode.switch_trays: 72 GPUs x 18 NVLink links = "
                                          "1296 switch ports, but 8 switch trays"):
         from_spec({"gpu": "GB200", "gpus_per_node": 4, "nodes": 18, "nvlink_domain": 72,
                    "supernode": {"switch_trays": 8}}, file="rack.yaml")
-    assert presets.load("al128-class").meta["supernode"]["switch_trays"] == 16
+    assert load_system("al128-class").meta["supernode"]["switch_trays"] == 16
 
 
 @pytest.mark.parametrize("spec, field", [
@@ -76,22 +77,22 @@ def test_impossible_domains_and_sizes_are_refused_in_one_line(spec, field):
 
 
 def test_large_clusters_materialize_whole_domains():
-    t = presets.load("gb200-nvl72x8-xdr", materialize_nodes=2)
+    t = load_system("gb200-nvl72x8-xdr", materialize_nodes=2)
     assert (t.meta["nodes"], t.meta["materialized_nodes"], len(t.gpus())) == (144, 18, 72)
 
 
 def test_cloud_hosts_with_many_nics_fit_behind_pcie_switches():
-    t = presets.load("aws-p5")
+    t = load_system("aws-p5")
     assert len(t.nics(0)) == 32 and t.devices["n0.nic0"].model == "EFA-v2"
     # four EFA cards share each GPU's PCIe switch, each reached by GPUDirect RDMA
     assert [path(t, "n0.gpu0", f"n0.nic{i}").type for i in range(4)] == ["PIX"] * 4
     # the same host with the default switch count is built as well (one switch per GPU)
     t2 = from_spec({"gpu": "H100-SXM", "nodes": 2, "nics_per_node": 32, "nic": "efa-v2"})
     assert t2.meta["host"]["pcie_switches"] == 8
-    assert presets.load("gcp-a3-mega").devices["n0.nic0"].attrs["speed"] == "tcpxo"
-    p5en = presets.load("aws-p5en")
+    assert load_system("gcp-a3-mega").devices["n0.nic0"].attrs["speed"] == "tcpxo"
+    p5en = load_system("aws-p5en")
     assert [path(p5en, "n0.gpu1", f"n0.nic{i}").type for i in (2, 3)] == ["PIX", "PIX"]
-    a3 = presets.load("gcp-a3-high")                    # one TCPX NIC per GPU pair
+    a3 = load_system("gcp-a3-high")                    # one TCPX NIC per GPU pair
     assert [path(a3, f"n0.gpu{g}", "n0.nic0").type for g in (0, 1)] == ["PIX", "PIX"]
 
 
@@ -103,7 +104,7 @@ def test_show_names_the_domain_and_builds_only_the_asked_tray(cli):
 
 
 def test_nvl36x2_pays_the_extra_switch_chip_between_its_racks():
-    x2, rack = presets.load("gb200-nvl36x2"), presets.load("gb200-nvl72")
+    x2, rack = load_system("gb200-nvl36x2"), load_system("gb200-nvl72")
     chip = 0.5      # catalog nvswitch4 lat_us (an estimate)
     # a ring over 72 GPUs in index order crosses between the two racks twice: 2 of its 72 hops
     # each of 2 x 71 steps cross one more switch chip

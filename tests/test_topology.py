@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufabric.topology.build import load as load_system
 from gpufabric.errors import InputError
 from gpufabric.report.summary import system_summary
 from gpufabric.topology import nvsmi, presets, rules
@@ -21,7 +22,7 @@ REQUIRED_PRESETS = [
 def test_every_required_preset_exists_and_builds():
     assert set(REQUIRED_PRESETS) <= set(presets.names())
     for name in presets.names():
-        t = presets.load(name, materialize_nodes=4)     # a cluster's first nodes (domains)
+        t = load_system(name, materialize_nodes=4)     # a cluster's first nodes (domains)
         assert t.gpus(), name
 
 
@@ -29,20 +30,20 @@ def test_every_required_preset_exists_and_builds():
                                              ("hgx-h100", "hgx_h100_nv18.txt")])
 def test_preset_path_matrix_is_the_real_machines(preset, fixture):
     real = nvsmi.parse((FIXTURES / fixture).read_text(), file=fixture)
-    modeled = nvsmi.from_topology(presets.load(preset))
+    modeled = nvsmi.from_topology(load_system(preset))
     assert modeled.labels == real.labels
     assert modeled.paths == real.paths
 
 
 def test_dgx_a100_affinity_columns_are_the_real_ones():
     real = nvsmi.parse((FIXTURES / "dgx_a100_nv12.txt").read_text())
-    modeled = nvsmi.from_topology(presets.load("dgx-a100"))
+    modeled = nvsmi.from_topology(load_system("dgx-a100"))
     assert modeled.cpu_affinity == real.cpu_affinity
     assert modeled.numa_affinity == real.numa_affinity == ["3", "3", "1", "1", "7", "7", "5", "5"]
 
 
 def test_pcie_direct_8gpu_uses_128_of_160_milan_lanes():
-    t = presets.load("pcie-direct-8gpu")
+    t = load_system("pcie-direct-8gpu")
     budget = rules.lane_budget(t)
     assert [(r["lanes"], r["used"], r["free"]) for r in budget] == [(80, 64, 16), (80, 64, 16)]
     s = system_summary(t)
@@ -51,9 +52,9 @@ def test_pcie_direct_8gpu_uses_128_of_160_milan_lanes():
 
 
 def test_pcie_switch_layouts_classify_as_nvidia_smi_does():
-    single = presets.load("pcie-switch-single-root")
-    dual = presets.load("pcie-switch-dual-root")
-    cascade = presets.load("pcie-switch-cascade")
+    single = load_system("pcie-switch-single-root")
+    dual = load_system("pcie-switch-dual-root")
+    cascade = load_system("pcie-switch-cascade")
     assert path(single, "n0.gpu0", "n0.gpu1").type == "PIX"
     assert path(single, "n0.gpu0", "n0.gpu4").type == "NODE"
     assert path(dual, "n0.gpu0", "n0.gpu4").type == "SYS"
@@ -64,7 +65,7 @@ def test_pcie_switch_layouts_classify_as_nvidia_smi_does():
 
 
 def test_pcie_p2p_through_a_switch_stays_below_the_cpu():
-    t = presets.load("pcie-switch-single-root")
+    t = load_system("pcie-switch-single-root")
     p = path(t, "n0.gpu0", "n0.gpu1")
     assert p.p2p and not p.via_host
     assert [k for _, _, k in p.links] == ["pcie", "pcie"]
@@ -82,14 +83,14 @@ def test_geforce_without_p2p_bounces_through_host_memory():
 
 
 def test_nvlink_bridge_pairs_are_nv12_inside_a_pair_only():
-    t = presets.load("nvlink-bridge-pairs")
+    t = load_system("nvlink-bridge-pairs")
     assert path(t, "n0.gpu0", "n0.gpu1").type == "NV12"
     assert path(t, "n0.gpu0", "n0.gpu1").bw_GBps == 300.0
     assert path(t, "n0.gpu1", "n0.gpu2").type == "NODE"
 
 
 def test_dgx1_hybrid_cube_mesh():
-    t = presets.load("dgx1-v100")
+    t = load_system("dgx1-v100")
     row0 = [path(t, "n0.gpu0", f"n0.gpu{j}").type for j in range(8)]
     assert row0 == ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
     for g in t.gpus():
@@ -97,13 +98,13 @@ def test_dgx1_hybrid_cube_mesh():
 
 
 def test_nvswitch_gives_every_pair_full_nvlink_rate():
-    bw = gpu_pair_bw(presets.load("dgx-a100"))
+    bw = gpu_pair_bw(load_system("dgx-a100"))
     off = bw[~__import__("numpy").eye(8, dtype=bool)]
     assert off.min() == off.max() == 300.0      # 12 NVLink 3 links x 25 GB/s
 
 
 def test_gb200_nvl72_is_one_scale_up_domain():
-    t = presets.load("gb200-nvl72")
+    t = load_system("gb200-nvl72")
     # 18 compute trays of 4 GPUs, each tray a server with its own Grace CPUs and NICs
     assert (len(t.gpus()), t.meta["nodes"], t.meta["domains"]) == (72, 18, 1)
     assert [len(t.gpus(n)) for n in range(18)] == [4] * 18
@@ -154,7 +155,7 @@ def test_a_socket_overfilled_is_rejected_even_when_the_host_total_fits():
 def test_sli_needs_identical_gpus_but_crossfire_does_not():
     with pytest.raises(InputError, match="needs identical GPUs"):
         from_spec({"gpu": ["GTX-1080-Ti", "RTX-3090"], "scale_up": "sli", "bridge": "sli-hb"})
-    t = presets.load("crossfire-2way")
+    t = load_system("crossfire-2way")
     assert sorted(g.model for g in t.gpus()) == ["RX-570", "RX-580"]
 
 
@@ -207,9 +208,9 @@ def test_system_file_field_types_are_checked(tmp_path):
 
 def test_p2p_follows_nccl_per_host_cpu_and_routing_agrees():
     from gpufabric.network.routing import Router
-    amd = presets.load("pcie-direct-8gpu")        # EPYC Milan: NCCL uses P2P across sockets
-    intel = presets.load("t4-cloud-server")       # Xeon Gold 6226R: not across UPI
-    broadwell = presets.load("dgx1-v100")         # Broadwell: not through the CPU at all
+    amd = load_system("pcie-direct-8gpu")        # EPYC Milan: NCCL uses P2P across sockets
+    intel = load_system("t4-cloud-server")       # Xeon Gold 6226R: not across UPI
+    broadwell = load_system("dgx1-v100")         # Broadwell: not through the CPU at all
     assert (path(amd, "n0.gpu0", "n0.gpu4").type, path(amd, "n0.gpu0", "n0.gpu4").p2p) == \
         ("SYS", True)
     assert (path(intel, "n0.gpu0", "n0.gpu1").type, path(intel, "n0.gpu0", "n0.gpu1").p2p) == \
@@ -217,7 +218,7 @@ def test_p2p_follows_nccl_per_host_cpu_and_routing_agrees():
     assert (path(intel, "n0.gpu0", "n0.gpu2").type, path(intel, "n0.gpu0", "n0.gpu2").p2p) == \
         ("SYS", False)
     assert path(broadwell, "n0.gpu0", "n0.gpu5").p2p is False
-    for t in (amd, intel, broadwell, presets.load("pcie-switch-dual-root")):
+    for t in (amd, intel, broadwell, load_system("pcie-switch-dual-root")):
         router = Router(t)
         gpus = [g.id for g in t.gpus()]
         for a in gpus:

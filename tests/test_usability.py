@@ -11,7 +11,7 @@ from rich.console import Console
 import gpufabric
 from gpufabric.cli.common import Progress
 from gpufabric.report import compare as cmp
-from gpufabric.topology import presets
+from gpufabric.topology.build import load as load_system
 
 
 def test_version(cli):
@@ -97,7 +97,7 @@ def test_help_never_points_outside_the_repository(cli):
 
 
 def test_compare_table_fits_a_100_column_terminal():
-    rows = cmp.rows([presets.load(n) for n in ("hgx-h100-4node-ndr-2to1", "nvlink-bridge-pairs",
+    rows = cmp.rows([load_system(n) for n in ("hgx-h100-4node-ndr-2to1", "nvlink-bridge-pairs",
                                               "dgx1-v100")])
     out = Console(file=StringIO(), width=100)
     out.print(cmp.table(rows))

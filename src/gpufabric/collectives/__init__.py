@@ -359,7 +359,7 @@ class Model:
 
         Examples
         --------
-        >>> from gpufabric.topology.presets import load
+        >>> from gpufabric.topology.build import load
         >>> m = Model(load("hgx-h100-4node-4nic"))
         >>> alone = m.predict("all_reduce", 2**30, 4, per_node=1)
         >>> shared = m.predict("all_reduce", 2**30, 4, per_node=1, concurrent=8)
@@ -465,7 +465,7 @@ def predict(topo: Topology, op: str, size: int, ranks: int | None = None,
     A data-parallel group over 4 nodes, one GPU each, while 7 more such groups (one per other
     local GPU, as with tensor parallelism 8) run on the same nodes:
 
-    >>> from gpufabric.topology.presets import load
+    >>> from gpufabric.topology.build import load
     >>> p = predict(load("hgx-h100-4node-ndr"), "all_reduce", 2**28, 4, per_node=1,
     ...             concurrent=8)
     >>> p.ranks, p.algo

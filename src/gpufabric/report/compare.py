@@ -56,8 +56,9 @@ def table(rs: list[dict[str, Any]]) -> Table:
     >>> from io import StringIO
     >>> from rich.console import Console
     >>> from gpufabric.topology import presets
+    >>> from gpufabric.topology.build import load as load_system
     >>> out = Console(file=StringIO(), width=100)
-    >>> out.print(table(rows([presets.load("dgx-a100")])))
+    >>> out.print(table(rows([load_system("dgx-a100")])))
     >>> max(len(line) for line in out.file.getvalue().splitlines()) <= 100
     True
     """

@@ -10,7 +10,8 @@ built (the sampled nodes of a large cluster), the busiest direction of each draw
 Examples
 --------
 >>> from gpufabric.topology import presets
->>> svg = fabric_svg(presets.load("gb200-nvl72"), ("all_reduce", 2**30))
+>>> from gpufabric.topology.build import load as load_system
+>>> svg = fabric_svg(load_system("gb200-nvl72"), ("all_reduce", 2**30))
 >>> svg.count("<title>compute tray"), svg.count("<title>NVLink switch tray")
 (18, 9)
 """

@@ -23,7 +23,7 @@ so :func:`allocate` refuses more than :data:`MAX_GPUS` available GPUs.
 
 Examples
 --------
->>> from gpufabric.topology.presets import load
+>>> from gpufabric.topology.build import load
 >>> t = load("nvlink-bridge-pairs")
 >>> allocate(pair_scores(t), [0, 2, 4, 5, 6], [], 2)
 (4, 5)
@@ -63,7 +63,7 @@ def pair_scores(t: Topology, node: int = 0) -> np.ndarray:
 
     Examples
     --------
-    >>> from gpufabric.topology.presets import load
+    >>> from gpufabric.topology.build import load
     >>> s = pair_scores(load("hgx-h100"))
     >>> int(s[0, 1]), int(s[0, 7])
     (20, 10)

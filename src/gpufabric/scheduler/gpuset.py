@@ -27,7 +27,7 @@ Examples
 (0,)
 >>> from gpufabric.scheduler.nodetopo import tables
 >>> from gpufabric.topology.paths import gpu_nic_levels
->>> from gpufabric.topology.presets import load
+>>> from gpufabric.topology.build import load
 >>> t = load("hgx-h100-4node-4nic")                  # NVSwitch, one NIC per GPU pair
 >>> bw, hops = tables(t)
 >>> preferred_set(range(8), 4, bw, hops)             # every set alike without NICs

@@ -28,7 +28,7 @@ from typing import Any
 from gpufabric import catalog
 from gpufabric.errors import InputError
 from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, path_kind, read_text
-from gpufabric.topology import fabric, schema
+from gpufabric.topology import fabric, presets, schema
 from gpufabric.topology.model import (
     CPU,
     DEVICE_KINDS,
@@ -820,12 +820,15 @@ def load(system: str, materialize_nodes: int | None = None, first_node: int = 0)
     >>> load("gpu=A100-SXM4-80GB,gpus_per_node=8").meta["scale_up"]
     'nvswitch'
     """
-    from gpufabric.topology import presets
     if not system.strip():
         raise InputError("empty; allowed: a preset name (see `gpufabric systems`), a YAML file "
                          "or key=value,...", field="SYSTEM")
     if "/" not in system and presets.exists(system):
-        return presets.load(system, materialize_nodes=materialize_nodes, first_node=first_node)
+        t = from_data(presets.data(system), system, f"preset {system}", materialize_nodes,
+                      first_node)
+        t.meta["description"] = presets.describe(system)
+        t.meta["preset"] = system
+        return t
     path = Path(system)
     kind = path_kind(system)    # None too for what cannot be a file name (a long inline spec)
     if names_a_path(system) and (path.suffix.lower() in (".yaml", ".yml", ".json") or kind):

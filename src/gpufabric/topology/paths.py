@@ -285,7 +285,7 @@ def gpu_nic_levels(t: Topology, node: int = 0, domain: bool = False) -> np.ndarr
 
     Examples
     --------
-    >>> from gpufabric.topology.presets import load
+    >>> from gpufabric.topology.build import load
     >>> gpu_nic_levels(load("hgx-h100-4node-4nic"))[:4].tolist()    # one NIC per GPU pair
     [[2, 1, 0, 0], [1, 1, 0, 0], [1, 2, 0, 0], [1, 1, 0, 0]]
     """

@@ -154,7 +154,7 @@ def ring_channels(m, lay) -> int:
     link found by the search, duplicated), at most MAX_CHANNELS; 2 without NVLink.
 
     >>> from gpufabric.collectives import Model
-    >>> from gpufabric.topology.presets import load
+    >>> from gpufabric.topology.build import load
     >>> m = Model(load("dgx-a100"))
     >>> ring_channels(m, m.layout(8))
     24

@@ -74,7 +74,7 @@ class Ring(Algorithm):
         perChMaxRingLL128Bw of the GPU generation.
 
         >>> from gpufabric.collectives import Model
-        >>> from gpufabric.topology.presets import load
+        >>> from gpufabric.topology.build import load
         >>> m = Model(load("dgx-a100"))
         >>> Ring().busbw_cap_GBps(m, "all_reduce", m.layout(8), "LL128")   # 24 x 20 GB/s
         480.0

@@ -7,8 +7,8 @@ Examples
 --------
 >>> "dgx-a100" in names()
 True
->>> len(load("dgx-a100").gpus())
-8
+>>> sorted(data("dgx-a100")), describe("dgx-a100").startswith("NVIDIA DGX A100")
+(['devices', 'links'], True)
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import yaml
 
 from gpufabric.catalog import FAST_YAML
 from gpufabric.errors import unknown_name
-from gpufabric.topology.model import Topology
 
 _EXTRA_KEYS = ("description", "compare")
 
@@ -57,14 +56,11 @@ def compared() -> list[str]:
     return [n for n in names() if _raw()[n].get("compare")]
 
 
-def load(name: str, materialize_nodes: int | None = None, first_node: int = 0) -> Topology:
-    """Build the preset ``name``."""
-    from gpufabric.topology.build import from_data
+def data(name: str) -> dict[str, Any]:
+    """The preset's system description (a spec or a system file), without its listing keys;
+    :func:`gpufabric.topology.build.load` builds it (this module only reads the files, so the
+    builder can name presets without an import running back)."""
     raw = _raw()
     if name not in raw:
         raise unknown_name("preset", name, raw)
-    data = {k: v for k, v in raw[name].items() if k not in _EXTRA_KEYS + ("order",)}
-    t = from_data(data, name, f"preset {name}", materialize_nodes, first_node)
-    t.meta["description"] = describe(name)
-    t.meta["preset"] = name
-    return t
+    return {k: v for k, v in raw[name].items() if k not in _EXTRA_KEYS + ("order",)}

@@ -46,31 +46,16 @@ from gpufabric.collectives import params as P
 from gpufabric.collectives.algorithms import REGISTRY as ALGORITHMS
 from gpufabric.collectives.algorithms import Algorithm, Plan, register
 from gpufabric.collectives.algorithms.base import UNIT as _UNIT
+from gpufabric.collectives.ops import OPS, busbw_factor
 from gpufabric.collectives.patterns import Layout, Planner, layout
 from gpufabric.errors import InputError
 from gpufabric.network import Network
 from gpufabric.topology.model import Topology
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-       "send_recv")
 #: "auto" and every registered algorithm (collectives/algorithms/, one file each).
 ALGOS = ("auto",) + tuple(sorted(ALGORITHMS, key=lambda a: (ALGORITHMS[a].order, a)))
 DTYPE_BYTES = 4
 
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth factor for ``op`` on ``n`` ranks.
-
-    >>> busbw_factor("all_gather", 4), busbw_factor("broadcast", 4)
-    (0.75, 1.0)
-    """
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", "send_recv"):
-        return 1.0
-    raise InputError(f"unknown operation '{op}'; allowed: {', '.join(OPS)}", field="op")
 
 
 def check_op(op: str) -> str:

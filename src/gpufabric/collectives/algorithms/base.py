@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from gpufabric.collectives import params as P
+from gpufabric.collectives.ops import busbw_factor
 from gpufabric.collectives.patterns import Layout, Pattern
 from gpufabric.errors import InputError
 
@@ -100,7 +101,6 @@ class Algorithm:
               size: float) -> float:
         """Time to move ``size`` bytes of buffer at the steady rate (network time per byte
         over the efficiency, never faster than the bus-bandwidth ceiling allows)."""
-        from gpufabric.collectives import busbw_factor
         t = size * plan.bw_s_per_byte / self.efficiency(m, op, plan, proto, lay, size)
         cap = self.busbw_cap_GBps(m, op, lay, proto)
         if cap > 0:

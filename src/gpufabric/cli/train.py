@@ -140,7 +140,7 @@ def train(
     from gpufabric.workloads.models import load_model
     from gpufabric.workloads.parallel import Parallel
     from gpufabric.workloads.search import _topology, search_layouts
-    from gpufabric.workloads.training import check_seq_len, predict_step
+    from gpufabric.workloads.training import Software, check_seq_len, predict_step
     from gpufabric.cli.serve import model_and_system
     model, system = model_and_system(model, system, model_file)
     refuse_together(ctx, [("search_", LAYOUT_OPTIONS, "--search tries the layouts itself")])
@@ -202,8 +202,10 @@ def train(
                    sp=not no_sp, micro_batch=micro_batch,
                    global_batch=global_batch or dp * micro_batch, recompute=recompute,
                    order=order, etp=etp)
-    r = predict_step(m, topo, par, seq, precision=precision, power_cap_W=power_cap,
-                     check_memory=True, **opts)
+    # the job's software from the flags and the framework's profile, beside its layout
+    software = Software(precision=precision, power_cap_W=power_cap, check_memory=True,
+                        **opts)
+    r = predict_step(m, topo, par, seq, software)
     if json:
         emit_json(r.to_dict())
         return

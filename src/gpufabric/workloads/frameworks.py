@@ -194,8 +194,8 @@ def resolve(profile: Profile | None, stated: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_options(settings: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of :func:`gpufabric.workloads.training.predict_step` for resolved run
-    settings (a setting not given keeps predict_step's default).
+    """The fields of :class:`gpufabric.workloads.training.Software` (keyword arguments of
+    ``predict_step``) for resolved run settings (a setting not given keeps its default).
 
     >>> step_options({"attention": "sdpa", "fused_kernels": False, "tp_comm_overlap": True})
     {'tp_overlap': True, 'flash': True, 'attn_kernel': 'fa2', 'fused': False}

@@ -66,36 +66,32 @@ def test_no_module_imports_a_layer_below_its_own():
     assert upward == []
 
 
-def test_no_function_outside_the_command_line_is_longer_than_120_lines():
-    """A small core: the longest pieces of logic are split into steps that read and test
-    on their own (the typer commands in cli/, which declare one option per line, aside)."""
-
+def _functions():
+    """(path relative to src/gpufabric, function node) of every function outside cli/."""
     src = Path(__file__).resolve().parents[1] / "src" / "gpufabric"
-    long = []
     for path in src.rglob("*.py"):
         if "cli" in path.parts or path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                n = node.end_lineno - node.lineno + 1
-                if n > 120:
-                    long.append(f"{path.relative_to(src)}:{node.lineno} {node.name} ({n} lines)")
+                yield path.relative_to(src), node
+
+
+def test_no_function_outside_the_command_line_is_longer_than_120_lines():
+    """A small core: the longest pieces of logic are split into steps that read and test
+    on their own (the typer commands in cli/, which declare one option per line, aside)."""
+    long = [f"{p}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p, n in _functions() if n.end_lineno - n.lineno + 1 > 120]
     assert long == []
 
 
 def test_no_function_outside_the_command_line_takes_more_than_10_parameters():
     """Long parameter lists become records (Software, ReplayOptions, Split, Heads): the typer
     commands in cli/, one option per parameter, aside."""
-    src = Path(__file__).resolve().parents[1] / "src" / "gpufabric"
     wide = []
-    for path in src.rglob("*.py"):
-        if "cli" in path.parts or path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                a = node.args
-                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
-                n = len(names) - (names[:1] in (["self"], ["cls"]))
-                if n > 10:
-                    wide.append(f"{path.relative_to(src)}:{node.lineno} {node.name} ({n})")
+    for p, n in _functions():
+        names = [x.arg for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs]
+        count = len(names) - (names[:1] in (["self"], ["cls"]))
+        if count > 10:
+            wide.append(f"{p}:{n.lineno} {n.name} ({count})")
     assert wide == []

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,9 +12,11 @@ import yaml
 
 from gpufabric.errors import InputError
 from gpufabric.workloads.inference import datasets as D
-from gpufabric.workloads.inference.validate import validate
+from gpufabric.workloads.inference.validate import Skip, dataset_lengths, validate
 from gpufabric.workloads.models import find_model, load_model, model_from_shape
 from gpufabric.workloads.validate import resolve_model
+
+INFERENCE = Path(__file__).parent / "data" / "calibration" / "inference.yaml"
 
 
 def error(cli, *args: str) -> str:
@@ -49,6 +52,25 @@ def test_published_figures_are_the_sources_numbers():
     assert (conv.isl.median, conv.osl.median, code.isl.median, code.osl.median) == \
         (1020, 129, 1469, 13)
     assert D.get("mooncake-conversation").isl.mean == 12035.1
+    # facts: the MLPerf inputs, computed from performance-dashboard's per-sample summaries
+    orca = D.get("mlperf-llama2-70b-openorca").isl
+    assert (orca.mean, orca.median, orca.min, orca.max) == (222.3, 152, 48, 1021)
+    assert D.get("mlperf-llama3.1-405b").isl.median == 10112
+    assert D.get("mlperf-deepseek-r1").isl.mean == 803.8
+    assert D.get("mlperf-llama3.1-8b-cnndm").isl.mean == 870.7
+
+
+def test_quantiles_are_monotone_and_end_at_the_published_extremes():
+    for ds in D.datasets():
+        assert len(ds.at) == 19 and list(ds.at) == sorted(ds.at)
+        for ls in (ds.isl, ds.osl):
+            q = ls.quantiles
+            if not q:
+                continue
+            assert all(b >= a for a, b in zip(q, q[1:], strict=False)), ds.name
+            assert (q[0], q[-1]) == (ls.min, ls.max), ds.name
+            # the quantiles are whole tokens; a median between two samples ends in .5
+            assert abs(q[ds.at.index(50)] - ls.median) <= 0.5, ds.name
 
 
 # -- sampling -----------------------------------------------------------------------------------
@@ -64,7 +86,8 @@ def test_sampling_is_reproducible_for_a_seed():
 
 @pytest.mark.parametrize("name", ["azure-conv-2023", "azure-code-2023", "arxiv-summarization",
                                   "mooncake-conversation", "mooncake-synthetic",
-                                  "openchat-sharegpt4"])
+                                  "openchat-sharegpt4", "mlperf-llama3.1-405b",
+                                  "mlperf-deepseek-r1"])
 def test_a_large_sample_has_the_published_statistics(name):
     ds = D.get(name)
     isl, osl = D.sample(ds, 100_000, seed=0)
@@ -74,6 +97,17 @@ def test_a_large_sample_has_the_published_statistics(name):
         assert abs(drawn.mean() / ls.mean - 1) < 0.05
         assert abs(np.median(drawn) / ls.median - 1) < 0.02
         assert drawn.min() >= ls.min and drawn.max() <= ls.max
+
+
+def test_the_openorca_inputs_drawn_have_the_published_mean_and_outputs_the_reference_length():
+    ds = D.get("mlperf-llama2-70b-openorca")
+    isl, osl = D.sample(ds, 100_000, seed=3)
+    # 100,000 draws: a sampling error of 0.3 % (stdev 192 tokens / sqrt(1e5) of 222.3), and
+    # the linear steps between 19 quantiles fatten the right-skewed tail by about 1 %: 3 %
+    assert abs(isl.mean() / 222.3 - 1) < 0.03
+    assert 48 <= isl.min() and isl.max() <= 1021
+    # the output is MLPerf's accuracy target (294.45 generated tokens), not the GPT-4 answers
+    assert set(osl.tolist()) == {294}
 
 
 def test_a_mean_only_dataset_is_drawn_at_its_mean_and_clipped_to_its_context():
@@ -94,7 +128,9 @@ def test_synthetic_shapes_centre_on_the_run_lengths():
 
 def test_a_dataset_without_published_lengths_is_refused_with_the_reason():
     with pytest.raises(InputError, match="cannot be sampled: input"):
-        D.sample("mlperf-llama2-70b-openorca", 10)
+        D.sample("cnn-dailymail", 10)
+    with pytest.raises(InputError, match="cannot be sampled: output: mean not published"):
+        D.sample("mlperf-llama3.1-8b-cnndm", 10)
 
 
 # -- names --------------------------------------------------------------------------------------
@@ -104,6 +140,8 @@ def test_a_dataset_without_published_lengths_is_refused_with_the_reason():
     ("ShareGPT V3 unfiltered", "sharegpt-v3"),
     ("MLPerf llama2-70b: OpenOrca", "mlperf-llama2-70b-openorca"),
     ("CNN/DailyMail summarisation", "cnn-dailymail"),
+    ("MLPerf GPT-J", "cnn-dailymail"),
+    ("MLPerf Llama 3.1 8B CNN/DailyMail", "mlperf-llama3.1-8b-cnndm"),
     ("MLPerf OpenOrca subset (performance_sample_count 24576)", "mlperf-llama2-70b-openorca"),
     ("sharegpt", "sharegpt-v3"),
     ("openchat_sharegpt4", "openchat-sharegpt4"),
@@ -187,14 +225,36 @@ def test_an_entry_that_names_a_dataset_runs_on_it(tmp_path):
 def test_unknown_or_unpublished_datasets_skip_with_the_reason(tmp_path):
     a, b, c = _entry(id="a"), _entry(id="b"), _entry(id="c")
     a["workload"]["dataset"] = "our internal chat logs"
-    b["workload"]["dataset"] = "MLPerf llama2-70b: OpenOrca"
+    b["workload"]["dataset"] = "CNN/DailyMail"
     res = _run(tmp_path, a, b, c)
     reasons = {s["id"]: s["reason"] for s in res["skipped"]}
     assert reasons == {
         "a": "dataset 'our internal chat logs' is not a known dataset (gpufabric datasets) "
              "and no lengths are stated",
-        "b": "dataset mlperf-llama2-70b-openorca: input length statistics not published",
+        "b": "dataset cnn-dailymail: input and output length statistics not published",
         "c": "input / output lengths not stated"}
+
+
+def test_no_entry_of_the_inference_file_that_names_a_dataset_is_skipped_for_it(tmp_path):
+    entries = yaml.safe_load(INFERENCE.read_text())
+    def names_one(e: dict) -> bool:
+        wl = e.get("workload") or {}
+        ds = D.match(str(wl.get("dataset", "")))
+        return "isl" not in wl and ds is not None and not ds.synthetic
+
+    named = [e for e in entries if names_one(e)]
+    for e in named:
+        try:
+            dataset_lengths(e["workload"])
+        except Skip as why:
+            pytest.fail(f"{e['id']}: {why}")
+    # the MLPerf Llama 2 70B results (five entries, 15 figures) run on the OpenOrca lengths
+    mlperf = [e for e in named if D.match(e["workload"]["dataset"]).name ==
+              "mlperf-llama2-70b-openorca"]
+    assert len(mlperf) == 5
+    res = _run(tmp_path, *mlperf)
+    assert not res["skipped"] and len(res["points"]) == 15
+    assert {p["dataset"] for p in res["points"]} == {"mlperf-llama2-70b-openorca"}
 
 
 def test_an_entry_with_a_model_by_shape_runs(tmp_path):
@@ -218,7 +278,8 @@ def test_datasets_lists_them_and_json_gives_the_statistics(cli):
     code, out, _ = cli("datasets", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert rows["azure-conv-2023"]["isl"]["median"] == 1020
-    assert rows["mlperf-llama2-70b-openorca"]["samplable"] is False
+    assert rows["mlperf-llama2-70b-openorca"]["samplable"] is True
+    assert rows["cnn-dailymail"]["samplable"] is False
 
 
 def test_serve_on_a_dataset_and_its_refusals(cli):

@@ -170,6 +170,9 @@ def serve(
                                                   callback=whole(1),
                                                   help="Token budget of an iteration."),
     preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
+    scheduler_steps: int = typer.Option(1, "--scheduler-steps", callback=whole(1),
+                                        help="Multi-step scheduling: decode in rounds of N "
+                                        "steps (vLLM 0.6 --num-scheduler-steps)."),
     gpu_memory_utilization: float | None = typer.Option(
         None, "--gpu-memory-utilization", help="Fraction of GPU memory the engine uses "
         "(default: the engine profile's, vLLM 0.9 of the total)."),
@@ -237,7 +240,8 @@ def serve(
                       slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb,
-                      gpu_memory_utilization=gpu_memory_utilization)
+                      gpu_memory_utilization=gpu_memory_utilization,
+                      scheduler_steps=scheduler_steps)
     if versus:
         from gpufabric.workloads.inference.pd import gpu_count
         from gpufabric.workloads.inference.supernode import supernode_vs_servers

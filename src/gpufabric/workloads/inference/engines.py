@@ -50,7 +50,8 @@ MEM_OF = ("total", "free")
 REQUIRED = ("name", "title", "scheduler", "max_num_seqs", "max_batched_tokens",
             "gpu_memory_utilization", "block_size", "overhead_s")
 #: fields a profile may give
-OPTIONAL = ("aliases", "source", "request_s", "layer_s", "cuda_graph_batch_sizes", "base")
+OPTIONAL = ("aliases", "source", "request_s", "pd_request_s", "layer_s",
+            "cuda_graph_batch_sizes", "base")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class EngineProfile:
     request: Param | None
     layer: Param | None
     file: str
+    pd_request: Param | None = None
     params: tuple[Param, ...] = ()
     #: a built-in profile, whose costs are recorded: read through the registry, so that a
     #: calibration profile (``--profile``) or a refit sets them
@@ -112,6 +114,13 @@ class EngineProfile:
     @property
     def request_s(self) -> float:
         p = self._live(self.request)
+        return float(p.value) if p is not None else 0.0
+
+    @property
+    def pd_request_s(self) -> float:
+        """Per request of a disaggregated deployment, on top of :attr:`request_s`: the PD
+        router or proxy and the prefill-decode handshake before the prefill is scheduled."""
+        p = self._live(self.pd_request)
         return float(p.value) if p is not None else 0.0
 
     @property
@@ -234,6 +243,9 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
     assert over is not None
     req = _param(d, "request_s", file, "ENGINE_REQUEST_S", "s per request",
                  f"engine {key}: each request", register)
+    pdr = _param(d, "pd_request_s", file, "ENGINE_PD_REQUEST_S", "s per request",
+                 f"engine {key}: each request of a disaggregated deployment (router, "
+                 "handshake)", register)
     lay = _param(d, "layer_s", file, "ENGINE_LAYER_S", "s per layer per iteration",
                  f"engine {key}: each layer of each iteration", register)
     extra: list[Param] = []
@@ -249,7 +261,7 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
                          str(sch["policy"]), bool(sch["chunked_prefill"]),
                          sch["admission"] == "reserve-full", " ".join(str(sch["source"]).split()),
                          int(seqs), tuple(rules), float(util), str(mu["of"]), int(bs), graphs,
-                         over, req, lay, file, tuple(extra), register)
+                         over, req, lay, file, pdr, tuple(extra), register)
 
 
 @functools.cache

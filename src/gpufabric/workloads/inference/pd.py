@@ -299,7 +299,8 @@ def _prefill_pool(run: _PdRun) -> None:
     run.idx_p = np.arange(0, n, run.xs)
     pre_req = R.Requests(full.arrival[run.idx_p], full.isl[run.idx_p],
                          np.ones(run.idx_p.size, np.int64))
-    run.res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, run.cfg))
+    run.res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, run.cfg),
+                                        disaggregated=True)
     sizes = np.unique(full.isl * sm_p.kv_bytes_per_token)
     t_of = {int(s): KV_SETUP_S.value + collectives.predict(
         run.link_topo, "send_recv", int(s), 2, per_node=run.per_node,

@@ -79,6 +79,7 @@ class ServeConfig:
     seed: int = 0
     eplb: bool = False                   # MoE: redundant experts balance the EP ranks
     gpu_memory_utilization: float | None = None   # None: the engine profile's
+    scheduler_steps: int = 1             # multi-step scheduling (vLLM 0.6 --num-scheduler-steps)
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -238,7 +239,8 @@ def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
                            max_num_seqs=cfg.max_num_seqs or sm.profile.max_num_seqs,
                            max_batched_tokens=sm.max_tokens,
                            preemption=cfg.preemption, swap_s_per_token=swap,
-                           reserve_full=sm.profile.reserve_full)
+                           reserve_full=sm.profile.reserve_full,
+                           scheduler_steps=cfg.scheduler_steps)
 
 
 def instances(topo: Topology, cfg: ServeConfig) -> int:
@@ -298,17 +300,18 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     return out
 
 
-def front_end_s(sm: StepModel) -> float:
-    """The engine's request handling before scheduling (its profile's ``request_s``)."""
-    return sm.profile.request_s
+def front_end_s(sm: StepModel, disaggregated: bool = False) -> float:
+    """The engine's request handling before scheduling (its profile's ``request_s``; in a
+    disaggregated deployment ``pd_request_s`` too: the PD router and handshake)."""
+    return sm.profile.request_s + (sm.profile.pd_request_s if disaggregated else 0.0)
 
 
 def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerConfig,
-                            **kw) -> SimResult:
+                            disaggregated: bool = False, **kw) -> SimResult:
     """:func:`simulate`, the requests reaching the engine after its front end (in a closed
     loop too: a user's next request passes it again); latencies are counted from the
     client's send."""
-    return simulate(reqs, sm, sched, front_end_s=front_end_s(sm), **kw)
+    return simulate(reqs, sm, sched, front_end_s=front_end_s(sm, disaggregated), **kw)
 
 
 def user_cycle_s(sm: StepModel, reqs: R.Requests) -> float:

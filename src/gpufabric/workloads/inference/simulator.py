@@ -78,6 +78,9 @@ class SchedulerConfig:
     reserved, so nothing is ever preempted (TensorRT-LLM's GUARANTEED_NO_EVICT, its default
     capacity policy); otherwise blocks are taken as tokens arrive and a full cache preempts
     (vLLM, SGLang).
+    ``scheduler_steps``: decode runs in rounds of this many steps (vLLM 0.6's
+    ``--num-scheduler-steps``, multi-step scheduling): a request that arrives during a round
+    waits for its end, and the round's tokens stream out together.
     """
 
     num_blocks: int
@@ -89,9 +92,11 @@ class SchedulerConfig:
     swap_s_per_token: float = 0.0
     watermark: float = 0.01
     reserve_full: bool = False
+    scheduler_steps: int = 1
 
     def check(self) -> None:
-        for name in ("num_blocks", "block_size", "max_num_seqs", "max_batched_tokens"):
+        for name in ("num_blocks", "block_size", "max_num_seqs", "max_batched_tokens",
+                     "scheduler_steps"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise InputError(f"must be a positive integer, got {v!r}", field=name)
@@ -118,6 +123,7 @@ class SimResult:
     kv_used_blocks: np.ndarray       # and blocks in use
     num_blocks: int
     iterations: int = 0
+    stream_steps: int = 1            # decode steps whose tokens stream out together
     stats: dict = field(default_factory=dict)
 
     @property
@@ -457,6 +463,12 @@ class BatchState:
         return Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
                          self.cfg.max_batched_tokens - nrun, nrun=nrun)
 
+    def _round(self, k: int, most: int) -> int:
+        """``k`` steps rounded up to whole multi-step rounds (at most ``most``): an arrival
+        waits for the round it falls in to end."""
+        r = self.cfg.scheduler_steps
+        return k if r <= 1 else min(most, -(-k // r) * r)
+
     def _advance(self, it: Iteration) -> bool:
         """One stretch of decode-only iterations (see :meth:`decode`); True when a request
         finishes at its end."""
@@ -474,7 +486,7 @@ class BatchState:
                 a, b = line
                 first, slope = a + b * d0, b * d_n
                 if stop is not None:
-                    k = 1 + _steps_before(first, slope, k - 1, stop)
+                    k = self._round(1 + _steps_before(first, slope, k - 1, stop), k)
                 total = k * first + slope * (k * (k - 1) / 2.0)
             else:       # a cost without a decode line: its steps one by one
                 dts = np.asarray(self.cost(0, 0, 0, d_n, d0 + d_n * np.arange(k)),
@@ -482,7 +494,7 @@ class BatchState:
                 cum = np.cumsum(dts)
                 if stop is not None:
                     # stop before the first step that starts after the next arrival
-                    k = 1 + int(np.searchsorted(cum[:-1], stop, side="left"))
+                    k = self._round(1 + int(np.searchsorted(cum[:-1], stop, side="left")), k)
                     dts, cum = dts[:k], cum[:k]
                 self.log.extend((float(dt), 0.0, 1, d_n, 0) for dt in dts)
                 first, slope, total = 0.0, 0.0, float(cum[-1])
@@ -614,6 +626,7 @@ class BatchState:
                          iter_prefill=pre, kv_t=np.array(self.kv_t),
                          kv_used_blocks=np.array(self.kv_u, np.int64),
                          num_blocks=int(self.cfg.num_blocks), iterations=self.steps,
+                         stream_steps=int(self.cfg.scheduler_steps),
                          stats={"loop_passes": self.passes, "decode_stretches": self.macro,
                                 "prefill_completions": self.pre_done,
                                 "preemptions": int(self.npre.sum())})
@@ -692,9 +705,10 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
     """The run's figures: latencies (ms) with p50/p90/p99, throughput, goodput, KV use.
 
     TTFT: first token minus arrival. TPOT: (finish - first token) / (output tokens - 1), per
-    request with more than one output token. ITL: the gaps between tokens, i.e. iteration
-    times weighted by the decode tokens each produced. Goodput: requests per second that meet
-    both SLOs (a missing SLO is met by every request).
+    request with more than one output token. ITL: the gaps between streamed tokens, i.e.
+    iteration times weighted by the decode tokens each produced (with multi-step scheduling a
+    round's tokens arrive together: the gap is the round, ``stream_steps`` iterations).
+    Goodput: requests per second that meet both SLOs (a missing SLO is met by every request).
     """
     ttft = (res.first_token - res.arrival) * 1e3
     multi = res.osl > 1
@@ -723,7 +737,8 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         "slo_attainment": float(ok.mean()) if ok.size else 0.0,
         "ttft_ms": percentiles(ttft),
         "tpot_ms": percentiles(tpot),
-        "itl_ms": _weighted_percentiles(res.iter_time_s * 1e3, res.iter_decode),
+        "itl_ms": _weighted_percentiles(res.iter_time_s * 1e3 * res.stream_steps,
+                                        res.iter_decode),
         "e2e_ms": percentiles(e2e),
         "kv_cache": {"blocks": res.num_blocks,
                      "peak_use": float(res.kv_used_blocks.max()) / res.num_blocks,

@@ -265,6 +265,9 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
                       isl=isl_n, osl=osl_n, dataset=dataset)
     if wl.get("max_num_tokens"):
         cfg.max_batched_tokens = _int(wl["max_num_tokens"], "max_num_tokens")
+    steps = (e.get("engine") or {}).get("num_scheduler_steps")
+    if steps is not None:
+        cfg.scheduler_steps = _int(steps, "engine.num_scheduler_steps")
     if wl.get("max_batch_per_rank"):
         cfg.max_num_seqs = _int(wl["max_batch_per_rank"], "max_batch_per_rank")
     if mode == "static-batch":

@@ -37,6 +37,8 @@ from gpufabric.workloads.models import find_model
 
 #: Most requests simulated for one point (offline runs reach their steady state long before).
 MAX_SIM_REQUESTS = 1000
+#: Most requests simulated for a run of a stated duration (``workload.duration_s``).
+MAX_STEADY_REQUESTS = 20000
 #: Measured keys compared, and the key of the prediction each is compared with.
 METRICS = {
     "output_tokens_per_s": ("throughput_tokens_per_s", None),
@@ -280,7 +282,13 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.requests = min(n_req, max(MAX_SIM_REQUESTS, 3 * c))
     elif mode == "online" and rate is not None and math.isfinite(rate):
         cfg.rate = rate
-        cfg.requests = min(n_req, MAX_SIM_REQUESTS)
+        dur = _num(wl.get("duration_s"))
+        # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
+        # state: its arrivals over that time, up to MAX_STEADY_REQUESTS
+        cfg.requests = min(n_req, MAX_SIM_REQUESTS) if not dur else \
+            min(int(rate * dur), MAX_STEADY_REQUESTS)
+        if batch:
+            cfg.max_num_seqs = _int(batch, "batch_size")
     else:                                   # offline, or online at an infinite rate
         cfg.requests = min(n_req, MAX_SIM_REQUESTS)
         if batch:

@@ -180,3 +180,22 @@ def test_multi_step_rounds_delay_arrivals_and_stream_in_chunks():
     assert abs(ten["tpot_ms"]["p50"] - one["tpot_ms"]["p50"]) < 0.2 * one["tpot_ms"]["p50"]
     # streamed gaps: a round, ten steps
     assert 9.0 < ten["itl_ms"]["p50"] / one["itl_ms"]["p50"] < 11.0
+
+
+def test_closed_loop_steady_state_obeys_littles_law():
+    """A closed loop without think time holds ``c`` requests in the system, so in its steady
+    state the mean latency is ``c / throughput`` (Little's law). The users' first requests start
+    at random phases over the loaded cycle and are left out as warm-up; the bound allows the
+    drain at the end of a finite run (the last round has fewer users in flight)."""
+    from gpufabric.topology.build import from_spec
+    from gpufabric.workloads.inference.serve import ServeConfig, serve
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
+    for c in (4, 32):
+        r = serve("llama3-8b", topo, ServeConfig(concurrency=c, requests=20 * c, isl=2000,
+                                                 osl=100, replicas=1))
+        little_ms = c / r["requests_per_s"] * 1e3
+        assert abs(r["e2e_ms"]["mean"] / little_ms - 1) < 0.1, (c, r["e2e_ms"], little_ms)
+    # users who meet queue for the prefill: 32 users wait longer than 4
+    assert r["ttft_ms"]["mean"] > 1.5 * serve(
+        "llama3-8b", topo, ServeConfig(concurrency=4, requests=80, isl=2000, osl=100,
+                                       replicas=1))["ttft_ms"]["mean"]

@@ -53,8 +53,8 @@ class Requests:
     """A request stream: ``arrival`` (s, sorted), ``isl`` and ``osl`` (tokens) per request.
 
     ``concurrency`` > 0 marks a closed loop: arrivals are set by the simulator (the first
-    ``concurrency`` spread evenly over ``ramp_s`` seconds from 0, each later one when an
-    earlier one finishes).
+    ``concurrency`` at random times, seeded by ``phase_seed``, over ``ramp_s`` seconds from 0,
+    or all at 0; each later one when an earlier one finishes).
     """
 
     arrival: np.ndarray
@@ -65,6 +65,7 @@ class Requests:
     total: int = 0          # requests of the whole stream this one was dealt from (0: itself)
     rows: int = 0           # requests in the trace file it was read from (0: not a trace)
     ramp_s: float = 0.0     # closed loop: the users' first requests spread over this time
+    phase_seed: int = 0     # and the seed of their random phases
 
     def __len__(self) -> int:
         return int(self.isl.shape[0])
@@ -123,7 +124,7 @@ def offline(n: int, isl=512, osl=128) -> Requests:
 
 def closed_loop(concurrency: int, n: int, isl=512, osl=128, ramp_s: float = 0.0) -> Requests:
     """``concurrency`` users, each sending its next request when the last one ends; their first
-    requests go out evenly over ``ramp_s`` seconds (0: all at once, a static batch).
+    requests go out at random times over ``ramp_s`` seconds (0: all at once, a static batch).
 
     >>> r = closed_loop(4, 8, isl=0, osl=32, ramp_s=2.0)
     >>> r.concurrency, int(r.isl[0]), r.ramp_s

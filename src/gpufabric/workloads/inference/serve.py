@@ -270,7 +270,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
     if reqs.concurrency:
-        reqs.ramp_s = user_cycle_s(sm, reqs)
+        reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
+        reqs.phase_seed = cfg.seed
     res = simulate_with_front_end(reqs, sm, sched, progress=progress)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
@@ -316,11 +317,28 @@ def simulate_with_front_end(reqs: R.Requests, sm: StepModel, sched: SchedulerCon
 
 def user_cycle_s(sm: StepModel, reqs: R.Requests) -> float:
     """Seconds one closed-loop user's request takes alone (front end, prefill in chunks,
-    decode): the users' first requests are spread over it, as in the steady state that
-    closed-loop benchmarks measure after their warm-up, instead of arriving in one burst."""
+    decode)."""
     isl, osl = int(reqs.isl.mean()), int(reqs.osl.mean())
     ttft, tpot = unloaded_ms(sm, max(isl, 1), sm.max_tokens)
     return front_end_s(sm) + (ttft + max(osl - 1, 0) * tpot) / 1e3
+
+
+def loaded_cycle_s(sm: StepModel, reqs: R.Requests, sched: SchedulerConfig) -> float:
+    """Seconds one closed-loop user's request takes with the others in flight: the mean over
+    the last round of a pilot run of three rounds (the users' first requests spread over the
+    unloaded cycle, :func:`user_cycle_s`). The run proper spreads the users' first requests
+    over it at random, so that they meet as in the steady state that closed-loop benchmarks
+    measure after their warm-up, instead of arriving in one burst."""
+    c = reqs.concurrency
+    n = min(len(reqs), 3 * c)
+    unloaded = user_cycle_s(sm, reqs)
+    if n <= c:
+        return unloaded
+    pilot = R.Requests(reqs.arrival[:n], reqs.isl[:n], reqs.osl[:n], concurrency=c,
+                       ramp_s=unloaded, phase_seed=reqs.phase_seed)
+    res = simulate_with_front_end(pilot, sm, sched)
+    last = slice(n - c, n)
+    return max(unloaded, float(np.mean(res.finish[last] - res.arrival[last])))
 
 
 def source_text(cfg: ServeConfig, src: str) -> str:

@@ -124,6 +124,7 @@ class SimResult:
     num_blocks: int
     iterations: int = 0
     stream_steps: int = 1            # decode steps whose tokens stream out together
+    warmup: int = 0                  # first requests left out of the latencies (closed loop)
     stats: dict = field(default_factory=dict)
 
     @property
@@ -207,11 +208,19 @@ class BatchState:
         if self.closed:
             self.arrival = np.full(n, np.inf)
             c = min(reqs.concurrency, n)
-            self.arrival[:c] = np.arange(c) * (float(reqs.ramp_s) / c) + fe
+            # users' phases are random, as a steady state's are: iteration times jitter,
+            # so the order in which users' requests meet is not kept from cycle to cycle
+            ramp = float(reqs.ramp_s)
+            rng = np.random.default_rng(reqs.phase_seed)
+            self.arrival[:c] = (np.sort(rng.uniform(0.0, ramp, c)) if ramp > 0
+                                else np.zeros(c)) + fe
             self.released = c
+            # each user's first request is its warm-up (a closed loop's steady state follows)
+            self.warmup = c if reqs.ramp_s > 0 and n > c else 0
         else:
             self.arrival = reqs.arrival.astype(np.float64) + fe
             self.released = n
+            self.warmup = 0
         # per-request state (read when a request is admitted, written back when it leaves);
         # a request without a prompt (pure generation) prefills its start token
         self.g_pt = np.maximum(self.isl, 1)   # tokens to prefill (prompt; + output on recompute)
@@ -626,7 +635,7 @@ class BatchState:
                          iter_prefill=pre, kv_t=np.array(self.kv_t),
                          kv_used_blocks=np.array(self.kv_u, np.int64),
                          num_blocks=int(self.cfg.num_blocks), iterations=self.steps,
-                         stream_steps=int(self.cfg.scheduler_steps),
+                         stream_steps=int(self.cfg.scheduler_steps), warmup=self.warmup,
                          stats={"loop_passes": self.passes, "decode_stretches": self.macro,
                                 "prefill_completions": self.pre_done,
                                 "preemptions": int(self.npre.sum())})
@@ -704,7 +713,8 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
               slo_tpot_ms: float | None = None, kv_points: int = 200) -> dict:
     """The run's figures: latencies (ms) with p50/p90/p99, throughput, goodput, KV use.
 
-    TTFT: first token minus arrival. TPOT: (finish - first token) / (output tokens - 1), per
+    TTFT: first token minus arrival (latencies of a closed loop leave out each user's first
+    request, its warm-up). TPOT: (finish - first token) / (output tokens - 1), per
     request with more than one output token. ITL: the gaps between streamed tokens, i.e.
     iteration times weighted by the decode tokens each produced (with multi-step scheduling a
     round's tokens arrive together: the gap is the round, ``stream_steps`` iterations).
@@ -715,6 +725,7 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
     tpot = np.full(res.osl.shape, np.nan)
     tpot[multi] = (res.finish[multi] - res.first_token[multi]) / (res.osl[multi] - 1) * 1e3
     e2e = (res.finish - res.arrival) * 1e3
+    steady = slice(res.warmup, None)     # a closed loop's latencies after its warm-up
     start = float(res.arrival.min()) if res.arrival.size else 0.0
     dur = float(res.finish.max()) - start if res.finish.size else 0.0
     dur = dur if dur > 0 else float("nan")
@@ -735,11 +746,11 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         "requests_per_s": res.osl.size / dur,
         "goodput_requests_per_s": float(ok.sum()) / dur,
         "slo_attainment": float(ok.mean()) if ok.size else 0.0,
-        "ttft_ms": percentiles(ttft),
-        "tpot_ms": percentiles(tpot),
+        "ttft_ms": percentiles(ttft[steady]),
+        "tpot_ms": percentiles(tpot[steady]),
         "itl_ms": _weighted_percentiles(res.iter_time_s * 1e3 * res.stream_steps,
                                         res.iter_decode),
-        "e2e_ms": percentiles(e2e),
+        "e2e_ms": percentiles(e2e[steady]),
         "kv_cache": {"blocks": res.num_blocks,
                      "peak_use": float(res.kv_used_blocks.max()) / res.num_blocks,
                      "mean_use": float(_time_mean(res.kv_t, res.kv_used_blocks))

@@ -323,7 +323,7 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     prec = str(mod.get("precision") or "bf16").lower()
     cfg = ServeConfig(tp=tp, precision=prec, engine=_name((e.get("engine") or {}).get("name"),
                                                           "engine.name", "default"),
-                      rate=0.05, requests=3, isl=isl, osl=2)
+                      rate=0.05, requests=1, isl=isl, osl=2)
     if wl.get("chunked_prefill") is False:
         cfg.max_batched_tokens = max(isl, 8192)
     r = serve_pd(model, topo, cfg, (x, y))

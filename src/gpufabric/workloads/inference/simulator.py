@@ -718,7 +718,8 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
     request with more than one output token. ITL: the gaps between streamed tokens, i.e.
     iteration times weighted by the decode tokens each produced (with multi-step scheduling a
     round's tokens arrive together: the gap is the round, ``stream_steps`` iterations).
-    Goodput: requests per second that meet both SLOs (a missing SLO is met by every request).
+    Goodput: requests per second that meet both SLOs (a missing SLO is met by every request;
+    a closed loop counts its steady state).
     """
     ttft = (res.first_token - res.arrival) * 1e3
     multi = res.osl > 1
@@ -744,8 +745,9 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         "throughput_tokens_per_s_per_gpu": out_tok / dur / gpus,
         "total_tokens_per_s": (out_tok + in_tok) / dur,
         "requests_per_s": res.osl.size / dur,
-        "goodput_requests_per_s": float(ok.sum()) / dur,
-        "slo_attainment": float(ok.mean()) if ok.size else 0.0,
+        "goodput_requests_per_s": float(ok[steady].mean()) * res.osl.size / dur
+        if ok[steady].size else 0.0,
+        "slo_attainment": float(ok[steady].mean()) if ok[steady].size else 0.0,
         "ttft_ms": percentiles(ttft[steady]),
         "tpot_ms": percentiles(tpot[steady]),
         "itl_ms": _weighted_percentiles(res.iter_time_s * 1e3 * res.stream_steps,

@@ -69,3 +69,26 @@ def test_validate_bad_file(cli, tmp_path):
     f.write_text("- id: x\n  engine: {name: vLLM}\n  workload: {mode: offline}\n  model: 3\n")
     code, out, err = cli("validate", str(f))
     assert code == 2 and "bad.yaml: [0](x).system: missing or not a mapping" in err
+
+
+def test_run_settings_are_checked_keys(tmp_path):
+    """Run settings are keys of the entry: vLLM 0.6's multi-step scheduling is read from
+    ``engine.num_scheduler_steps`` (the streamed ITL is then a round, ~10 steps), and a bad
+    value of it or of ``workload.duration_s`` refuses the entry with the field named."""
+    entries = [e for e in yaml.safe_load(DATA.read_text())
+               if e["id"] == "vllm-0.6.0-llama31-8b-a100-sharegpt"]
+    assert entries[0]["engine"]["num_scheduler_steps"] == 10
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump(entries))
+    rows = {(r["point"], r["metric"]): r for r in validate(str(f))["points"]}
+    # the measured streamed gap is ~9x the time per token; the model's within 30 % of it
+    assert rows[(0, "itl_ms_p50")]["measured"] > 9 * rows[(0, "tpot_ms_p50")]["measured"]
+    assert abs(rows[(0, "itl_ms_p50")]["error_pct"]) < 30
+    for key, bad, where in (("engine", "ten", "engine.num_scheduler_steps"),
+                            ("workload", "long", "workload.duration_s")):
+        e = json.loads(json.dumps(entries[0]))
+        e[key]["num_scheduler_steps" if key == "engine" else "duration_s"] = bad
+        f.write_text(yaml.safe_dump([e]))
+        skipped = validate(str(f))["skipped"]
+        assert skipped and all(where in s["reason"] and "refused" in s["reason"]
+                               for s in skipped)

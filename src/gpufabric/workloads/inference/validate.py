@@ -283,6 +283,9 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     elif mode == "online" and rate is not None and math.isfinite(rate):
         cfg.rate = rate
         dur = _num(wl.get("duration_s"))
+        if wl.get("duration_s") is not None and not (dur and 0 < dur < math.inf):
+            raise InputError(f"got {wl.get('duration_s')!r}; expected seconds > 0",
+                             field="workload.duration_s")
         # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
         # state: its arrivals over that time, up to MAX_STEADY_REQUESTS
         cfg.requests = min(n_req, MAX_SIM_REQUESTS) if not dur else \

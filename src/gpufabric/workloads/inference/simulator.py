@@ -129,6 +129,15 @@ def _ceil_div(a, b: int):
     return -(-a // b)
 
 
+#: Below this many elements a Python sum/min of ``tolist()`` beats numpy's reductions.
+_SMALL = 64
+
+
+def _total(a: np.ndarray) -> int:
+    """``int(a.sum())`` of an integer array, without numpy's overhead on small ones."""
+    return sum(a.tolist()) if a.size < _SMALL else int(a.sum())
+
+
 def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
     """Refuse a request that cannot run alone: more KV blocks than the cache holds, or a
     prompt over the token budget without chunked prefill (before any work is done on it)."""
@@ -250,10 +259,15 @@ class BatchState:
     # -- phases --------------------------------------------------------------------------------
     def arrive(self) -> None:
         """Requests that have arrived by now join the waiting queue, in arrival order."""
-        if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
-            j = int(np.searchsorted(self.arrival, self.t, side="right"))
-            if j > self.nxt:
-                self.waiting.extend(range(self.nxt, j))
+        nxt, arrival, t = self.nxt, self.arrival, self.t
+        if nxt < self.released and arrival[nxt] <= t:
+            # arrivals are sorted (unreleased ones are inf): the next one alone needs no search
+            if nxt + 1 >= self.n or arrival[nxt + 1] > t:
+                self.waiting.append(nxt)
+                self.nxt = nxt + 1
+            else:
+                j = int(arrival.searchsorted(t, side="right"))
+                self.waiting.extend(range(nxt, j))
                 self.nxt = j
 
     def _drop(self, keep) -> None:
@@ -290,12 +304,11 @@ class BatchState:
                 all_dec = True
             else:
                 dmask = self.r_kv >= self.r_pt
-                all_dec = bool(dmask.all())
+                all_dec = int(np.count_nonzero(dmask)) == dmask.size
             need = self.r_kv >= self.r_bl * B
-            if not all_dec:
-                need &= self.r_kv >= self.r_pt
-            need = need.astype(np.int64)
-            tot = int(need.sum())
+            if not all_dec and dmask is not None:
+                need &= dmask
+            tot = int(np.count_nonzero(need))
             if tot <= self.free:
                 break
             swap_t += self.preempt(self.cfg.preemption == "recompute")
@@ -306,11 +319,11 @@ class BatchState:
         if all_dec:
             self.decoding, dmask = True, None
             d_n = nrun
-            d_ctx = int(self.r_kv.sum()) + d_n
+            d_ctx = _total(self.r_kv) + d_n
         else:
             assert dmask is not None
-            d_n = int(dmask.sum())
-            d_ctx = int(self.r_kv[dmask].sum()) + d_n
+            d_n = int(np.count_nonzero(dmask))
+            d_ctx = _total(self.r_kv[dmask]) + d_n
         return Iteration(dmask, all_dec, d_n, d_ctx, self.cfg.max_batched_tokens - d_n,
                          nrun=nrun, swap_t=swap_t)
 
@@ -408,8 +421,9 @@ class BatchState:
         """Decode-only iterations that can run as they are: up to the first request that
         finishes, and while the KV cache holds every step's new token: (steps, steps to the
         first request's end)."""
-        k = kmin = int((self.r_osl - self.r_gen).min())
-        nrun = self.r_id.size
+        left = self.r_osl - self.r_gen
+        k = kmin = min(left.tolist()) if left.size < _SMALL else int(left.min())
+        nrun = left.size
         if k > 1 and self.free < nrun * (k // self.B + 1) and not self._fits(k):
             lo, hi = 1, k
             while hi - lo > 1:
@@ -443,18 +457,19 @@ class BatchState:
             return None
         if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
             return None
+        r_kv = self.r_kv
         if not self.decoding:
-            if not bool((self.r_kv >= self.r_pt).all()):
+            if np.count_nonzero(r_kv < self.r_pt):
                 return None
             self.decoding = True
-        need = self.r_kv >= self.r_bl * self.B
+        need = r_kv >= self.r_bl * self.B
         tot = int(np.count_nonzero(need))
         if tot > self.free:
             return None             # a full pass preempts
         if tot:
             self.free -= tot
             self.r_bl = self.r_bl + need
-        return Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
+        return Iteration(None, True, nrun, _total(r_kv) + nrun,
                          self.cfg.max_batched_tokens - nrun, nrun=nrun)
 
     def _advance(self, it: Iteration) -> bool:
@@ -493,10 +508,10 @@ class BatchState:
         self.t += total
         if not logged:
             self.log.append((first, slope, k, d_n, 0))
-        self.r_kv = self.r_kv + k
+        self.r_kv = r_kv = self.r_kv + k
         self.r_gen = self.r_gen + k
-        newb = _ceil_div(self.r_kv, self.B)
-        self.free -= int((newb - self.r_bl).sum())
+        newb = (r_kv + (self.B - 1)) // self.B      # ceil(r_kv / B)
+        self.free -= _total(newb) - _total(self.r_bl)
         self.r_bl = newb
         self.steps += k
         self.macro += 1
@@ -536,13 +551,13 @@ class BatchState:
         """Finished requests leave and free their blocks; in a closed loop, their users send
         the next requests now. ``check``: False when no request can have finished."""
         fmask = self.r_gen >= self.r_osl if check else None
-        if fmask is not None and fmask.any():
+        if fmask is not None and np.count_nonzero(fmask):
             fin = self.r_id[fmask]
             self.finish[fin] = self.t
             self.g_gen[fin] = self.r_gen[fmask]
-            self.free += int(self.r_bl[fmask].sum())
+            self.free += _total(self.r_bl[fmask])
             if self.cfg.reserve_full:
-                self.reserved -= int(self.need_max[fin].sum())
+                self.reserved -= _total(self.need_max[fin])
             self._drop(~fmask)
             self.done += int(fin.size)
             if self.progress and self.done - self.told >= self.tell_every:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import chain
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -237,9 +238,12 @@ class BatchState:
         self.wm = int(cfg.watermark * cfg.num_blocks)
         self.reserved = 0                     # blocks promised to running requests (reserve_full)
         self.swap_s = float(cfg.swap_s_per_token)
-        # the running batch, in admission order, as parallel arrays
-        z = np.zeros(0, np.int64)
-        self.r_id, self.r_kv, self.r_pt, self.r_gen, self.r_osl, self.r_bl = z, z, z, z, z, z
+        # the running batch, in admission order: the first ``nrun`` columns of one buffer whose
+        # rows the parallel arrays r_id, r_kv, r_pt, r_gen, r_osl, r_bl view (they are updated
+        # in place; :meth:`_views` rebinds them when the batch changes size)
+        self._run = np.zeros((6, max(1, min(n, int(cfg.max_num_seqs), 64))), np.int64)
+        self._nrun = 0
+        self._views()
         self.waiting: deque[int] = deque()
         self.nxt = 0
         self.t = 0.0
@@ -270,9 +274,16 @@ class BatchState:
                 self.waiting.extend(range(nxt, j))
                 self.nxt = j
 
+    def _views(self) -> None:
+        self.r_id, self.r_kv, self.r_pt, self.r_gen, self.r_osl, self.r_bl = \
+            self._run[:, :self._nrun]
+
     def _drop(self, keep) -> None:
-        self.r_id, self.r_kv, self.r_pt = self.r_id[keep], self.r_kv[keep], self.r_pt[keep]
-        self.r_gen, self.r_osl, self.r_bl = self.r_gen[keep], self.r_osl[keep], self.r_bl[keep]
+        """Keep the running requests that ``keep`` (a mask) selects, in their order."""
+        live = self._run[:, :self._nrun][:, keep]
+        self._nrun = m = live.shape[1]
+        self._run[:, :m] = live
+        self._views()
 
     def preempt(self, recompute: bool) -> float:
         """Preempt the newest running request back to the head of the queue: its blocks are
@@ -281,7 +292,8 @@ class BatchState:
         v = int(self.r_id[-1])
         kv_v, gen_v = int(self.r_kv[-1]), int(self.r_gen[-1])
         self.free += int(self.r_bl[-1])
-        self._drop(slice(None, -1))
+        self._nrun -= 1
+        self._views()
         self.npre[v] += 1
         self.g_gen[v] = gen_v
         self.waiting.appendleft(v)
@@ -314,8 +326,8 @@ class BatchState:
             swap_t += self.preempt(self.cfg.preemption == "recompute")
         self.free -= tot
         if tot:
-            self.r_bl = self.r_bl + need
-        nrun = self.r_id.size
+            self.r_bl += need
+        nrun = self._nrun
         if all_dec:
             self.decoding, dmask = True, None
             d_n = nrun
@@ -394,13 +406,22 @@ class BatchState:
             it.adm_bl.append(nb)
         if it.adm:
             self.decoding = False
-            a = np.array(it.adm, np.int64)
-            self.r_id = np.concatenate([self.r_id, a])
-            self.r_kv = np.concatenate([self.r_kv, self.g_kv[a]])
-            self.r_pt = np.concatenate([self.r_pt, self.g_pt[a]])
-            self.r_gen = np.concatenate([self.r_gen, self.g_gen[a]])
-            self.r_osl = np.concatenate([self.r_osl, self.osl[a]])
-            self.r_bl = np.concatenate([self.r_bl, np.array(it.adm_bl, np.int64)])
+            m = len(it.adm)
+            if nrun + m > self._run.shape[1]:       # grow the buffer (it holds max_num_seqs)
+                run = np.zeros((6, min(2 * (nrun + m), cfg.max_num_seqs)), np.int64)
+                run[:, :nrun] = self._run[:, :nrun]
+                self._run = run
+            if m == 1:
+                i = it.adm[0]
+                self._run[:, nrun] = (i, self.g_kv[i], self.g_pt[i], self.g_gen[i], self.osl[i],
+                                      it.adm_bl[0])
+            else:
+                a = np.array(it.adm, np.int64)
+                new = self._run[:, nrun:nrun + m]
+                new[0], new[1], new[2] = a, self.g_kv[a], self.g_pt[a]
+                new[3], new[4], new[5] = self.g_gen[a], self.osl[a], it.adm_bl
+            self._nrun = nrun + m
+            self._views()
 
     def step_time(self, it: Iteration) -> float:
         """Seconds of one iteration with prefill chunks (and any swapping it waits for)."""
@@ -452,7 +473,7 @@ class BatchState:
         """The next iteration when it can only be decode-only and needs no preemption: every
         running request past its prefill, nobody waiting, no arrival due, a block for every
         next token (taken here). None otherwise: a full pass forms the batch."""
-        nrun = self.r_id.size
+        nrun = self._nrun
         if self.waiting or not nrun:
             return None
         if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
@@ -468,7 +489,7 @@ class BatchState:
             return None             # a full pass preempts
         if tot:
             self.free -= tot
-            self.r_bl = self.r_bl + need
+            self.r_bl += need
         return Iteration(None, True, nrun, _total(r_kv) + nrun,
                          self.cfg.max_batched_tokens - nrun, nrun=nrun)
 
@@ -508,11 +529,10 @@ class BatchState:
         self.t += total
         if not logged:
             self.log.append((first, slope, k, d_n, 0))
-        self.r_kv = r_kv = self.r_kv + k
-        self.r_gen = self.r_gen + k
-        newb = (r_kv + (self.B - 1)) // self.B      # ceil(r_kv / B)
+        self._run[1:4:2, :self._nrun] += k     # r_kv and r_gen
+        newb = (self.r_kv + (self.B - 1)) // self.B      # ceil(r_kv / B)
         self.free -= _total(newb) - _total(self.r_bl)
-        self.r_bl = newb
+        self.r_bl[:] = newb
         self.steps += k
         self.macro += 1
         return k >= kmin
@@ -577,7 +597,7 @@ class BatchState:
         """One loop pass: form a batch and run one iteration or a decode stretch."""
         self.passes += 1
         self.arrive()
-        if self.r_id.size == 0 and not self.waiting:
+        if self._nrun == 0 and not self.waiting:
             self.t = float(self.arrival[self.nxt])
             return
         it = self.reserve_decode()
@@ -587,7 +607,7 @@ class BatchState:
             if it.adm:         # only swap-ins: they decode next iteration
                 self.t += it.swap_t
                 return
-            if self.r_id.size:   # running prefills starved of blocks: recompute the newest
+            if self._nrun:   # running prefills starved of blocks: recompute the newest
                 self.preempt(True)
                 return
             self.t = max(self.t, float(self.arrival[self.nxt])) if self.nxt < self.n else self.t
@@ -613,11 +633,14 @@ class BatchState:
 
     def result(self) -> SimResult:
         if self.log:
-            runs = np.array(self.log, np.float64)
+            runs = np.fromiter(chain.from_iterable(self.log), np.float64,
+                               5 * len(self.log)).reshape(-1, 5)
             counts = runs[:, 2].astype(np.int64)
-            starts = np.repeat(np.cumsum(counts) - counts, counts)
-            j = np.arange(int(counts.sum())) - starts
-            dt = np.repeat(runs[:, 0], counts) + np.repeat(runs[:, 1], counts) * j
+            j = np.arange(int(counts.sum()))          # each step's place in its run
+            j -= np.repeat(np.cumsum(counts) - counts, counts)
+            dt = np.repeat(runs[:, 1], counts)        # first + slope * j, in place
+            dt *= j
+            dt += np.repeat(runs[:, 0], counts)
             dec = np.repeat(runs[:, 3].astype(np.int64), counts)
             pre = np.repeat(runs[:, 4].astype(np.int64), counts)
         else:

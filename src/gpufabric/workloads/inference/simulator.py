@@ -311,6 +311,18 @@ class BatchState:
         swap_t = 0.0
         B = self.B
         dmask: np.ndarray | None = None
+        while self.decoding and self._nrun < _SMALL:   # a small batch, element by element
+            kv, bl = self.r_kv.tolist(), self.r_bl.tolist()
+            nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
+            tot = sum(nbl) - sum(bl)
+            if tot <= self.free:
+                self.free -= tot
+                if tot:
+                    self.r_bl[:] = nbl
+                nrun = len(kv)
+                return Iteration(None, True, nrun, sum(kv) + nrun,
+                                 self.cfg.max_batched_tokens - nrun, nrun=nrun, swap_t=swap_t)
+            swap_t += self.preempt(self.cfg.preemption == "recompute")
         while True:
             if self.decoding:
                 all_dec = True
@@ -478,19 +490,35 @@ class BatchState:
             return None
         if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
             return None
-        r_kv = self.r_kv
-        if not self.decoding:
-            if np.count_nonzero(r_kv < self.r_pt):
-                return None
-            self.decoding = True
-        need = r_kv >= self.r_bl * self.B
-        tot = int(np.count_nonzero(need))
-        if tot > self.free:
-            return None             # a full pass preempts
-        if tot:
-            self.free -= tot
-            self.r_bl += need
-        return Iteration(None, True, nrun, _total(r_kv) + nrun,
+        r_kv, r_bl, B = self.r_kv, self.r_bl, self.B
+        if nrun < _SMALL:           # a small batch: element by element is quicker
+            kv, bl = r_kv.tolist(), r_bl.tolist()
+            if not self.decoding:
+                if any(x < p for x, p in zip(kv, self.r_pt.tolist(), strict=True)):
+                    return None
+                self.decoding = True
+            nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
+            tot = sum(nbl) - sum(bl)
+            if tot > self.free:
+                return None             # a full pass preempts
+            if tot:
+                self.free -= tot
+                r_bl[:] = nbl
+            ctx = sum(kv)
+        else:
+            if not self.decoding:
+                if np.count_nonzero(r_kv < self.r_pt):
+                    return None
+                self.decoding = True
+            need = r_kv >= r_bl * B
+            tot = int(np.count_nonzero(need))
+            if tot > self.free:
+                return None             # a full pass preempts
+            if tot:
+                self.free -= tot
+                r_bl += need
+            ctx = int(r_kv.sum())
+        return Iteration(None, True, nrun, ctx + nrun,
                          self.cfg.max_batched_tokens - nrun, nrun=nrun)
 
     def _advance(self, it: Iteration) -> bool:
@@ -499,8 +527,8 @@ class BatchState:
         k, kmin = self._stretch(it)
         d_n, d0 = it.d_n, it.d_ctx
         logged = False
-        stop = self.arrival[self.nxt] - self.t if not self.waiting and self.nxt < self.released \
-            else None
+        stop = self.arrival.item(self.nxt) - self.t \
+            if not self.waiting and self.nxt < self.released else None
         if k > 1:
             if d_n in self.lines:
                 line = self.lines[d_n]
@@ -529,10 +557,16 @@ class BatchState:
         self.t += total
         if not logged:
             self.log.append((first, slope, k, d_n, 0))
-        self._run[1:4:2, :self._nrun] += k     # r_kv and r_gen
-        newb = (self.r_kv + (self.B - 1)) // self.B      # ceil(r_kv / B)
-        self.free -= _total(newb) - _total(self.r_bl)
-        self.r_bl[:] = newb
+        r_kv, r_gen, r_bl, B = self.r_kv, self.r_gen, self.r_bl, self.B
+        r_kv += k
+        r_gen += k
+        if r_kv.size < _SMALL:      # blocks now held: ceil(r_kv / B)
+            newb = [(x + B - 1) // B for x in r_kv.tolist()]
+            self.free -= sum(newb) - sum(r_bl.tolist())
+        else:
+            newb = (r_kv + (B - 1)) // B
+            self.free -= int(newb.sum()) - int(r_bl.sum())
+        r_bl[:] = newb
         self.steps += k
         self.macro += 1
         return k >= kmin
@@ -571,20 +605,33 @@ class BatchState:
         """Finished requests leave and free their blocks; in a closed loop, their users send
         the next requests now. ``check``: False when no request can have finished."""
         fmask = self.r_gen >= self.r_osl if check else None
-        if fmask is not None and np.count_nonzero(fmask):
+        nfin = int(np.count_nonzero(fmask)) if fmask is not None else 0
+        if nfin == 1:               # one request: its column goes, the later ones move up
+            pos, run, nrun = int(fmask.argmax()), self._run, self._nrun  # type: ignore[union-attr]
+            i = int(run[0, pos])
+            self.finish[i] = self.t
+            self.g_gen[i] = run[3, pos]
+            self.free += int(run[5, pos])
+            if self.cfg.reserve_full:
+                self.reserved -= int(self.need_max[i])
+            run[:, pos:nrun - 1] = run[:, pos + 1:nrun]
+            self._nrun = nrun - 1
+            self._views()
+        elif nfin:
             fin = self.r_id[fmask]
             self.finish[fin] = self.t
             self.g_gen[fin] = self.r_gen[fmask]
             self.free += _total(self.r_bl[fmask])
             if self.cfg.reserve_full:
                 self.reserved -= _total(self.need_max[fin])
-            self._drop(~fmask)
-            self.done += int(fin.size)
+            self._drop(~fmask)  # type: ignore[operator]
+        if nfin:
+            self.done += nfin
             if self.progress and self.done - self.told >= self.tell_every:
                 self.progress(self.done - self.told, self.n)
                 self.told = self.done
             if self.closed and self.released < self.n:
-                m = min(int(fin.size), self.n - self.released)
+                m = min(nfin, self.n - self.released)
                 self.arrival[self.released: self.released + m] = self.t + self.front_end_s
                 self.released += m
         self.kv_t.append(self.t)

@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from itertools import chain
 from collections.abc import Callable
@@ -250,8 +251,8 @@ class BatchState:
         self.done = 0
         # iteration log: runs of (first time, time added per step, steps, decodes, prefills)
         self.log: list[tuple[float, float, int, int, int]] = []
-        self.kv_t: list[float] = [0.0]
-        self.kv_u: list[int] = [0]
+        self.kv_t: array[float] = array("d", [0.0])     # (flat buffers: quick to copy out)
+        self.kv_u: array[int] = array("q", [0])
         self.passes = 0
         self.steps = 0
         self.macro = 0
@@ -683,13 +684,28 @@ class BatchState:
             runs = np.fromiter(chain.from_iterable(self.log), np.float64,
                                5 * len(self.log)).reshape(-1, 5)
             counts = runs[:, 2].astype(np.int64)
-            j = np.arange(int(counts.sum()))          # each step's place in its run
-            j -= np.repeat(np.cumsum(counts) - counts, counts)
-            dt = np.repeat(runs[:, 1], counts)        # first + slope * j, in place
-            dt *= j
-            dt += np.repeat(runs[:, 0], counts)
-            dec = np.repeat(runs[:, 3].astype(np.int64), counts)
-            pre = np.repeat(runs[:, 4].astype(np.int64), counts)
+            if not counts.all():
+                runs, counts = runs[counts > 0], counts[counts > 0]
+            # the log expanded to one entry per iteration in three fresh arrays (each costs
+            # page faults), the work buffer reused: a step's place in its run, then its run
+            at = np.cumsum(counts) - counts           # each run's first step
+            total = int(counts.sum())
+            w = np.ones(total, np.int64)
+            w[at[1:]] = 1 - counts[:-1]
+            np.cumsum(w, out=w)
+            w -= 1                                    # the step's place in its run
+            dt = np.repeat(runs[:, 1], counts)        # first + slope * place, in place
+            dt *= w
+            w[:] = 0
+            w[at[1:]] = 1
+            np.cumsum(w, out=w)                       # the step's run
+            dec = np.empty(total, np.int64)
+            dt += np.take(runs[:, 0], w, out=dec.view(np.float64))
+            np.take(runs[:, 3].astype(np.int64), w, out=dec)
+            pre = w
+            pre[:] = 0
+            pre[at] = np.diff(runs[:, 4].astype(np.int64), prepend=0)
+            np.cumsum(pre, out=pre)
         else:
             dt, dec, pre = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
         return SimResult(arrival=self.arrival - self.front_end_s, first_token=self.first,

@@ -276,8 +276,9 @@ class BatchState:
                 self.nxt = j
 
     def _views(self) -> None:
-        self.r_id, self.r_kv, self.r_pt, self.r_gen, self.r_osl, self.r_bl = \
-            self._run[:, :self._nrun]
+        run = self._run[:, :self._nrun]
+        self.r_id, self.r_kv, self.r_pt = run[0], run[1], run[2]
+        self.r_gen, self.r_osl, self.r_bl = run[3], run[4], run[5]
 
     def _drop(self, keep) -> None:
         """Keep the running requests that ``keep`` (a mask) selects, in their order."""
@@ -605,10 +606,23 @@ class BatchState:
     def retire(self, check: bool = True) -> None:
         """Finished requests leave and free their blocks; in a closed loop, their users send
         the next requests now. ``check``: False when no request can have finished."""
-        fmask = self.r_gen >= self.r_osl if check else None
-        nfin = int(np.count_nonzero(fmask)) if fmask is not None else 0
+        fmask = None
+        nfin = pos = 0              # requests finished; the one's position
+        if check and self._nrun < _SMALL:
+            fin_at = [p for p, (g, o) in enumerate(zip(self.r_gen.tolist(), self.r_osl.tolist(),
+                                                       strict=True)) if g >= o]
+            nfin = len(fin_at)
+            if nfin > 1:
+                fmask = self.r_gen >= self.r_osl
+            elif nfin:
+                pos = fin_at[0]
+        elif check:
+            fmask = self.r_gen >= self.r_osl
+            nfin = int(np.count_nonzero(fmask))
+            if nfin == 1:
+                pos = int(fmask.argmax())
         if nfin == 1:               # one request: its column goes, the later ones move up
-            pos, run, nrun = int(fmask.argmax()), self._run, self._nrun  # type: ignore[union-attr]
+            run, nrun = self._run, self._nrun
             i = int(run[0, pos])
             self.finish[i] = self.t
             self.g_gen[i] = run[3, pos]
@@ -723,11 +737,10 @@ class BatchState:
 def _steps_before(first: float, slope: float, most: int, x: float) -> int:
     """How many of the partial sums S(m) = m * first + slope * m (m - 1) / 2, m = 1..most,
     are below ``x`` (S increases with m)."""
-    def S(m: int) -> float:
-        return m * first + slope * (m * (m - 1) / 2.0)
-    if most <= 0 or S(1) >= x:
+    # S(m) written out where it is used (this runs once per decode stretch)
+    if most <= 0 or first + slope * 0.0 >= x:
         return 0
-    if S(most) < x:
+    if most * first + slope * (most * (most - 1) / 2.0) < x:
         return most
     # S(m) = x: slope/2 m^2 + (first - slope/2) m - x = 0
     if slope > 0:
@@ -736,9 +749,9 @@ def _steps_before(first: float, slope: float, most: int, x: float) -> int:
     else:
         m = int(x / first) if first > 0 else most
     m = min(max(m, 1), most)
-    while m < most and S(m + 1) < x:
+    while m < most and (m + 1) * first + slope * ((m + 1) * m / 2.0) < x:
         m += 1
-    while m > 1 and S(m) >= x:
+    while m > 1 and m * first + slope * (m * (m - 1) / 2.0) >= x:
         m -= 1
     return m
 

@@ -427,8 +427,8 @@ class BatchState:
                 self._run = run
             if m == 1:
                 i = it.adm[0]
-                self._run[:, nrun] = (i, self.g_kv[i], self.g_pt[i], self.g_gen[i], self.osl[i],
-                                      it.adm_bl[0])
+                self._run[:, nrun] = (i, self.g_kv.item(i), self.g_pt.item(i),
+                                      self.g_gen.item(i), self.osl.item(i), it.adm_bl[0])
             else:
                 a = np.array(it.adm, np.int64)
                 new = self._run[:, nrun:nrun + m]
@@ -564,11 +564,14 @@ class BatchState:
         r_gen += k
         if r_kv.size < _SMALL:      # blocks now held: ceil(r_kv / B)
             newb = [(x + B - 1) // B for x in r_kv.tolist()]
-            self.free -= sum(newb) - sum(r_bl.tolist())
+            bl = r_bl.tolist()
+            if newb != bl:
+                self.free -= sum(newb) - sum(bl)
+                r_bl[:] = newb
         else:
-            newb = (r_kv + (B - 1)) // B
-            self.free -= int(newb.sum()) - int(r_bl.sum())
-        r_bl[:] = newb
+            nb = (r_kv + (B - 1)) // B
+            self.free -= int(nb.sum()) - int(r_bl.sum())
+            r_bl[:] = nb
         self.steps += k
         self.macro += 1
         return k >= kmin

@@ -133,6 +133,9 @@ def _ceil_div(a, b: int):
 
 #: Below this many elements a Python sum/min of ``tolist()`` beats numpy's reductions.
 _SMALL = 64
+#: Below this many running requests, Python loops over ``tolist()`` beat numpy's element-wise
+#: operations (a few numpy calls cost about as much as a loop over a dozen elements).
+_FEW = 16
 
 
 def _total(a: np.ndarray) -> int:
@@ -313,7 +316,7 @@ class BatchState:
         swap_t = 0.0
         B = self.B
         dmask: np.ndarray | None = None
-        while self.decoding and self._nrun < _SMALL:   # a small batch, element by element
+        while self.decoding and self._nrun < _FEW:   # a small batch, element by element
             kv, bl = self.r_kv.tolist(), self.r_bl.tolist()
             nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
             tot = sum(nbl) - sum(bl)
@@ -493,7 +496,7 @@ class BatchState:
         if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
             return None
         r_kv, r_bl, B = self.r_kv, self.r_bl, self.B
-        if nrun < _SMALL:           # a small batch: element by element is quicker
+        if nrun < _FEW:           # a small batch: element by element is quicker
             kv, bl = r_kv.tolist(), r_bl.tolist()
             if not self.decoding:
                 if any(x < p for x, p in zip(kv, self.r_pt.tolist(), strict=True)):
@@ -562,7 +565,7 @@ class BatchState:
         r_kv, r_gen, r_bl, B = self.r_kv, self.r_gen, self.r_bl, self.B
         r_kv += k
         r_gen += k
-        if r_kv.size < _SMALL:      # blocks now held: ceil(r_kv / B)
+        if r_kv.size < _FEW:      # blocks now held: ceil(r_kv / B)
             newb = [(x + B - 1) // B for x in r_kv.tolist()]
             bl = r_bl.tolist()
             if newb != bl:
@@ -611,7 +614,7 @@ class BatchState:
         the next requests now. ``check``: False when no request can have finished."""
         fmask = None
         nfin = pos = 0              # requests finished; the one's position
-        if check and self._nrun < _SMALL:
+        if check and self._nrun < _FEW:
             fin_at = [p for p, (g, o) in enumerate(zip(self.r_gen.tolist(), self.r_osl.tolist(),
                                                        strict=True)) if g >= o]
             nfin = len(fin_at)

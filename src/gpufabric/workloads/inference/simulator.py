@@ -387,8 +387,8 @@ class BatchState:
         while waiting and it.budget > 0 and len(it.adm) < room:
             i = waiting[0]
             floor = self.wm if (nrun or it.adm) else 0
-            kv_i = int(self.g_kv[i])
-            if self.swapped[i]:
+            kv_i = self.g_kv.item(i)
+            if self.swapped.item(i):
                 nb = _ceil_div(kv_i + 1, B)
                 if self.free - nb < floor:
                     break
@@ -403,7 +403,7 @@ class BatchState:
                 it.adm.append(i)
                 it.adm_bl.append(nb)
                 continue
-            rem = int(self.g_pt[i]) - kv_i
+            rem = self.g_pt.item(i) - kv_i
             if cfg.reserve_full and self.reserved + int(self.need_max[i]) > cfg.num_blocks:
                 break               # the request's whole KV (prompt + output) must fit
             if cfg.chunked_prefill:
@@ -450,10 +450,13 @@ class BatchState:
             p_ctx += s + c
         return float(self.cost(p_tok, p_attn, p_ctx, it.d_n, it.d_ctx)) + it.swap_t
 
-    def _fits(self, j: int) -> bool:
-        """The KV cache holds ``j`` more tokens of every running request."""
-        base = int(self.r_bl.sum())
-        return int(_ceil_div(self.r_kv + j, self.B).sum()) - base <= self.free
+    def _fits(self, j: int, base: int | None = None) -> bool:
+        """The KV cache holds ``j`` more tokens of every running request (``base``: the
+        blocks they hold, when known)."""
+        if base is None:
+            base = int(self.r_bl.sum())
+        B = self.B
+        return int(((self.r_kv + (j + B - 1)) // B).sum()) - base <= self.free
 
     def _stretch(self, it: Iteration) -> tuple[int, int]:
         """Decode-only iterations that can run as they are: up to the first request that
@@ -462,11 +465,12 @@ class BatchState:
         left = self.r_osl - self.r_gen
         k = kmin = min(left.tolist()) if left.size < _SMALL else int(left.min())
         nrun = left.size
-        if k > 1 and self.free < nrun * (k // self.B + 1) and not self._fits(k):
+        if k > 1 and self.free < nrun * (k // self.B + 1) and \
+                not self._fits(k, base := int(self.r_bl.sum())):
             lo, hi = 1, k
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if self._fits(mid):
+                if self._fits(mid, base):
                     lo = mid
                 else:
                     hi = mid

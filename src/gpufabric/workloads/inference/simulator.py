@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
-from itertools import chain
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -269,8 +269,9 @@ class BatchState:
         """Requests that have arrived by now join the waiting queue, in arrival order."""
         nxt, arrival, t = self.nxt, self.arrival, self.t
         if nxt < self.released and arrival[nxt] <= t:
-            # arrivals are sorted (unreleased ones are inf): the next one alone needs no search
-            if nxt + 1 >= self.n or arrival[nxt + 1] > t:
+            # open-loop arrivals are sorted: the next one alone needs no search (a closed
+            # loop's releases may come before the last users' first requests)
+            if not self.closed and (nxt + 1 >= self.n or arrival[nxt + 1] > t):
                 self.waiting.append(nxt)
                 self.nxt = nxt + 1
             else:

@@ -711,21 +711,24 @@ class BatchState:
             counts = runs[:, 2].astype(np.int64)
             if not counts.all():
                 runs, counts = runs[counts > 0], counts[counts > 0]
-            # the log expanded to one entry per iteration in three fresh arrays (each costs
-            # page faults), the work buffer reused: a step's place in its run, then its run
+            # the log expanded to one entry per iteration in three arrays, a work buffer
+            # reused: each step's place in its run, then its run
             at = np.cumsum(counts) - counts           # each run's first step
             total = int(counts.sum())
-            w = np.ones(total, np.int64)
+            w = _zeros(total, np.int64)
+            w += 1
             w[at[1:]] = 1 - counts[:-1]
             np.cumsum(w, out=w)
             w -= 1                                    # the step's place in its run
-            dt = np.repeat(runs[:, 1], counts)        # first + slope * place, in place
-            dt *= w
+            dt = _zeros(total, np.float64)
+            dt += w                                   # first + slope * place, in place
             w[:] = 0
             w[at[1:]] = 1
             np.cumsum(w, out=w)                       # the step's run
-            dec = np.empty(total, np.int64)
-            dt += np.take(runs[:, 0], w, out=dec.view(np.float64))
+            dec = _zeros(total, np.int64)
+            per_step = dec.view(np.float64)           # (dec's buffer, before dec is written)
+            dt *= np.take(runs[:, 1], w, out=per_step)
+            dt += np.take(runs[:, 0], w, out=per_step)
             np.take(runs[:, 3].astype(np.int64), w, out=dec)
             pre = w
             pre[:] = 0
@@ -743,6 +746,13 @@ class BatchState:
                          stats={"loop_passes": self.passes, "decode_stretches": self.macro,
                                 "prefill_completions": self.pre_done,
                                 "preemptions": int(self.npre.sum())})
+
+
+def _zeros(n: int, dtype) -> np.ndarray:
+    """``n`` zeros in memory that numpy does not advise as huge pages: first touching tens of
+    MB of fresh huge pages can cost 0.1 s an array where the kernel compacts memory for them
+    (seen on the 2-core VMs the benchmarks run on); small pages cost a few ms."""
+    return np.frombuffer(bytearray(n * np.dtype(dtype).itemsize), dtype)
 
 
 def _steps_before(first: float, slope: float, most: int, x: float) -> int:

@@ -30,9 +30,11 @@ Examples
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -134,6 +136,18 @@ class SimResult:
 
 def _ceil_div(a, b: int):
     return -(-a // b)
+
+
+#: Below this many elements a Python sum/min of ``tolist()`` beats numpy's reductions.
+_SMALL = 64
+#: Below this many running requests, Python loops over ``tolist()`` beat numpy's element-wise
+#: operations (a few numpy calls cost about as much as a loop over a dozen elements).
+_FEW = 16
+
+
+def _total(a: np.ndarray) -> int:
+    """``int(a.sum())`` of an integer array, without numpy's overhead on small ones."""
+    return sum(a.tolist()) if a.size < _SMALL else int(a.sum())
 
 
 def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
@@ -243,17 +257,20 @@ class BatchState:
         self.wm = int(cfg.watermark * cfg.num_blocks)
         self.reserved = 0                     # blocks promised to running requests (reserve_full)
         self.swap_s = float(cfg.swap_s_per_token)
-        # the running batch, in admission order, as parallel arrays
-        z = np.zeros(0, np.int64)
-        self.r_id, self.r_kv, self.r_pt, self.r_gen, self.r_osl, self.r_bl = z, z, z, z, z, z
+        # the running batch, in admission order: the first ``nrun`` columns of one buffer whose
+        # rows the parallel arrays r_id, r_kv, r_pt, r_gen, r_osl, r_bl view (they are updated
+        # in place; :meth:`_views` rebinds them when the batch changes size)
+        self._run = np.zeros((6, max(1, min(n, int(cfg.max_num_seqs), 64))), np.int64)
+        self._nrun = 0
+        self._views()
         self.waiting: deque[int] = deque()
         self.nxt = 0
         self.t = 0.0
         self.done = 0
         # iteration log: runs of (first time, time added per step, steps, decodes, prefills)
         self.log: list[tuple[float, float, int, int, int]] = []
-        self.kv_t: list[float] = [0.0]
-        self.kv_u: list[int] = [0]
+        self.kv_t: array[float] = array("d", [0.0])     # (flat buffers: quick to copy out)
+        self.kv_u: array[int] = array("q", [0])
         self.passes = 0
         self.steps = 0
         self.macro = 0
@@ -265,15 +282,29 @@ class BatchState:
     # -- phases --------------------------------------------------------------------------------
     def arrive(self) -> None:
         """Requests that have arrived by now join the waiting queue, in arrival order."""
-        if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
-            j = int(np.searchsorted(self.arrival, self.t, side="right"))
-            if j > self.nxt:
-                self.waiting.extend(range(self.nxt, j))
+        nxt, arrival, t = self.nxt, self.arrival, self.t
+        if nxt < self.released and arrival[nxt] <= t:
+            # open-loop arrivals are sorted: the next one alone needs no search (a closed
+            # loop's releases may come before the last users' first requests)
+            if not self.closed and (nxt + 1 >= self.n or arrival[nxt + 1] > t):
+                self.waiting.append(nxt)
+                self.nxt = nxt + 1
+            else:
+                j = int(arrival.searchsorted(t, side="right"))
+                self.waiting.extend(range(nxt, j))
                 self.nxt = j
 
+    def _views(self) -> None:
+        run = self._run[:, :self._nrun]
+        self.r_id, self.r_kv, self.r_pt = run[0], run[1], run[2]
+        self.r_gen, self.r_osl, self.r_bl = run[3], run[4], run[5]
+
     def _drop(self, keep) -> None:
-        self.r_id, self.r_kv, self.r_pt = self.r_id[keep], self.r_kv[keep], self.r_pt[keep]
-        self.r_gen, self.r_osl, self.r_bl = self.r_gen[keep], self.r_osl[keep], self.r_bl[keep]
+        """Keep the running requests that ``keep`` (a mask) selects, in their order."""
+        live = self._run[:, :self._nrun][:, keep]
+        self._nrun = m = live.shape[1]
+        self._run[:, :m] = live
+        self._views()
 
     def preempt(self, recompute: bool) -> float:
         """Preempt the newest running request back to the head of the queue: its blocks are
@@ -282,7 +313,8 @@ class BatchState:
         v = int(self.r_id[-1])
         kv_v, gen_v = int(self.r_kv[-1]), int(self.r_gen[-1])
         self.free += int(self.r_bl[-1])
-        self._drop(slice(None, -1))
+        self._nrun -= 1
+        self._views()
         self.npre[v] += 1
         self.g_gen[v] = gen_v
         self.waiting.appendleft(v)
@@ -300,32 +332,43 @@ class BatchState:
         swap_t = 0.0
         B = self.B
         dmask: np.ndarray | None = None
+        while self.decoding and self._nrun < _FEW:   # a small batch, element by element
+            kv, bl = self.r_kv.tolist(), self.r_bl.tolist()
+            nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
+            tot = sum(nbl) - sum(bl)
+            if tot <= self.free:
+                self.free -= tot
+                if tot:
+                    self.r_bl[:] = nbl
+                nrun = len(kv)
+                return Iteration(None, True, nrun, sum(kv) + nrun,
+                                 self.cfg.max_batched_tokens - nrun, nrun=nrun, swap_t=swap_t)
+            swap_t += self.preempt(self.cfg.preemption == "recompute")
         while True:
             if self.decoding:
                 all_dec = True
             else:
                 dmask = self.r_kv >= self.r_pt
-                all_dec = bool(dmask.all())
+                all_dec = int(np.count_nonzero(dmask)) == dmask.size
             need = self.r_kv >= self.r_bl * B
-            if not all_dec:
-                need &= self.r_kv >= self.r_pt
-            need = need.astype(np.int64)
-            tot = int(need.sum())
+            if not all_dec and dmask is not None:
+                need &= dmask
+            tot = int(np.count_nonzero(need))
             if tot <= self.free:
                 break
             swap_t += self.preempt(self.cfg.preemption == "recompute")
         self.free -= tot
         if tot:
-            self.r_bl = self.r_bl + need
-        nrun = self.r_id.size
+            self.r_bl += need
+        nrun = self._nrun
         if all_dec:
             self.decoding, dmask = True, None
             d_n = nrun
-            d_ctx = int(self.r_kv.sum()) + d_n
+            d_ctx = _total(self.r_kv) + d_n
         else:
             assert dmask is not None
-            d_n = int(dmask.sum())
-            d_ctx = int(self.r_kv[dmask].sum()) + d_n
+            d_n = int(np.count_nonzero(dmask))
+            d_ctx = _total(self.r_kv[dmask]) + d_n
         return Iteration(dmask, all_dec, d_n, d_ctx, self.cfg.max_batched_tokens - d_n,
                          nrun=nrun, swap_t=swap_t)
 
@@ -360,8 +403,8 @@ class BatchState:
         while waiting and it.budget > 0 and len(it.adm) < room:
             i = waiting[0]
             floor = self.wm if (nrun or it.adm) else 0
-            kv_i = int(self.g_kv[i])
-            if self.swapped[i]:
+            kv_i = self.g_kv.item(i)
+            if self.swapped.item(i):
                 nb = _ceil_div(kv_i + 1, B)
                 if self.free - nb < floor:
                     break
@@ -376,7 +419,7 @@ class BatchState:
                 it.adm.append(i)
                 it.adm_bl.append(nb)
                 continue
-            rem = int(self.g_pt[i]) - kv_i
+            rem = self.g_pt.item(i) - kv_i
             if cfg.reserve_full and self.reserved + int(self.need_max[i]) > cfg.num_blocks:
                 break               # the request's whole KV (prompt + output) must fit
             if cfg.chunked_prefill:
@@ -396,13 +439,22 @@ class BatchState:
             it.adm_bl.append(nb)
         if it.adm:
             self.decoding = False
-            a = np.array(it.adm, np.int64)
-            self.r_id = np.concatenate([self.r_id, a])
-            self.r_kv = np.concatenate([self.r_kv, self.g_kv[a]])
-            self.r_pt = np.concatenate([self.r_pt, self.g_pt[a]])
-            self.r_gen = np.concatenate([self.r_gen, self.g_gen[a]])
-            self.r_osl = np.concatenate([self.r_osl, self.osl[a]])
-            self.r_bl = np.concatenate([self.r_bl, np.array(it.adm_bl, np.int64)])
+            m = len(it.adm)
+            if nrun + m > self._run.shape[1]:       # grow the buffer (it holds max_num_seqs)
+                run = np.zeros((6, min(2 * (nrun + m), cfg.max_num_seqs)), np.int64)
+                run[:, :nrun] = self._run[:, :nrun]
+                self._run = run
+            if m == 1:
+                i = it.adm[0]
+                self._run[:, nrun] = (i, self.g_kv.item(i), self.g_pt.item(i),
+                                      self.g_gen.item(i), self.osl.item(i), it.adm_bl[0])
+            else:
+                a = np.array(it.adm, np.int64)
+                new = self._run[:, nrun:nrun + m]
+                new[0], new[1], new[2] = a, self.g_kv[a], self.g_pt[a]
+                new[3], new[4], new[5] = self.g_gen[a], self.osl[a], it.adm_bl
+            self._nrun = nrun + m
+            self._views()
 
     def step_time(self, it: Iteration) -> float:
         """Seconds of one iteration with prefill chunks (and any swapping it waits for)."""
@@ -414,22 +466,27 @@ class BatchState:
             p_ctx += s + c
         return float(self.cost(p_tok, p_attn, p_ctx, it.d_n, it.d_ctx)) + it.swap_t
 
-    def _fits(self, j: int) -> bool:
-        """The KV cache holds ``j`` more tokens of every running request."""
-        base = int(self.r_bl.sum())
-        return int(_ceil_div(self.r_kv + j, self.B).sum()) - base <= self.free
+    def _fits(self, j: int, base: int | None = None) -> bool:
+        """The KV cache holds ``j`` more tokens of every running request (``base``: the
+        blocks they hold, when known)."""
+        if base is None:
+            base = int(self.r_bl.sum())
+        B = self.B
+        return int(((self.r_kv + (j + B - 1)) // B).sum()) - base <= self.free
 
     def _stretch(self, it: Iteration) -> tuple[int, int]:
         """Decode-only iterations that can run as they are: up to the first request that
         finishes, and while the KV cache holds every step's new token: (steps, steps to the
         first request's end)."""
-        k = kmin = int((self.r_osl - self.r_gen).min())
-        nrun = self.r_id.size
-        if k > 1 and self.free < nrun * (k // self.B + 1) and not self._fits(k):
+        left = self.r_osl - self.r_gen
+        k = kmin = min(left.tolist()) if left.size < _SMALL else int(left.min())
+        nrun = left.size
+        if k > 1 and self.free < nrun * (k // self.B + 1) and \
+                not self._fits(k, base := int(self.r_bl.sum())):
             lo, hi = 1, k
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if self._fits(mid):
+                if self._fits(mid, base):
                     lo = mid
                 else:
                     hi = mid
@@ -453,23 +510,40 @@ class BatchState:
         """The next iteration when it can only be decode-only and needs no preemption: every
         running request past its prefill, nobody waiting, no arrival due, a block for every
         next token (taken here). None otherwise: a full pass forms the batch."""
-        nrun = self.r_id.size
+        nrun = self._nrun
         if self.waiting or not nrun:
             return None
         if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
             return None
-        if not self.decoding:
-            if not bool((self.r_kv >= self.r_pt).all()):
-                return None
-            self.decoding = True
-        need = self.r_kv >= self.r_bl * self.B
-        tot = int(np.count_nonzero(need))
-        if tot > self.free:
-            return None             # a full pass preempts
-        if tot:
-            self.free -= tot
-            self.r_bl = self.r_bl + need
-        return Iteration(None, True, nrun, int(self.r_kv.sum()) + nrun,
+        r_kv, r_bl, B = self.r_kv, self.r_bl, self.B
+        if nrun < _FEW:           # a small batch: element by element is quicker
+            kv, bl = r_kv.tolist(), r_bl.tolist()
+            if not self.decoding:
+                if any(x < p for x, p in zip(kv, self.r_pt.tolist(), strict=True)):
+                    return None
+                self.decoding = True
+            nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
+            tot = sum(nbl) - sum(bl)
+            if tot > self.free:
+                return None             # a full pass preempts
+            if tot:
+                self.free -= tot
+                r_bl[:] = nbl
+            ctx = sum(kv)
+        else:
+            if not self.decoding:
+                if np.count_nonzero(r_kv < self.r_pt):
+                    return None
+                self.decoding = True
+            need = r_kv >= r_bl * B
+            tot = int(np.count_nonzero(need))
+            if tot > self.free:
+                return None             # a full pass preempts
+            if tot:
+                self.free -= tot
+                r_bl += need
+            ctx = int(r_kv.sum())
+        return Iteration(None, True, nrun, ctx + nrun,
                          self.cfg.max_batched_tokens - nrun, nrun=nrun)
 
     def _round(self, k: int, most: int) -> int:
@@ -484,8 +558,8 @@ class BatchState:
         k, kmin = self._stretch(it)
         d_n, d0 = it.d_n, it.d_ctx
         logged = False
-        stop = self.arrival[self.nxt] - self.t if not self.waiting and self.nxt < self.released \
-            else None
+        stop = self.arrival.item(self.nxt) - self.t \
+            if not self.waiting and self.nxt < self.released else None
         if k > 1:
             if d_n in self.lines:
                 line = self.lines[d_n]
@@ -514,11 +588,19 @@ class BatchState:
         self.t += total
         if not logged:
             self.log.append((first, slope, k, d_n, 0))
-        self.r_kv = self.r_kv + k
-        self.r_gen = self.r_gen + k
-        newb = _ceil_div(self.r_kv, self.B)
-        self.free -= int((newb - self.r_bl).sum())
-        self.r_bl = newb
+        r_kv, r_gen, r_bl, B = self.r_kv, self.r_gen, self.r_bl, self.B
+        r_kv += k
+        r_gen += k
+        if r_kv.size < _FEW:      # blocks now held: ceil(r_kv / B)
+            newb = [(x + B - 1) // B for x in r_kv.tolist()]
+            bl = r_bl.tolist()
+            if newb != bl:
+                self.free -= sum(newb) - sum(bl)
+                r_bl[:] = newb
+        else:
+            nb = (r_kv + (B - 1)) // B
+            self.free -= int(nb.sum()) - int(r_bl.sum())
+            r_bl[:] = nb
         self.steps += k
         self.macro += 1
         return k >= kmin
@@ -556,21 +638,47 @@ class BatchState:
     def retire(self, check: bool = True) -> None:
         """Finished requests leave and free their blocks; in a closed loop, their users send
         the next requests now. ``check``: False when no request can have finished."""
-        fmask = self.r_gen >= self.r_osl if check else None
-        if fmask is not None and fmask.any():
+        fmask = None
+        nfin = pos = 0              # requests finished; the one's position
+        if check and self._nrun < _FEW:
+            fin_at = [p for p, (g, o) in enumerate(zip(self.r_gen.tolist(), self.r_osl.tolist(),
+                                                       strict=True)) if g >= o]
+            nfin = len(fin_at)
+            if nfin > 1:
+                fmask = self.r_gen >= self.r_osl
+            elif nfin:
+                pos = fin_at[0]
+        elif check:
+            fmask = self.r_gen >= self.r_osl
+            nfin = int(np.count_nonzero(fmask))
+            if nfin == 1:
+                pos = int(fmask.argmax())
+        if nfin == 1:               # one request: its column goes, the later ones move up
+            run, nrun = self._run, self._nrun
+            i = int(run[0, pos])
+            self.finish[i] = self.t
+            self.g_gen[i] = run[3, pos]
+            self.free += int(run[5, pos])
+            if self.cfg.reserve_full:
+                self.reserved -= int(self.need_max[i])
+            run[:, pos:nrun - 1] = run[:, pos + 1:nrun]
+            self._nrun = nrun - 1
+            self._views()
+        elif nfin:
             fin = self.r_id[fmask]
             self.finish[fin] = self.t
             self.g_gen[fin] = self.r_gen[fmask]
-            self.free += int(self.r_bl[fmask].sum())
+            self.free += _total(self.r_bl[fmask])
             if self.cfg.reserve_full:
-                self.reserved -= int(self.need_max[fin].sum())
-            self._drop(~fmask)
-            self.done += int(fin.size)
+                self.reserved -= _total(self.need_max[fin])
+            self._drop(~fmask)  # type: ignore[operator]
+        if nfin:
+            self.done += nfin
             if self.progress and self.done - self.told >= self.tell_every:
                 self.progress(self.done - self.told, self.n)
                 self.told = self.done
             if self.closed and self.released < self.n:
-                m = min(int(fin.size), self.n - self.released)
+                m = min(nfin, self.n - self.released)
                 self.arrival[self.released: self.released + m] = self.t + self.front_end_s
                 self.released += m
         self.kv_t.append(self.t)
@@ -583,7 +691,7 @@ class BatchState:
         """One loop pass: form a batch and run one iteration or a decode stretch."""
         self.passes += 1
         self.arrive()
-        if self.r_id.size == 0 and not self.waiting:
+        if self._nrun == 0 and not self.waiting:
             self.t = float(self.arrival[self.nxt])
             return
         it = self.reserve_decode()
@@ -593,7 +701,7 @@ class BatchState:
             if it.adm:         # only swap-ins: they decode next iteration
                 self.t += it.swap_t
                 return
-            if self.r_id.size:   # running prefills starved of blocks: recompute the newest
+            if self._nrun:   # running prefills starved of blocks: recompute the newest
                 self.preempt(True)
                 return
             self.t = max(self.t, float(self.arrival[self.nxt])) if self.nxt < self.n else self.t
@@ -619,13 +727,34 @@ class BatchState:
 
     def result(self) -> SimResult:
         if self.log:
-            runs = np.array(self.log, np.float64)
+            runs = np.fromiter(chain.from_iterable(self.log), np.float64,
+                               5 * len(self.log)).reshape(-1, 5)
             counts = runs[:, 2].astype(np.int64)
-            starts = np.repeat(np.cumsum(counts) - counts, counts)
-            j = np.arange(int(counts.sum())) - starts
-            dt = np.repeat(runs[:, 0], counts) + np.repeat(runs[:, 1], counts) * j
-            dec = np.repeat(runs[:, 3].astype(np.int64), counts)
-            pre = np.repeat(runs[:, 4].astype(np.int64), counts)
+            if not counts.all():
+                runs, counts = runs[counts > 0], counts[counts > 0]
+            # the log expanded to one entry per iteration in three arrays, a work buffer
+            # reused: each step's place in its run, then its run
+            at = np.cumsum(counts) - counts           # each run's first step
+            total = int(counts.sum())
+            w = _zeros(total, np.int64)
+            w += 1
+            w[at[1:]] = 1 - counts[:-1]
+            np.cumsum(w, out=w)
+            w -= 1                                    # the step's place in its run
+            dt = _zeros(total, np.float64)
+            dt += w                                   # first + slope * place, in place
+            w[:] = 0
+            w[at[1:]] = 1
+            np.cumsum(w, out=w)                       # the step's run
+            dec = _zeros(total, np.int64)
+            per_step = dec.view(np.float64)           # (dec's buffer, before dec is written)
+            dt *= np.take(runs[:, 1], w, out=per_step)
+            dt += np.take(runs[:, 0], w, out=per_step)
+            np.take(runs[:, 3].astype(np.int64), w, out=dec)
+            pre = w
+            pre[:] = 0
+            pre[at] = np.diff(runs[:, 4].astype(np.int64), prepend=0)
+            np.cumsum(pre, out=pre)
         else:
             dt, dec, pre = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
         return SimResult(arrival=self.arrival - self.front_end_s, first_token=self.first,
@@ -641,14 +770,20 @@ class BatchState:
                                 "preemptions": int(self.npre.sum())})
 
 
+def _zeros(n: int, dtype) -> np.ndarray:
+    """``n`` zeros in memory that numpy does not advise as huge pages: first touching tens of
+    MB of fresh huge pages can cost 0.1 s an array where the kernel compacts memory for them
+    (seen on the 2-core VMs the benchmarks run on); small pages cost a few ms."""
+    return np.frombuffer(bytearray(n * np.dtype(dtype).itemsize), dtype)
+
+
 def _steps_before(first: float, slope: float, most: int, x: float) -> int:
     """How many of the partial sums S(m) = m * first + slope * m (m - 1) / 2, m = 1..most,
     are below ``x`` (S increases with m)."""
-    def S(m: int) -> float:
-        return m * first + slope * (m * (m - 1) / 2.0)
-    if most <= 0 or S(1) >= x:
+    # S(m) written out where it is used (this runs once per decode stretch)
+    if most <= 0 or first + slope * 0.0 >= x:
         return 0
-    if S(most) < x:
+    if most * first + slope * (most * (most - 1) / 2.0) < x:
         return most
     # S(m) = x: slope/2 m^2 + (first - slope/2) m - x = 0
     if slope > 0:
@@ -657,9 +792,9 @@ def _steps_before(first: float, slope: float, most: int, x: float) -> int:
     else:
         m = int(x / first) if first > 0 else most
     m = min(max(m, 1), most)
-    while m < most and S(m + 1) < x:
+    while m < most and (m + 1) * first + slope * ((m + 1) * m / 2.0) < x:
         m += 1
-    while m > 1 and S(m) >= x:
+    while m > 1 and m * first + slope * (m * (m - 1) / 2.0) >= x:
         m -= 1
     return m
 

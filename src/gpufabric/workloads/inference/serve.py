@@ -270,8 +270,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
     if reqs.concurrency:
-        reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
         reqs.phase_seed = cfg.seed
+        reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
     res = simulate_with_front_end(reqs, sm, sched, progress=progress)
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)

@@ -333,15 +333,10 @@ class BatchState:
         B = self.B
         dmask: np.ndarray | None = None
         while self.decoding and self._nrun < _FEW:   # a small batch, element by element
-            kv, bl = self.r_kv.tolist(), self.r_bl.tolist()
-            nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
-            tot = sum(nbl) - sum(bl)
-            if tot <= self.free:
-                self.free -= tot
-                if tot:
-                    self.r_bl[:] = nbl
-                nrun = len(kv)
-                return Iteration(None, True, nrun, sum(kv) + nrun,
+            ctx = self._take_decode_blocks()
+            if ctx is not None:
+                nrun = self._nrun
+                return Iteration(None, True, nrun, ctx + nrun,
                                  self.cfg.max_batched_tokens - nrun, nrun=nrun, swap_t=swap_t)
             swap_t += self.preempt(self.cfg.preemption == "recompute")
         while True:
@@ -515,36 +510,40 @@ class BatchState:
             return None
         if self.nxt < self.released and self.arrival[self.nxt] <= self.t:
             return None
+        if not self.decoding:
+            if (any(x < p for x, p in zip(self.r_kv.tolist(), self.r_pt.tolist(), strict=True))
+                    if nrun < _FEW else np.count_nonzero(self.r_kv < self.r_pt)):
+                return None
+            self.decoding = True
+        ctx = self._take_decode_blocks()
+        if ctx is None:
+            return None             # a full pass preempts
+        return Iteration(None, True, nrun, ctx + nrun,
+                         self.cfg.max_batched_tokens - nrun, nrun=nrun)
+
+    def _take_decode_blocks(self) -> int | None:
+        """Every running request (all past their prefill) takes a block where its next token
+        needs one, if the cache has that many free: the KV tokens they hold; None (nothing
+        taken) if it has not."""
         r_kv, r_bl, B = self.r_kv, self.r_bl, self.B
-        if nrun < _FEW:           # a small batch: element by element is quicker
+        if self._nrun < _FEW:           # a small batch: element by element is quicker
             kv, bl = r_kv.tolist(), r_bl.tolist()
-            if not self.decoding:
-                if any(x < p for x, p in zip(kv, self.r_pt.tolist(), strict=True)):
-                    return None
-                self.decoding = True
             nbl = [b + (x >= b * B) for x, b in zip(kv, bl, strict=True)]
             tot = sum(nbl) - sum(bl)
             if tot > self.free:
-                return None             # a full pass preempts
+                return None
             if tot:
                 self.free -= tot
                 r_bl[:] = nbl
-            ctx = sum(kv)
-        else:
-            if not self.decoding:
-                if np.count_nonzero(r_kv < self.r_pt):
-                    return None
-                self.decoding = True
-            need = r_kv >= r_bl * B
-            tot = int(np.count_nonzero(need))
-            if tot > self.free:
-                return None             # a full pass preempts
-            if tot:
-                self.free -= tot
-                r_bl += need
-            ctx = int(r_kv.sum())
-        return Iteration(None, True, nrun, ctx + nrun,
-                         self.cfg.max_batched_tokens - nrun, nrun=nrun)
+            return sum(kv)
+        need = r_kv >= r_bl * B
+        tot = int(np.count_nonzero(need))
+        if tot > self.free:
+            return None
+        if tot:
+            self.free -= tot
+            r_bl += need
+        return int(r_kv.sum())
 
     def _round(self, k: int, most: int) -> int:
         """``k`` steps rounded up to whole multi-step rounds (at most ``most``): an arrival
@@ -781,7 +780,7 @@ def _steps_before(first: float, slope: float, most: int, x: float) -> int:
     """How many of the partial sums S(m) = m * first + slope * m (m - 1) / 2, m = 1..most,
     are below ``x`` (S increases with m)."""
     # S(m) written out where it is used (this runs once per decode stretch)
-    if most <= 0 or first + slope * 0.0 >= x:
+    if most <= 0 or first >= x:
         return 0
     if most * first + slope * (most * (most - 1) / 2.0) < x:
         return most
@@ -870,6 +869,7 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         ok &= ttft <= slo_ttft_ms
     if slo_tpot_ms is not None:
         ok &= ~(tpot > slo_tpot_ms)
+    attained = float(ok[steady].mean()) if ok[steady].size else 0.0
     out_tok = float(res.osl.sum())
     in_tok = float(res.isl.sum())
     sel = np.unique(np.linspace(0, res.kv_t.size - 1, min(kv_points, res.kv_t.size)).astype(int))
@@ -880,9 +880,8 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         "throughput_tokens_per_s_per_gpu": out_tok / dur / gpus,
         "total_tokens_per_s": (out_tok + in_tok) / dur,
         "requests_per_s": res.osl.size / dur,
-        "goodput_requests_per_s": float(ok[steady].mean()) * res.osl.size / dur
-        if ok[steady].size else 0.0,
-        "slo_attainment": float(ok[steady].mean()) if ok[steady].size else 0.0,
+        "goodput_requests_per_s": attained * res.osl.size / dur,
+        "slo_attainment": attained,
         "ttft_ms": percentiles(ttft[steady]),
         "tpot_ms": percentiles(tpot[steady]),
         "itl_ms": _weighted_percentiles(res.iter_time_s * 1e3 * res.stream_steps,

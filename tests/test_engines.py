@@ -13,7 +13,8 @@ from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERH
                                                     engine_key)
 from gpufabric.workloads.inference.serve import ServeConfig, scheduler_config, step_model
 
-ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy", "llama.cpp", "fastertransformer")
+ENGINES = ("vllm", "sglang", "tensorrt-llm", "tensorrt-llm-tensorrt", "lmdeploy", "llama.cpp",
+           "fastertransformer")
 
 
 def test_one_profile_per_engine_each_value_with_a_source():
@@ -35,12 +36,18 @@ def test_engine_key_keeps_its_prefix_matching():
     # NVIDIA NIM's LLM containers run TensorRT-LLM engines (NIM docs, "Model Profiles")
     assert engine_key("NVIDIA NIM") == "tensorrt-llm"
     assert engine_key(None) == engine_key("other") == "default"
+    # a backend with its own profile: TensorRT-LLM's TensorRT engines (C++ executor)
+    assert engine_key("TensorRT-LLM tensorrt") == engine_key("trtllm tensorrt") == \
+        engine_key("NVIDIA NIM tensorrt") == "tensorrt-llm-tensorrt"
+    assert engine_key("TensorRT-LLM pytorch") == "tensorrt-llm"
 
 
 def test_the_fitted_records_stay_visible_as_parameters():
-    assert ENGINE_OVERHEAD_S["tensorrt-llm"].value == 0.003
-    assert ENGINE_OVERHEAD_S["tensorrt-llm"].fitted_on == (
+    assert ENGINE_OVERHEAD_S["tensorrt-llm-tensorrt"].fitted_on == (
         "trtllm-0.14-online-*", "trtllm-0.17-llama31-8b-h100-tp1-fp8")
+    assert ENGINE_LAYER_S["tensorrt-llm-tensorrt"].fitted_on == (
+        "trtllm-0.14-online-*", "trtllm-0.17-llama31-8b-h100-tp1-fp8")
+    assert params.REGISTRY["ENGINE_REQUEST_S[tensorrt-llm]"].kind == "prior"
     assert ENGINE_REQUEST_S["vllm"].fitted_on == (
         "mooncake-vllm-pd-1p1d-h800-qwen3-8b-kv-transfer",)
     assert ENGINE_LAYER_S["fastertransformer"].value == 100e-6
@@ -193,3 +200,17 @@ def _yaml_of(name):
     from importlib import resources
     return yaml.safe_load(resources.files("gpufabric.workloads").joinpath(
         "data", "engines", f"{name}.yaml").read_text())
+
+
+def test_tensorrt_llms_backends_differ_where_the_runtimes_do():
+    """The TensorRT backend (built engines, C++ executor) launches every layer's kernels each
+    iteration without CUDA graphs; the PyTorch backend replays CUDA graphs. Same scheduler and
+    memory accounting."""
+    trt, pyt = E.profile("tensorrt-llm-tensorrt"), E.profile("tensorrt-llm")
+    assert trt.cuda_graph_batch_sizes == () and pyt.cuda_graph_batch_sizes
+    assert trt.layer_s > 0 and pyt.layer_s == 0
+    assert (trt.policy, trt.chunked_prefill, trt.reserve_full, trt.mem_of) == (
+        pyt.policy, pyt.chunked_prefill, pyt.reserve_full, pyt.mem_of)
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
+    sm = step_model("llama3-8b", topo, ServeConfig(engine="trtllm tensorrt"))
+    assert sm.overhead_s == pytest.approx(trt.overhead_s + 32 * trt.layer_s)

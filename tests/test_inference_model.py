@@ -169,3 +169,24 @@ def test_parallel_block_serves_with_one_tp_all_reduce_per_layer(h100):
                        precision="fp16")
     one, two = side.breakdown(0, 0, 0, 8, 1024), serial.breakdown(0, 0, 0, 8, 1024)
     assert one.tp_comm_s == pytest.approx(two.tp_comm_s / 2)
+
+
+def test_element_wise_passes_are_counted_where_they_weigh():
+    """The norms and the activation move the batch's activations through HBM: the hidden state
+    whole on every TP rank, the MLP width split by TP (bytes as the engines' fused kernels
+    move them). In an 8192-token prefill they are a few percent of the step; in a one-token
+    decode step nothing."""
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+    tp1 = StepModel("llama3-8b", topo, ServeLayout())
+    tp2 = StepModel("llama3-8b", topo, ServeLayout(tp=2))
+    assert tp1.elementwise_bytes_per_token == 32 * (2 * 4 * 4096 + 3 * 14336) * 2
+    assert tp2.elementwise_bytes_per_token == 32 * (2 * 4 * 4096 + 3 * 7168) * 2
+    moe = StepModel("mixtral-8x7b", topo, ServeLayout(tp=2))
+    m = moe.model
+    assert moe.elementwise_bytes_per_token == 2 * m.layers * (
+        8 * m.hidden + 3 * m.expert_ffn * m.top_k / 2)
+    pre = tp1.breakdown(8192, 8192 * 512 / 2, 8192, 0, 0)
+    share = pre.elementwise_s / pre.total_s
+    assert 0.03 < share < 0.15
+    dec = tp1.breakdown(0, 0, 0, 1, 1000)
+    assert dec.elementwise_s / dec.total_s < 0.001

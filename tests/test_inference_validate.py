@@ -92,3 +92,30 @@ def test_run_settings_are_checked_keys(tmp_path):
         skipped = validate(str(f))["skipped"]
         assert skipped and all(where in s["reason"] and "refused" in s["reason"]
                                for s in skipped)
+
+
+def test_the_engine_backend_is_a_key_of_the_entry(tmp_path):
+    """``engine.backend`` picks the backend's profile: TensorRT-LLM 0.14 through Triton ran
+    built TensorRT engines (no CUDA graphs, a per-layer launch cost), and the same entry
+    named as the PyTorch backend runs faster decode steps. A backend with no profile of its
+    own is the engine's; a backend that is not a name refuses the entry with the field."""
+    from gpufabric.workloads.inference.validate import entry_engine
+    eid = "trtllm-0.14-online-llama31-70b-h100-tp4-isl467-osl256"
+    entries = [e for e in yaml.safe_load(DATA.read_text()) if e["id"] == eid]
+    assert entries[0]["engine"]["backend"] == "tensorrt"
+    assert entry_engine(entries[0]) == "TensorRT-LLM tensorrt"
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump(entries))
+    itl = {r["point"]: r for r in validate(str(f))["points"] if r["metric"] == "itl_ms"}
+    assert {r["engine"] for r in itl.values()} == {"tensorrt-llm-tensorrt"}
+    e = json.loads(json.dumps(entries[0]))
+    e["engine"]["backend"] = "pytorch"
+    assert entry_engine(e) == "TensorRT-LLM"
+    f.write_text(yaml.safe_dump([e]))
+    other = {r["point"]: r for r in validate(str(f))["points"] if r["metric"] == "itl_ms"}
+    # 2 requests/s, a near-unloaded decode of 80 layers: the launches cost several ms a step
+    assert other[0]["predicted"] < itl[0]["predicted"] - 3
+    e["engine"]["backend"] = ["tensorrt"]
+    f.write_text(yaml.safe_dump([e]))
+    skipped = validate(str(f))["skipped"]
+    assert skipped and all("engine.backend" in s["reason"] for s in skipped)

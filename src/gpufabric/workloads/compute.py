@@ -392,6 +392,14 @@ PASSES = {True: {"norm": 2, "residual_norm": 5, "act_gated": 3, "act": 2, "resid
                  "rope": 0},
           False: {"norm": 20, "residual_norm": 23, "act_gated": 5, "act": 4, "residual": 3,
                   "rope": 10}}
+#: 2-byte passes per element of a serving engine's forward (no activations kept for a
+#: backward): the residual add fused into each of a block's two RMSNorms (read the block's
+#: output and the residual, write the new residual and the normalised input: 4 passes over the
+#: hidden state; vLLM csrc/layernorm_kernels.cu fused_add_rms_norm, SGLang's
+#: fused_add_rmsnorm, TensorRT-LLM's RmsNorm plugin with residual), the activation (SiLU-and-
+#: multiply reads both halves and writes one: 3 passes over the MLP width; vLLM
+#: csrc/activation_kernels.cu silu_and_mul), RoPE inside the attention kernel
+SERVE_PASSES = {"add_norm": 4, "norms": 2, "act_gated": 3, "act": 2}
 
 
 class Split(NamedTuple):

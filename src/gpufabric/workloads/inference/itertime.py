@@ -11,7 +11,11 @@ counted per phase: prefill chunks by the query-key pairs they compute, decode to
 cache they read (GQA: ``2 x kv_heads x head_dim`` values per token and layer; MLA: the latent,
 ``kv_lora_rank + qk_rope_head_dim``, read once for all heads, which run absorbed). MoE layers run
 ``top_k`` experts per token; a decode batch of ``T`` tokens touches
-``E x (1 - (1 - top_k/E)^T)`` experts, whose weights are what it reads.
+``E x (1 - (1 - top_k/E)^T)`` experts, whose weights are what it reads. The element-wise steps
+between them (the norms with their residual adds, the MLP's activation) are passes over the
+activations in HBM, as many as the engines' fused kernels make
+(:data:`gpufabric.workloads.compute.SERVE_PASSES`); they weigh in prefill, where a batch
+carries thousands of tokens.
 
 Communication per layer is timed by :func:`gpufabric.collectives.predict` on the group's real
 links: the tensor-parallel all-reduce after attention and after a dense MLP (or an MoE split by
@@ -77,9 +81,11 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 #: Blackwell generation, fitted on the Llama 3.3 70B FP4 runs on two machines, B200 and GB200
 #: (the value that minimises the median error over their points; the 405B FP4 entry is held
 #: out).
-FP4_EFF = record("FP4_EFF", 0.75, "fraction of the FP8 efficiency", "NVFP4 GEMMs",
+FP4_EFF = record("FP4_EFF", 0.84, "fraction of the FP8 efficiency", "NVFP4 GEMMs",
                  "fitted on the Llama 3.3 70B FP4 runs of the TensorRT-LLM 1.0 performance "
-                 "overview on B200 and GB200 (data/fits.yaml names the entries)")
+                 "overview on B200 and GB200 (data/fits.yaml names the entries) with the "
+                 "element-wise passes of SERVE_PASSES counted (the fitting rule: median "
+                 "error over their points 6.0% at 0.75, 4.4% at 0.84)")
 
 #: How unevenly a step's tokens pick the experts: the coefficient of variation of the experts'
 #: shares of one step's top-k choices (0: the router spreads them uniformly, only the
@@ -227,6 +233,7 @@ class Breakdown:
     gemm_compute_s: float = 0.0    # linear layers limited by tensor-core FLOPs
     weight_read_s: float = 0.0     # linear layers limited by reading weights from HBM
     attention_s: float = 0.0       # attention cores (prefill FLOPs, decode KV reads)
+    elementwise_s: float = 0.0     # norms, residual adds, activations: passes over HBM
     tp_comm_s: float = 0.0         # tensor-parallel all-reduces
     ep_comm_s: float = 0.0         # expert-parallel all-to-alls
     pp_comm_s: float = 0.0         # pipeline sends
@@ -452,6 +459,31 @@ class StepModel:
         mem = sum(b for c, b in parts if b >= c)
         return tot, mem
 
+    @property
+    def elementwise_bytes_per_token(self) -> float:
+        """Bytes one token of the batch moves through HBM in the element-wise steps of all
+        layers on one GPU (:data:`gpufabric.workloads.compute.SERVE_PASSES`, 16-bit): the two
+        fused residual-add + RMSNorm kernels over the hidden state (every attention-TP rank
+        holds it whole) and the activation over the MLP's width on this GPU (its share of the
+        routed and shared experts' in an MoE layer).
+
+        >>> from gpufabric.topology.build import from_spec
+        >>> m = StepModel("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 1}),
+        ...               ServeLayout())
+        >>> m.elementwise_bytes_per_token    # 32 x (2 x 4 x 4096 + 3 x 14336) x 2 B
+        4849664.0
+        """
+        m, lay = self.model, self.layout
+        ps = C.SERVE_PASSES
+        hidden = ps["norms"] * ps["add_norm"] * m.hidden
+        act = ps["act_gated" if m.gated else "act"]
+        mlp_tokens = lay.dp_attention        # MLP tokens per attention token on this GPU
+        dense = act * m.ffn / lay.tp * mlp_tokens
+        moe = act * m.expert_ffn * (m.top_k + m.shared_experts) / lay.tp * mlp_tokens \
+            if m.moe_layers else 0.0
+        return 2.0 * (m.layers * hidden + (m.layers - m.moe_layers) * dense
+                      + m.moe_layers * moe)
+
     def _comm_s(self, op: str, ranks: int, size_bytes: np.ndarray) -> np.ndarray:
         if ranks <= 1:
             return np.zeros_like(size_bytes, dtype=np.float64)
@@ -519,6 +551,7 @@ class StepModel:
         eff = C.GEMM_EFF.get(self.gpu.arch, C.GEMM_EFF_DEFAULT).value * C.ATTN_EFF.value
         self._attn_flops_s = 1.0 / (self.gpu.peak_tflops(attn_prec) * 1e12 * eff)
         self._hbm_s = 1.0 / (self.gpu.hbm_GBps * 1e9 * C.HBM_EFF.value)
+        self._elem = self._grid * self.elementwise_bytes_per_token * self._hbm_s
 
     # -- the step cost -------------------------------------------------------------------------
     def parts(self, p_tok, p_attn, p_ctx, d_n, d_ctx) -> dict[str, np.ndarray]:
@@ -542,7 +575,8 @@ class StepModel:
                              * self._hbm_s)
         return {"gemm_compute_s": gemm - gemm_mem + logits - logits_mem,
                 "weight_read_s": gemm_mem + logits_mem,
-                "attention_s": pre + dec, "tp_comm_s": np.interp(T, g, self._tp_comm),
+                "attention_s": pre + dec, "elementwise_s": np.interp(T, g, self._elem),
+                "tp_comm_s": np.interp(T, g, self._tp_comm),
                 "ep_comm_s": np.interp(T, g, self._ep_comm),
                 "pp_comm_s": np.interp(T, g, self._pp_comm),
                 "overhead_s": np.full(np.shape(T), self.overhead_s)}
@@ -551,7 +585,7 @@ class StepModel:
         """One table of everything that depends on the batch's token count, one of the logits,
         and the attention coefficients: the same sum as :meth:`parts`, fewer operations."""
         m = self.model
-        self._fixed = (self._gemm + self._tp_comm + self._ep_comm + self._pp_comm
+        self._fixed = (self._gemm + self._elem + self._tp_comm + self._ep_comm + self._pp_comm
                        + self.overhead_s)
         self._grid_l = self._grid.tolist()
         self._fixed_l = self._fixed.tolist()

@@ -512,7 +512,8 @@ def _step(sm: StepModel, phase: str, tokens: float, attn: float, ctx: float,
         return {k: float(v) for k, v in sm.parts(0, 0, 0, tokens * f, ctx * f).items()}
 
     p = parts(1.0 / n)
-    compute = n * (p["gemm_compute_s"] + p["weight_read_s"] + p["attention_s"])
+    compute = n * (p["gemm_compute_s"] + p["weight_read_s"] + p["attention_s"]
+                   + p["elementwise_s"])
     comm = n * (p["tp_comm_s"] + p["ep_comm_s"] + p["pp_comm_s"])
     if overlap and phase == "prefill":
         sms = max(sm.gpu.sms, COMM_SMS.value + 1)

@@ -369,6 +369,7 @@ def bottleneck(sm: StepModel, s: dict, bd, res) -> str:
         "weight_read_s": "reading weights from HBM (decode is memory-bound)",
         "gemm_compute_s": "tensor-core compute in the GEMMs",
         "attention_s": "attention (KV-cache reads and prefill attention FLOPs)",
+        "elementwise_s": "element-wise passes over the activations (norms, activation)",
         "tp_comm_s": f"the tensor-parallel all-reduce over {sm.layout.tp} GPUs",
         "ep_comm_s": f"the expert-parallel all-to-all over {sm.layout.ep} GPUs",
         "pp_comm_s": "pipeline sends between stages",

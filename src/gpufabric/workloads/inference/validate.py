@@ -167,6 +167,20 @@ def _name(v: Any, field: str, default: str) -> str:
     return v
 
 
+def entry_engine(e: dict) -> str:
+    """The engine profile an entry names: ``engine.name``, and with ``engine.backend`` the
+    profile of that backend when the engine has one ("TensorRT-LLM" + "tensorrt": the
+    TensorRT backend's profile; a backend without its own profile is the engine's)."""
+    eng = e.get("engine") or {}
+    name = _name(eng.get("name"), "engine.name", "default")
+    backend = eng.get("backend")
+    if backend is None:
+        return name
+    backend = _name(backend, "engine.backend", "")
+    both = f"{name} {backend}"
+    return both if engine_key(both) != engine_key(name) else name
+
+
 def load_entries(path: str) -> list[dict]:
     data = load_yaml(path, what="an inference measurements file (YAML)")
     data, file_mark = validation.entries_of(data, path)
@@ -262,8 +276,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     conc = _num(wl.get("concurrency"))
     batch = _num(wl.get("batch_size"))
     cfg = ServeConfig(tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps, precision=prec,
-                      kv_dtype=kv, engine=_name((e.get("engine") or {}).get("name"),
-                                                "engine.name", "default"),
+                      kv_dtype=kv, engine=entry_engine(e),
                       isl=isl_n, osl=osl_n, dataset=dataset)
     if wl.get("max_num_tokens"):
         cfg.max_batched_tokens = _int(wl["max_num_tokens"], "max_num_tokens")
@@ -324,8 +337,7 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     topo = from_spec(spec)
     isl = _int(wl["isl"], "isl")
     prec = str(mod.get("precision") or "bf16").lower()
-    cfg = ServeConfig(tp=tp, precision=prec, engine=_name((e.get("engine") or {}).get("name"),
-                                                          "engine.name", "default"),
+    cfg = ServeConfig(tp=tp, precision=prec, engine=entry_engine(e),
                       rate=0.05, requests=1, isl=isl, osl=2)
     if wl.get("chunked_prefill") is False:
         cfg.max_batched_tokens = max(isl, 8192)
@@ -385,7 +397,7 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     prec = str(pt.get("precision") or mod.get("precision") or "bf16").lower()
     prec = {"nvfp4": "fp4", "fp4 (nvfp4)": "fp4"}.get(prec, prec)
     kv = pt.get("kv_cache_dtype") or mod.get("kv_cache_dtype")
-    engine = _name((e.get("engine") or {}).get("name"), "engine.name", "default")
+    engine = entry_engine(e)
     overlap = bool(pt.get("two_batch_overlap", par.get("two_batch_overlap", False)))
     isl, kv_len = _num(wl.get("isl")), _num(wl.get("avg_kv_len"))
     tokens = _num(wl.get("tokens_per_rank"))
@@ -479,7 +491,7 @@ def validate(path: str, progress: Callable[[int, int], None] | None = None) -> d
                     continue
                 rows.append(validation.point(
                     eid, j, k, meas, pred, status,
-                    engine=engine_key((e.get("engine") or {}).get("name")), **info,
+                    engine=engine_key(entry_engine(e)), **info,
                     bottleneck=r["bottleneck"]))
     return {"summary": summary(rows), "points": rows, "skipped": skipped}
 

@@ -84,8 +84,9 @@ MMA_M = {"hopper": 64, "blackwell": 64, "ampere": 16, "ada": 16, "volta": 16, "t
 FP4_EFF = record("FP4_EFF", 0.84, "fraction of the FP8 efficiency", "NVFP4 GEMMs",
                  "fitted on the Llama 3.3 70B FP4 runs of the TensorRT-LLM 1.0 performance "
                  "overview on B200 and GB200 (data/fits.yaml names the entries) with the "
-                 "element-wise passes of SERVE_PASSES counted (the fitting rule: median "
-                 "error over their points 6.0% at 0.75, 4.4% at 0.84)")
+                 "element-wise passes of SERVE_PASSES counted, jointly with the PyTorch "
+                 "backend's per-iteration overhead (engines/tensorrt-llm.yaml): median error "
+                 "over their points 4.0-4.4% at 0.84 and 3-4.5 ms, 6.0% at 0.75)")
 
 #: How unevenly a step's tokens pick the experts: the coefficient of variation of the experts'
 #: shares of one step's top-k choices (0: the router spreads them uniformly, only the

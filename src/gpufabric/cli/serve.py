@@ -161,9 +161,10 @@ def serve(
     kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8 "
                                         "(fp8_e4m3, fp8_e5m2), fp4 (NVFP4), int8, int4 (default "
                                         "fp8 with fp8/fp4 weights, else bf16)."),
-    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, tensorrt-llm, lmdeploy, "
-                               "llama.cpp, fastertransformer (or an alias), or an engine "
-                               "profile file (.yaml)."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, tensorrt-llm "
+                               "(PyTorch backend), tensorrt-llm-tensorrt (TensorRT engines), "
+                               "lmdeploy, llama.cpp, fastertransformer (or an alias), or an "
+                               "engine profile file (.yaml)."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", callback=whole(1),
                                             help="Batch limit."),
     max_batched_tokens: int | None = typer.Option(None, "--max-batched-tokens",

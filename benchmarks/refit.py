@@ -27,149 +27,16 @@ The shipped values are not changed: a move is reported, for a person to apply wi
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import math
-import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-import gpufabric.collectives.params  # noqa: F401  (records the collectives' constants)
-import gpufabric.workloads.inference.pd  # noqa: F401  (records the workloads' constants)
-import gpufabric.workloads.inference.serve  # noqa: F401
-import gpufabric.workloads.training  # noqa: F401
-from gpufabric import params as _params
-from gpufabric import validation
-from gpufabric.fileio import load_yaml
+from gpufabric.crossval import GAIN, entries, leaves, refit_leaf, subset, validate_file
 from gpufabric.measure import profile
+from gpufabric.params import matches_fitted
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "tests" / "data" / "calibration").glob("*.yaml"))
-#: least drop of the fitted entries' median absolute error (points of %) for a new value
-GAIN = 0.1
-#: coarse grid (multiples of the shipped value), then the fine one around the best
-#: relative change of a value (up and down) when the points it moves are found; a point it
-#: moves has an elasticity (relative change of the prediction per relative change of the
-#: value) of at least PINS times the largest among the entries' points, and at least FLOOR:
-#: a KV link share moves the transfer times, not the times to first token around them
-STEP, PINS, FLOOR = 0.05, 0.1, 0.01
-COARSE = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.4, 1.6, 2.0)
-FINE = (0.96, 0.98, 1.02, 1.04)
-
-
-def _quiet(fn, *a, **kw):
-    """Run a validator without its progress lines on stderr."""
-    with contextlib.redirect_stderr(io.StringIO()):
-        return fn(*a, **kw)
-
-
-def validate_file(path: str) -> dict[str, Any]:
-    """``gpufabric validate``'s result for one file (collectives, training or inference)."""
-    from gpufabric.collectives.validate import validate as collectives
-    from gpufabric.workloads.inference.validate import is_inference_file
-    from gpufabric.workloads.inference.validate import validate as inference
-    from gpufabric.workloads.validate import is_training_file
-    from gpufabric.workloads.validate import validate as training
-    if is_inference_file(path):
-        return _quiet(inference, path)
-    if is_training_file(load_yaml(path)):
-        return _quiet(training, path).to_dict()
-    return _quiet(collectives, path)
-
-
-def entries(path: Path) -> tuple[list[dict], str]:
-    """A file's entries and its file-level looked_at mark."""
-    ents, mark = validation.entries_of(load_yaml(str(path)), str(path))
-    return (ents if isinstance(ents, list) else []), mark
-
-
-def subset(path: Path, ids: list[str], tmp: Path) -> str:
-    """A copy of ``path`` holding only the entries ``ids`` (same directory layout kept by
-    writing it beside nothing else: entries are self-contained)."""
-    ents, mark = entries(path)
-    keep = [e for e in ents if isinstance(e, dict) and str(e.get("id")) in ids]
-    out = tmp / f"{path.stem}-{len(list(tmp.iterdir()))}.yaml"
-    doc: Any = {"looked_at": mark, "entries": keep} if mark else keep
-    out.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return str(out)
-
-
-def median_abs(res: dict[str, Any]) -> float | None:
-    e = [abs(p["error_pct"]) for p in res["points"] if p.get("error_pct") is not None]
-    return statistics.median(e) if e else None
-
-
-def leaves(p: _params.Param) -> list[tuple[str, float]]:
-    """(profile name, value) of each number of a record (a dict's keys joined by dots)."""
-    out: list[tuple[str, float]] = []
-
-    def walk(v: Any, name: str) -> None:
-        if isinstance(v, dict):
-            for k, x in v.items():
-                walk(x, f"{name}.{k}")
-        elif isinstance(v, int | float) and not isinstance(v, bool):
-            out.append((name, float(v)))
-    walk(p.value, p.name)
-    return out
-
-
-def _points(name: str, v: float, files: list[str]) -> dict[tuple, dict]:
-    with profile.overrides({name: v}):
-        return {(p["id"], p["point"], p["metric"]): p for f in files
-                for p in validate_file(f)["points"] if p.get("error_pct") is not None}
-
-
-def refit_leaf(name: str, old: float, files: list[str]) -> dict[str, Any]:
-    """The value of ``name`` minimising the median absolute error over the points of
-    ``files`` that it moves (see :data:`PINS`)."""
-    lo, lo_in, hi = profile.bounds(name)
-
-    def ok(v: float) -> bool:
-        return (v > lo or (lo_in and v == lo)) and v <= hi
-
-    base_pts = _points(name, old, files)
-    el: dict[tuple, float] = {}
-    for trial in ((old * (1 + STEP), old * (1 - STEP)) if old else (STEP,)):
-        if not ok(trial):
-            continue
-        rel = math.log(trial / old) if old else trial
-        for k, q in _points(name, trial, files).items():
-            p = base_pts.get(k)
-            if p and p["predicted"] and q["predicted"]:
-                e = abs(math.log(q["predicted"] / p["predicted"]) / rel)
-                el[k] = max(el.get(k, 0.0), e)
-    top = max(el.values(), default=0.0)
-    keys = [k for k, e in el.items() if e >= max(PINS * top, FLOOR)]
-    metrics = sorted({k[2] for k in keys})
-    if not keys:
-        return {"name": name, "old": old, "new": old, "before": None, "after": None,
-                "points": 0, "metrics": metrics, "elasticity": top}
-
-    def score(v: float) -> float:
-        pts = base_pts if v == old else _points(name, v, files)
-        errs = [abs(pts[k]["error_pct"]) for k in keys if k in pts]
-        return statistics.median(errs) if errs else float("inf")
-
-    base = old if old else 1.0
-    seen: dict[float, float] = {old: score(old)}
-    for m in COARSE:
-        v = float(f"{base * m:.3g}")
-        if ok(v) and v not in seen:
-            seen[v] = score(v)
-    best = min(seen, key=lambda v: (seen[v], abs(v - old)))
-    for m in FINE:
-        v = float(f"{best * m:.3g}")
-        if ok(v) and v not in seen:
-            seen[v] = score(v)
-    before = seen[old]
-    best = min(seen, key=lambda v: (seen[v], abs(v - old)))
-    new = best if before - seen[best] > GAIN else old
-    return {"name": name, "old": old, "new": new, "before": before, "after": seen[new],
-            "points": len(keys), "metrics": metrics, "elasticity": top}
 
 
 def headline(files: list[Path], values: dict[str, float]) -> dict[str, dict]:
@@ -199,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         for e in entries(f)[0]:
             if isinstance(e, dict) and "id" in e:
                 index.setdefault(str(e["id"]), f)
-    fitted = [p for p in _params.REGISTRY.values() if p.fitted_on
+    fitted = [p for p in profile.registry().values() if p.fitted_on
               and (args.only is None or p.name in args.only)]
     lines: list[str] = []
 
@@ -232,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for p in fitted:
-            ids = [i for i in index if _params.matches_fitted(i, p.fitted_on)]
+            ids = [i for i in index if matches_fitted(i, p.fitted_on)]
             by_file: dict[Path, list[str]] = {}
             for i in ids:
                 by_file.setdefault(index[i], []).append(i)

@@ -8,8 +8,9 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Progress, app, emit_json, print_validation_summary,
-                                  profile_option, refuse_together, whole)
+from gpufabric.cli.common import (Progress, app, emit_json, print_cross_validation,
+                                  print_validation_summary, profile_option, refuse_together,
+                                  whole)
 from gpufabric.cli.serve import print_inference, run_inference
 from gpufabric.errors import InputError
 
@@ -162,6 +163,10 @@ def validate(
     json: bool = typer.Option(False, "--json", help="Print JSON: {file, summary, points, "
                               "skipped} (several files: {files, summary})."),
     profile: str | None = profile_option(),
+    cv: str | None = typer.Option(
+        None, "--cv", help="Cross-validate: 'source' predicts each source's entries (their "
+        "source_id: one publication) with every fitted constant refitted without them "
+        "(leave-one-source-out)."),
 ) -> None:
     """Predicted against measured for every point of measurements files, with a summary.
 
@@ -169,8 +174,15 @@ def validate(
     inference files (schema of inference.yaml) alike. Each summary leads with the points of
     held-out entries (no parameter fitted on them, not marked looked_at), per metric, then the
     fitted and looked-at points apart; several files print each file's, then one over all
-    their points."""
+    their points. With ``--cv source``, the figures of a leave-one-source-out
+    cross-validation instead."""
     from gpufabric import validation
+    if cv is not None:
+        if cv != "source":
+            raise InputError(f"got {cv!r}; allowed: source (leave-one-source-out)",
+                             field="--cv")
+        _cross_validate(files, json)
+        return
     from gpufabric.cli.train import is_training_file, run_training, print_training
     from gpufabric.collectives.validate import by_size, load_entries
     from gpufabric.collectives.validate import validate as validate_file
@@ -196,6 +208,17 @@ def validate(
          "collectives": _print_validation}[res["kind"]](res)
     if len(files) > 1:
         print_validation_summary(pooled, f"all {len(files)} files")
+
+
+def _cross_validate(files: list[str], json: bool) -> None:
+    """`gpufabric validate --cv source`: leave-one-source-out over ``files``, printed."""
+    from gpufabric.crossval import cross_validate
+    with Progress("validate --cv source") as progress:
+        res = cross_validate(files, log=progress.step)
+    if json:
+        emit_json(res)
+        return
+    print_cross_validation(res)
 
 
 def _print_validation(res: dict) -> None:

@@ -364,3 +364,32 @@ def print_validation_summary(s: dict, label: str) -> None:
         for size, text in _SIZES if "by_size" in block else ():
             if block["by_size"][size]["points"]:
                 typer.echo(f"#   {text:<30} {_figures(block['by_size'][size])}")
+
+
+def print_cross_validation(res: dict) -> None:
+    """`gpufabric validate --cv source`: the cross-validated figures (per model kind and
+    metric), the same points by the status of their entries, what was not cross-validated,
+    and each source's median with the values its constants were refitted to without it."""
+    srcs = res["sources"]
+    typer.echo(f"# gpufabric validate --cv source: {len(res['files'])} file(s), "
+               f"{len(srcs)} sources (leave-one-source-out: each source's entries predicted "
+               "with every fitted constant refitted without them)")
+    typer.echo(f"# cross-validated: {_figures(res['summary']).strip()}")
+    for kind, b in res["by_kind"].items():
+        typer.echo(f"#   {kind:<30} {_figures(b)}")
+        for metric, m in b["by_metric"].items():
+            typer.echo(f"#     {metric:<28} {_figures(m)}")
+    for st, b in res["by_status"].items():
+        if b["points"]:
+            typer.echo(f"# of them, points of {st} entries: {_figures(b).strip()}")
+    if res["sole_source"]:
+        typer.echo(f"# not cross-validated: {res['sole_source']} points move with a constant "
+                   "fitted on their own source alone (nothing else to refit it on)")
+    typer.echo(f"# {'source':<44} {'entries':>7} {'points':>6} {'median':>7}  "
+               "refitted without it")
+    for s in srcs:
+        med = "n/a" if s["median_abs_pct"] is None else f"{s['median_abs_pct']:.1f}%"
+        refit = ", ".join(f"{k}={'none' if v is None else f'{v:g}'}"
+                          for k, v in s["refitted"].items())
+        typer.echo(f"  {s['source_id'][:44]:<44} {s['entries']:>7} {s['points']:>6} "
+                   f"{med:>7}  {refit}")

@@ -66,6 +66,11 @@ def _load_registry() -> dict[str, _params.Param]:
     return _params.REGISTRY
 
 
+def registry() -> dict[str, _params.Param]:
+    """Every recorded constant of every layer (the modules that record them imported)."""
+    return _load_registry()
+
+
 def split(name: str) -> tuple[str, tuple[str, ...]]:
     """A profile name as (parameter, keys): ``HOP_LAT_US.nvlink.Simple`` ->
     ``('HOP_LAT_US', ('nvlink', 'Simple'))``; a registry name that itself holds dots is

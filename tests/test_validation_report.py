@@ -40,7 +40,19 @@ def test_rendering_matches_the_fixture():
     tool = _tool()
     sections = [(s["title"], s["what"], s["files"], s["summary"], s["skipped"])
                 for s in json.loads((FIXTURE / "sections.json").read_text())]
-    assert tool.render(sections) == (FIXTURE / "expected.md").read_text()
+    cv = json.loads((FIXTURE / "cv.json").read_text())
+    assert tool.render(sections, cv) == (FIXTURE / "expected.md").read_text()
+
+
+def test_the_page_leads_with_the_cross_validated_figures():
+    """The first figures on the page are the leave-one-source-out ones, each model kind's."""
+    page = (ROOT / "docs" / "validation.md").read_text()
+    first = page.index("## ")
+    assert page[first:].startswith("## Cross-validated: leave-one-source-out")
+    assert page.index("## Cross-validated") < page.index("## Overview (held-out points)")
+    head = page[first:page.index("## Overview")]
+    for kind in ("| Collectives | all |", "| Training | all |", "| Inference | all |"):
+        assert kind in head
 
 
 def test_held_out_rows_come_first_and_empty_blocks_are_left_out():

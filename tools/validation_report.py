@@ -5,9 +5,12 @@ For every measurements file in tests/data/calibration/ it runs ``gpufabric valid
 held-out points first (no parameter fitted on them, not looked at while the model changed),
 per metric, then the fitted and the looked-at points apart, each file with the one command
 that reproduces its figures. The four collective hold-outs are also pooled, as
-``gpufabric validate tests/data/calibration/holdout*.yaml`` pools them.
+``gpufabric validate tests/data/calibration/holdout*.yaml`` pools them. The page leads with
+the leave-one-source-out cross-validation of every file at once (``gpufabric validate
+tests/data/calibration/*.yaml --cv source --json``): the figure that predicts how the models do
+on sources they have never seen.
 
-Run by hand after a model change (about a minute)::
+Run by hand after a model change (the cross-validation takes most of its time)::
 
     .venv/bin/python tools/validation_report.py            # writes docs/validation.md
     .venv/bin/python tools/validation_report.py --out /tmp/v.md
@@ -72,6 +75,73 @@ def run_file(name: str) -> dict[str, Any]:
     return dict(json.loads(out))
 
 
+def run_cv() -> dict[str, Any]:
+    """``gpufabric validate FILES --cv source --json`` over every file (one process)."""
+    exe = Path(sys.executable).with_name("gpufabric")
+    files = [f"{DATA}/{f}" for f in sorted({f for _t, _w, fs in SECTIONS for f in fs})]
+    out = subprocess.run([str(exe), "validate", *files, "--cv", "source", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "GPUFABRIC_PROGRESS": "off"}).stdout
+    return dict(json.loads(out))
+
+
+#: the model kinds of the cross-validation, in the page's order
+KINDS = [("collectives", "Collectives"), ("training", "Training"), ("inference", "Inference")]
+
+
+def cv_section(cv: dict[str, Any]) -> list[str]:
+    """The page's first section: the cross-validated figures per model kind and metric, the
+    same points by their entries' status, what could not be cross-validated, and each
+    source's median."""
+    out = ["## Cross-validated: leave-one-source-out", "",
+           "Every entry names the publication its figures come from (`source_id`). Each source "
+           "in turn is left out: every fitted constant is refitted by its rule (the value of "
+           "the least median error over its entries' points, on a grid around the shipped "
+           "value) on the other sources' entries only, and the left-out source's entries are "
+           "predicted with those values. Sources no constant was fitted on are predicted with "
+           "the shipped values, which none of their figures fixed. Points that move with a "
+           "constant fitted on their own source alone cannot be cross-validated (nothing is "
+           "left to refit it on): they are counted apart. Looked-at entries are among the "
+           "cross-validated points (their figures fixed no constant, but the model changed "
+           "after they were read); their share is shown below.", "",
+           "Reproduce: `gpufabric validate tests/data/calibration/*.yaml --cv source`", "",
+           "| kind | metric | points | median | p90 | max |",
+           "| --- | --- | ---: | ---: | ---: | ---: |"]
+
+    def row(kind: str, metric: str, b: dict[str, Any]) -> str:
+        return (f"| {kind} | {metric} | {b['points']} | {_pct(b['median_abs_pct'])} | "
+                f"{_pct(b['p90_abs_pct'])} | {_pct(b['max_abs_pct'])} |")
+    out.append(row("all", "all", cv["summary"]))
+    for key, name in KINDS:
+        b = cv["by_kind"].get(key)
+        if not b:
+            continue
+        out.append(row(name, "all", b))
+        for size, what in SIZES if "by_size" in b else ():
+            if b["by_size"][size]["points"]:
+                out.append(row(name, f"{size} ({what})", b["by_size"][size]))
+        for m, mb in sorted(b["by_metric"].items()):
+            out.append(row(name, m, mb))
+    out += ["", "The same cross-validated points by the status of their entry (see below):", "",
+            "| entries | points | median | p90 | max |", "| --- | ---: | ---: | ---: | ---: |"]
+    for st, b in cv["by_status"].items():
+        out.append(f"| {st} | {b['points']} | {_pct(b['median_abs_pct'])} | "
+                   f"{_pct(b['p90_abs_pct'])} | {_pct(b['max_abs_pct'])} |")
+    out += ["", f"Not cross-validated: {cv['sole_source']} points move with a constant fitted on "
+            "their own source alone.", "",
+            "Per source (the values its constants were refitted to without it; `none`: "
+            "fitted on it alone):", "",
+            "| source | kind | entries | points | sole-source points | median | refitted "
+            "without it |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for s in cv["sources"]:
+        refit = ", ".join(f"`{k}` {'none' if v is None else f'{v:g}'}"
+                          for k, v in s["refitted"].items())
+        out.append(f"| {s['source_id']} | {', '.join(s['kind'])} | {s['entries']} | "
+                   f"{s['points']} | {s['sole_source_points']} | "
+                   f"{_pct(s['median_abs_pct'])} | {refit} |")
+    return out + [""]
+
+
 def pooled_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary over several files' points, as ``validate`` pools several files."""
     from gpufabric import validation
@@ -123,20 +193,26 @@ def summary_table(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
-def render(sections: list[tuple[str, str, list[str], dict[str, Any], int]]) -> str:
-    """The page from ``(title, what, files, summary, skipped points)`` per section."""
+def render(sections: list[tuple[str, str, list[str], dict[str, Any], int]],
+           cv: dict[str, Any]) -> str:
+    """The page from the cross-validation and ``(title, what, files, summary, skipped
+    points)`` per section."""
     out = ["# Validation", "",
            "How far the model's predictions are from published measurements, per measurements",
            "file and metric. Each figure is the absolute error `|predicted / measured - 1|` over",
-           "a file's points: the median, the 90th percentile and the maximum. **held-out** points",
+           "a file's points: the median, the 90th percentile and the maximum. The page leads",
+           "with the leave-one-source-out cross-validation: each publication predicted with",
+           "every fitted constant refitted without it, the figure that predicts how the models",
+           "do on sources they have never seen. Then, per file: **held-out** points",
            "are of entries no parameter was fitted on and nobody looked at while the model",
-           "changed: they are the headline. **fitted** points are of entries a parameter record",
+           "changed. **fitted** points are of entries a parameter record",
            "names in its `fitted_on` (`gpufabric params`); **looked-at** points are of entries",
            "marked `looked_at` in their file, with the reason. How a status is derived:",
            "[Measurement files](calibration.md).", "",
            "This page is generated by `.venv/bin/python tools/validation_report.py` from the",
            "`--json` output of the command under each section; run that command to see every",
            "point, its prediction's breakdown and the points skipped with their reasons.", "",
+           *cv_section(cv),
            "## Overview (held-out points)", "",
            "| file | what | points | median | p90 | max |",
            "| --- | --- | ---: | ---: | ---: | ---: |"]
@@ -176,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "validation.md"))
     args = ap.parse_args(argv)
-    Path(args.out).write_text(render(collect()))
+    sections = collect()
+    print("validate --cv source ...", file=sys.stderr, flush=True)
+    Path(args.out).write_text(render(sections, run_cv()))
     print(f"wrote {args.out}", file=sys.stderr)
 
 

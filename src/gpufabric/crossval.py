@@ -360,7 +360,12 @@ def _tag(pts: Iterable[dict[str, Any]], corpus: Corpus, cv: str) -> list[dict[st
 
 
 def _summary(pts: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`gpufabric.validation.stats` of some points with ``by_metric``, and the
+    collectives' large / small split where collective points are among them."""
     out = validation.stats(q["error_pct"] for q in pts)
+    if any(q["kind"] == "collectives" for q in pts):
+        from gpufabric.collectives.validate import by_size
+        out |= by_size(pts)
     out["by_metric"] = {m: validation.stats(q["error_pct"] for q in pts if q["metric"] == m)
                         for m in sorted({q["metric"] for q in pts})}
     return out

@@ -377,6 +377,9 @@ def print_cross_validation(res: dict) -> None:
     typer.echo(f"# cross-validated: {_figures(res['summary']).strip()}")
     for kind, b in res["by_kind"].items():
         typer.echo(f"#   {kind:<30} {_figures(b)}")
+        for size, text in _SIZES if "by_size" in b else ():
+            if b["by_size"][size]["points"]:
+                typer.echo(f"#     {text:<28} {_figures(b['by_size'][size])}")
         for metric, m in b["by_metric"].items():
             typer.echo(f"#     {metric:<28} {_figures(m)}")
     for st, b in res["by_status"].items():

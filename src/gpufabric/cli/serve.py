@@ -9,6 +9,7 @@ import typer
 from gpufabric.cli.common import (Progress, app, emit_json, note, profile_option, refuse_alone,
                                   refuse_together, whole)
 from gpufabric.cli.common import print_validation_summary
+from gpufabric.errors import InputError
 
 #: Options of `serve` that exclude each other: (option, options, why).
 CONFLICTS = (
@@ -77,6 +78,8 @@ def print_summary(r: dict) -> None:
     w = r["workload"]
     typer.echo(f"# workload: {w['source']}, {r['requests']:,} requests, isl {w['isl']:.0f}, "
                f"osl {w['osl']:.0f}")
+    for line in measure_lines(r):
+        typer.echo(line)
     typer.echo(f"TTFT (ms)        {_fmt(r['ttft_ms'])}")
     typer.echo(f"TPOT (ms)        {_fmt(r['tpot_ms'])}")
     typer.echo(f"ITL (ms)         {_fmt(r['itl_ms'])}")
@@ -95,11 +98,47 @@ def print_summary(r: dict) -> None:
     typer.echo(f"bottleneck       {r['bottleneck']}")
 
 
+def measure_lines(r: dict) -> list[str]:
+    """How the figures of a run were taken: its steady state (the window, the convergence of
+    its request count) or the whole run, and a rate above the deployment's capacity."""
+    out = []
+    st = r.get("steady")
+    if st:
+        out.append(f"# steady state: the {st['requests']:,} requests arriving from "
+                   f"{st['start_s']:,.1f} s to {st['end_s']:,.1f} s (warm-up and drain left "
+                   "out)")
+    elif r.get("measure") == "run" and (r["workload"].get("rate") or
+                                        r["workload"].get("concurrency")):
+        out.append("# figures over the whole run, as a benchmark client takes them "
+                   "(--measure run)")
+    conv = r.get("convergence")
+    if conv and not r.get("overloaded"):
+        counts = ", ".join(f"{n:,}" for n in conv["requests"])
+        if conv["converged"]:
+            out.append(f"# converged: within {conv['tolerance']:.0%} (p99 "
+                       f"{conv['tolerance_p99']:.0%}) between the last two of {counts} "
+                       "requests")
+        else:
+            out.append(f"# not converged at {conv['requests'][-1]:,} requests (tried {counts}): "
+                       "the figures still move by more than "
+                       f"{conv['tolerance']:.0%} (p99 {conv['tolerance_p99']:.0%}); near "
+                       "capacity a queue's tail needs long runs")
+    if r.get("overloaded"):
+        out.append(f"# overloaded: {r['workload']['rate']:g} requests/s is above the capacity "
+                   f"of {r['capacity_requests_per_s']:,.2f} requests/s; throughput is the "
+                   f"capacity's, and the latencies are this run's ({r['requests']:,} requests),"
+                   " growing with its length")
+    elif r.get("capacity_requests_per_s"):
+        load = r["workload"]["rate"] / r["capacity_requests_per_s"]
+        out.append(f"# load: {load:.0%} of the capacity of {r['capacity_requests_per_s']:,.2f} "
+                   "requests/s")
+    return out
+
+
 def model_and_system(model: str | None, system: str | None,
                      model_file: str | None) -> tuple[str, str]:
     """``MODEL SYSTEM``, or ``--model-file FILE SYSTEM`` (the one argument is then the system);
     the file is read and checked here, so that a bad one is the error."""
-    from gpufabric.errors import InputError
     from gpufabric.workloads.models import load_model_file
     if model_file is not None:
         if system is not None or model is None:
@@ -138,8 +177,14 @@ def serve(
     concurrency: int | None = typer.Option(None, "--concurrency", callback=whole(1),
                                            help="Closed loop with this many users."),
     requests: int | None = typer.Option(None, "--requests", help="Requests to simulate "
-                                        "(default 1000); with --trace, the trace's first N "
-                                        "arrivals (default: all of them)."),
+                                        "(default: 1000, doubled while the steady-state "
+                                        "figures move by over 5%, up to 16,000); with "
+                                        "--trace, the trace's first N arrivals (default: all "
+                                        "of them)."),
+    measure: str = typer.Option("steady", "--measure", help="How an online run's figures "
+                                "are taken: steady (its steady state: warm-up and drain left "
+                                "out) or run (over the whole run, as a benchmark client takes "
+                                "them)."),
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
@@ -215,7 +260,6 @@ def serve(
          "applies only with --pd or --decode-system (the pool figures)")))
     if dataset is not None:
         from gpufabric.cli.common import given
-        from gpufabric.errors import InputError
         from gpufabric.workloads.inference.datasets import get as get_dataset
         ds = get_dataset(dataset)
         for opt in ("isl", "osl"):
@@ -242,7 +286,9 @@ def serve(
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb,
                       gpu_memory_utilization=gpu_memory_utilization,
-                      scheduler_steps=scheduler_steps)
+                      scheduler_steps=scheduler_steps, measure=measure)
+    if measure not in ("steady", "run"):
+        raise InputError(f"got {measure!r}; allowed: steady, run", field="--measure")
     if versus:
         from gpufabric.workloads.inference.pd import gpu_count
         from gpufabric.workloads.inference.supernode import supernode_vs_servers
@@ -283,8 +329,10 @@ def serve(
                      load(decode_system) if decode_system else None,
                      overlap=two_batch_overlap)
     else:
+        # no count given: the steady state's figures pick it (doubling until they converge)
+        once = cfg if requests is not None or trace else replace(cfg, requests=None)
         with Progress("serve") as progress:
-            r = run(model, topo, cfg, progress=progress.told("requests of one instance"))
+            r = run(model, topo, once, progress=progress.told("requests of one instance"))
     if json:
         emit_json(r)
     else:

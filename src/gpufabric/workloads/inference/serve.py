@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
 from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, check_fits,
-                                                     simulate, summarize)
+                                                     saturated, simulate, summarize)
 
 def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
     """The engine's default prefill token budget on this GPU kind, and where it comes from:
@@ -80,13 +80,33 @@ class ServeConfig:
     eplb: bool = False                   # MoE: redundant experts balance the EP ranks
     gpu_memory_utilization: float | None = None   # None: the engine profile's
     scheduler_steps: int = 1             # multi-step scheduling (vLLM 0.6 --num-scheduler-steps)
+    #: how an online run's figures are taken: ``steady`` (its steady state: warm-up and drain
+    #: left out) or ``run`` (over the whole run, as a benchmark client takes them)
+    measure: str = "steady"
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
 
 
-#: Requests of a run without a trace when ``requests`` is None.
+#: Requests of a run without a trace when ``requests`` is None (the first of the counts a
+#: steady-state run tries, doubling, until its figures converge).
 DEFAULT_REQUESTS = 1000
+#: Most requests a steady-state run of no stated count simulates while its figures converge.
+MAX_AUTO_REQUESTS = 16000
+#: A steady state whose requests in the system grow by more than this share of its arrivals
+#: shows a queue that builds: the run's capacity is then measured (a stable queue wanders by
+#: less)
+QUEUE_GROWTH = 0.01
+#: Relative change of the steady-state throughput and median latencies (TTFT, TPOT) between
+#: two runs, the second of twice the requests, within which they count as converged; the
+#: 99th percentiles (a tail a short run samples thinly) within twice as much.
+CONVERGED = 0.05
+#: the figures the convergence test compares, each with its tolerance, and the least change
+#: of a latency (ms) that counts
+_CONVERGING = (("throughput_tokens_per_s", None, CONVERGED), ("ttft_ms", "p50", CONVERGED),
+               ("tpot_ms", "p50", CONVERGED), ("ttft_ms", "p99", 2 * CONVERGED),
+               ("tpot_ms", "p99", 2 * CONVERGED))
+_LATENCY_FLOOR_MS = 1.0
 
 
 def trace_note(rows: int, used: int, asked: int | None) -> str:
@@ -259,27 +279,71 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
           progress: Callable[[int, int], None] | None = None) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
 
+    An online run (a rate or a concurrency) reports its steady state (``cfg.measure``,
+    :func:`~gpufabric.workloads.inference.simulator.summarize`); with no request count
+    stated it simulates :data:`DEFAULT_REQUESTS`, then twice as many, until the figures of two
+    runs agree within :data:`CONVERGED` (at most :data:`MAX_AUTO_REQUESTS`), and says so in
+    ``convergence``. A run above the deployment's capacity says ``overloaded`` with the
+    ``capacity_requests_per_s`` it serves.
     ``progress(n, total)`` is told as the simulated instance's requests finish.
     """
     check_config(cfg)
+    if cfg.measure not in ("steady", "run"):
+        raise InputError(f"unknown measure '{cfg.measure}'; allowed: steady, run",
+                         field="measure")
     sm = step_model(model, topo, cfg)
     reps = instances(topo, cfg)
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
-    reqs = build_requests(cfg, share)
     sched = scheduler_config(sm, cfg)
-    check_fits(reqs, sched)           # before anything costs time in the request's length
-    check_slo_possible(sm, cfg, int(reqs.isl.max()))
-    if reqs.concurrency:
-        reqs.phase_seed = cfg.seed
-        reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
-    res = simulate_with_front_end(reqs, sm, sched, progress=progress)
+    online = cfg.rate is not None or bool(cfg.concurrency)
+    steady = cfg.measure == "steady" and online
+    auto = steady and cfg.requests is None and not cfg.trace
+    reqs, res, s = _run(sm, cfg, share, sched, steady, progress)
+    # the capacity: for a run of no stated count (one prediction, where it is worth its
+    # saturated run), else where the steady state shows a queue that builds
+    queue = "steady" in s and s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
+        s["steady"]["requests"]
+    cap = capacity(sm, cfg, share, sched) if steady and cfg.rate is not None and \
+        (auto or queue) else {}
+    over = bool(cap) and cfg.rate / share > cap["requests_per_s"]
+    tried = [_converging(s, reqs, share)]
+    # an overloaded run's latencies grow with its length: its capacity is the answer
+    while auto and not over and len(tried[-1]) and not _converged(tried) and \
+            2 * tried[-1]["requests"] <= MAX_AUTO_REQUESTS:
+        more = replace(cfg, requests=2 * tried[-1]["requests"])
+        reqs, res, s = _run(sm, more, share, sched, steady, progress)
+        tried.append(_converging(s, reqs, share))
+    if "steady" in s:
+        s["steady"]["measured_tokens_per_s"] = s["throughput_tokens_per_s"] * share
+    if over:
+        # the queue never empties: the engine serves at its saturated rate, and the
+        # latencies are those of this run, growing with its length
+        s["goodput_requests_per_s"] = s["slo_attainment"] * cap["requests_per_s"]
+        s.update({k: cap[k] for k in ("throughput_tokens_per_s", "total_tokens_per_s",
+                                      "requests_per_s")})
+    elif "steady" in s and cfg.rate is not None and not cfg.trace:
+        # a stable deployment serves what is offered (flow conservation): the rate times the
+        # requests' lengths, whatever this sample's arrivals in the window were
+        per = cfg.rate / share
+        s.update({"requests_per_s": per, "goodput_requests_per_s": s["slo_attainment"] * per,
+                  "throughput_tokens_per_s": per * float(res.osl.mean()),
+                  "total_tokens_per_s": per * float(res.osl.mean() + res.isl.mean())})
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
-    s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",
               "goodput_requests_per_s"):
         s[k] = s[k] * share
     s["throughput_tokens_per_s_per_gpu"] = s["throughput_tokens_per_s"] / (share * gpus_inst)
     s["requests"] = reqs.total or int(res.osl.size) * share
+    if "steady" in s:
+        s["steady"]["requests"] *= share
+        s["steady"]["backlog_growth"] *= share
+    if cap:
+        s["capacity_requests_per_s"] = cap["requests_per_s"] * share
+        s["overloaded"] = over
+    if auto:
+        s["convergence"] = {"tolerance": CONVERGED, "tolerance_p99": 2 * CONVERGED,
+                            "converged": _converged(tried),
+                            "requests": [t["requests"] for t in tried]}
     out = {"model": sm.model.name, "system": topo.name, "gpu": sm.gpu.name,
            "gpus": int(round(share * gpus_inst)), "replicas": reps,
            "layout": asdict(cfg.layout()), "precision": sm.precision, "kv_dtype": sm.kv_dtype,
@@ -295,10 +359,74 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
            "max_concurrency": sm.max_concurrency(int(res.isl.mean()), int(res.osl.mean())),
            "scheduler": asdict(sched)}
     out.update(s)
+    out["measure"] = "steady" if "steady" in s else "run"
     bd = typical_breakdown(sm, res)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
     out["bottleneck"] = bottleneck(sm, s, bd, res)
     return out
+
+
+def _run(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig, steady: bool,
+         progress: Callable[[int, int], None] | None) -> tuple[R.Requests, SimResult, dict]:
+    """One simulated instance's run of ``cfg`` and its summary (figures of one stream)."""
+    reqs = build_requests(cfg, share)
+    check_fits(reqs, sched)           # before anything costs time in the request's length
+    check_slo_possible(sm, cfg, int(reqs.isl.max()))
+    if reqs.concurrency:
+        reqs.phase_seed = cfg.seed
+        reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
+    res = simulate_with_front_end(reqs, sm, sched, progress=progress)
+    return reqs, res, summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms,
+                                slo_tpot_ms=cfg.slo_tpot_ms, steady=steady)
+
+
+def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig) -> dict:
+    """What one of ``share`` streams serves at most: a saturated run of ``cfg``'s lengths
+    (every request queued at once, at least eight full batches) in its middle
+    (:func:`~gpufabric.workloads.inference.simulator.saturated`): its ``requests_per_s`` is
+    the capacity, and an overloaded deployment's steady state."""
+    n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS)) * share
+    sat = replace(cfg, rate=None, concurrency=None, trace=None, requests=n)
+    return saturated(simulate_with_front_end(build_requests(sat, share), sm, sched))
+
+
+def _converging(s: dict, reqs: R.Requests, share: int) -> dict:
+    """The figures a convergence test compares, with the run's request count (all streams);
+    empty for a run without a steady state."""
+    if "steady" not in s:
+        return {}
+    out: dict = {"requests": len(reqs) * share}
+    for key, q, _tol in _CONVERGING:
+        out[f"{key}.{q}" if q else key] = s[key][q] if q else s[key]
+    return out
+
+
+def _converged(tried: list[dict]) -> bool:
+    """Whether the last two runs' figures agree within :data:`CONVERGED` (a latency within
+    :data:`_LATENCY_FLOOR_MS` too).
+
+    >>> a = {"requests": 1000, "ttft_ms.p50": 100.0}
+    >>> _converged([a, a | {"requests": 2000, "ttft_ms.p50": 104.0}])
+    True
+    >>> _converged([a, a | {"requests": 2000, "ttft_ms.p50": 110.0}])
+    False
+    """
+    if len(tried) < 2:
+        return False
+    a, b = tried[-2], tried[-1]
+    tol = {f"{key}.{q}" if q else key: t for key, q, t in _CONVERGING}
+    for k, v in b.items():
+        if k == "requests":
+            continue
+        old = a[k]
+        if old is None or v is None:
+            if old != v:
+                return False
+            continue
+        floor = _LATENCY_FLOOR_MS if k.endswith(("p50", "p99")) else 0.0
+        if abs(v - old) > max(tol[k] * abs(old), floor):
+            return False
+    return True
 
 
 def front_end_s(sm: StepModel, disaggregated: bool = False) -> float:

@@ -843,8 +843,71 @@ def _weighted_percentiles(x: np.ndarray, w: np.ndarray) -> dict:
     return out
 
 
+#: Share of an open loop's requests (by arrival) left out of its steady state as warm-up
+#: while the batch fills; the drain after the last arrival is left out too.
+WARMUP_SHARE = 0.2
+
+
+def steady_window(res: SimResult) -> tuple[float, float] | None:
+    """The steady state of a run, ``(start_s, end_s)``: from the end of the warm-up to the
+    last arrival, after which the run drains. The warm-up is a closed loop's first request per
+    user, an open loop's first :data:`WARMUP_SHARE` of requests, and at least the time a
+    request takes to generate its tokens (the median over the run: until then the batch is
+    still filling). None for a run whose requests all arrive at once (offline: it has no
+    steady load) or too short to have one.
+
+    >>> r = SimResult(np.arange(10.0), np.arange(10.0) + 1, np.arange(10.0) + 2, *[np.ones(10)] * 4,
+    ...               *[np.zeros(0)] * 5, num_blocks=1)
+    >>> steady_window(r)
+    (2.0, 9.0)
+    """
+    arr = np.sort(res.arrival[np.isfinite(res.arrival)])
+    if arr.size < 2 or arr[-1] <= arr[0]:
+        return None
+    first = res.warmup if res.warmup else int(arr.size * WARMUP_SHARE)
+    gen = res.finish - res.first_token
+    fill = float(np.median(gen[np.isfinite(gen)])) if np.isfinite(gen).any() else 0.0
+    t0, t1 = max(float(arr[min(first, arr.size - 1)]), float(arr[0]) + fill), float(arr[-1])
+    return (t0, t1) if t1 > t0 else None
+
+
+def _tokens_between(res: SimResult, t0: float, t1: float) -> tuple[float, float]:
+    """Output and input tokens served in ``[t0, t1)``: a request's first token (and its
+    prompt) at its first-token time, its other output tokens spread evenly to its finish."""
+    first, fin, osl = res.first_token, res.finish, res.osl.astype(np.float64)
+    at = (first >= t0) & (first < t1)
+    span = fin - first
+    rest = (osl > 1) & (span > 0)
+    overlap = np.clip(np.minimum(fin, t1) - np.maximum(first, t0), 0.0, None)
+    spread = ((osl - 1)[rest] * overlap[rest] / span[rest]).sum()
+    return float(at.sum()) + float(spread), float(res.isl[at].sum())
+
+
+def saturated(res: SimResult) -> dict:
+    """What a run of requests all queued at once serves in its middle (from the 20th to the
+    80th percentile of its finishes), without the first batch's filling and the last one's
+    draining (as MLPerf's Offline scenario measures a long run): ``requests_per_s`` (the
+    deployment's capacity for these requests), ``throughput_tokens_per_s`` and
+    ``total_tokens_per_s``; an empty dict for a run too short to have a middle.
+
+    >>> r = SimResult(np.zeros(11), np.arange(11.0) - 0.5, np.arange(11.0), *[np.ones(11)] * 4,
+    ...               *[np.zeros(0)] * 5, num_blocks=1)
+    >>> saturated(r)["requests_per_s"]
+    1.0
+    """
+    f = np.sort(res.finish[np.isfinite(res.finish)])
+    lo, hi = int(0.2 * (f.size - 1)), int(0.8 * (f.size - 1))
+    if hi <= lo or f[hi] <= f[lo]:
+        return {}
+    t0, t1 = float(f[lo]), float(f[hi])
+    out_tok, in_tok = _tokens_between(res, t0, t1)
+    return {"requests_per_s": (hi - lo) / (t1 - t0), "throughput_tokens_per_s":
+            out_tok / (t1 - t0), "total_tokens_per_s": (out_tok + in_tok) / (t1 - t0)}
+
+
 def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
-              slo_tpot_ms: float | None = None, kv_points: int = 200) -> dict:
+              slo_tpot_ms: float | None = None, kv_points: int = 200,
+              steady: bool = False) -> dict:
     """The run's figures: latencies (ms) with p50/p90/p99, throughput, goodput, KV use.
 
     TTFT: first token minus arrival (latencies of a closed loop leave out each user's first
@@ -854,24 +917,45 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
     round's tokens arrive together: the gap is the round, ``stream_steps`` iterations).
     Goodput: requests per second that meet both SLOs (a missing SLO is met by every request;
     a closed loop counts its steady state).
+
+    By default the figures are the whole run's, as a benchmark client takes them over its
+    requests (throughput over the time from the first arrival to the last finish). With
+    ``steady``, a run that has a steady state (:func:`steady_window`) gives its figures over
+    that window: the tokens served in it per second, the latencies of the requests that
+    arrived in it; ``steady`` then says the window, the requests in it and the growth of the
+    requests in the system over it (``backlog_growth``: a queue that builds).
     """
     ttft = (res.first_token - res.arrival) * 1e3
     multi = res.osl > 1
     tpot = np.full(res.osl.shape, np.nan)
     tpot[multi] = (res.finish[multi] - res.first_token[multi]) / (res.osl[multi] - 1) * 1e3
     e2e = (res.finish - res.arrival) * 1e3
-    steady = slice(res.warmup, None)     # a closed loop's latencies after its warm-up
+    keep: slice | np.ndarray = slice(res.warmup, None)  # a closed loop's after its warm-up
     start = float(res.arrival.min()) if res.arrival.size else 0.0
     dur = float(res.finish.max()) - start if res.finish.size else 0.0
+    out_tok = float(res.osl.sum())
+    in_tok = float(res.isl.sum())
+    done = float(res.osl.size)
+    window = steady_window(res) if steady else None
+    info: dict = {}
+    if window is not None:
+        t0, t1 = window
+        dur = t1 - t0
+        out_tok, in_tok = _tokens_between(res, t0, t1)
+        keep = (res.arrival >= t0) & (res.arrival <= t1)
+        done = float(((res.finish >= t0) & (res.finish <= t1)).sum())
+        arrived = int(keep.sum())
+        backlog = [int((res.arrival <= t).sum() - (res.finish <= t).sum()) for t in (t0, t1)]
+        growth = backlog[1] - backlog[0]
+        info = {"steady": {"start_s": t0, "end_s": t1, "requests": arrived,
+                           "backlog_growth": growth}}
     dur = dur if dur > 0 else float("nan")
     ok = np.ones(res.osl.shape, bool)
     if slo_ttft_ms is not None:
         ok &= ttft <= slo_ttft_ms
     if slo_tpot_ms is not None:
         ok &= ~(tpot > slo_tpot_ms)
-    attained = float(ok[steady].mean()) if ok[steady].size else 0.0
-    out_tok = float(res.osl.sum())
-    in_tok = float(res.isl.sum())
+    attained = float(ok[keep].mean()) if ok[keep].size else 0.0
     sel = np.unique(np.linspace(0, res.kv_t.size - 1, min(kv_points, res.kv_t.size)).astype(int))
     return {
         "requests": int(res.osl.size),
@@ -879,14 +963,15 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         "throughput_tokens_per_s": out_tok / dur,
         "throughput_tokens_per_s_per_gpu": out_tok / dur / gpus,
         "total_tokens_per_s": (out_tok + in_tok) / dur,
-        "requests_per_s": res.osl.size / dur,
-        "goodput_requests_per_s": attained * res.osl.size / dur,
+        "requests_per_s": done / dur,
+        "goodput_requests_per_s": attained * done / dur,
         "slo_attainment": attained,
-        "ttft_ms": percentiles(ttft[steady]),
-        "tpot_ms": percentiles(tpot[steady]),
+        "ttft_ms": percentiles(ttft[keep]),
+        "tpot_ms": percentiles(tpot[keep]),
         "itl_ms": _weighted_percentiles(res.iter_time_s * 1e3 * res.stream_steps,
                                         res.iter_decode),
-        "e2e_ms": percentiles(e2e[steady]),
+        "e2e_ms": percentiles(e2e[keep]),
+        **info,
         "kv_cache": {"blocks": res.num_blocks,
                      "peak_use": float(res.kv_used_blocks.max()) / res.num_blocks,
                      "mean_use": float(_time_mean(res.kv_t, res.kv_used_blocks))

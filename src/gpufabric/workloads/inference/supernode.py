@@ -61,12 +61,14 @@ def highest_passing(ok: Callable[[float], tuple[bool, Any]], start: float, steps
 def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float = 0.9,
              steps: int = 5, duration_s: float = 30.0) -> tuple[float, dict | None]:
     """The highest deployment rate (requests/s) at which ``attainment`` of the requests meet
-    the SLO, and the run at that rate. Each run offers at least ``duration_s`` seconds of
-    arrivals (and ``cfg.requests`` requests), so queues have time to build."""
+    the SLO, below the deployment's capacity, and the run at that rate. Each run offers at
+    least ``duration_s`` seconds of arrivals (and ``cfg.requests`` requests), so queues have
+    time to build; a rate above capacity fails however its short run went (its queue grows
+    without bound)."""
     def ok(rate: float) -> tuple[bool, dict]:
         n = max(cfg.requests or 0, int(rate * duration_s))
         r = serve(model, topo, replace(cfg, rate=rate, requests=n))
-        return r["slo_attainment"] >= attainment, r
+        return r["slo_attainment"] >= attainment and not r.get("overloaded"), r
     return highest_passing(ok, max(0.05, 0.02 * len(topo.gpus())), steps)
 
 

@@ -275,8 +275,10 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     rate = _num(wl.get("request_rate"))
     conc = _num(wl.get("concurrency"))
     batch = _num(wl.get("batch_size"))
-    cfg = ServeConfig(tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps, precision=prec,
-                      kv_dtype=kv, engine=entry_engine(e),
+    # a benchmark client's figures are over its whole run (its requests from the first send
+    # to the last answer); a stated duration's are its steady state (below)
+    cfg = ServeConfig(measure="run", tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps,
+                      precision=prec, kv_dtype=kv, engine=entry_engine(e),
                       isl=isl_n, osl=osl_n, dataset=dataset)
     if wl.get("max_num_tokens"):
         cfg.max_batched_tokens = _int(wl["max_num_tokens"], "max_num_tokens")
@@ -300,9 +302,11 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
             raise InputError(f"got {wl.get('duration_s')!r}; expected seconds > 0",
                              field="workload.duration_s")
         # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
-        # state: its arrivals over that time, up to MAX_STEADY_REQUESTS
+        # state: its arrivals over that time, up to MAX_STEADY_REQUESTS, its figures those
+        # of the steady state (LoadGen's run is long enough for its warm-up to vanish)
         cfg.requests = min(n_req, MAX_SIM_REQUESTS) if not dur else \
             min(int(rate * dur), MAX_STEADY_REQUESTS)
+        cfg.measure = "steady" if dur else "run"
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
     else:                                   # offline, or online at an infinite rate

@@ -1,0 +1,77 @@
+"""An online run's figures come from its steady state: the same throughput at any request
+count, a rate above capacity said to be one, and a request count that converges."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufabric.topology.build import from_spec
+from gpufabric.workloads.inference.serve import ServeConfig, serve
+
+#: Llama 3 8B on one H100 at 1000 in / 200 out: about 25 requests/s at saturation
+ONE_H100 = {"gpu": "H100-SXM", "gpus_per_node": 1}
+
+
+def _run(rate: float, requests: int | None, measure: str = "steady") -> dict:
+    return serve("llama3-8b", from_spec(ONE_H100),
+                 ServeConfig(rate=rate, requests=requests, isl=1000, osl=200, measure=measure))
+
+
+def test_a_stable_run_reports_the_same_throughput_at_any_request_count():
+    """At 5 requests/s (a fifth of capacity) the deployment serves what is offered, 5 x 200
+    output tokens/s, whether 500 or 8,000 requests are simulated; over the whole run (ramp
+    and drain in) a short run reports less."""
+    runs = [_run(5.0, n) for n in (500, 2000, 8000)]
+    for r in runs:
+        assert r["throughput_tokens_per_s"] == pytest.approx(1000.0, rel=0.03)
+        assert r["steady"]["requests"] < r["requests"]       # warm-up and drain left out
+        assert not r.get("overloaded")
+    whole = _run(5.0, 500, measure="run")
+    assert whole["measure"] == "run" and "steady" not in whole
+    assert whole["throughput_tokens_per_s"] < 0.97 * runs[0]["throughput_tokens_per_s"]
+
+
+def test_a_rate_above_capacity_says_so():
+    """At 60 requests/s the queue grows without bound: the run says it is overloaded, with
+    the capacity it serves, the same at any request count; its median TTFT grows with the
+    run's length (the latencies are that run's)."""
+    short, long = _run(60.0, 1000), _run(60.0, 8000)
+    for r in (short, long):
+        assert r["overloaded"] is True
+        assert 10 < r["capacity_requests_per_s"] < 60
+        assert r["requests_per_s"] == pytest.approx(r["capacity_requests_per_s"])
+    assert long["throughput_tokens_per_s"] == pytest.approx(short["throughput_tokens_per_s"],
+                                                            rel=0.03)
+    assert long["ttft_ms"]["p50"] > 2 * short["ttft_ms"]["p50"]
+    # below capacity the same deployment is not overloaded
+    assert _run(0.5 * short["capacity_requests_per_s"], None)["overloaded"] is False
+
+
+def test_no_stated_count_doubles_until_the_figures_converge():
+    r = _run(5.0, None)
+    conv = r["convergence"]
+    assert conv["converged"] and conv["requests"][:2] == [1000, 2000]
+    assert all(b == 2 * a for a, b in zip(conv["requests"], conv["requests"][1:]))
+    assert r["requests"] == conv["requests"][-1]
+
+
+def test_closed_loop_steady_state_starts_after_each_users_first_request():
+    r = serve("llama3-8b", from_spec(ONE_H100),
+              ServeConfig(concurrency=16, requests=400, isl=1000, osl=200))
+    st = r["steady"]
+    assert st["requests"] <= 400 - 16 and st["start_s"] > 0
+    assert "capacity_requests_per_s" not in r          # a closed loop cannot overload
+
+
+def test_cli_says_how_the_figures_were_taken(cli):
+    code, out, _ = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "60", "--isl", "1000",
+                       "--osl", "200")
+    assert code == 0
+    assert "# overloaded: 60 requests/s is above the capacity of " in out
+    code, out, _ = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "5", "--isl", "1000",
+                       "--osl", "200", "--requests", "500", "--measure", "run", "--json")
+    assert code == 0 and json.loads(out)["measure"] == "run"
+    code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "5", "--measure", "all")
+    assert code == 2 and "--measure: got 'all'; allowed: steady, run" in err

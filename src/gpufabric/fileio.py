@@ -10,7 +10,7 @@ Examples
 >>> import tempfile, os
 >>> d = tempfile.mkdtemp()
 >>> p = os.path.join(d, "box.yaml")
->>> write_text_atomic(p, "gpu: H100-SXM\\n")
+>>> write_output(p, "gpu: H100-SXM\\n")
 >>> load_yaml(p)
 {'gpu': 'H100-SXM'}
 >>> try:
@@ -316,8 +316,51 @@ def load_yaml(path: str | os.PathLike[str], *, what: str = "a YAML file") -> Any
     return parse_yaml(read_text(path, what=what, max_bytes=MAX_YAML_BYTES), name)
 
 
+def _output_target(path: str | os.PathLike[str], field: str | None
+                   ) -> tuple[str, os.stat_result | None]:
+    """What writing ``path`` means: (the path to write, its stat or None when there is none yet).
+
+    A symlink is followed to its target (the link stays); the target's rules apply. Anything
+    that cannot be written at all is an :class:`InputError`.
+    """
+    name = str(path)
+    if "\x00" in name:
+        raise InputError("not a file name (it holds a NUL byte)", file=name, field=field)
+    if not names_a_path(name):
+        raise InputError("not a file name (longer than the OS allows)", file=name, field=field)
+    try:
+        st: os.stat_result | None = os.stat(name)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise InputError(f"'{Path(name).parent}' is not a directory", file=name,
+                         field=field) from None
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    if st is None:
+        # a missing file, or a symlink to one: written where the link points
+        target = os.path.realpath(name) if os.path.islink(name) else name
+        return target, None
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise InputError("is a directory; give a file name", file=name, field=field)
+    if stat.S_ISREG(mode):
+        return os.path.realpath(name), st
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return name, st              # written through, never replaced
+    kind = "a socket" if stat.S_ISSOCK(mode) else "a block device" \
+        if stat.S_ISBLK(mode) else "not a regular file"
+    raise InputError(f"{kind}; allowed: a regular file (replaced whole), a character device "
+                     "such as /dev/null or a pipe (written through)", file=name, field=field)
+
+
 def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> Path:
-    """Check that ``path`` can be written as a file (before long work); returns its directory.
+    """Check that ``path`` can be written as :func:`write_output` writes it (before long work);
+    returns the directory the file is (or will be) in.
+
+    A regular file's directory is probed by creating and removing a temporary file in it, so a
+    read-only file system, ``/proc`` or a directory without write permission is refused here,
+    before the work, as it would be after it.
 
     Examples
     --------
@@ -326,58 +369,137 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
     ... except InputError as e:
     ...     print(e)
     .: --output: is a directory; give a file name
+    >>> try:
+    ...     check_output("/proc/report.html", field="--output")
+    ... except InputError as e:
+    ...     print(e)  # doctest: +ELLIPSIS
+    /proc/report.html: --output: cannot write in '/proc': ...
     """
     name = str(path)
-    p = Path(path)
-    parent = p.parent
-    if "\x00" in name:
-        raise InputError("not a file name (it holds a NUL byte)", file=name, field=field)
-    if p.is_dir():
-        raise InputError("is a directory; give a file name", file=name, field=field)
+    target, st = _output_target(path, field)
+    parent = Path(target).parent
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not os.access(target, os.W_OK):
+            raise InputError("cannot write: permission denied", file=name, field=field)
+        return parent
     if not parent.exists():
         raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
                          field=field)
     if not parent.is_dir():
         raise InputError(f"'{parent}' is not a directory", file=name, field=field)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write in '{parent}': permission denied", file=name,
-                         field=field)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
+    except OSError as exc:
+        raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
+                         field=field) from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
     return parent
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str, *,
-                      field: str | None = None) -> None:
-    """Write ``text`` to ``path`` all at once: nothing half-written on failure.
+def write_output(path: str | os.PathLike[str], text: str | bytes, *,
+                 field: str | None = None) -> None:
+    """Write an output (``-o``, ``--state``, a profile): the one writer of every command.
 
-    The directory must exist (a typo in it is not silently created); ``path`` must not be a
-    directory. The file gets the permissions the umask gives an ordinary file.
+    - A regular file (or a new one) is replaced whole: the text goes to a temporary file in
+      the same directory, is flushed to disk (fsync) and renamed over the old file, so a failed
+      write (a full disk, an interrupt) leaves the old file as it was and nothing half-written.
+      An existing file keeps its permission bits; a new one gets those the umask gives.
+    - A character device (``/dev/null``, ``/dev/stdout`` on a terminal) or a pipe (a FIFO,
+      ``/dev/stdout`` into ``|``, the shell's ``>(...)``) is written through, never replaced:
+      it stays what it was. A FIFO is opened as the shell's ``>`` opens it, waiting for its
+      reader.
+    - A symlink is followed: the file it points to is written under these rules, the link stays.
+    - A directory, a socket, a block device, a directory that does not exist or cannot be
+      written (read-only, ``/proc``), a full device (``/dev/full``): an :class:`InputError`.
 
     Examples
     --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> write_output(os.path.join(d, "a.yaml"), "x: 1\\n")
+    >>> open(os.path.join(d, "a.yaml")).read()
+    'x: 1\\n'
+    >>> write_output("/dev/null", "discarded")
     >>> try:
-    ...     write_text_atomic("no/such/dir/report.html", "x", field="--output")
+    ...     write_output("/dev/full", "x" * 100_000, field="--output")
+    ... except InputError as e:
+    ...     print(e)
+    /dev/full: --output: cannot write: No space left on device
+    >>> try:
+    ...     write_output("no/such/dir/report.html", "x", field="--output")
     ... except InputError as e:
     ...     print(e)
     no/such/dir/report.html: --output: directory 'no/such/dir' does not exist; create it first
     """
     name = str(path)
-    p = Path(path)
-    parent = check_output(p, field=field)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    target, st = _output_target(path, field)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        _write_through(name, target, data, field)
+        return
+    parent = Path(target).parent
+    if not parent.exists():
+        raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
+                         field=field)
+    if not parent.is_dir():
+        raise InputError(f"'{parent}' is not a directory", file=name, field=field)
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.")
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
     except OSError as exc:
         raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
                          field=field) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, p)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if st is not None:
+            mode = stat.S_IMODE(st.st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask      # mkstemp makes 0600; an output is an ordinary file
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(parent)
+
+
+def _write_through(name: str, target: str, data: bytes, field: str | None) -> None:
+    """Write ``data`` into an existing character device or FIFO, which stays what it is."""
+    try:
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):   # swapped since it was looked at
+            raise InputError("changed while being written; not written", file=name, field=field)
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Flush a rename in ``directory`` to disk, where the OS allows it (not Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

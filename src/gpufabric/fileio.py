@@ -23,12 +23,14 @@ DIR: is a directory; expected a file
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 import re
 import stat
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -219,6 +221,44 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
         raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}", file=name) from None
     _check_size(data, name, max_values)
     return data
+
+
+def csv_rows(text: str, name: str) -> Iterator[list[str]]:
+    """The rows of CSV text (every CSV gpufabric reads goes through here).
+
+    A field may be as long as the file itself (:func:`read_text` bounds that), not only
+    Python's default 131,072 characters. A quote that is never closed, or text after a closing
+    quote, is an :class:`InputError` naming the line the row starts on (rather than a field
+    that silently swallows the rest of the file).
+
+    Examples
+    --------
+    >>> rows = list(csv_rows("name,note\\np1," + "x" * 200_000 + "\\n", "t.csv"))
+    >>> rows[0], len(rows[1][1])
+    (['name', 'note'], 200000)
+    >>> try:
+    ...     list(csv_rows('a,b\\n1,2\\n3,"4\\n5,6\\n', "t.csv"))
+    ... except InputError as e:
+    ...     print(e)
+    t.csv: line 3: not valid CSV: a quoted field runs to the end of the file (its closing " is \
+missing)
+    """
+    import csv
+    if csv.field_size_limit() < MAX_TEXT_BYTES:
+        csv.field_size_limit(MAX_TEXT_BYTES)   # no field is longer than the file it is in
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            why = str(exc)
+            if "unexpected end of data" in why:
+                why = 'a quoted field runs to the end of the file (its closing " is missing)'
+            raise InputError(f"not valid CSV: {why}", file=name, field=f"line {start}") from None
+        yield row
 
 
 def _where(path: list[Any]) -> str | None:

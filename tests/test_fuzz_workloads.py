@@ -270,7 +270,7 @@ def test_absurd_serve_options_are_refused(cli, args, message):
 @pytest.mark.parametrize("args, message", [
     (["--seq-len", "0"], "--seq-len: must be a whole number of tokens >= 1, got 0"),
     (["--global-batch", "0"], "--global-batch: must be a whole number >= 1, got 0"),
-    (["--search", "--top", "0", "--json"], "--top: must be a whole number >= 1, got 0"),
+    (["--search", "--top", "0", "--json"], "--top: must be a whole number from 1 to 100, got 0"),
     (["--tp", "0"], "--tp: must be a whole number >= 1, got 0"),     # was a ZeroDivisionError
     (["--cp", "0"], "--cp: must be a whole number >= 1, got 0"),
 ])

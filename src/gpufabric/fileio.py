@@ -193,6 +193,11 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     ... except InputError as e:
     ...     print(e)
     x.yaml: a YAML alias refers to a value that contains it; allowed: aliases of finished values
+    >>> try:
+    ...     parse_yaml("gpu: H100-SXM\\nnodes: 2\\ngpu: A100-SXM4-80GB\\n", "box.yaml")
+    ... except InputError as e:
+    ...     print(e)
+    box.yaml: line 3: key 'gpu' given twice (first on line 1); allowed: each key once in a mapping
     """
     try:
         # count the parser's events first: a flat document too big to build is refused
@@ -207,7 +212,7 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
                 raise InputError(f"an integer of {len(ev.value):,} characters; allowed: numbers "
                                  f"of magnitude at most {MAX_NUMBER:g}", file=name,
                                  field=f"line {mark.line + 1}" if mark else None)
-        data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
+        data = _load_once_per_key(text, name)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -221,6 +226,86 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
         raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}", file=name) from None
     _check_size(data, name, max_values)
     return data
+
+
+def _load_once_per_key(text: str, name: str) -> Any:
+    """``yaml.load(text, Loader=_LOADER)``, refusing a mapping that gives a key twice.
+
+    PyYAML keeps the last of two equal keys without a word, so a file that says
+    ``gpus_per_node: 8`` and later ``gpus_per_node: 4`` would run with 4. The document is
+    composed (nodes with their lines), its mappings checked, then constructed: the same steps
+    ``yaml.load`` takes, with either loader (libyaml's or the pure-Python one).
+    """
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_keys_once(node, name)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+#: The tag of a YAML merge key (``<<: *base``), which may repeat keys of the mapping it merges.
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_keys_once(root: yaml.Node, name: str) -> None:
+    """An :class:`InputError` naming the line and key of a key given twice in one mapping
+    anywhere under ``root`` (each collection visited once, aliases included)."""
+    scalar, mapping = yaml.ScalarNode, yaml.MappingNode
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node) is mapping:
+            pairs = node.value
+            keys = [k.value for k, _ in pairs if type(k) is scalar]
+            if len(set(keys)) < len(keys):
+                _refuse_twice(root, node, name)
+            todo.extend(v for _, v in pairs if type(v) is not scalar)
+            todo.extend(k for k, _ in pairs if type(k) is not scalar)
+        elif type(node) is not scalar:
+            todo.extend(v for v in node.value if type(v) is not scalar)
+
+
+def _refuse_twice(root: yaml.Node, node: yaml.MappingNode, name: str) -> None:
+    """The error for a mapping whose keys repeat a text (if two are equal keys, not ``1`` and
+    ``'1'``, nor merge keys): the second key's line, the key's place in the document."""
+    first: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if type(key) is not yaml.ScalarNode or key.tag == _MERGE_TAG:
+            continue
+        line = key.start_mark.line + 1 if key.start_mark else 0
+        k = (key.tag, key.value)
+        if k in first:
+            shown = _where([*_path_to(root, node), key.value[:60]])
+            raise InputError(f"key {shown!r} given twice (first on line {first[k]}); allowed: "
+                             "each key once in a mapping", file=name, field=f"line {line}")
+        first[k] = line
+
+
+def _path_to(root: yaml.Node, target: yaml.Node) -> list[Any]:
+    """The keys and indices from ``root`` to ``target`` (``['links', 1]``); [] if not found."""
+    seen: set[int] = set()
+    todo: list[tuple[yaml.Node, list[Any]]] = [(root, [])]
+    while todo:
+        node, path = todo.pop()
+        if node is target:
+            return path
+        if id(node) in seen or type(node) is yaml.ScalarNode:
+            continue
+        seen.add(id(node))
+        if type(node) is yaml.MappingNode:
+            todo.extend((v, [*path, k.value if type(k) is yaml.ScalarNode else "?"])
+                        for k, v in node.value)
+        else:
+            todo.extend((v, [*path, i]) for i, v in enumerate(node.value))
+    return []
 
 
 def csv_rows(text: str, name: str) -> Iterator[list[str]]:

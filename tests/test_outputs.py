@@ -149,6 +149,23 @@ def test_a_symlink_to_a_device_writes_through(cli, tmp_path):
     assert link.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
+def test_dev_stdout_appends_to_the_file_the_shell_opened(tmp_path):
+    """``-o /dev/stdout >> log``: the file the shell opened is appended to, not replaced (its
+    earlier lines stay, and it stays the same file)."""
+    log = tmp_path / "log.txt"
+    log.write_text("earlier line\n")
+    inode = log.stat().st_ino
+    with open(log, "a") as out:
+        r = subprocess.run([sys.executable, "-c", "from gpufabric.cli import main; main()",
+                            "import", "nvidia-smi", str(NVSMI), "-o", "/dev/stdout", "--gpu",
+                            "A100-SXM4-40GB"], stdout=out, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = log.read_text()
+    assert text.startswith("earlier line\nname: dgx_a100_nv12\n")
+    assert log.stat().st_ino == inode
+
+
 def test_a_directory_a_socket_and_an_unwritable_place_are_refused(cli, tmp_path):
     assert _refused(cli, "import", "nvidia-smi", str(NVSMI), "-o", str(tmp_path)) == (
         f"{tmp_path}: --output: is a directory; give a file name")

@@ -441,9 +441,15 @@ def load_yaml(path: str | os.PathLike[str], *, what: str = "a YAML file") -> Any
     return parse_yaml(read_text(path, what=what, max_bytes=MAX_YAML_BYTES), name)
 
 
+#: A name for one of this process's open descriptors (``/dev/stdout``, ``/dev/fd/3``,
+#: ``/proc/self/fd/1``): written through to whatever the shell opened there.
+_FD_NAME = re.compile(r"/(dev/(stdout|stderr|fd/\d+)|proc/(self|thread-self|\d+)/fd/\d+)\Z")
+
+
 def _output_target(path: str | os.PathLike[str], field: str | None
-                   ) -> tuple[str, os.stat_result | None]:
-    """What writing ``path`` means: (the path to write, its stat or None when there is none yet).
+                   ) -> tuple[str, os.stat_result | None, bool]:
+    """What writing ``path`` means: (the path to write, its stat or None when there is none
+    yet, whether it is written through rather than replaced).
 
     A symlink is followed to its target (the link stays); the target's rules apply. Anything
     that cannot be written at all is an :class:`InputError`.
@@ -465,14 +471,16 @@ def _output_target(path: str | os.PathLike[str], field: str | None
     if st is None:
         # a missing file, or a symlink to one: written where the link points
         target = os.path.realpath(name) if os.path.islink(name) else name
-        return target, None
+        return target, None, False
     mode = st.st_mode
     if stat.S_ISDIR(mode):
         raise InputError("is a directory; give a file name", file=name, field=field)
     if stat.S_ISREG(mode):
-        return os.path.realpath(name), st
+        if _FD_NAME.match(os.path.abspath(name)):    # `-o /dev/stdout >> log`: appended to
+            return name, st, True
+        return os.path.realpath(name), st, False
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return name, st              # written through, never replaced
+        return name, st, True        # written through, never replaced
     kind = "a socket" if stat.S_ISSOCK(mode) else "a block device" \
         if stat.S_ISBLK(mode) else "not a regular file"
     raise InputError(f"{kind}; allowed: a regular file (replaced whole), a character device "
@@ -501,9 +509,9 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
     /proc/report.html: --output: cannot write in '/proc': ...
     """
     name = str(path)
-    target, st = _output_target(path, field)
+    target, st, through = _output_target(path, field)
     parent = Path(target).parent
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    if through:
         if not os.access(target, os.W_OK):
             raise InputError("cannot write: permission denied", file=name, field=field)
         return parent
@@ -533,7 +541,8 @@ def write_output(path: str | os.PathLike[str], text: str | bytes, *,
     - A character device (``/dev/null``, ``/dev/stdout`` on a terminal) or a pipe (a FIFO,
       ``/dev/stdout`` into ``|``, the shell's ``>(...)``) is written through, never replaced:
       it stays what it was. A FIFO is opened as the shell's ``>`` opens it, waiting for its
-      reader.
+      reader. A descriptor's name (``/dev/stdout``, ``/dev/fd/N``) that stands for a regular
+      file the shell opened (``> out.yaml``, ``>> log``) is appended to, never replaced.
     - A symlink is followed: the file it points to is written under these rules, the link stays.
     - A directory, a socket, a block device, a directory that does not exist or cannot be
       written (read-only, ``/proc``), a full device (``/dev/full``): an :class:`InputError`.
@@ -559,8 +568,8 @@ def write_output(path: str | os.PathLike[str], text: str | bytes, *,
     """
     name = str(path)
     data = text.encode("utf-8") if isinstance(text, str) else text
-    target, st = _output_target(path, field)
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    target, st, through = _output_target(path, field)
+    if through:
         _write_through(name, target, data, field)
         return
     parent = Path(target).parent
@@ -597,14 +606,18 @@ def write_output(path: str | os.PathLike[str], text: str | bytes, *,
 
 
 def _write_through(name: str, target: str, data: bytes, field: str | None) -> None:
-    """Write ``data`` into an existing character device or FIFO, which stays what it is."""
+    """Write ``data`` into an existing character device or FIFO, which stays what it is, or
+    append it to the file a descriptor name (``/dev/stdout``) stands for."""
+    fd_name = _FD_NAME.match(os.path.abspath(target)) is not None
     try:
-        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NOCTTY", 0)
+                     | (os.O_APPEND if fd_name else 0))
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
     try:
         mode = os.fstat(fd).st_mode
-        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):   # swapped since it was looked at
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+                or stat.S_ISREG(mode) and fd_name):   # swapped since it was looked at
             raise InputError("changed while being written; not written", file=name, field=field)
         view = memoryview(data)
         while view:

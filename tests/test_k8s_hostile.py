@@ -375,6 +375,28 @@ def test_a_flood_of_half_sent_connections_from_one_address_never_locks_out_anoth
             s.close()
 
 
+@pytest.mark.skipif(not _other_client_can_bind("127.0.0.2"), reason="no second loopback address")
+def test_announced_bodies_from_one_address_leave_room_for_another(server):
+    """Two requests from 127.0.0.1 announce the largest body (64 MiB) each and send none of it:
+    one address holds at most one such body's share, so 127.0.0.2 is answered at once."""
+    from gpufabric.k8s.http import MAX_BODY_BYTES
+    srv = server(Extender(load_node_infos(NODES)), request_timeout_s=3)
+    port = srv.server_address[1]
+    head = (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{" % MAX_BODY_BYTES)
+    hogs = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    try:
+        for h in hogs:
+            h.sendall(head)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert _filter_from(srv, "127.0.0.2", timeout_s=5) == 200
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        for h in hogs:
+            h.close()
+
+
 @pytest.mark.skipif(not _other_client_can_bind("127.0.0.6"), reason="no second loopback address")
 def test_connections_are_kept_for_clients_that_have_completed_a_request(server):
     """Idle connections from many addresses fill what they may (8 connections, 2 of them kept):

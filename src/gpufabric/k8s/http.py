@@ -353,6 +353,11 @@ class ExtenderServer(ThreadingHTTPServer):
                          "completed a request)")
         return None
 
+    def open_connections(self) -> int:
+        """Client connections being served now."""
+        with self._open_lock:
+            return len(self._open)
+
     def completed(self, host: str) -> None:
         """``host`` sent a request whole and was answered: it may use the reserved share."""
         with self._open_lock:

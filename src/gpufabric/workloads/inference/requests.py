@@ -218,7 +218,9 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
                              "and output length columns", file=path)
         for k in header:
             check_key(k, path, "header")
-        records = ((i + 2, dict(zip(header, r, strict=False))) for i, r in enumerate(rows))
+        width = len(header)              # a short row's missing fields are None, as csv's
+        records = ((i + 2, dict(zip(header, r + [None] * (width - len(r)), strict=False)))
+                   for i, r in enumerate(rows))
     t, isl, osl = _rows(records, path)
     if not t:
         raise InputError("no requests in trace", file=path)

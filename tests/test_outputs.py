@@ -67,14 +67,15 @@ def test_a_regular_file_is_replaced_whole_and_keeps_its_permissions(cli, tmp_pat
 
 def test_a_write_that_fails_halfway_leaves_the_old_file_whole(tmp_path):
     """A file-size limit (RLIMIT_FSIZE) makes the write fail after its first 4 KiB, in a real
-    process: the old file is as it was and no temporary file stays."""
+    process (as a full disk would): the old file is as it was and no temporary file stays."""
     out = tmp_path / "box.yaml"
     out.write_text("old: true\n")
     script = ("import resource, signal\n"
               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
               "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
               "from gpufabric.cli import main\n"
-              f"main(['compare', 'hgx-h100', '-o', {str(out)!r}])\n")
+              f"main(['import', 'nvidia-smi', {str(NVSMI)!r}, '--gpu', 'A100-SXM4-40GB', "
+              f"'-o', {str(out)!r}])\n")   # a 6.5 kB system file: the limit cuts it
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        timeout=120, env={**os.environ, "GPUFABRIC_PROGRESS": "off"})
     assert r.returncode == 2, r.stderr[-500:]

@@ -374,7 +374,8 @@ class ExtenderServer(ThreadingHTTPServer):
                 self._open[request] = host
                 self._per_client[host] = self._per_client.get(host, 0) + 1
         if refusal is not None:
-            try:
+            try:                      # never wait on the accepting thread: a fresh socket's
+                request.setblocking(False)   # buffer takes these 200 bytes, or they are lost
                 request.sendall(refusal)
             except OSError:
                 pass

@@ -38,7 +38,7 @@ def _sc(data, name="t.yaml"):
     ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
       "constraints": {"gpus": ["H1000"]}}, "constraints.gpus"),
     ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
-      "space": {"nodes": [0]}}, "space.nodes"),
+      "space": {"nodes": [0]}}, "space.nodes[0]"),
     ({"workload": {}}, "workload"),
 ])
 def test_a_bad_scenario_is_one_line_naming_the_field(data, field):

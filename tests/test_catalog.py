@@ -368,3 +368,40 @@ def test_network_switch_radix_and_breakouts():
     assert catalog.net_switch("SN5600").ports_at(400) == 128
     assert catalog.net_switch("SB7800").ports_at(400) == 0
     assert catalog.net_switch("Q3400").gbps == 800
+
+
+@pytest.mark.parametrize("name, watts", [("L40S", 350), ("L4", 72), ("RTX-4090", 450),
+                                         ("H100-PCIe", 350), ("MI300X", 750)])
+def test_a_gpu_s_tdp_is_its_datasheet_figure_with_the_source(cli, name, watts):
+    import json
+    assert catalog.gpu(name).tdp_W == watts
+    rows = json.loads(cli("catalog", "gpus", "--json")[1])
+    row = next(r for r in (rows if isinstance(rows, list) else rows["gpu"]) if r["name"] == name)
+    assert row["facts"]["tdp_W"] == watts
+    assert f"{watts} W" in row["sources"]["tdp_W"]
+    assert any(w in row["sources"]["tdp_W"] for w in ("datasheet", "data sheet",
+                                                       "specifications"))
+
+
+def test_a_power_cap_applies_to_a_gpu_whose_tdp_is_now_known(cli):
+    args = ("train", "llama3-8b", "gpu=L40S,gpus_per_node=8,scale_up=pcie,nodes=1", "--zero",
+            "3", "--recompute", "full", "--json")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    code, capped, err = cli(*args, "--power-cap", "250")
+    assert code == 0, err
+    assert json_step(capped) > json_step(out)           # a slower tensor clock
+    code, _, err = cli(*args, "--power-cap", "400")
+    assert err == ("gpufabric: error: --power-cap: must be a number above 0 and at most 350 W "
+                   "(L40S's TDP), got 400\n")
+
+
+def json_step(text: str) -> float:
+    import json
+    return json.loads(text)["step_time_s"]
+
+
+def test_help_shows_the_extra_to_install_whole(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, _ = cli("k8s", "extender", "--help")
+    assert code == 0 and "pip install 'gpufabric[k8s]'" in out

@@ -235,7 +235,8 @@ def test_a_model_file_is_read_like_every_other_file(tmp_path):
     ("arrival_s,isl,osl\n0,1e40,10\n",
      "row 2.isl: got '1e40'; expected a whole number of tokens from 1 to 100,000,000"),
     ('arrival_s,isl,osl\n0,"' + "x" * 200_000 + "\n",
-     "not valid CSV: field larger than field limit (131072)"),
+     'line 2: not valid CSV: a quoted field runs to the end of the file (its closing " is '
+     "missing)"),
     ("arrival_s,isl,osl\n0,10,1\n-1,10,1\n",
      "row 3.arrival_s: got '-1'; expected a number of seconds from 0 to 1e+12 or an ISO "
      "date-time"),
@@ -269,7 +270,7 @@ def test_absurd_serve_options_are_refused(cli, args, message):
 @pytest.mark.parametrize("args, message", [
     (["--seq-len", "0"], "--seq-len: must be a whole number of tokens >= 1, got 0"),
     (["--global-batch", "0"], "--global-batch: must be a whole number >= 1, got 0"),
-    (["--search", "--top", "0", "--json"], "--top: must be a whole number >= 1, got 0"),
+    (["--search", "--top", "0", "--json"], "--top: must be a whole number from 1 to 100, got 0"),
     (["--tp", "0"], "--tp: must be a whole number >= 1, got 0"),     # was a ZeroDivisionError
     (["--cp", "0"], "--cp: must be a whole number >= 1, got 0"),
 ])

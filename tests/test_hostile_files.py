@@ -324,6 +324,40 @@ def test_scheduler_trace_header(refused, tmp_path):
         "of at most 256 characters")
 
 
+# -- CSV fields of any length -------------------------------------------------------------------
+POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+              "deletion_time,scheduled_time")
+
+
+def test_a_csv_field_longer_than_pythons_default_limit_is_read(tmp_path):
+    """Python's csv module stops at 131,072 characters a field; gpufabric reads any field the
+    file-size bound allows (a long free-text column is data, not an error)."""
+    from gpufabric.scheduler.jobs import load_jobs
+    from gpufabric.workloads.inference.requests import load_trace
+    pods = tmp_path / "pods.csv"
+    pods.write_text(f"{POD_HEADER},note\n"
+                    "p1,1000,1000,1,1000,,LS,Running,0,100,0," + "z" * 200_000 + "\n"
+                    "p2,1000,1000,1,1000,,LS,Running,5,100,5,short\n")
+    assert load_jobs(str(pods)).names == ["p1", "p2"]
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,isl,osl,prompt\n0,10,10,\"" + "y" * 200_000 + "\"\n1,20,5,x\n")
+    assert load_trace(str(trace)).isl.tolist() == [10, 20]
+
+
+@pytest.mark.parametrize("command", ["schedule", "serve"])
+def test_a_csv_quote_never_closed_is_refused_at_its_line(refused, tmp_path, command):
+    f = tmp_path / "t.csv"
+    if command == "schedule":
+        f.write_text(f"{POD_HEADER}\np1,1000,1000,1,1000,,LS,Running,0,100,0\n"
+                     'p2,1000,1000,1,1000,"' + "x" * 200_000 + "\n")
+        args: tuple[str, ...] = ("schedule", str(f))
+    else:
+        f.write_text('arrival_s,isl,osl\n0,10,10\n1,"' + "x" * 200_000 + "\n2,30,30\n")
+        args = ("serve", "llama2-7b", "dgx-a100", "--trace", str(f), "--requests", "2")
+    assert refused(*args) == (f"{f}: line 3: not valid CSV: a quoted field runs to the end of "
+                              'the file (its closing " is missing)')
+
+
 # -- arguments longer than a file name can be ----------------------------------------------------
 LONG_SPEC = "gpu=H100-SXM,gpus_per_node=8," + ",".join(["nodes=1"] * 700)   # 4,929 characters
 

@@ -324,6 +324,106 @@ def test_connections_past_the_limit_are_told_503_and_the_rest_go_on(server):
     assert raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
 
 
+def _other_client_can_bind(address: str) -> bool:
+    """Whether this host routes a second loopback address (Linux routes all of 127/8)."""
+    try:
+        with socket.socket() as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+def _filter_from(srv: ExtenderServer, address: str, timeout_s: float = 5.0) -> int:
+    """A well-behaved client at ``address``: one filter call, its HTTP status."""
+    port = srv.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    conn.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s,
+                                         source_address=(address, 0))
+    conn.request("POST", "/filter", json.dumps({"Pod": pod("p", "1"), "Nodes": None,
+                                                "NodeNames": NAMES}),
+                 {"Content-Type": "application/json"})
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+@pytest.mark.skipif(not _other_client_can_bind("127.0.0.2"), reason="no second loopback address")
+def test_a_flood_of_half_sent_connections_from_one_address_never_locks_out_another(server):
+    """1,000 connections from 127.0.0.1, each with half a request line and headers sent and
+    then silent: the extender holds 64 of them (one client's share) and answers the rest 503
+    at once, so a client at 127.0.0.2 is answered in well under its timeout."""
+    srv = server(Extender(load_node_infos(NODES)))
+    port = srv.server_address[1]
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            flood.append(s)
+        flood[-1].settimeout(5)
+        refusal = flood[-1].recv(4096)
+        assert refusal.startswith(b"HTTP/1.1 503 ")
+        assert json.loads(refusal.split(b"\r\n\r\n", 1)[1]) == {
+            "Error": "gpufabric: too many connections from 127.0.0.1 (at most 64 from one "
+                     "client); try again"}
+        t0 = time.monotonic()
+        assert _filter_from(srv, "127.0.0.2", timeout_s=5) == 200
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        for s in flood:
+            s.close()
+
+
+@pytest.mark.skipif(not _other_client_can_bind("127.0.0.2"), reason="no second loopback address")
+def test_announced_bodies_from_one_address_leave_room_for_another(server):
+    """Two requests from 127.0.0.1 announce the largest body (64 MiB) each and send none of it:
+    one address holds at most one such body's share, so 127.0.0.2 is answered at once."""
+    from gpufabric.k8s.http import MAX_BODY_BYTES
+    srv = server(Extender(load_node_infos(NODES)), request_timeout_s=3)
+    port = srv.server_address[1]
+    head = (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{" % MAX_BODY_BYTES)
+    hogs = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    try:
+        for h in hogs:
+            h.sendall(head)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert _filter_from(srv, "127.0.0.2", timeout_s=5) == 200
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        for h in hogs:
+            h.close()
+
+
+@pytest.mark.skipif(not _other_client_can_bind("127.0.0.6"), reason="no second loopback address")
+def test_connections_are_kept_for_clients_that_have_completed_a_request(server):
+    """Idle connections from many addresses fill what they may (8 connections, 2 of them kept):
+    a new address is told 503, a client that completed a request before is still served."""
+    srv = server(Extender(load_node_infos(NODES)), max_connections=8, max_per_client=2,
+                 reserved=2)
+    port = srv.server_address[1]
+    assert _filter_from(srv, "127.0.0.2") == 200           # the scheduler, before the flood
+    idle = [socket.create_connection(("127.0.0.1", port), source_address=(f"127.0.0.{a}", 0))
+            for a in (3, 4, 5) for _ in range(2)]
+    try:
+        until = time.monotonic() + 10
+        while srv.open_connections() < 6 and time.monotonic() < until:
+            time.sleep(0.05)                                 # accepted: 6 of 8 held
+        assert srv.open_connections() == 6
+        with socket.create_connection(("127.0.0.1", port), timeout=5,
+                                      source_address=("127.0.0.6", 0)) as fresh:
+            fresh.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = fresh.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 503 ") and b"kept for clients that have completed" \
+            in reply
+        assert _filter_from(srv, "127.0.0.2") == 200
+    finally:
+        for s in idle:
+            s.close()
+
+
 # -- a restart loses nothing ------------------------------------------------------------------
 
 def test_a_restart_rebuilds_the_state_from_the_state_file(tmp_path, server):

@@ -341,3 +341,100 @@ def test_a_layout_no_cheap_change_fixes_points_to_search(cli):
     assert error(cli, "train", "llama3-70b", "hgx-h100", "--tp", "8") == (
         "memory: needs 182.1 GiB per GPU, H100-SXM has 80; no --zero, --recompute or "
         "--micro-batch setting fits this layout; try --search")
+
+
+# -- 8. values past what they can mean -----------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (SERVE + ("--concurrency", "1000000000", "--requests", "200"),
+     "--concurrency: must be a whole number from 1 to 200 (at most --requests: each user of the "
+     "closed loop sends one request at least), got 1000000000"),
+    (SERVE + ("--concurrency", "5000"),
+     "--concurrency: must be a whole number from 1 to 1,000 (at most --requests, 1,000 unless "
+     "given: each user of the closed loop sends one request at least), got 5000"),
+    (TRAIN + ("--power-cap", "1e9"),
+     "--power-cap: must be a number above 0 and at most 700 W (H100-SXM's TDP), got 1e+09"),
+    (TRAIN + ("--search", "--top", "1000000000"),
+     "--top: must be a whole number from 1 to 100, got 1000000000"),
+])
+def test_values_past_their_meaning_are_refused_with_the_range(cli, args, message):
+    assert error(cli, *args) == message
+
+
+def test_a_power_cap_at_the_tdp_is_allowed(cli):
+    code, out, err = cli(*TRAIN, "--zero", "2", "--power-cap", "700", "--json")
+    assert code == 0, err
+    uncapped = json.loads(cli(*TRAIN, "--zero", "2", "--json")[1])
+    assert json.loads(out)["step_time_s"] == uncapped["step_time_s"]
+
+
+SCENARIO = ("workloads:\n"
+            "  train: {model: llama3-8b, tokens: 1e12, global_batch: 512, seq_len: 8192}\n")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("", None),
+    ("  serve: {model: llama3-8b, rate: 2, slo_tpot_ms: 50}\n"
+     "  services: [{name: db, cores: 64, memory_GB: 1e30}]\n",
+     "workloads.services[0].memory_GB: must be a number above 0 and at most 1e+06 GB, got 1e+30"),
+    ("space: {gpus_per_node: [100000]}\n",
+     "space.gpus_per_node[0]: must be a whole number from 1 to 576, got 100000"),
+    ("space: {nodes: [8, 10000000]}\n",
+     "space.nodes[1]: must be a whole number from 1 to 100,000, got 10000000"),
+    ("space: {oversubscription: [2, 1e9]}\n",
+     "space.oversubscription[1]: must be a number from 1 to 511 (downlinks per uplink), "
+     "got '1e9'"),
+    ("constraints: {power_kW: 1e20}\n",
+     "constraints.power_kW: must be a number above 0 and at most 1e+07, got 1e+20"),
+])
+def test_an_advise_scenario_number_past_its_range_is_refused(cli, tmp_path, extra, message):
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO.replace("tokens: 1e12", "tokens: 1e308") + extra)
+    assert error(cli, "advise", str(f)) == (
+        f"{f}: workloads.train.tokens: must be a number above 0 and at most 1e+15, got 1e+308")
+    if message:
+        f.write_text(SCENARIO + extra)
+        assert error(cli, "advise", str(f)) == f"{f}: {message}"
+
+
+# -- 9. a key given twice ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loader", ["SafeLoader", "CSafeLoader"])
+def test_a_yaml_key_given_twice_is_refused_naming_line_and_key(cli, tmp_path, monkeypatch,
+                                                               loader):
+    """PyYAML keeps the last of two equal keys without a word; every YAML file gpufabric reads
+    refuses it instead, with libyaml's loader and the pure-Python one alike."""
+    import yaml
+
+    from gpufabric import fileio
+    if not hasattr(yaml, loader):
+        pytest.skip(f"PyYAML without {loader}")
+    monkeypatch.setattr(fileio, "_LOADER", getattr(yaml, loader))
+    box = tmp_path / "box.yaml"
+    box.write_text("gpu: H100-SXM\ngpus_per_node: 8\nnodes: 2\ngpus_per_node: 4\n")
+    assert error(cli, "show", str(box)) == (
+        f"{box}: line 4: key 'gpus_per_node' given twice (first on line 2); allowed: each key "
+        "once in a mapping")
+    box.write_text("gpu: H100-SXM\nhost:\n  sockets: 2\n  cpu: xeon-8480\n  sockets: 1\n")
+    assert error(cli, "show", str(box)) == (
+        f"{box}: line 5: key 'host.sockets' given twice (first on line 3); allowed: each key "
+        "once in a mapping")
+    s = tmp_path / "s.yaml"
+    s.write_text(SCENARIO + "objective: fastest\nobjective: lowest-cost\n")
+    assert error(cli, "advise", str(s)) == (
+        f"{s}: line 4: key 'objective' given twice (first on line 3); allowed: each key once "
+        "in a mapping")
+    # a merge key, and the same text as a number and as a string, are not repeats
+    box.write_text("base: &b {gpu: H100-SXM, nodes: 1}\nsys:\n  <<: *b\n  nodes: 2\n"
+                   "n: {1: a, '1': b}\n")
+    assert fileio.load_yaml(box)["sys"] == {"gpu": "H100-SXM", "nodes": 2}
+
+
+def test_no_yaml_file_shipped_gives_a_key_twice():
+    from gpufabric.fileio import load_yaml
+    root = Path(__file__).resolve().parents[1]
+    files = [p for d in ("src", "tests/data", "tests/fixtures", "examples", "docs")
+             for p in (root / d).rglob("*.y*ml") if p.suffix in (".yaml", ".yml")]
+    assert len(files) > 50
+    for p in files:
+        load_yaml(p)          # raises on a key given twice (or any other fault)

@@ -209,7 +209,9 @@ def test_power_cap_slows_the_tensor_clock_by_the_cube_root():
     capped = power_capped(g, 500)
     assert round(capped.tflops["bf16"], 1) == 884.1          # 989 x (500/700)^(1/3)
     assert capped.hbm_GBps == g.hbm_GBps                     # memory keeps its clock
-    assert power_capped(g, 800).tflops == g.tflops           # a cap above the TDP: no change
+    assert power_capped(g, 700).tflops == g.tflops           # a cap at the TDP: no change
+    with pytest.raises(InputError, match=r"at most 700 W \(H100-SXM's TDP\), got 800"):
+        power_capped(g, 800)                                 # above it: a typo, refused
     with pytest.raises(InputError, match="has no TDP in the catalog"):
         power_capped(gpu_spec("T4"), 50)
     assert power_cap({"gpu_variant": "96GB HBM2e (Grand Teton)", "power_cap_W": 500}) == 500

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from typing import Any
 
 
 #: Longest file name (or inline spec) and field an error line shows; longer ones are cut.
@@ -64,6 +65,74 @@ class InputError(ValueError):
         if field_prefix:
             field = f"{field_prefix}.{field}" if field else field_prefix
         return InputError(self.message, file=self.file or file, field=field)
+
+
+def _shown(v: object) -> str:
+    """A value as an error echoes it: floats in ``%g``, huge integers by their digit count."""
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**30:
+        try:
+            return f"an integer of {len(str(abs(v))):,} digits"
+        except ValueError:                      # str refuses past 4,300 digits
+            return "an integer of more than 4,300 digits"
+    return clip(repr(v) if isinstance(v, str) else str(v))
+
+
+def allowed_range(lo: float | None, hi: float | None = None, *, integer: bool = False,
+                  above: bool = False) -> str:
+    """What :func:`check_range` allows, in words: ``a whole number from 1 to 576``,
+    ``a number above 0 and at most 700``.
+
+    >>> allowed_range(1, integer=True), allowed_range(0, 3, integer=True)
+    ('a whole number >= 1', 'a whole number from 0 to 3')
+    >>> allowed_range(0, above=True), allowed_range(0, 1e15, above=True)
+    ('a number above 0', 'a number above 0 and at most 1e+15')
+    """
+    def f(v: float) -> str:
+        return f"{int(v):,}" if integer else f"{v:g}"
+    kind = "a whole number" if integer else "a number"
+    if lo is None:
+        return f"{kind} at most {f(hi)}" if hi is not None else kind
+    if above:
+        return f"{kind} above {f(lo)}" + (f" and at most {f(hi)}" if hi is not None else "")
+    return f"{kind} >= {f(lo)}" if hi is None else f"{kind} from {f(lo)} to {f(hi)}"
+
+
+def check_range(value: Any, lo: float | None, hi: float | None = None, *,
+                field: str | None, file: str | None = None, integer: bool = False,
+                above: bool = False, unit: str = "", why: str = "") -> Any:
+    """``value`` if it is a number in range, else an :class:`InputError` naming the field and
+    the allowed range: the one range check of command options and file fields.
+
+    ``lo`` is allowed unless ``above``; ``hi`` is allowed (None: no upper bound). ``integer``
+    asks for a whole number (``bool`` is never one). ``nan`` and infinities are out of every
+    range. ``unit`` follows the range (`` W``), ``why`` follows that (`` (H100-SXM's TDP)``).
+
+    Examples
+    --------
+    >>> check_range(8, 1, 576, field="gpus_per_node", integer=True)
+    8
+    >>> try:
+    ...     check_range(1e9, 0, 700, field="--power-cap", above=True, unit=" W",
+    ...                 why=" (H100-SXM's TDP)")
+    ... except InputError as e:
+    ...     print(e)
+    --power-cap: must be a number above 0 and at most 700 W (H100-SXM's TDP), got 1e+09
+    >>> try:
+    ...     check_range("8", 1, 576, field="gpus_per_node", file="s.yaml", integer=True)
+    ... except InputError as e:
+    ...     print(e)
+    s.yaml: gpus_per_node: must be a whole number from 1 to 576, got '8'
+    """
+    import math
+    v = value
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if ok and not isinstance(v, bool) and (not isinstance(v, float) or math.isfinite(v)) and (
+            lo is None or (v > lo if above else v >= lo)) and (hi is None or v <= hi):
+        return value
+    raise InputError(f"must be {allowed_range(lo, hi, integer=integer, above=above)}{unit}{why}, "
+                     f"got {_shown(value)}", file=file, field=field)
 
 
 def _model_tokens(name: str) -> set[str]:

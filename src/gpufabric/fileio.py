@@ -10,7 +10,7 @@ Examples
 >>> import tempfile, os
 >>> d = tempfile.mkdtemp()
 >>> p = os.path.join(d, "box.yaml")
->>> write_text_atomic(p, "gpu: H100-SXM\\n")
+>>> write_output(p, "gpu: H100-SXM\\n")
 >>> load_yaml(p)
 {'gpu': 'H100-SXM'}
 >>> try:
@@ -23,12 +23,14 @@ DIR: is a directory; expected a file
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 import re
 import stat
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -191,6 +193,11 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     ... except InputError as e:
     ...     print(e)
     x.yaml: a YAML alias refers to a value that contains it; allowed: aliases of finished values
+    >>> try:
+    ...     parse_yaml("gpu: H100-SXM\\nnodes: 2\\ngpu: A100-SXM4-80GB\\n", "box.yaml")
+    ... except InputError as e:
+    ...     print(e)
+    box.yaml: line 3: key 'gpu' given twice (first on line 1); allowed: each key once in a mapping
     """
     try:
         # count the parser's events first: a flat document too big to build is refused
@@ -205,7 +212,7 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
                 raise InputError(f"an integer of {len(ev.value):,} characters; allowed: numbers "
                                  f"of magnitude at most {MAX_NUMBER:g}", file=name,
                                  field=f"line {mark.line + 1}" if mark else None)
-        data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
+        data = _load_once_per_key(text, name)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -219,6 +226,124 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
         raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}", file=name) from None
     _check_size(data, name, max_values)
     return data
+
+
+def _load_once_per_key(text: str, name: str) -> Any:
+    """``yaml.load(text, Loader=_LOADER)``, refusing a mapping that gives a key twice.
+
+    PyYAML keeps the last of two equal keys without a word, so a file that says
+    ``gpus_per_node: 8`` and later ``gpus_per_node: 4`` would run with 4. The document is
+    composed (nodes with their lines), its mappings checked, then constructed: the same steps
+    ``yaml.load`` takes, with either loader (libyaml's or the pure-Python one).
+    """
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_keys_once(node, name)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+#: The tag of a YAML merge key (``<<: *base``), which may repeat keys of the mapping it merges.
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_keys_once(root: yaml.Node, name: str) -> None:
+    """An :class:`InputError` naming the line and key of a key given twice in one mapping
+    anywhere under ``root`` (each collection visited once, aliases included)."""
+    scalar, mapping = yaml.ScalarNode, yaml.MappingNode
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node) is mapping:
+            pairs = node.value
+            keys = [k.value for k, _ in pairs if type(k) is scalar]
+            if len(set(keys)) < len(keys):
+                _refuse_twice(root, node, name)
+            todo.extend(v for _, v in pairs if type(v) is not scalar)
+            todo.extend(k for k, _ in pairs if type(k) is not scalar)
+        elif type(node) is not scalar:
+            todo.extend(v for v in node.value if type(v) is not scalar)
+
+
+def _refuse_twice(root: yaml.Node, node: yaml.MappingNode, name: str) -> None:
+    """The error for a mapping whose keys repeat a text (if two are equal keys, not ``1`` and
+    ``'1'``, nor merge keys): the second key's line, the key's place in the document."""
+    first: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if type(key) is not yaml.ScalarNode or key.tag == _MERGE_TAG:
+            continue
+        line = key.start_mark.line + 1 if key.start_mark else 0
+        k = (key.tag, key.value)
+        if k in first:
+            shown = _where([*_path_to(root, node), key.value[:60]])
+            raise InputError(f"key {shown!r} given twice (first on line {first[k]}); allowed: "
+                             "each key once in a mapping", file=name, field=f"line {line}")
+        first[k] = line
+
+
+def _path_to(root: yaml.Node, target: yaml.Node) -> list[Any]:
+    """The keys and indices from ``root`` to ``target`` (``['links', 1]``); [] if not found."""
+    seen: set[int] = set()
+    todo: list[tuple[yaml.Node, list[Any]]] = [(root, [])]
+    while todo:
+        node, path = todo.pop()
+        if node is target:
+            return path
+        if id(node) in seen or type(node) is yaml.ScalarNode:
+            continue
+        seen.add(id(node))
+        if type(node) is yaml.MappingNode:
+            todo.extend((v, [*path, k.value if type(k) is yaml.ScalarNode else "?"])
+                        for k, v in node.value)
+        else:
+            todo.extend((v, [*path, i]) for i, v in enumerate(node.value))
+    return []
+
+
+def csv_rows(text: str, name: str) -> Iterator[list[str]]:
+    """The rows of CSV text (every CSV gpufabric reads goes through here).
+
+    A field may be as long as the file itself (:func:`read_text` bounds that), not only
+    Python's default 131,072 characters. A quote that is never closed, or text after a closing
+    quote, is an :class:`InputError` naming the line the row starts on (rather than a field
+    that silently swallows the rest of the file).
+
+    Examples
+    --------
+    >>> rows = list(csv_rows("name,note\\np1," + "x" * 200_000 + "\\n", "t.csv"))
+    >>> rows[0], len(rows[1][1])
+    (['name', 'note'], 200000)
+    >>> try:
+    ...     list(csv_rows('a,b\\n1,2\\n3,"4\\n5,6\\n', "t.csv"))
+    ... except InputError as e:
+    ...     print(e)
+    t.csv: line 3: not valid CSV: a quoted field runs to the end of the file (its closing " is \
+missing)
+    """
+    import csv
+    if csv.field_size_limit() < MAX_TEXT_BYTES:
+        csv.field_size_limit(MAX_TEXT_BYTES)   # no field is longer than the file it is in
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            why = str(exc)
+            if "unexpected end of data" in why:
+                why = 'a quoted field runs to the end of the file (its closing " is missing)'
+            raise InputError(f"not valid CSV: {why}", file=name, field=f"line {start}") from None
+        yield row
 
 
 def _where(path: list[Any]) -> str | None:
@@ -316,8 +441,59 @@ def load_yaml(path: str | os.PathLike[str], *, what: str = "a YAML file") -> Any
     return parse_yaml(read_text(path, what=what, max_bytes=MAX_YAML_BYTES), name)
 
 
+#: A name for one of this process's open descriptors (``/dev/stdout``, ``/dev/fd/3``,
+#: ``/proc/self/fd/1``): written through to whatever the shell opened there.
+_FD_NAME = re.compile(r"/(dev/(stdout|stderr|fd/\d+)|proc/(self|thread-self|\d+)/fd/\d+)\Z")
+
+
+def _output_target(path: str | os.PathLike[str], field: str | None
+                   ) -> tuple[str, os.stat_result | None, bool]:
+    """What writing ``path`` means: (the path to write, its stat or None when there is none
+    yet, whether it is written through rather than replaced).
+
+    A symlink is followed to its target (the link stays); the target's rules apply. Anything
+    that cannot be written at all is an :class:`InputError`.
+    """
+    name = str(path)
+    if "\x00" in name:
+        raise InputError("not a file name (it holds a NUL byte)", file=name, field=field)
+    if not names_a_path(name):
+        raise InputError("not a file name (longer than the OS allows)", file=name, field=field)
+    try:
+        st: os.stat_result | None = os.stat(name)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise InputError(f"'{Path(name).parent}' is not a directory", file=name,
+                         field=field) from None
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    if st is None:
+        # a missing file, or a symlink to one: written where the link points
+        target = os.path.realpath(name) if os.path.islink(name) else name
+        return target, None, False
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise InputError("is a directory; give a file name", file=name, field=field)
+    if stat.S_ISREG(mode):
+        if _FD_NAME.match(os.path.abspath(name)):    # `-o /dev/stdout >> log`: appended to
+            return name, st, True
+        return os.path.realpath(name), st, False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return name, st, True        # written through, never replaced
+    kind = "a socket" if stat.S_ISSOCK(mode) else "a block device" \
+        if stat.S_ISBLK(mode) else "not a regular file"
+    raise InputError(f"{kind}; allowed: a regular file (replaced whole), a character device "
+                     "such as /dev/null or a pipe (written through)", file=name, field=field)
+
+
 def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> Path:
-    """Check that ``path`` can be written as a file (before long work); returns its directory.
+    """Check that ``path`` can be written as :func:`write_output` writes it (before long work);
+    returns the directory the file is (or will be) in.
+
+    A regular file's directory is probed by creating and removing a temporary file in it, so a
+    read-only file system, ``/proc`` or a directory without write permission is refused here,
+    before the work, as it would be after it.
 
     Examples
     --------
@@ -326,58 +502,142 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
     ... except InputError as e:
     ...     print(e)
     .: --output: is a directory; give a file name
+    >>> try:
+    ...     check_output("/proc/report.html", field="--output")
+    ... except InputError as e:
+    ...     print(e)  # doctest: +ELLIPSIS
+    /proc/report.html: --output: cannot write in '/proc': ...
     """
     name = str(path)
-    p = Path(path)
-    parent = p.parent
-    if "\x00" in name:
-        raise InputError("not a file name (it holds a NUL byte)", file=name, field=field)
-    if p.is_dir():
-        raise InputError("is a directory; give a file name", file=name, field=field)
+    target, st, through = _output_target(path, field)
+    parent = Path(target).parent
+    if through:
+        if not os.access(target, os.W_OK):
+            raise InputError("cannot write: permission denied", file=name, field=field)
+        return parent
     if not parent.exists():
         raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
                          field=field)
     if not parent.is_dir():
         raise InputError(f"'{parent}' is not a directory", file=name, field=field)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write in '{parent}': permission denied", file=name,
-                         field=field)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
+    except OSError as exc:
+        raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
+                         field=field) from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
     return parent
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str, *,
-                      field: str | None = None) -> None:
-    """Write ``text`` to ``path`` all at once: nothing half-written on failure.
+def write_output(path: str | os.PathLike[str], text: str | bytes, *,
+                 field: str | None = None) -> None:
+    """Write an output (``-o``, ``--state``, a profile): the one writer of every command.
 
-    The directory must exist (a typo in it is not silently created); ``path`` must not be a
-    directory. The file gets the permissions the umask gives an ordinary file.
+    - A regular file (or a new one) is replaced whole: the text goes to a temporary file in
+      the same directory, is flushed to disk (fsync) and renamed over the old file, so a failed
+      write (a full disk, an interrupt) leaves the old file as it was and nothing half-written.
+      An existing file keeps its permission bits; a new one gets those the umask gives.
+    - A character device (``/dev/null``, ``/dev/stdout`` on a terminal) or a pipe (a FIFO,
+      ``/dev/stdout`` into ``|``, the shell's ``>(...)``) is written through, never replaced:
+      it stays what it was. A FIFO is opened as the shell's ``>`` opens it, waiting for its
+      reader. A descriptor's name (``/dev/stdout``, ``/dev/fd/N``) that stands for a regular
+      file the shell opened (``> out.yaml``, ``>> log``) is appended to, never replaced.
+    - A symlink is followed: the file it points to is written under these rules, the link stays.
+    - A directory, a socket, a block device, a directory that does not exist or cannot be
+      written (read-only, ``/proc``), a full device (``/dev/full``): an :class:`InputError`.
 
     Examples
     --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> write_output(os.path.join(d, "a.yaml"), "x: 1\\n")
+    >>> open(os.path.join(d, "a.yaml")).read()
+    'x: 1\\n'
+    >>> write_output("/dev/null", "discarded")
     >>> try:
-    ...     write_text_atomic("no/such/dir/report.html", "x", field="--output")
+    ...     write_output("/dev/full", "x" * 100_000, field="--output")
+    ... except InputError as e:
+    ...     print(e)
+    /dev/full: --output: cannot write: No space left on device
+    >>> try:
+    ...     write_output("no/such/dir/report.html", "x", field="--output")
     ... except InputError as e:
     ...     print(e)
     no/such/dir/report.html: --output: directory 'no/such/dir' does not exist; create it first
     """
     name = str(path)
-    p = Path(path)
-    parent = check_output(p, field=field)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    target, st, through = _output_target(path, field)
+    if through:
+        _write_through(name, target, data, field)
+        return
+    parent = Path(target).parent
+    if not parent.exists():
+        raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
+                         field=field)
+    if not parent.is_dir():
+        raise InputError(f"'{parent}' is not a directory", file=name, field=field)
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.")
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
     except OSError as exc:
         raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
                          field=field) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, p)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if st is not None:
+            mode = stat.S_IMODE(st.st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask      # mkstemp makes 0600; an output is an ordinary file
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(parent)
+
+
+def _write_through(name: str, target: str, data: bytes, field: str | None) -> None:
+    """Write ``data`` into an existing character device or FIFO, which stays what it is, or
+    append it to the file a descriptor name (``/dev/stdout``) stands for."""
+    fd_name = _FD_NAME.match(os.path.abspath(target)) is not None
+    try:
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NOCTTY", 0)
+                     | (os.O_APPEND if fd_name else 0))
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+                or stat.S_ISREG(mode) and fd_name):   # swapped since it was looked at
+            raise InputError("changed while being written; not written", file=name, field=field)
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=name, field=field) from None
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Flush a rename in ``directory`` to disk, where the OS allows it (not Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any
 
 from gpufabric import catalog
-from gpufabric.errors import InputError
+from gpufabric.errors import InputError, check_range
 from gpufabric.fileio import load_yaml, names_a_path, parse_yaml
 
 OBJECTIVES = ("lowest-cost", "fastest", "tokens-per-watt", "cost-per-million-tokens")
@@ -40,6 +40,33 @@ CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_g
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
                    "amortize_years")
 SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud")
+
+# The largest value each number may take: past these a scenario is a typo, and sums and products
+# of it would overflow or run for ever. Each is far above any real plan.
+#: Training tokens: Llama 3 was trained on 15.6e12; 64 times that.
+MAX_TRAIN_TOKENS = 1e15
+#: Optimizer steps (at one step a second, 30 years).
+MAX_STEPS = 1_000_000_000
+#: Sequences in a global batch (Llama 3 405B: 2,048 of 8,192 tokens at the end).
+MAX_GLOBAL_BATCH = 10_000_000
+#: Tokens of one sequence or request (serving's bound, ``serve --isl``).
+MAX_SEQ_TOKENS = 100_000_000
+#: A deadline (hours): a hundred years.
+MAX_HOURS = 876_000.0
+#: Requests per second of a serving workload.
+MAX_RATE = 1_000_000.0
+#: Users of a closed loop (serving's most requests in one run).
+MAX_USERS = 5_000_000
+#: An SLO target (ms): a day.
+MAX_SLO_MS = 86_400_000.0
+#: CPU cores and memory (GB) of a service beside the GPUs: a thousand of the largest servers.
+MAX_SERVICE_CORES, MAX_SERVICE_MEMORY_GB = 1_000_000, 1_000_000.0
+#: Budgets, power and GPU counts of the constraints.
+MAX_CAPEX_USD, MAX_USD_PER_HOUR, MAX_POWER_KW, MAX_GPUS = 1e13, 1e9, 1e7, 10_000_000
+#: Years a purchase is paid off over.
+MAX_AMORTIZE_YEARS = 100.0
+#: Servers of a design in the space (the largest cluster built holds about 25,000 8-GPU ones).
+MAX_SPACE_NODES = 100_000
 
 
 @dataclass(frozen=True)
@@ -150,7 +177,10 @@ def _section(data: Any, keys: tuple[str, ...], file: str, where: str) -> dict[st
 
 
 def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = False,
-         minimum: float = 0.0, strict: bool = True, default: Any = None) -> Any:
+         minimum: float = 0.0, strict: bool = True, maximum: float | None = None,
+         unit: str = "", default: Any = None) -> Any:
+    """``d[key]`` checked to lie above ``minimum`` (at or above it unless ``strict``) and at most
+    ``maximum`` (:func:`~gpufabric.errors.check_range`); ``default`` when absent."""
     if key not in d or d[key] is None:
         return default
     v = d[key]
@@ -159,14 +189,10 @@ def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = 
             v = float(v)
         except ValueError:
             pass
-    what = "a whole number" if integer else "a number"
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or (v <= minimum if strict else v < minimum):
-        raise InputError(f"expected {what} {'>' if strict else '>='} {minimum:g}, got {v!r}",
-                         file=file, field=f"{where}.{key}")
-    return v
-
-
+    if integer and strict:                       # "> 0" of a whole number: from 1
+        minimum, strict = int(minimum) + 1, False
+    return check_range(v, minimum, maximum, above=strict, integer=integer, unit=unit,
+                       file=file, field=f"{where}.{key}")
 def _model(d: dict[str, Any], file: str, where: str) -> str:
     from gpufabric.workloads.models import load_model
     name = d.get("model")
@@ -193,18 +219,22 @@ def _train(d: Any, file: str) -> Train | None:
     w = "workloads.train"
     d = _section(d, TRAIN_KEYS, file, w)
     model = _model(d, file, w)
-    gb = _num(d, "global_batch", file, w, integer=True)
-    seq = _num(d, "seq_len", file, w, integer=True)
+    gb = _num(d, "global_batch", file, w, integer=True, maximum=MAX_GLOBAL_BATCH)
+    seq = _num(d, "seq_len", file, w, integer=True, maximum=MAX_SEQ_TOKENS)
     for k, v in (("global_batch", gb), ("seq_len", seq)):
         if v is None:
             raise InputError("required", file=file, field=f"{w}.{k}")
-    tokens, steps = _num(d, "tokens", file, w), _num(d, "steps", file, w, integer=True)
+    tokens = _num(d, "tokens", file, w, maximum=MAX_TRAIN_TOKENS)
+    steps = _num(d, "steps", file, w, integer=True, maximum=MAX_STEPS)
     if (tokens is None) == (steps is None):
         raise InputError("give exactly one of tokens or steps", file=file, field=f"{w}.tokens")
     total = float(tokens) if tokens is not None else float(steps * gb * seq)
+    if tokens is None:
+        check_range(total, 0, MAX_TRAIN_TOKENS, above=True, file=file, field=f"{w}.steps",
+                    why=" tokens (steps x global_batch x seq_len)")
     return Train(model=model, tokens=total, global_batch=gb, seq_len=seq,
                  precision=_precision(d, file, w),
-                 deadline_hours=_num(d, "deadline_hours", file, w))
+                 deadline_hours=_num(d, "deadline_hours", file, w, maximum=MAX_HOURS))
 
 
 def _serve(d: Any, file: str) -> Serve | None:
@@ -213,11 +243,13 @@ def _serve(d: Any, file: str) -> Serve | None:
     w = "workloads.serve"
     d = _section(d, SERVE_KEYS, file, w)
     model = _model(d, file, w)
-    rate, conc = _num(d, "rate", file, w), _num(d, "concurrency", file, w, integer=True)
+    rate = _num(d, "rate", file, w, maximum=MAX_RATE, unit=" requests/s")
+    conc = _num(d, "concurrency", file, w, integer=True, maximum=MAX_USERS)
     if (rate is None) == (conc is None):
         raise InputError("give exactly one of rate (requests/s) or concurrency (users)",
                          file=file, field=f"{w}.rate")
-    ttft, tpot = _num(d, "slo_ttft_ms", file, w), _num(d, "slo_tpot_ms", file, w)
+    ttft = _num(d, "slo_ttft_ms", file, w, maximum=MAX_SLO_MS, unit=" ms")
+    tpot = _num(d, "slo_tpot_ms", file, w, maximum=MAX_SLO_MS, unit=" ms")
     if ttft is None and tpot is None:
         raise InputError("give an SLO: slo_ttft_ms and/or slo_tpot_ms", file=file,
                          field=f"{w}.slo_tpot_ms")
@@ -228,8 +260,8 @@ def _serve(d: Any, file: str) -> Serve | None:
         raise InputError("disaggregated (pd) runs take a rate, not a concurrency", file=file,
                          field=f"{w}.pd")
     return Serve(model=model, rate=rate, concurrency=conc, pd=pd,
-                 isl=_num(d, "isl", file, w, integer=True, default=1024),
-                 osl=_num(d, "osl", file, w, integer=True, default=256),
+                 isl=_num(d, "isl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=1024),
+                 osl=_num(d, "osl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=256),
                  slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w))
 
 
@@ -243,11 +275,12 @@ def _services(d: Any, file: str) -> tuple[Service, ...]:
     for i, e in enumerate(d):
         w = f"workloads.services[{i}]"
         e = _section(e, SERVICE_KEYS, file, w)
-        cores = _num(e, "cores", file, w, integer=True)
+        cores = _num(e, "cores", file, w, integer=True, maximum=MAX_SERVICE_CORES)
         if cores is None:
             raise InputError("required", file=file, field=f"{w}.cores")
         out.append(Service(name=str(e.get("name", f"service{i}")), cores=cores,
-                           memory_GB=float(_num(e, "memory_GB", file, w, default=0.0) or 0.0)))
+                           memory_GB=float(_num(e, "memory_GB", file, w, unit=" GB",
+                                                maximum=MAX_SERVICE_MEMORY_GB) or 0.0)))
     return tuple(out)
 
 
@@ -281,24 +314,28 @@ def _constraints(d: Any, file: str) -> Constraints:
         raise InputError(f"expected true or false, got {eth!r}", file=file,
                          field=f"{w}.ethernet_only")
     return Constraints(
-        budget_capex_usd=_num(d, "budget_capex_usd", file, w),
-        budget_usd_per_hour=_num(d, "budget_usd_per_hour", file, w),
-        power_kW=_num(d, "power_kW", file, w),
-        max_gpus=_num(d, "max_gpus", file, w, integer=True),
+        budget_capex_usd=_num(d, "budget_capex_usd", file, w, maximum=MAX_CAPEX_USD),
+        budget_usd_per_hour=_num(d, "budget_usd_per_hour", file, w, maximum=MAX_USD_PER_HOUR),
+        power_kW=_num(d, "power_kW", file, w, maximum=MAX_POWER_KW),
+        max_gpus=_num(d, "max_gpus", file, w, integer=True, maximum=MAX_GPUS),
         gpus=_gpu_names(d.get("gpus"), file, f"{w}.gpus"),
         exclude_gpus=_gpu_names(d.get("exclude_gpus"), file, f"{w}.exclude_gpus"),
         vendors=_vendors(d.get("vendors"), file, f"{w}.vendors"),
         deployment=str(dep), ethernet_only=eth,
-        amortize_years=float(_num(d, "amortize_years", file, w, default=4.0) or 4.0))
+        amortize_years=float(_num(d, "amortize_years", file, w, maximum=MAX_AMORTIZE_YEARS,
+                                  default=4.0) or 4.0))
 
 
-def _int_list(v: Any, file: str, where: str, default: tuple) -> tuple:
+def _int_list(v: Any, file: str, where: str, default: tuple, hi: int) -> tuple:
+    """A non-empty list of whole numbers from 1 to ``hi``, each checked by
+    :func:`~gpufabric.errors.check_range` (``default`` when absent)."""
     if v is None:
         return default
-    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int)
-                                               or x < 1 for x in v):
-        raise InputError(f"expected a list of whole numbers >= 1, got {v!r}", file=file,
-                         field=where)
+    if not isinstance(v, list) or not v:
+        raise InputError(f"expected a list of whole numbers from 1 to {hi:,}, got {v!r}",
+                         file=file, field=where)
+    for i, x in enumerate(v):
+        check_range(x, 1, hi, integer=True, file=file, field=f"{where}[{i}]")
     return tuple(v)
 
 
@@ -318,18 +355,23 @@ def _space(d: Any, file: str) -> Space:
         if not isinstance(fabrics, list) or any(f not in FABRICS for f in fabrics):
             raise InputError(f"got {fabrics!r}; allowed: a list of {', '.join(FABRICS)}",
                              file=file, field=f"{w}.fabrics")
+    from gpufabric.topology.schema import MAX_GPUS_PER_DOMAIN, MAX_OVERSUBSCRIPTION
     over = d.get("oversubscription")
-    if over is not None and (not isinstance(over, list) or any(
-            isinstance(x, bool) or not isinstance(x, (int, float)) or x < 1 for x in over)):
-        raise InputError(f"expected a list of numbers >= 1, got {over!r}", file=file,
-                         field=f"{w}.oversubscription")
+    if over is not None:
+        if not isinstance(over, list):
+            raise InputError(f"expected a list of numbers from 1 to {MAX_OVERSUBSCRIPTION}, "
+                             f"got {over!r}", file=file, field=f"{w}.oversubscription")
+        for i, x in enumerate(over):
+            check_range(x, 1, MAX_OVERSUBSCRIPTION, file=file, field=f"{w}.oversubscription[{i}]",
+                        why=" (downlinks per uplink)")
     cloud = d.get("cloud", True)
     if not isinstance(cloud, bool):
         raise InputError(f"expected true or false, got {cloud!r}", file=file,
                          field=f"{w}.cloud")
     return Space(gpus_per_node=_int_list(d.get("gpus_per_node"), file, f"{w}.gpus_per_node",
-                                         base.gpus_per_node),
-                 nodes=_int_list(d.get("nodes"), file, f"{w}.nodes", base.nodes),
+                                         base.gpus_per_node, MAX_GPUS_PER_DOMAIN),
+                 nodes=_int_list(d.get("nodes"), file, f"{w}.nodes", base.nodes,
+                                 MAX_SPACE_NODES),
                  nics=nics or (), fabrics=tuple(fabrics or base.fabrics),
                  oversubscription=tuple(float(x) for x in (over or base.oversubscription)),
                  cloud=cloud)

@@ -155,7 +155,7 @@ def core_demand(sc) -> float:
 def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
     from gpufabric.advise import core
     from gpufabric.collectives import Model
-    from gpufabric.fileio import write_text_atomic
+    from gpufabric.fileio import write_output
     from gpufabric.report.advice import render
     from gpufabric.topology.build import load
     points = [{"design": core.describe(c), "hourly_usd": core.hourly(c),
@@ -165,4 +165,4 @@ def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
             "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated, **counts}
     topo = load(adv.ranked[0].system, materialize_nodes=Model.SAMPLE_NODES) \
         if adv.ranked else None
-    write_text_atomic(output, render(data, topo), field="--output")
+    write_output(output, render(data, topo), field="--output")

@@ -103,7 +103,7 @@ def bench(
     """Measure collectives on this machine with a real backend (nccl-tests, torch.distributed
     or MPI; processes on this host over loopback), print the nccl-tests table and write a
     measurements file for `gpufabric validate` and `gpufabric calibrate`."""
-    from gpufabric.fileio import check_output, write_text_atomic
+    from gpufabric.fileio import check_output, write_output
     from gpufabric.measure import bench as b
     ops = _ops(op)
     if not 1 <= ranks <= b.MAX_RANKS:
@@ -132,7 +132,7 @@ def bench(
                          field="--timeout")
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     ents = b.entries(res, name, sys_entry, needs, facts, when)
-    write_text_atomic(output, yaml.safe_dump(ents, sort_keys=False), field="--output")
+    write_output(output, yaml.safe_dump(ents, sort_keys=False), field="--output")
     for note in res.notes:
         print(f"gpufabric: note: {note}", file=sys.stderr)
     if json:

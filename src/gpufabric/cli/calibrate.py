@@ -32,7 +32,7 @@ def calibrate(
     """Fit the physical parameters the measurements constrain (per transport: usable share of
     the rate, per-hop latency; per forced protocol: efficiency), write them as a profile,
     and print validate's error on the held-out points before and after."""
-    from gpufabric.fileio import check_output, write_text_atomic
+    from gpufabric.fileio import check_output, write_output
     from gpufabric.measure.calibrate import HOLD_OUT, calibrate as fit, profile_yaml
     if hold_out not in HOLD_OUT:
         raise InputError(f"unknown hold-out '{hold_out}'; allowed: {', '.join(HOLD_OUT)}",
@@ -40,7 +40,7 @@ def calibrate(
     check_output(output, field="--output")
     with Progress("calibrate") as progress:
         res = fit(measurements, system, hold_out, on_step=progress.step)
-    write_text_atomic(output, profile_yaml(res), field="--output")
+    write_output(output, profile_yaml(res), field="--output")
     if json:
         emit_json(res)
         return

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import typer
 
 from gpufabric import __version__
-from gpufabric.errors import InputError
+from gpufabric.errors import InputError, check_range
 
 
 def _click(module: str) -> Any:
@@ -99,12 +99,9 @@ def whole(lo: int = 1, hi: int | None = None) -> Callable[..., Any]:
     ...     print(e)
     --zero: must be a whole number from 0 to 3, got 4
     """
-    allowed = f">= {lo}" if hi is None else f"from {lo} to {hi:,}"
-
     def check(param: typer.CallbackParam, value: Any) -> Any:
-        if value is not None and (value < lo or (hi is not None and value > hi)):
-            raise InputError(f"must be a whole number {allowed}, got {value}",
-                             field=flag_name(param))
+        if value is not None:
+            check_range(value, lo, hi, integer=True, field=flag_name(param))
         return value
     return check
 
@@ -120,9 +117,8 @@ def above(lo: float) -> Callable[..., Any]:
     --power-cap: must be a number above 0, got nan
     """
     def check(param: typer.CallbackParam, value: Any) -> Any:
-        if value is not None and not value > lo:
-            raise InputError(f"must be a number above {lo:g}, got {value:g}",
-                             field=flag_name(param))
+        if value is not None:
+            check_range(value, lo, above=True, field=flag_name(param))
         return value
     return check
 

@@ -31,9 +31,9 @@ def extender_cmd(
     nodes: str | None = typer.Option(
         None, "--nodes", help="Nodes known from the start: a JSON/YAML NodeList file, or what "
         "`gpufabric schedule --nodes` takes (gpu_node, a CSV, 'hgx-h100*4+cpu*2')."),
-    kubeconfig: str | None = typer.Option(
+    kubeconfig: str | None = typer.Option(   # "\\[": the help's rich markup would eat "[k8s]"
         None, "--kubeconfig", help="Read Nodes and Pods from the API server and bind through "
-        "it: a kubeconfig path or 'in-cluster'. Needs `pip install gpufabric[k8s]`."),
+        "it: a kubeconfig path or 'in-cluster'. Needs `pip install 'gpufabric\\[k8s]'`."),
     policy: str = typer.Option("topology-fgd", "--policy", help="Placement policy (see "
                                "`gpufabric schedule --policy`)."),
     workload: str | None = typer.Option(

@@ -10,7 +10,7 @@ import yaml
 
 from gpufabric.cli.common import app, emit_json
 from gpufabric.errors import InputError
-from gpufabric.fileio import check_output, write_text_atomic
+from gpufabric.fileio import check_output, write_output
 
 
 @app.command()
@@ -52,7 +52,7 @@ def discover(
     for line in d.notes:
         print(f"gpufabric: note: {line}", file=sys.stderr)
     if output is not None:
-        write_text_atomic(output, text, field="--output")
+        write_output(output, text, field="--output")
     if json:
         emit_json(d.report())
     elif output is None:

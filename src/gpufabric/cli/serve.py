@@ -272,6 +272,13 @@ def serve(
             raise InputError(f"applies only to trtllm-normal and vllm-random, not {ds.name}",
                              field="--dataset-spread")
         dataset = ds.name
+    if concurrency is not None and (requests is None or requests >= 1):
+        from gpufabric.errors import check_range    # users who would never send a request
+        by_default = "" if requests is not None else f", {DEFAULT_REQUESTS:,} unless given"
+        check_range(concurrency, 1, DEFAULT_REQUESTS if requests is None else requests,
+                    integer=True, field="--concurrency",
+                    why=f" (at most --requests{by_default}: each user of the closed loop "
+                        "sends one request at least)")
     check_engine(engine)
     check_format(precision, "weights")
     if kv_dtype is not None:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufabric.cli.common import Progress, app, emit_json, profile_option
-from gpufabric.fileio import check_output, read_text, write_text_atomic
+from gpufabric.fileio import check_output, read_text, write_output
 
 console = Console()
 
@@ -225,7 +225,7 @@ def import_nvidia_smi(
     data = nvsmi.to_system(m, name or file.stem, gpu_model=gpu, file=str(file))
     out = yaml.safe_dump(data, sort_keys=False)
     from_yaml_text(out, str(file))   # read back as `show` reads the file, before it is written
-    write_text_atomic(output, out, field="--output")
+    write_output(output, out, field="--output")
     gens = sorted({ln["gen"] for ln in data["links"] if ln["kind"] == "nvlink" and "gen" in ln})
     if gens:   # no --gpu: the NVLink generation, and so every NVLink speed, is a guess
         taken = ", ".join(f"NVLink {g} ({catalog.peer_link(f'nvlink{g}').per_link_GBps:g} GB/s "
@@ -304,7 +304,7 @@ def compare(systems_: list[str] | None = typer.Argument(
                                   progress=progress.part("inference serving"))
         if not no_html:
             from gpufabric.report.html import render_report
-            write_text_atomic(output, render_report(topos, rows, heat=heat_op, training=training,
+            write_output(output, render_report(topos, rows, heat=heat_op, training=training,
                                                     inference=serving), field="--output")
             progress.step("report")
     if json:

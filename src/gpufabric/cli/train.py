@@ -129,7 +129,8 @@ def train(
                                          "given on the command line override it."),
     search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
                                  "throughput instead of timing one."),
-    top: int = typer.Option(5, "--top", callback=whole(1), help="Layouts to print with --search."),
+    top: int = typer.Option(5, "--top", callback=whole(1, 100),
+                            help="Layouts to print with --search."),
     ray: bool = typer.Option(False, "--ray", help="Run the search on a local Ray instance."),
     ray_address: str | None = typer.Option(None, "--ray-address",
                                            help="Run the search on this Ray cluster."),
@@ -179,6 +180,9 @@ def train(
             _print_result(r, i)
         return
     topo = _topology(system)
+    if power_cap is not None:        # a limit above the TDP would cap nothing, silently
+        from gpufabric.workloads.compute import gpu_spec, power_capped
+        power_capped(gpu_spec(topo.gpus()[0].model), power_cap, field="--power-cap")
     per_domain, domains = topo.scale_up()
     gpus = per_domain * domains
     if dp is None:

@@ -15,7 +15,9 @@ to ``<urlPrefix>/<verb>`` with ``Content-Type: application/json`` and treats any
   413 for a body over :data:`MAX_BODY_BYTES`; 414 / 431 for a request line / headers over the
   standard library's limits (64 KiB, 100 headers); 415 for a body whose Content-Type is
   not ``application/json`` (none is taken as JSON); 503 when :data:`MAX_CONNECTIONS`
-  connections are open already;
+  connections are open already, when the client's address holds
+  :data:`MAX_CONNECTIONS_PER_CLIENT` of them, or when only the :data:`RESERVED_CONNECTIONS`
+  kept for clients that have completed a request are left and this one never has;
   500 with ``Error`` for an unexpected failure, after which the extender rebuilds its derived
   model from its records (:meth:`Extender.recover`) and keeps serving;
 - ``GET /healthz`` answers ``ok`` (for the Deployment's probes).
@@ -24,7 +26,9 @@ A client that stalls, sends half a body or disconnects costs one line on stderr 
 connection, nothing else: a request, once its first byte arrives, must arrive whole within
 :data:`REQUEST_TIMEOUT_S`; a kept-alive connection may wait :data:`IDLE_TIMEOUT_S` for its
 next request and is then closed quietly. At most :data:`BODY_BUDGET_BYTES` of request bodies
-are held at once, so memory stays bounded whatever the clients send.
+are held at once (:data:`MAX_BODY_BYTES` for one client address), so memory stays bounded
+whatever the clients send, and a flood of idle or half-sent connections from one address (or
+many) never delays another client's answer.
 
 Calls are served one at a time under one lock (the state is one cluster), on a threading server
 with HTTP/1.1 keep-alive, so a slow client does not block the others while it sends.
@@ -38,6 +42,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -53,6 +58,16 @@ REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 120.0
 #: Connections served at once; one more is answered 503 and closed.
 MAX_CONNECTIONS = 256
+#: Connections one client address may hold at once; one more from it is answered 503 and
+#: closed, so a flood from one address leaves three quarters of :data:`MAX_CONNECTIONS` to the
+#: others (kube-scheduler holds a few: one per call in flight).
+MAX_CONNECTIONS_PER_CLIENT = 64
+#: Connections kept for clients that have completed a request before (kube-scheduler, the
+#: probes): a client address that never has is answered 503 once only these are left, so idle
+#: or half-sent connections from many addresses cannot lock out the scheduler either.
+RESERVED_CONNECTIONS = 64
+#: Client addresses remembered as having completed a request (oldest forgotten first).
+KNOWN_CLIENTS = 4096
 #: Bytes of request bodies held at once, over all connections (two bodies of the largest
 #: size); a request waits for its share (up to :data:`REQUEST_TIMEOUT_S`, then 503), so a
 #: client that stalls holds only the bytes it announced.
@@ -141,6 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         if self.path.rstrip("/").endswith("healthz"):
+            self.server.completed(_host(self.client_address))
             data = b"ok"
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
@@ -175,14 +191,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(415, error_reply(verb, f"gpufabric: {verb}: Content-Type "
                                                 f"'{kind[:100]}'; expected application/json"))
             return
-        if not self.server.bodies.take(n, self.server.request_timeout_s):
+        client = _host(self.client_address)
+        if not self.server.bodies.take(n, self.server.request_timeout_s, client):
             self._refuse(503, error_reply(verb, "gpufabric: too many request bytes in flight; "
                                                 "try again"))
             return
         try:
             self._answer(verb, n)
         finally:
-            self.server.bodies.give(n)
+            self.server.bodies.give(n, client)
 
     def _answer(self, verb: str, n: int) -> None:
         try:
@@ -195,6 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.log_error("closed the connection after %d of %d body bytes", len(raw), n)
             self.close_connection = True
             return
+        self.server.completed(_host(self.client_address))   # sent a request whole
         try:
             args = json.loads(raw, parse_constant=_no_constant)
         except (ValueError, RecursionError) as exc:
@@ -229,33 +247,53 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Budget:
-    """Bytes shared by all connections: :meth:`take` waits until ``n`` are free."""
+    """Bytes shared by all connections: :meth:`take` waits until ``n`` are free, and until the
+    client holds at most ``per_client`` with them (so one address cannot hold them all)."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, per_client: int):
         self.free = total
+        self.per_client = per_client
+        self.held: dict[str, int] = {}
         self.cond = threading.Condition()
 
-    def take(self, n: int, timeout_s: float) -> bool:
+    def take(self, n: int, timeout_s: float, client: str = "") -> bool:
+        def fits() -> bool:
+            return self.free >= n and self.held.get(client, 0) + n <= self.per_client
         with self.cond:
-            return self.cond.wait_for(lambda: self.free >= n, timeout_s) and self._sub(n)
+            if not self.cond.wait_for(fits, timeout_s):
+                return False
+            self.free -= n
+            self.held[client] = self.held.get(client, 0) + n
+            return True
 
-    def _sub(self, n: int) -> bool:
-        self.free -= n
-        return True
-
-    def give(self, n: int) -> None:
+    def give(self, n: int, client: str = "") -> None:
         with self.cond:
             self.free += n
+            left = self.held.get(client, 0) - n
+            if left > 0:
+                self.held[client] = left
+            else:
+                self.held.pop(client, None)
             self.cond.notify_all()
+
+
+def _host(client_address: Any) -> str:
+    """The address part of a client address (IPv4 or IPv6 tuple; a Unix socket's path)."""
+    return str(client_address[0]) if isinstance(client_address, tuple) else str(client_address)
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_BUSY_BODY = b'{"Error":"gpufabric: too many connections; try again"}'
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+def _busy(message: str) -> bytes:
+    """A whole 503 answer carrying ``message`` as its ``Error`` (sent without a handler)."""
+    body = json.dumps({"Error": f"gpufabric: {message}; try again"}).encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+_BUSY = _busy("too many connections")
 
 
 class ExtenderServer(ThreadingHTTPServer):
@@ -273,11 +311,16 @@ class ExtenderServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    #: Connections the kernel queues before they are accepted: a flood of connection attempts
+    #: must not leave a good client's waiting in a full queue (the standard library's is 5).
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "",
                  verbose: bool = False, request_timeout_s: float = REQUEST_TIMEOUT_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS):
+                 max_connections: int = MAX_CONNECTIONS,
+                 max_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
+                 reserved: int | None = None):
         super().__init__(address, _Handler)
         self.extender = extender
         self.prefix = prefix.rstrip("/")
@@ -285,20 +328,55 @@ class ExtenderServer(ThreadingHTTPServer):
         self.request_timeout_s = request_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_connections = max_connections
+        self.max_per_client = max_per_client
+        # a quarter of the connections (64 of 256) are kept for clients known to complete
+        self.reserved = min(RESERVED_CONNECTIONS, max_connections // 4) if reserved is None \
+            else reserved
         self.lock = threading.Lock()
-        self.bodies = _Budget(BODY_BUDGET_BYTES)
+        self.bodies = _Budget(BODY_BUDGET_BYTES, per_client=MAX_BODY_BYTES)
         self.errors = 0
-        self._open: set[Any] = set()
+        self._open: dict[Any, str] = {}           # connection -> client address
+        self._per_client: dict[str, int] = {}
+        self._known: OrderedDict[str, None] = OrderedDict()
         self._open_lock = threading.Lock()
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def _admit(self, host: str) -> bytes | None:
+        """None if a new connection from ``host`` may be served now, else the 503 to send."""
+        mine = self._per_client.get(host, 0)
+        if mine >= self.max_per_client:
+            return _busy(f"too many connections from {host[:60]} (at most "
+                         f"{self.max_per_client} from one client)")
+        if len(self._open) >= self.max_connections:
+            return _BUSY
+        if len(self._open) >= self.max_connections - self.reserved and host not in self._known:
+            return _busy("too many connections (the rest are kept for clients that have "
+                         "completed a request)")
+        return None
+
+    def open_connections(self) -> int:
+        """Client connections being served now."""
         with self._open_lock:
-            busy = len(self._open) >= self.max_connections
-            if not busy:
-                self._open.add(request)
-        if busy:
-            try:
-                request.sendall(_BUSY)
+            return len(self._open)
+
+    def completed(self, host: str) -> None:
+        """``host`` sent a request whole and was answered: it may use the reserved share."""
+        with self._open_lock:
+            self._known[host] = None
+            self._known.move_to_end(host)
+            while len(self._known) > KNOWN_CLIENTS:
+                self._known.popitem(last=False)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        host = _host(client_address)
+        with self._open_lock:
+            refusal = self._admit(host)
+            if refusal is None:
+                self._open[request] = host
+                self._per_client[host] = self._per_client.get(host, 0) + 1
+        if refusal is not None:
+            try:                      # never wait on the accepting thread: a fresh socket's
+                request.setblocking(False)   # buffer takes these 200 bytes, or they are lost
+                request.sendall(refusal)
             except OSError:
                 pass
             self.shutdown_request(request)
@@ -310,7 +388,13 @@ class ExtenderServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             with self._open_lock:
-                self._open.discard(request)
+                host = self._open.pop(request, None)
+                if host is not None:
+                    left = self._per_client[host] - 1
+                    if left:
+                        self._per_client[host] = left
+                    else:
+                        del self._per_client[host]
 
     def close_connections(self) -> None:
         """Close every client connection now (after :meth:`shutdown`: nothing more is read)."""

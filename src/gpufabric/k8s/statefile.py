@@ -4,9 +4,11 @@ Without ``--kubeconfig`` nothing else remembers what the extender gave out, so a
 hand the same GPUs out again. :class:`StateFile` keeps the records as a journal of JSON lines,
 one per change (``bind``, ``forget``, ``gang``, ``ungang``), each written and flushed before the
 verb answers, so a killed extender loses nothing it has answered. Loading replays the journal
-(the last record of a pod or gang wins) and rewrites it compacted, through a temporary file and
-a rename, so a crash while compacting leaves the old journal whole; a running extender compacts
-it the same way once it holds four times more lines than live records. A line that cannot be read
+(the last record of a pod or gang wins) and rewrites it compacted through the one output writer
+(:func:`~gpufabric.fileio.write_output`: a temporary file and a rename), so a crash while
+compacting leaves the old journal whole; a running extender compacts it the same way once it
+holds four times more lines than live records. A symlink is followed; a state file that is not a
+regular file (a device, a FIFO) is refused. A line that cannot be read
 (the half-written last line of a killed process) is skipped with one note on stderr; a file that
 is not a journal at all is refused.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpufabric.errors import InputError
+from gpufabric.fileio import write_output
 from gpufabric.k8s.objects import MAX_GPUS_PER_NODE, PodInfo
 from gpufabric.scheduler.state import MILLI, Request
 
@@ -86,6 +89,10 @@ class StateFile:
         if self.path.is_dir():
             raise InputError("is a directory; expected the extender's state file",
                              file=str(self.path), field="--state")
+        if self.path.exists() and not self.path.is_file():
+            raise InputError("not a regular file; the state file is read back at start, so it "
+                             "must be one (or not exist yet)", file=str(self.path),
+                             field="--state")
         if self.path.exists():
             with open(self.path, encoding="utf-8", errors="replace") as fh:
                 first = fh.readline()
@@ -136,15 +143,9 @@ class StateFile:
     def compact(self, binds: Any, gangs: Any) -> None:
         """Rewrite the journal as just these records (atomically), and keep it open."""
         self.close()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            self.lines = 0
-            for rec in (HEADER, *binds, *gangs):
-                fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
-                self.lines += 1
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        lines = [json.dumps(rec, separators=(",", ":")) + "\n" for rec in (HEADER, *binds, *gangs)]
+        write_output(self.path, "".join(lines), field="--state")
+        self.lines = len(lines)
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def write(self, rec: dict) -> None:

@@ -19,8 +19,6 @@ Examples
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -29,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError, clip, unknown_name
-from gpufabric.fileio import check_key, path_kind, read_text
+from gpufabric.fileio import check_key, csv_rows, path_kind, read_text
 
 from gpufabric.scheduler import synthetic
 from gpufabric.scheduler.openb import KINDS, QOS_PRIORITY
@@ -237,7 +235,7 @@ def read_csv(path: Path, required: tuple[str, ...], allowed: tuple[str, ...]
              ) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a CSV, checking the header names the required columns."""
     text = read_text(path, what="a CSV file")
-    rows = list(csv.reader(io.StringIO(text, newline="")))
+    rows = list(csv_rows(text, str(path)))
     if not rows:
         raise InputError(f"empty file; expected a header with columns {','.join(allowed)}",
                          file=str(path))

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from gpufabric import catalog
 from gpufabric import params as _params
-from gpufabric.errors import InputError
+from gpufabric.errors import InputError, check_range
 from gpufabric.params import Param
 from gpufabric.workloads.models import ModelSpec
 
@@ -228,21 +228,26 @@ def gpu_spec(name: str) -> GPUSpec:
                    {k: float(v) for k, v in tf.items()}, float(g.tdp_W))
 
 
-def power_capped(spec: GPUSpec, cap_W: float) -> GPUSpec:
+def power_capped(spec: GPUSpec, cap_W: float, *, field: str = "power_cap_W") -> GPUSpec:
     """``spec`` run under a board power limit of ``cap_W``: every compute peak scaled by the
-    sustained clock ``(cap / TDP) ** POWER_CLOCK_EXP`` (HBM keeps its own clock). A cap at or
-    above the TDP changes nothing; a part without a recorded TDP cannot be capped.
+    sustained clock ``(cap / TDP) ** POWER_CLOCK_EXP`` (HBM keeps its own clock). A cap must
+    be above 0 and at most the TDP (a cap at the TDP changes nothing); a part without a
+    recorded TDP cannot be capped. ``field`` names the cap in errors.
 
     >>> g = power_capped(gpu_spec("H100-SXM"), 500)
     >>> round(g.tflops["bf16"])
     884
+    >>> try:
+    ...     power_capped(gpu_spec("H100-SXM"), 1e9, field="--power-cap")
+    ... except InputError as e:
+    ...     print(e)
+    --power-cap: must be a number above 0 and at most 700 W (H100-SXM's TDP), got 1e+09
     """
-    if not cap_W > 0:      # nan too (it would cap nothing, silently)
-        raise InputError(f"got {cap_W:g}; a power limit is a positive number of watts",
-                         field="power_cap_W")
     if not spec.tdp_W:
         raise InputError(f"{spec.name} has no TDP in the catalog; cannot apply a power cap",
-                         field="power_cap_W")
+                         field=field)
+    check_range(cap_W, 0, spec.tdp_W, above=True, unit=" W", why=f" ({spec.name}'s TDP)",
+                field=field)
     f = min(1.0, cap_W / spec.tdp_W) ** POWER_CLOCK_EXP.value
     return replace(spec, tflops={k: v * f for k, v in spec.tflops.items()})
 

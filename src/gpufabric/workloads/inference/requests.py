@@ -17,10 +17,10 @@ Examples
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from array import array
 from datetime import UTC, datetime
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufabric.errors import InputError, clip
-from gpufabric.fileio import check_key, read_text
+from gpufabric.fileio import check_key, csv_rows, read_text
 
 #: Column names a trace may use, first match wins (Azure LLM inference traces use the last ones).
 ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "time_s", "timestamp", "TIMESTAMP")
@@ -206,22 +206,22 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
     p = Path(path)
     text = read_text(path, what="a serving trace (CSV or JSON lines)")
     is_json = p.suffix.lower() in (".jsonl", ".json", ".ndjson")
-    with io.StringIO(text, newline="") as fh:
-        try:
-            if is_json:
-                it = ((i + 1, line) for i, line in enumerate(fh) if line.strip())
-                records = ((i, _json_row(line, path, i)) for i, line in it)
-            else:
-                reader = csv.DictReader(fh)
-                if not reader.fieldnames:
-                    raise InputError("empty trace; expected a header row with arrival, input "
-                                     "and output length columns", file=path)
-                for k in reader.fieldnames:
-                    check_key(k, path, "header")
-                records = ((i + 2, r) for i, r in enumerate(reader))
-            t, isl, osl = _rows(records, path)
-        except csv.Error as exc:      # an unclosed quote running past csv's field limit, ...
-            raise InputError(f"not valid CSV: {exc}", file=path) from None
+    if is_json:
+        it = ((i + 1, line) for i, line in enumerate(io.StringIO(text, newline=""))
+              if line.strip())
+        records: Iterator[tuple[int, dict]] = ((i, _json_row(line, path, i)) for i, line in it)
+    else:
+        rows = (r for r in csv_rows(text, path) if r)
+        header = next(rows, None)
+        if not header:
+            raise InputError("empty trace; expected a header row with arrival, input "
+                             "and output length columns", file=path)
+        for k in header:
+            check_key(k, path, "header")
+        width = len(header)              # a short row's missing fields are None, as csv's
+        records = ((i + 2, dict(zip(header, r + [None] * (width - len(r)), strict=False)))
+                   for i, r in enumerate(rows))
+    t, isl, osl = _rows(records, path)
     if not t:
         raise InputError("no requests in trace", file=path)
     arrival = np.frombuffer(t, dtype=np.float64)

@@ -23,6 +23,8 @@ DIR: is a directory; expected a file
 from __future__ import annotations
 
 import functools
+import hashlib
+import marshal
 import math
 import os
 import re
@@ -54,8 +56,10 @@ MAX_TEXT_CHARS = 10_000
 MAX_NUMBER = 1e30
 #: A plain YAML scalar that the loader reads as an integer (YAML 1.1: signs, digits, ``_``).
 _LONG_INT = re.compile(r"[-+]?(0b|0x|0o)?[0-9a-fA-F_]+\Z")
-#: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one: every
+#: YAML file gpufabric reads, its own data and the user's, is parsed with it.
+LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LOADER = LOADER
 
 
 @functools.cache
@@ -381,3 +385,66 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *,
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- gpufabric's own data files ---------------------------------------------------------------
+#: Where parsed copies of gpufabric's own data files are kept between runs: ``GPUFABRIC_CACHE``
+#: (a folder, or ``off``), else ``$XDG_CACHE_HOME/gpufabric``, else ``~/.cache/gpufabric``.
+CACHE_ENV = "GPUFABRIC_CACHE"
+
+
+def cache_dir() -> Path | None:
+    """The folder of :data:`CACHE_ENV`, or None when caching is off."""
+    env = os.environ.get(CACHE_ENV, "")
+    if env == "off":
+        return None
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpufabric"
+
+
+def load_data(package: str, *parts: str) -> Any:
+    """One of gpufabric's own YAML data files (``load_data("gpufabric.catalog", "data",
+    "gpus.yaml")``), parsed.
+
+    The parse is kept in the user's cache folder (:func:`cache_dir`) under the hash of the
+    file's bytes, so a later run reads the same data back in a fraction of a millisecond and
+    an edited file is parsed again; a cache that cannot be read or written is skipped. These
+    files ship with gpufabric and its tests check them, so the hostile-input checks of
+    :func:`parse_yaml` (for the user's files) are not repeated here.
+
+    Examples
+    --------
+    >>> load_data("gpufabric.catalog", "data", "pcie.yaml")[0]["name"]
+    'gen3'
+    """
+    from importlib import resources
+    raw = resources.files(package).joinpath(*parts).read_bytes()
+    folder = cache_dir()
+    if folder is None:
+        return yaml.load(raw, Loader=LOADER)
+    key = hashlib.blake2b(raw, digest_size=16, person=b"yaml-marshal-4").hexdigest()
+    stem = ".".join((package, *parts))
+    path = folder / f"{stem}.{key}.marshal"
+    try:
+        return marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    data = yaml.load(raw, Loader=LOADER)
+    try:
+        blob = marshal.dumps(data)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")
+    except (OSError, ValueError):   # a read-only home; a value marshal does not keep (a date)
+        return data
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+        for old in folder.glob(f"{stem}.*.marshal"):   # the parses of earlier versions
+            if old != path:
+                old.unlink(missing_ok=True)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+    return data

@@ -33,8 +33,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpufabric.errors import InputError
 
 #: Largest text file read (bytes). Spec, system, calibration and nvidia-smi files are a few
@@ -54,12 +52,22 @@ MAX_TEXT_CHARS = 10_000
 #: 1.5e13 (tokens); sizes are at most a PiB (1.1e15). Past this, a number is a typo or an attack,
 #: and sums and products of it would overflow to infinity.
 MAX_NUMBER = 1e30
+#: A document of one plain word or whole number (a value of a spec's ``key=value``): read
+#: without PyYAML. YAML's own words (``yes``, ``off``, ``null``...) go to PyYAML.
+_PLAIN_WORD = re.compile(r" *(?:([A-Za-z][A-Za-z0-9_-]{0,199})|([1-9][0-9]{0,17}|0)) *\Z")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
 #: A plain YAML scalar that the loader reads as an integer (YAML 1.1: signs, digits, ``_``).
 _LONG_INT = re.compile(r"[-+]?(0b|0x|0o)?[0-9a-fA-F_]+\Z")
-#: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one: every
-#: YAML file gpufabric reads, its own data and the user's, is parsed with it.
-LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_LOADER = LOADER
+
+
+@functools.cache
+def yaml_loader() -> Any:
+    """libyaml's safe loader when PyYAML has it (ten times faster), else the pure-Python one:
+    every YAML file gpufabric reads, its own data and the user's, is parsed with it. (PyYAML
+    is imported here, when a file is first parsed: a run whose data files are all in the
+    cache, :func:`load_data`, does not import it.)"""
+    import yaml
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @functools.cache
@@ -195,11 +203,18 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     ... except InputError as e:
     ...     print(e)
     x.yaml: a YAML alias refers to a value that contains it; allowed: aliases of finished values
+    >>> parse_yaml("H100-SXM", "spec"), parse_yaml(" 8", "spec"), parse_yaml("off", "spec")
+    ('H100-SXM', 8, False)
     """
+    plain = _PLAIN_WORD.match(text)
+    if plain and (plain[2] or plain[1].lower() not in _YAML_WORDS):
+        return int(plain[2]) if plain[2] else plain[1]
+    import yaml
+    loader = yaml_loader()
     try:
         # count the parser's events first: a flat document too big to build is refused
         # before Python objects are made for it
-        for events, ev in enumerate(yaml.parse(text, Loader=_LOADER)):
+        for events, ev in enumerate(yaml.parse(text, Loader=loader)):
             if events > max_values + 4:   # stream, document and root events aside
                 raise InputError(f"more than {max_values} values; allowed: smaller documents",
                                  file=name)
@@ -209,7 +224,7 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
                 raise InputError(f"an integer of {len(ev.value):,} characters; allowed: numbers "
                                  f"of magnitude at most {MAX_NUMBER:g}", file=name,
                                  field=f"line {mark.line + 1}" if mark else None)
-        data = yaml.load(text, Loader=_LOADER)   # a safe loader: plain data only
+        data = yaml.load(text, Loader=loader)   # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -404,6 +419,11 @@ def cache_dir() -> Path | None:
     return Path(base) / "gpufabric"
 
 
+def _parse_data(raw: bytes) -> Any:
+    import yaml
+    return yaml.load(raw, Loader=yaml_loader())
+
+
 def load_data(package: str, *parts: str) -> Any:
     """One of gpufabric's own YAML data files (``load_data("gpufabric.catalog", "data",
     "gpus.yaml")``), parsed.
@@ -423,7 +443,7 @@ def load_data(package: str, *parts: str) -> Any:
     raw = resources.files(package).joinpath(*parts).read_bytes()
     folder = cache_dir()
     if folder is None:
-        return yaml.load(raw, Loader=LOADER)
+        return _parse_data(raw)
     key = hashlib.blake2b(raw, digest_size=16, person=b"yaml-marshal-4").hexdigest()
     stem = ".".join((package, *parts))
     path = folder / f"{stem}.{key}.marshal"
@@ -431,7 +451,7 @@ def load_data(package: str, *parts: str) -> Any:
         return marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         pass
-    data = yaml.load(raw, Loader=LOADER)
+    data = _parse_data(raw)
     try:
         blob = marshal.dumps(data)
         folder.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
           "'python -c \"import numpy\"'")
     head = f"{'command':<26} {'seconds':>8} {'x numpy':>8} {'goal':>6}"
     print(head + (f" {'base s':>8} {'speed-up':>8}" if base else ""))
-    for label, argv in rows:
+    for label, _ in rows:
         goal = GOALS.get(label)
         mark = "" if goal is None else (f"<{goal:g}" + (" ok" if now[label] < goal else " no"))
         line = f"{label:<26} {now[label]:>8.3f} {now[label] / numpy:>8.2f} {mark:>6}"

@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from types import TracebackType
@@ -56,9 +57,9 @@ class _Commands(TyperGroup):
 
 
 try:        # typer >= 0.25 reads every option's value through a pydantic TypeAdapter
-    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._coercion import build_runtime_param
 except ImportError:     # pragma: no cover - older typer: click's own types, nothing to do
-    RuntimeParam = None
+    build_runtime_param = None  # type: ignore[assignment]
 
 
 class _PlainValue:
@@ -80,8 +81,8 @@ class _PlainValue:
     """
 
     OTHER = object()
-    _INT = __import__("re").compile(r"-?[0-9]{1,18}\Z")
-    _DECIMAL = __import__("re").compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?\Z")
+    _INT = re.compile(r"-?[0-9]{1,18}\Z")
+    _DECIMAL = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?\Z")
 
     def __init__(self, param: Any):
         self.param = param
@@ -91,7 +92,8 @@ class _PlainValue:
     def install(cls, param: Any) -> None:
         """Read ``param`` (a typer parameter of one value) with this class."""
         desc = getattr(param, "type_descriptor", None)
-        if (RuntimeParam is None or desc is None or getattr(param, "_runtime_param", 1) is not None
+        if (build_runtime_param is None or desc is None
+                or getattr(param, "_runtime_param", 1) is not None
                 or param.nargs != 1 or param.multiple or desc.file_annotation is not None):
             return
         info = desc.parameter_info

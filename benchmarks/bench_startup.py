@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,24 +57,29 @@ def commands(python: str) -> list[tuple[str, list[str]]]:
             ("serve, library", [python, "-c", LIBRARY])]
 
 
-def wall_s(argv: list[str], env: dict[str, str]) -> float:
-    """Seconds one run of ``argv`` takes, from start to exit (output thrown away)."""
+def wall_s(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Seconds one run of ``argv`` takes, from start to exit (output thrown away), and the CPU
+    seconds (user + system) its process and threads used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    check=True, timeout=300)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def measure(rows: list[tuple[str, list[str]]], env: dict[str, str], runs: int) -> dict:
-    """Median wall seconds per label; the runs of the rows interleave, so that a change in the
-    machine's load falls on every row alike."""
+    """Median (wall, CPU) seconds per label; the runs of the rows interleave, so that a change
+    in the machine's load falls on every row alike."""
     for _, argv in rows:                  # fill the bytecode and data caches
         wall_s(argv, env)
-    times: dict[str, list[float]] = {label: [] for label, _ in rows}
+    times: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in rows}
     for _ in range(runs):
         for label, argv in rows:
             times[label].append(wall_s(argv, env))
-    return {label: statistics.median(ts) for label, ts in times.items()}
+    return {label: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
+            for label, ts in times.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,22 +94,22 @@ def main(argv: list[str] | None = None) -> None:
     base = None
     if args.base:
         base = measure(rows, {**env, "PYTHONPATH": str(Path(args.base).resolve())}, args.runs)
-    floor, numpy = now["python -c pass"], now["python -c 'import numpy'"]
-    print(f"# median of {args.runs} runs, each a whole process; x numpy: the time over "
-          "'python -c \"import numpy\"'")
-    head = f"{'command':<26} {'seconds':>8} {'x numpy':>8} {'goal':>6}"
+    floor, numpy = now["python -c pass"][0], now["python -c 'import numpy'"][0]
+    print(f"# median of {args.runs} runs, each a whole process: wall seconds; x numpy: over "
+          "'python -c \"import numpy\"'; CPU seconds (user + system, all threads)")
+    head = f"{'command':<26} {'seconds':>8} {'x numpy':>8} {'goal':>7} {'CPU s':>6}"
     print(head + (f" {'base s':>8} {'speed-up':>8}" if base else ""))
     for label, _ in rows:
-        goal = GOALS.get(label)
-        mark = "" if goal is None else (f"<{goal:g}" + (" ok" if now[label] < goal else " no"))
-        line = f"{label:<26} {now[label]:>8.3f} {now[label] / numpy:>8.2f} {mark:>6}"
+        goal, (wall, cpu) = GOALS.get(label), now[label]
+        mark = "" if goal is None else (f"<{goal:g}" + (" ok" if wall < goal else " no"))
+        line = f"{label:<26} {wall:>8.3f} {wall / numpy:>8.2f} {mark:>7} {cpu:>6.3f}"
         if base:
-            line += f" {base[label]:>8.3f} {base[label] / now[label]:>7.1f}x"
+            line += f" {base[label][0]:>8.3f} {base[label][0] / wall:>7.1f}x"
         print(line)
     print(f"# the commands: gpufabric {' '.join(TRAIN)}; gpufabric {' '.join(SERVE)}; "
           f"'serve, library': python -c \"{LIBRARY}\"")
-    print(f"# above the floor: serve {now['serve'] - numpy:.3f} s more than importing numpy, "
-          f"--version {now['--version'] - floor:.3f} s more than starting python")
+    print(f"# above the floor: serve {now['serve'][0] - numpy:.3f} s more than importing "
+          f"numpy, --version {now['--version'][0] - floor:.3f} s more than starting python")
 
 
 if __name__ == "__main__":

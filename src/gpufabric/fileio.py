@@ -23,7 +23,6 @@ DIR: is a directory; expected a file
 from __future__ import annotations
 
 import functools
-import hashlib
 import marshal
 import math
 import os
@@ -419,6 +418,12 @@ def cache_dir() -> Path | None:
     return Path(base) / "gpufabric"
 
 
+try:        # hashlib's BLAKE2 without the OpenSSL bindings hashlib loads first
+    from _blake2 import blake2b as _blake2b
+except ImportError:     # pragma: no cover - a Python built without it
+    from hashlib import blake2b as _blake2b
+
+
 def _parse_data(raw: bytes) -> Any:
     import yaml
     return yaml.load(raw, Loader=yaml_loader())
@@ -444,7 +449,7 @@ def load_data(package: str, *parts: str) -> Any:
     folder = cache_dir()
     if folder is None:
         return _parse_data(raw)
-    key = hashlib.blake2b(raw, digest_size=16, person=b"yaml-marshal-4").hexdigest()
+    key = _blake2b(raw, digest_size=16, person=b"yaml-marshal-4").hexdigest()
     stem = ".".join((package, *parts))
     path = folder / f"{stem}.{key}.marshal"
     try:

@@ -53,7 +53,8 @@ def test_no_stated_count_doubles_until_the_figures_converge():
     r = _run(5.0, None)
     conv = r["convergence"]
     assert conv["converged"] and conv["requests"][:2] == [1000, 2000]
-    assert all(b == 2 * a for a, b in zip(conv["requests"], conv["requests"][1:]))
+    assert all(b == 2 * a for a, b in zip(conv["requests"], conv["requests"][1:],
+                                              strict=False))
     assert r["requests"] == conv["requests"][-1]
 
 
@@ -65,13 +66,15 @@ def test_closed_loop_steady_state_starts_after_each_users_first_request():
     assert "capacity_requests_per_s" not in r          # a closed loop cannot overload
 
 
+ONE = "gpu=H100-SXM,gpus_per_node=1"
+
+
 def test_cli_says_how_the_figures_were_taken(cli):
-    code, out, _ = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "60", "--isl", "1000",
-                       "--osl", "200")
+    code, out, _ = cli("serve", "llama3-8b", ONE, "--rate", "60", "--isl", "1000", "--osl", "200")
     assert code == 0
     assert "# overloaded: 60 requests/s is above the capacity of " in out
-    code, out, _ = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "5", "--isl", "1000",
-                       "--osl", "200", "--requests", "500", "--measure", "run", "--json")
+    code, out, _ = cli("serve", "llama3-8b", ONE, "--rate", "5", "--isl", "1000", "--osl", "200",
+                       "--requests", "500", "--measure", "run", "--json")
     assert code == 0 and json.loads(out)["measure"] == "run"
-    code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "5", "--measure", "all")
+    code, _, err = cli("serve", "llama3-8b", ONE, "--rate", "5", "--measure", "all")
     assert code == 2 and "--measure: got 'all'; allowed: steady, run" in err

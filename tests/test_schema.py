@@ -74,3 +74,34 @@ def test_any_mutated_spec_builds_or_says_one_line(mutations):
         assert "\n" not in str(exc) and str(exc).startswith("fuzz.yaml")
     else:
         assert t.gpus()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(paths, values), min_size=1, max_size=3))
+def test_a_spec_passed_without_the_model_passes_the_model(mutations):
+    # check() lets a spec whose values plainly fit pass without pydantic: the model, built
+    # from the same table, must agree with each of those
+    spec = {k: dict(v) if isinstance(v, dict) else v for k, v in VALID.items()}
+    for path, value in mutations:
+        cur = spec
+        for p in path[:-1]:
+            if not isinstance(cur.get(p), dict):
+                cur[p] = {}
+            cur = cur[p]
+        cur[path[-1]] = value
+    if schema._plain(spec, ("section", "Spec")):
+        schema._models()["Spec"].model_validate(spec)
+
+
+def test_the_plain_values_of_each_kind_pass_the_model():
+    spec = {"gpu": ["H100-SXM", "A100"], "gpus_per_node": 576, "nodes": 1, "scale_up": "pcie",
+            "nvlink_links": 64, "pcie_gen": 7, "p2p": False, "nics_per_node": 0, "name": 3,
+            "host": {"sockets": 72, "pcie_switches": 0, "switch_layout": "cascade",
+                     "attach": "c2c", "numa_per_socket": None},
+            "fabric": {"oversubscription": [1, 511.0], "tiers": 3, "switch": "QM9700"},
+            "supernode": {"racks": 1, "links_per_gpu": 18}}
+    assert schema._plain(spec, ("section", "Spec"))
+    schema._models()["Spec"].model_validate(spec)
+    for bad in ({"nodes": 0}, {"nodes": True}, {"p2p": 1}, {"scale_up": "warp"},
+                {"fabric": {"oversubscription": float("nan")}}, {"host": {"sockets": 2.0}}):
+        assert not schema._plain({**spec, **bad}, ("section", "Spec"))

@@ -409,7 +409,7 @@ def test_a_yaml_key_given_twice_is_refused_naming_line_and_key(cli, tmp_path, mo
     from gpufabric import fileio
     if not hasattr(yaml, loader):
         pytest.skip(f"PyYAML without {loader}")
-    monkeypatch.setattr(fileio, "_LOADER", getattr(yaml, loader))
+    monkeypatch.setattr(fileio, "yaml_loader", lambda: getattr(yaml, loader))
     box = tmp_path / "box.yaml"
     box.write_text("gpu: H100-SXM\ngpus_per_node: 8\nnodes: 2\ngpus_per_node: 4\n")
     assert error(cli, "show", str(box)) == (

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import io
+import marshal
 import math
 import os
 import re
@@ -31,11 +32,12 @@ import stat
 import tempfile
 from pathlib import Path
 from collections.abc import Iterator
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from gpufabric.errors import InputError
+
+if TYPE_CHECKING:
+    import yaml
 
 #: Largest text file read (bytes). Spec, system, calibration and nvidia-smi files are a few
 #: kilobytes; traces a few megabytes.
@@ -54,10 +56,22 @@ MAX_TEXT_CHARS = 10_000
 #: 1.5e13 (tokens); sizes are at most a PiB (1.1e15). Past this, a number is a typo or an attack,
 #: and sums and products of it would overflow to infinity.
 MAX_NUMBER = 1e30
+#: A document of one plain word or whole number (a value of a spec's ``key=value``): read
+#: without PyYAML. YAML's own words (``yes``, ``off``, ``null``...) go to PyYAML.
+_PLAIN_WORD = re.compile(r" *(?:([A-Za-z][A-Za-z0-9_-]{0,199})|([1-9][0-9]{0,17}|0)) *\Z")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
 #: A plain YAML scalar that the loader reads as an integer (YAML 1.1: signs, digits, ``_``).
 _LONG_INT = re.compile(r"[-+]?(0b|0x|0o)?[0-9a-fA-F_]+\Z")
-#: libyaml's parser when PyYAML has it (ten times faster), else the pure-Python one.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def yaml_loader() -> Any:
+    """libyaml's safe loader when PyYAML has it (ten times faster), else the pure-Python one:
+    every YAML file gpufabric reads, its own data and the user's, is parsed with it. (PyYAML
+    is imported here, when a file is first parsed: a run whose data files are all in the
+    cache, :func:`load_data`, does not import it.)"""
+    import yaml
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @functools.cache
@@ -198,11 +212,18 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
     ... except InputError as e:
     ...     print(e)
     box.yaml: line 3: key 'gpu' given twice (first on line 1); allowed: each key once in a mapping
+    >>> parse_yaml("H100-SXM", "spec"), parse_yaml(" 8", "spec"), parse_yaml("off", "spec")
+    ('H100-SXM', 8, False)
     """
+    plain = _PLAIN_WORD.match(text)
+    if plain and (plain[2] or plain[1].lower() not in _YAML_WORDS):
+        return int(plain[2]) if plain[2] else plain[1]
+    import yaml
+    loader = yaml_loader()
     try:
         # count the parser's events first: a flat document too big to build is refused
         # before Python objects are made for it
-        for events, ev in enumerate(yaml.parse(text, Loader=_LOADER)):
+        for events, ev in enumerate(yaml.parse(text, Loader=loader)):
             if events > max_values + 4:   # stream, document and root events aside
                 raise InputError(f"more than {max_values} values; allowed: smaller documents",
                                  file=name)
@@ -229,14 +250,14 @@ def parse_yaml(text: str, name: str, *, max_values: int = MAX_YAML_VALUES) -> An
 
 
 def _load_once_per_key(text: str, name: str) -> Any:
-    """``yaml.load(text, Loader=_LOADER)``, refusing a mapping that gives a key twice.
+    """``yaml.load(text, Loader=yaml_loader())``, refusing a mapping that gives a key twice.
 
     PyYAML keeps the last of two equal keys without a word, so a file that says
     ``gpus_per_node: 8`` and later ``gpus_per_node: 4`` would run with 4. The document is
     composed (nodes with their lines), its mappings checked, then constructed: the same steps
     ``yaml.load`` takes, with either loader (libyaml's or the pure-Python one).
     """
-    loader = _LOADER(text)
+    loader = yaml_loader()(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -254,6 +275,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 def _check_keys_once(root: yaml.Node, name: str) -> None:
     """An :class:`InputError` naming the line and key of a key given twice in one mapping
     anywhere under ``root`` (each collection visited once, aliases included)."""
+    import yaml
     scalar, mapping = yaml.ScalarNode, yaml.MappingNode
     seen: set[int] = set()
     todo = [root]
@@ -276,6 +298,7 @@ def _check_keys_once(root: yaml.Node, name: str) -> None:
 def _refuse_twice(root: yaml.Node, node: yaml.MappingNode, name: str) -> None:
     """The error for a mapping whose keys repeat a text (if two are equal keys, not ``1`` and
     ``'1'``, nor merge keys): the second key's line, the key's place in the document."""
+    import yaml
     first: dict[tuple[str, str], int] = {}
     for key, _ in node.value:
         if type(key) is not yaml.ScalarNode or key.tag == _MERGE_TAG:
@@ -291,6 +314,7 @@ def _refuse_twice(root: yaml.Node, node: yaml.MappingNode, name: str) -> None:
 
 def _path_to(root: yaml.Node, target: yaml.Node) -> list[Any]:
     """The keys and indices from ``root`` to ``target`` (``['links', 1]``); [] if not found."""
+    import yaml
     seen: set[int] = set()
     todo: list[tuple[yaml.Node, list[Any]]] = [(root, [])]
     while todo:
@@ -641,3 +665,77 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+
+# -- gpufabric's own data files ---------------------------------------------------------------
+#: Where parsed copies of gpufabric's own data files are kept between runs: ``GPUFABRIC_CACHE``
+#: (a folder, or ``off``), else ``$XDG_CACHE_HOME/gpufabric``, else ``~/.cache/gpufabric``.
+CACHE_ENV = "GPUFABRIC_CACHE"
+
+
+def cache_dir() -> Path | None:
+    """The folder of :data:`CACHE_ENV`, or None when caching is off."""
+    env = os.environ.get(CACHE_ENV, "")
+    if env == "off":
+        return None
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpufabric"
+
+
+try:        # hashlib's BLAKE2 without the OpenSSL bindings hashlib loads first
+    from _blake2 import blake2b as _blake2b
+except ImportError:     # pragma: no cover - a Python built without it
+    from hashlib import blake2b as _blake2b
+
+
+def _parse_data(raw: bytes, name: str) -> Any:
+    return _load_once_per_key(raw.decode("utf-8"), name)
+
+
+def load_data(package: str, *parts: str) -> Any:
+    """One of gpufabric's own YAML data files (``load_data("gpufabric.catalog", "data",
+    "gpus.yaml")``), parsed.
+
+    The parse is kept in the user's cache folder (:func:`cache_dir`) under the hash of the
+    file's bytes, so a later run reads the same data back in a fraction of a millisecond and
+    an edited file is parsed again; a cache that cannot be read or written is skipped. These
+    files ship with gpufabric and its tests check them, so the hostile-input checks of
+    :func:`parse_yaml` (for the user's files) are not repeated here.
+
+    Examples
+    --------
+    >>> load_data("gpufabric.catalog", "data", "pcie.yaml")[0]["name"]
+    'gen3'
+    """
+    from importlib import resources
+    raw = resources.files(package).joinpath(*parts).read_bytes()
+    folder = cache_dir()
+    if folder is None:
+        return _parse_data(raw, "/".join(parts))
+    key = _blake2b(raw, digest_size=16, person=b"yaml-marshal-4").hexdigest()
+    stem = ".".join((package, *parts))
+    path = folder / f"{stem}.{key}.marshal"
+    try:
+        return marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    data = _parse_data(raw, "/".join(parts))
+    try:
+        blob = marshal.dumps(data)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")
+    except (OSError, ValueError):   # a read-only home; a value marshal does not keep (a date)
+        return data
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+        for old in folder.glob(f"{stem}.*.marshal"):   # the parses of earlier versions
+            if old != path:
+                old.unlink(missing_ok=True)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+    return data

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 #: layers that record constants, in listing order
@@ -99,9 +98,8 @@ def _fits() -> dict[str, dict]:
     """What each fitted constant was fitted on, by name (``data/fits.yaml``)."""
     global _FITS
     if _FITS is None:
-        import yaml
-        path = Path(__file__).parent / "data" / "fits.yaml"
-        _FITS = yaml.safe_load(path.read_text()) or {}
+        from gpufabric.fileio import load_data
+        _FITS = load_data("gpufabric", "data", "fits.yaml") or {}
     return _FITS
 
 

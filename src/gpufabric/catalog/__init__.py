@@ -22,12 +22,10 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any, TypeVar
 
-import yaml
-
 from gpufabric.errors import InputError, unknown_name
+from gpufabric.fileio import load_data
 
 
 @dataclass(frozen=True)
@@ -236,9 +234,6 @@ class NetSwitch:
 
 T = TypeVar("T")
 
-#: libyaml's safe loader where PyYAML was built with it (ten times faster than the Python one).
-FAST_YAML: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 #: table name -> (data file, entry type, what to call one entry in messages)
 TABLES: dict[str, tuple[str, type, str]] = {
     "gpu": ("gpus.yaml", GPU, "GPU"),
@@ -276,8 +271,7 @@ def _coerce(cls: type, raw: dict[str, Any], where: str) -> Any:
 def table(kind: str) -> dict[str, Any]:
     """All entries of one table, keyed by lower-cased name and aliases."""
     fname, cls, _ = TABLES[kind]
-    text = resources.files("gpufabric.catalog").joinpath("data", fname).read_text()
-    raw = yaml.load(text, Loader=FAST_YAML) or []
+    raw = load_data("gpufabric.catalog", "data", fname) or []
     out: dict[str, Any] = {}
     for i, entry in enumerate(raw):
         obj = _coerce(cls, entry, f"catalog/data/{fname}[{i}]")

@@ -1,31 +1,40 @@
 """The ``gpufabric`` command: thin shells over the library, one module per area.
 
-Each module registers its commands on :data:`app` when imported:
-``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate),
-``schedule`` (schedule), ``catalog`` (catalog), ``measure`` (discover), ``bench`` (bench),
-``calibrate`` (calibrate), ``advise`` (advise).
+Each module registers its commands on :data:`gpufabric.cli.common.app` when imported:
+``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate,
+params), ``serve`` (serve, datasets), ``train`` (train, models), ``schedule`` (schedule),
+``catalog`` (catalog), ``measure`` (discover), ``bench`` (bench), ``calibrate`` (calibrate),
+``advise`` (advise), ``data`` (data), ``k8s`` (k8s).
+
+A run imports only the module of the command it runs (:data:`COMMANDS`), so that a command
+pays for nothing it does not use; ``--version`` imports no more than this file, and
+``--help`` (or an unknown command) imports them all, to list every command.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-import typer
+#: Every command (or group) of ``gpufabric``, in the order ``gpufabric --help`` lists them,
+#: with the module of this package that registers it.
+COMMANDS: dict[str, str] = {
+    "advise": "advise", "serve": "serve", "datasets": "serve", "collective": "collective",
+    "validate": "collective", "params": "collective", "bench": "bench",
+    "calibrate": "calibrate", "catalog": "catalog", "discover": "measure",
+    "schedule": "schedule", "systems": "topo", "show": "topo", "p2p": "topo", "topo": "topo",
+    "compare": "topo", "models": "train", "train": "train", "data": "data", "k8s": "k8s",
+    "import": "topo",
+}
 
-from gpufabric.cli import advise as _advise  # noqa: F401,E402
-from gpufabric.cli import bench as _bench  # noqa: F401,E402
-from gpufabric.cli import calibrate as _calibrate  # noqa: F401,E402
-from gpufabric.cli import catalog as _catalog  # noqa: F401,E402
-from gpufabric.cli import collective as _collective  # noqa: F401,E402
-from gpufabric.cli import data as _data  # noqa: F401,E402
-from gpufabric.cli import k8s as _k8s  # noqa: F401,E402
-from gpufabric.cli import measure as _measure  # noqa: F401,E402
-from gpufabric.cli import schedule as _schedule  # noqa: F401,E402
-from gpufabric.cli import serve as _serve  # noqa: F401,E402
-from gpufabric.cli import topo as _topo  # noqa: F401,E402  (registers commands)
-from gpufabric.cli import train as _train  # noqa: F401,E402
-from gpufabric.cli.common import app, flag_name
-from gpufabric.errors import InputError
+
+def register(argv: list[str]) -> None:
+    """Import the module of the command ``argv`` starts with, or every command module when it
+    starts with none that :data:`COMMANDS` knows (``--help``, nothing, a misspelt name)."""
+    word = argv[0] if argv else None
+    wanted = [COMMANDS[word]] if word in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for module in wanted:
+        importlib.import_module(f"gpufabric.cli.{module}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,9 +44,17 @@ def main(argv: list[str] | None = None) -> None:
     ``gpufabric: error: --requests: ...``. Other usage errors (a missing argument, an unknown
     command or option) exit 2 with typer's usage text.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:            # before typer is imported
+        from gpufabric import __version__
+        print(f"gpufabric {__version__}")
+        return
+    register(argv)
+    import typer
     from typer import BadParameter
 
-    from gpufabric.cli.common import ClickException, MissingParameter
+    from gpufabric.cli.common import ClickException, MissingParameter, app, flag_name
+    from gpufabric.errors import InputError
     try:
         rv = app(args=argv, prog_name="gpufabric", standalone_mode=False)
     except InputError as exc:

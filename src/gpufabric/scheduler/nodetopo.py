@@ -35,7 +35,6 @@ import itertools
 import math
 from functools import cache
 
-import networkx as nx
 import numpy as np
 
 from gpufabric.scheduler.gpuset import nic_counts, set_key
@@ -130,6 +129,7 @@ def _torus_dims(n: int) -> tuple[int, ...]:
 
 def _torus_links(dims: tuple[int, ...]) -> list[tuple[int, int]]:
     """Chip pairs (i < j, row-major chip numbers) a torus of ``dims`` links, via networkx."""
+    import networkx as nx
     g = nx.grid_graph(dim=list(reversed(dims)), periodic=True)
 
     def chip(c) -> int:

@@ -32,12 +32,11 @@ Examples
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
-import yaml
 
+from gpufabric.fileio import load_data
 from gpufabric.scheduler.openb import KINDS, QOS_PRIORITY
 
 #: The name that selects the synthetic workload (as a trace) or cluster (as ``--nodes``).
@@ -47,9 +46,7 @@ NAME = "synthetic-openb"
 @cache
 def stats() -> dict[str, Any]:
     """The aggregates of ``data/synthetic_openb.yaml``."""
-    text = (resources.files("gpufabric.scheduler") / "data" / "synthetic_openb.yaml"
-            ).read_text()
-    return yaml.safe_load(text)
+    return load_data("gpufabric.scheduler", "data", "synthetic_openb.yaml")
 
 
 def job_columns(seed: int = 0) -> tuple:

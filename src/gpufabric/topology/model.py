@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from gpufabric.errors import InputError
+
+if TYPE_CHECKING:                    # networkx is imported where a graph is asked for
+    import networkx as nx
 
 #: Device kinds.
 GPU, CPU, PCIE_SWITCH, NVSWITCH, NIC, NET_SWITCH = (
@@ -281,6 +282,7 @@ class Topology:
     @cached_property
     def graph(self) -> nx.Graph:
         """A networkx view: nodes carry ``device``, edges carry ``link``."""
+        import networkx as nx
         g = nx.Graph()
         for d in self.devices.values():
             g.add_node(d.id, device=d)

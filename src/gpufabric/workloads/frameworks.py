@@ -34,7 +34,7 @@ from importlib import resources
 from typing import Any
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import parse_yaml, path_kind, read_text
+from gpufabric.fileio import load_data, parse_yaml, path_kind, read_text
 
 #: run-setting key -> (allowed values: a tuple, or a type; meaning)
 SETTINGS: dict[str, tuple[Any, str]] = {
@@ -167,7 +167,7 @@ def profiles() -> dict[str, Profile]:
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if f.name.endswith(".yaml"):
             where = f"workloads/data/frameworks/{f.name}"
-            p = _profile(parse_yaml(f.read_text(), where), where)
+            p = _profile(load_data("gpufabric.workloads", "data", "frameworks", f.name), where)
             out[p.name] = p
     return out
 

@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import MAX_YAML_BYTES, names_a_path, parse_yaml, path_kind, read_text
+from gpufabric.fileio import (MAX_YAML_BYTES, load_data, names_a_path, parse_yaml, path_kind,
+                              read_text)
 
 ARCHS = ("dense", "moe", "encoder", "cnn")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
@@ -308,7 +308,10 @@ def _check(raw: Any, where: str) -> ModelSpec:
 
 
 def _parse(text: str, where: str) -> list[ModelSpec]:
-    data = parse_yaml(text, where)
+    return _specs(parse_yaml(text, where), where)
+
+
+def _specs(data: Any, where: str) -> list[ModelSpec]:
     items = data if isinstance(data, list) else [data]
     return [_check(raw, f"{where}[{i}]" if isinstance(data, list) else where)
             for i, raw in enumerate(items)]
@@ -321,7 +324,8 @@ def _builtin() -> dict[str, ModelSpec]:
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if not f.name.endswith(".yaml"):
             continue
-        for m in _parse(f.read_text(), f"workloads/data/models/{f.name}"):
+        data = load_data("gpufabric.workloads", "data", "models", f.name)
+        for m in _specs(data, f"workloads/data/models/{f.name}"):
             for key in (m.name, *m.aliases):
                 if key in out:
                     raise InputError(f"duplicate model name {key!r}",

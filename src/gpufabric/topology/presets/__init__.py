@@ -17,21 +17,23 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
-from gpufabric.catalog import FAST_YAML
 from gpufabric.errors import unknown_name
+from gpufabric.fileio import load_data
 
 _EXTRA_KEYS = ("description", "compare")
 
 
 @cache
+def _one(name: str) -> dict[str, Any]:
+    """One preset's file, parsed (a run that builds one preset reads only its file)."""
+    return load_data("gpufabric.topology.presets", f"{name}.yaml")
+
+
+@cache
 def _raw() -> dict[str, dict[str, Any]]:
-    out = {}
-    for f in sorted(resources.files("gpufabric.topology.presets").iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".yaml"):
-            out[f.name[:-5]] = yaml.load(f.read_text(), Loader=FAST_YAML)
-    return out
+    """Every preset's file, parsed."""
+    files = resources.files("gpufabric.topology.presets").iterdir()
+    return {n: _one(n) for n in sorted(f.name[:-5] for f in files if f.name.endswith(".yaml"))}
 
 
 def names() -> list[str]:
@@ -48,7 +50,7 @@ def exists(name: str) -> bool:
 
 
 def describe(name: str) -> str:
-    return str(_raw()[name].get("description", ""))
+    return str(_one(name).get("description", ""))
 
 
 def compared() -> list[str]:
@@ -60,7 +62,6 @@ def data(name: str) -> dict[str, Any]:
     """The preset's system description (a spec or a system file), without its listing keys;
     :func:`gpufabric.topology.build.load` builds it (this module only reads the files, so the
     builder can name presets without an import running back)."""
-    raw = _raw()
-    if name not in raw:
-        raise unknown_name("preset", name, raw)
-    return {k: v for k, v in raw[name].items() if k not in _EXTRA_KEYS + ("order",)}
+    if not exists(name):
+        raise unknown_name("preset", name, _raw())
+    return {k: v for k, v in _one(name).items() if k not in _EXTRA_KEYS + ("order",)}

@@ -25,13 +25,12 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import parse_yaml
+from gpufabric.fileio import load_data
 
 WHERE = "workloads/data/datasets.yaml"
 #: Kinds of synthetic shape: normal (stdev = spread x length), range (uniform in
@@ -146,8 +145,7 @@ def _lengths(raw: Any, where: str, at: tuple[float, ...]) -> Lengths:
 
 @cache
 def _table() -> dict[str, Dataset]:
-    text = resources.files("gpufabric.workloads").joinpath("data", "datasets.yaml").read_text()
-    data = parse_yaml(text, WHERE)
+    data = load_data("gpufabric.workloads", "data", "datasets.yaml")
     at = tuple(float(x) for x in data["at"])
     out: dict[str, Dataset] = {}
     for i, raw in enumerate(data["datasets"]):

@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_data
 from gpufabric import params as _params
 from gpufabric.params import Param
 from gpufabric.workloads.compute import record
@@ -272,7 +271,8 @@ def builtin() -> dict[str, EngineProfile]:
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if not f.name.endswith(".yaml"):
             continue
-        p = parse(yaml.safe_load(f.read_text()), f"{FOLDER}/{f.name}", register=True)
+        p = parse(load_data("gpufabric.workloads", "data", "engines", f.name),
+                  f"{FOLDER}/{f.name}", register=True)
         out[p.name] = p
     return out
 
@@ -310,9 +310,8 @@ def load_file(path: str) -> EngineProfile:
         if key not in builtin():
             raise _err(f"unknown base profile {base!r}; allowed: {', '.join(builtin())}",
                        path, "base")
-        folder = resources.files("gpufabric.workloads").joinpath("data", "engines")
-        merged = yaml.safe_load(folder.joinpath(builtin()[key].file.rsplit("/", 1)[-1])
-                                .read_text())
+        merged = dict(load_data("gpufabric.workloads", "data", "engines",
+                                builtin()[key].file.rsplit("/", 1)[-1]))
         merged.pop("aliases", None)
         merged.update({k: v for k, v in d.items() if k != "base"})
         d = merged

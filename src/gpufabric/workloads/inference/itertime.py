@@ -51,7 +51,6 @@ from statistics import NormalDist
 
 import numpy as np
 
-from gpufabric import collectives
 from gpufabric.errors import InputError
 from gpufabric.params import Param
 from gpufabric.topology.model import Topology
@@ -488,6 +487,7 @@ class StepModel:
     def _comm_s(self, op: str, ranks: int, size_bytes: np.ndarray) -> np.ndarray:
         if ranks <= 1:
             return np.zeros_like(size_bytes, dtype=np.float64)
+        from gpufabric import collectives     # a one-GPU instance runs without the network
         per_node = min(ranks, self._per_node())
         out = np.empty(size_bytes.shape, np.float64)
         for i, s in enumerate(size_bytes.tolist()):

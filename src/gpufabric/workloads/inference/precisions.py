@@ -26,11 +26,10 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 
-import yaml
 
 from gpufabric.errors import InputError
+from gpufabric.fileio import load_data
 
 #: where the table lives, for error messages
 TABLE = "workloads/data/precisions.yaml"
@@ -90,8 +89,7 @@ def _fail(msg: str, fld: str) -> InputError:
 
 @functools.cache
 def _table() -> tuple[dict[str, Format], dict[str, float], str]:
-    text = resources.files("gpufabric.workloads").joinpath("data", "precisions.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = load_data("gpufabric.workloads", "data", "precisions.yaml")
     act = {str(k): float(v) for k, v in data["act_bytes"].items()}
     out: dict[str, Format] = {}
     for i, f in enumerate(data["formats"]):

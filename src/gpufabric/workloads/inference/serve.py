@@ -303,9 +303,10 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     # saturated run), else where the steady state shows a queue that builds
     queue = "steady" in s and s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
         s["steady"]["requests"]
-    cap = capacity(sm, cfg, share, sched) if steady and cfg.rate is not None and \
+    rate = cfg.rate
+    cap = capacity(sm, cfg, share, sched) if steady and rate is not None and \
         (auto or queue) else {}
-    over = bool(cap) and cfg.rate / share > cap["requests_per_s"]
+    over = bool(cap) and rate is not None and rate / share > cap["requests_per_s"]
     tried = [_converging(s, reqs, share)]
     # an overloaded run's latencies grow with its length: its capacity is the answer
     while auto and not over and len(tried[-1]) and not _converged(tried) and \

@@ -256,13 +256,17 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
 
 
 def serve(model: str, topo: Topology, cfg: ServeConfig,
-          progress: Callable[[int, int], None] | None = None) -> dict:
+          progress: Callable[[int, int], None] | None = None, *,
+          sm: StepModel | None = None) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
 
-    ``progress(n, total)`` is told as the simulated instance's requests finish.
+    ``progress(n, total)`` is told as the simulated instance's requests finish. ``sm`` is
+    :func:`step_model` of the same model, system and settings when the caller has it (a
+    search over the load reuses one: the rate, the concurrency and the request count do not
+    enter it).
     """
     check_config(cfg)
-    sm = step_model(model, topo, cfg)
+    sm = sm or step_model(model, topo, cfg)
     reps = instances(topo, cfg)
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     reqs = build_requests(cfg, share)

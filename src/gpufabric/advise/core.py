@@ -416,10 +416,15 @@ def _capacity(key: str, value: float, r: dict | None, what: str) -> dict[str, An
 
 
 def _max_concurrency(model: str, topo: Any, cfg: Any) -> tuple[int, dict | None]:
-    from gpufabric.workloads.inference.serve import serve
+    from gpufabric.workloads.inference.serve import check_config, serve, step_model
     best, res, c = 0, None, 1
+    sm = None                       # built once: the concurrency does not enter it
     while c <= 4096:
-        r = serve(model, topo, replace(cfg, concurrency=c, rate=None))
+        run = replace(cfg, concurrency=c, rate=None)
+        if sm is None:
+            check_config(run)
+            sm = step_model(model, topo, run)
+        r = serve(model, topo, run, sm=sm)
         if r["slo_attainment"] < 0.9:
             break
         best, res, c = c, r, c * 2
@@ -448,36 +453,79 @@ def _serve_layouts(cand: Candidate, sc: Scenario) -> list[tuple[dict[str, int], 
     return out
 
 
-def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> None:
-    """Run the models for ``cands`` (training search, serving capacity), filling ``metrics``."""
-    jobs_t: list[_TrainJob] = []
-    jobs_s: list[_ServeJob] = []
+class Runner:
+    """Runs the models' jobs (:class:`_TrainJob`, :class:`_ServeJob`, :class:`_PDJob`) through
+    :func:`gpufabric.sweep.run`, in this process, on ``jobs`` worker processes or on Ray, and
+    keeps each job's result: a job asked for again (the same server design in a design with
+    more servers, a look-ahead's job) is never run twice. A job is a pure function of its
+    fields, so where it runs and when changes nothing.
+
+    >>> r = Runner()
+    >>> r.jobs, r.ray, r.done
+    (1, False, {})
+    """
+
+    def __init__(self, *, ray: bool = False, jobs: int = 1) -> None:
+        self.ray, self.jobs = ray, max(1, jobs)
+        self.done: dict[Any, dict[str, Any]] = {}
+
+    def run(self, todo: list[Any], progress: Callable[[int, int], None] | None = None) -> None:
+        """Run the jobs of ``todo`` not run yet (each kind through its own function)."""
+        new = [j for j in dict.fromkeys(todo) if j not in self.done]
+        for kind, fn in ((_TrainJob, _train_eval), (_ServeJob, _serve_eval),
+                         (_PDJob, _pd_eval)):
+            mine = [j for j in new if isinstance(j, kind)]
+            if mine:
+                out = sweep.run(fn, mine, ray=self.ray, jobs=self.jobs, progress=progress)
+                self.done.update(zip(mine, out, strict=True))
+
+    def __getitem__(self, job: Any) -> dict[str, Any]:
+        return self.done[job]
+
+
+def _jobs(c: Candidate, sc: Scenario) -> tuple[_TrainJob | None, list[tuple[_ServeJob, int]]]:
+    """The model jobs that judge ``c``: its training search, its serving layouts (with the
+    width of one instance)."""
+    jt = None
     if sc.train:
         t = sc.train
-        jobs_t = [_TrainJob(t.model, c.system, t.global_batch, t.seq_len, t.precision)
-                  for c in cands]
-    per_cand_s: list[list[tuple[_ServeJob, int]]] = []
+        jt = _TrainJob(t.model, c.system, t.global_batch, t.seq_len, t.precision)
+    mine: list[tuple[_ServeJob, int]] = []
     if sc.serve:
         s = sc.serve
-        for c in cands:
-            mine = []
-            for lay, design, w in _serve_layouts(c, sc):
-                j = _ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
-                              s.slo_ttft_ms, s.slo_tpot_ms, s.precision, s.concurrency is not None)
-                mine.append((j, w))
-                jobs_s.append(j)
-            per_cand_s.append(mine)
-    uniq_t = list(dict.fromkeys(jobs_t))
-    uniq_s = list(dict.fromkeys(jobs_s))
-    out_t = sweep.run(_train_eval, uniq_t, ray=ray, progress=progress)
-    out_s = sweep.run(_serve_eval, uniq_s, ray=ray, progress=progress)
-    res_t = dict(zip(uniq_t, out_t, strict=True))
-    res_s = dict(zip(uniq_s, out_s, strict=True))
+        for lay, design, w in _serve_layouts(c, sc):
+            mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
+                                   s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
+                                   s.concurrency is not None), w))
+    return jt, mine
+
+
+def all_jobs(cands: list[Candidate], sc: Scenario) -> list[Any]:
+    """Every model job of ``cands``, each once, in their order."""
+    out: list[Any] = []
+    for c in cands:
+        jt, js = _jobs(c, sc)
+        out += ([jt] if jt else []) + [j for j, _ in js]
+    return list(dict.fromkeys(out))
+
+
+def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
+             progress: Callable[[int, int], None] | None = None,
+             runner: Runner | None = None) -> None:
+    """Run the models for ``cands`` (training search, serving capacity), filling ``metrics``."""
+    runner = runner or Runner(ray=ray)
+    jobs_t: list[_TrainJob] = []
+    per_cand_s: list[list[tuple[_ServeJob, int]]] = []
+    for c in cands:
+        jt, js = _jobs(c, sc)
+        if jt:
+            jobs_t.append(jt)
+        per_cand_s.append(js)
+    runner.run(all_jobs(cands, sc), progress=progress)
     for i, c in enumerate(cands):
         c.evaluated = True
         if sc.train:
-            r = res_t[jobs_t[i]]
+            r = runner[jobs_t[i]]
             if "error" in r:
                 c.metrics["train_error"] = r["error"]
             else:
@@ -489,7 +537,7 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
         if sc.serve:
             best = None
             for j, w in per_cand_s[i]:
-                r = res_s[j]
+                r = runner[j]
                 if "error" in r:
                     continue
                 inst = c.gpus // w
@@ -502,7 +550,7 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
                 if best is None or cap > best["capacity"]:
                     best = row
             if best is None:
-                errs = [res_s[j].get("error", "") for j, _ in per_cand_s[i]]
+                errs = [runner[j].get("error", "") for j, _ in per_cand_s[i]]
                 c.metrics["serve_error"] = errs[0] if errs else "no layout fits"
             else:
                 c.metrics["serve"] = best
@@ -683,7 +731,8 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
 
 
 def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,
-                  *, designs: int = 3, ray: bool = False) -> list[Candidate]:
+                  *, designs: int = 3, ray: bool = False,
+                  runner: Runner | None = None) -> list[Candidate]:
     """xPyD deployments on the server designs of the best co-located ones: every (prefill,
     decode) pair of them, so prefill and decode may run on different GPUs; one unit of x
     prefill and y decode servers, as many units as the load needs."""
@@ -716,7 +765,9 @@ def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd
                                    s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
                                    shared))
                 meta.append((a, b, x, y))
-    res = sweep.run(_pd_eval, jobs, ray=ray)
+    runner = runner or Runner(ray=ray)
+    runner.run(jobs)
+    res = [runner[j] for j in jobs]
     out = []
     for job, (a, b, x, y), r in zip(jobs, meta, res, strict=True):
         if "error" in r or not r["per_unit"]:
@@ -853,10 +904,24 @@ class Advice:
 
 
 def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
-           ray: bool = False, batch: int = 4, max_evaluations: int = 60,
+           ray: bool = False, jobs: int = 1, batch: int = 4, max_evaluations: int = 60,
            progress: Callable[[int, int], None] | None = None) -> Advice:
-    """Rank the scenario's designs: generate, price, bound, evaluate best-bound first."""
+    """Rank the scenario's designs: generate, price, bound, evaluate best-bound first.
+
+    ``jobs`` worker processes (or Ray) run the models: each batch's jobs together with those
+    of the designs next in the queue (a look-ahead), while the branch and bound takes the
+    results in the queue's order; the answer is the same for any ``jobs``.
+    """
+    with sweep.workers(jobs if not ray else 1):
+        return _advise(sc, prices, top=top, kwh_usd=kwh_usd, runner=Runner(ray=ray, jobs=jobs),
+                       batch=batch, max_evaluations=max_evaluations, progress=progress)
+
+
+def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: Runner,
+            batch: int, max_evaluations: int,
+            progress: Callable[[int, int], None] | None) -> Advice:
     t0 = time.perf_counter()
+    ray = runner.ray
     cands = generate(sc, prices)
     generated = len(cands)
     ok = [c for c in cands if not c.refused]
@@ -915,7 +980,10 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
                 break                  # judge a group's fastest network before its siblings
         if not chunk:
             continue
-        evaluate(chunk, sc, ray=ray)
+        if runner.jobs > 1 or ray:
+            runner.run(_look_ahead(chunk, queue, i, failed, sc, runner,
+                                   2 * runner.jobs if not ray else 4 * batch))
+        evaluate(chunk, sc, runner=runner)
         if progress:
             progress(len(chunk), min(len(queue), max_evaluations))
         for c in chunk:
@@ -931,7 +999,7 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         feasible.sort(key=lambda c: (c.objective, c.gpus))
         pool = sorted((c for c in done if "serve" in c.metrics and c.objective is not None),
                       key=lambda c: c.objective or 0.0)
-        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, ray=ray)
+        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, runner=runner)
         done += pds
         feasible += [c for c in pds if not c.violations and c.objective is not None]
     feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
@@ -952,6 +1020,22 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         adv.changes = what_would_change(feasible, sc)
     adv.elapsed_s = time.perf_counter() - t0
     return adv
+
+
+def _look_ahead(chunk: list[Candidate], queue: list[Candidate], i: int, failed: set[tuple],
+                sc: Scenario, runner: Runner, width: int) -> list[Any]:
+    """The jobs of ``chunk`` and of the designs after it in the queue (``queue[i:]``, less the
+    groups already dominated) until ``width`` jobs not run yet: what the workers run while the
+    ranking waits for the chunk. A look-ahead job the ranking never asks for is wasted work,
+    never a different answer."""
+    todo = [j for j in all_jobs(chunk, sc) if j not in runner.done]
+    for c in queue[i:]:
+        if len(todo) >= width:
+            break
+        if _group(c) in failed:
+            continue
+        todo += [j for j in all_jobs([c], sc) if j not in runner.done and j not in todo]
+    return todo
 
 
 def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:

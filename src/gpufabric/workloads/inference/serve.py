@@ -28,8 +28,9 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
-from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, check_fits,
-                                                     simulate, summarize)
+from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
+                                                     check_fits, simulate, slo_out_of_reach,
+                                                     summarize)
 
 def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
     """The engine's default prefill token budget on this GPU kind, and where it comes from:
@@ -257,13 +258,16 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
 
 def serve(model: str, topo: Topology, cfg: ServeConfig,
           progress: Callable[[int, int], None] | None = None, *,
-          sm: StepModel | None = None) -> dict:
+          sm: StepModel | None = None, stop_below: float | None = None) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
 
     ``progress(n, total)`` is told as the simulated instance's requests finish. ``sm`` is
     :func:`step_model` of the same model, system and settings when the caller has it (a
     search over the load reuses one: the rate, the concurrency and the request count do not
-    enter it).
+    enter it). ``stop_below``: the caller only asks whether at least this share of the
+    requests meets the SLO; an open-loop run stops as soon as it cannot
+    (:func:`~gpufabric.workloads.inference.simulator.slo_out_of_reach`), and its summary is
+    then only ``slo_attainment`` (the most it could have reached) and ``stopped_early``.
     """
     check_config(cfg)
     sm = sm or step_model(model, topo, cfg)
@@ -276,7 +280,13 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     if reqs.concurrency:
         reqs.phase_seed = cfg.seed
         reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
-    res = simulate_with_front_end(reqs, sm, sched, progress=progress)
+    give_up = None
+    if stop_below is not None and not reqs.concurrency:
+        give_up = slo_out_of_reach(cfg.slo_ttft_ms, cfg.slo_tpot_ms, stop_below)
+    try:
+        res = simulate_with_front_end(reqs, sm, sched, progress=progress, give_up=give_up)
+    except GaveUp as g:
+        return {"slo_attainment": g.most, "stopped_early": True}
     gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms)
     for k in ("throughput_tokens_per_s", "total_tokens_per_s", "requests_per_s",

@@ -71,7 +71,8 @@ def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float 
         if not sm:
             check_config(c)
             sm.append(step_model(model, topo, c))
-        r = serve(model, topo, c, sm=sm[0])
+        # a run that falls short is stopped once it must (its figures are not kept)
+        r = serve(model, topo, c, sm=sm[0], stop_below=attainment)
         return r["slo_attainment"] >= attainment, r
     return highest_passing(ok, max(0.05, 0.02 * len(topo.gpus())), steps)
 

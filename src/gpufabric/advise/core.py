@@ -18,9 +18,10 @@
    (:func:`gpufabric.workloads.inference.supernode.default_layouts`), the highest rate (or
    concurrency) one model instance serves within the SLO
    (:func:`gpufabric.workloads.inference.supernode.max_rate`); a design with ``n`` instances
-   serves ``n`` times that (arrivals split evenly over instances). Results are cached by server
-   design (the per-instance figures do not depend on the server count), and every batch of
-   evaluations goes through :func:`gpufabric.sweep.run` (in-process, or Ray).
+   serves ``n`` times that (arrivals split evenly over instances). Results are kept by server
+   design and layout for the run (:class:`Runner`: the per-instance figures do not depend on
+   the server count), and every batch of evaluations goes through :func:`gpufabric.sweep.run`
+   (in-process, on worker processes with a look-ahead over the queue, or on Ray).
 4. **Cost and power** from :mod:`gpufabric.advise.prices`: capex (on-premises) or $/hour
    (cloud), energy per day at a $/kWh, and the objective's figure.
 """
@@ -123,16 +124,41 @@ def _server_designs(gpu: catalog.GPU, per_node: tuple[int, ...]) -> list[dict[st
     return out
 
 
-@cache
+#: The design rules' verdicts on server designs, by spec string (see :func:`_refusal`).
+_REFUSED: dict[str, str] = {}
+
+
 def _refusal(key: str) -> str:
     """Why the design rules refuse a server design, with its NICs ("" when it can be built):
     two servers are built so that the NICs are placed and their PCIe lanes counted."""
+    if key not in _REFUSED:
+        _REFUSED[key] = _judge(key)
+    return _REFUSED[key]
+
+
+def _judge(key: str) -> str:
     from gpufabric.topology.build import from_spec, parse_inline
     try:
         from_spec(parse_inline(key), file="design", materialize_nodes=2)
     except InputError as exc:
         return exc.message
     return ""
+
+
+def _judge_all(keys: list[str]) -> list[str]:
+    return [_judge(k) for k in keys]
+
+
+def _prejudge(keys: list[str], jobs: int) -> None:
+    """Judge the server designs of ``keys`` not judged yet on ``jobs`` worker processes (a few
+    chunks each), so that :func:`_refusal` finds them."""
+    todo = [k for k in dict.fromkeys(keys) if k not in _REFUSED]
+    if jobs <= 1 or len(todo) < 2:
+        return
+    size = -(-len(todo) // (4 * jobs))
+    chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+    for chunk, verdicts in zip(chunks, sweep.run(_judge_all, chunks, jobs=jobs), strict=True):
+        _REFUSED.update(zip(chunk, verdicts, strict=True))
 
 
 @cache
@@ -154,8 +180,22 @@ def _fabric_refusal(tray: int, gpn: int, nodes: int, nic: str, nics: int, topo: 
     return ""
 
 
-def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
-    """Every design of the scenario's space, those the rules refuse marked ``refused``."""
+def _on_prem(sc: Scenario) -> list[tuple[catalog.GPU, dict[str, Any]]]:
+    """The server designs (GPU kind, node spec) of the scenario's on-premises space."""
+    c = sc.constraints
+    out = []
+    for gname in catalog.names("gpu"):
+        gpu = catalog.gpu(gname)
+        if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
+                (c.vendors and gpu.vendor not in c.vendors):
+            continue
+        out += [(gpu, node) for node in _server_designs(gpu, sc.space.gpus_per_node)]
+    return out
+
+
+def generate(sc: Scenario, prices: Prices, jobs: int = 1) -> list[Candidate]:
+    """Every design of the scenario's space, those the rules refuse marked ``refused``
+    (the rules judge each server design once, on ``jobs`` worker processes)."""
     c = sc.constraints
     sp = sc.space
     max_gpus = c.max_gpus or DEFAULT_MAX_GPUS
@@ -164,41 +204,45 @@ def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
     speeds = [s for s in speeds if s.protocol in ("ib", "roce")
               and (s.protocol == "roce" or not c.ethernet_only)]
     if c.deployment in ("any", "on-prem"):
-        for gname in catalog.names("gpu"):
-            gpu = catalog.gpu(gname)
-            if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
-                    (c.vendors and gpu.vendor not in c.vendors):
-                continue
-            for node in _server_designs(gpu, sp.gpus_per_node):
-                design = spec_string(node)
-                why = _refusal(design)
-                gpn = node["gpus_per_node"]
-                for n in sp.nodes:
-                    if n * gpn > max_gpus:
-                        continue
-                    nets: list[dict[str, Any]] = [{}]
-                    if n > 1:
-                        nets = []
-                        for sp_ in speeds:
-                            for k in sorted({gpn, max(1, gpn // 2)}):
-                                for topo in sp.fabrics:
-                                    for o in sp.oversubscription:
-                                        nets.append({"nic": sp_.name, "nics_per_node": k,
-                                                     "fabric": {"topology": topo,
-                                                                "oversubscription": o}})
-                    for net in nets:
-                        spec = {**node, "nodes": n, **net}
-                        no = why
-                        if net and not no:
-                            no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
-                                                       "nics_per_node": net["nics_per_node"]}))
-                        if net and not no:
-                            f = net["fabric"]
-                            no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
-                                                 net["nics_per_node"], f["topology"],
-                                                 f["oversubscription"])
-                        out.append(Candidate(gpu=gname, gpus_per_node=gpn, nodes=n, spec=spec,
-                                             deployment="on-prem", design=design, refused=no))
+        designs = _on_prem(sc)
+        _prejudge([spec_string(node) for _, node in designs], jobs)
+        _prejudge([spec_string({**node, "nodes": 2, "nic": s.name, "nics_per_node": k})
+                   for _, node in designs if not _refusal(spec_string(node))
+                   and any(1 < n and n * node["gpus_per_node"] <= max_gpus for n in sp.nodes)
+                   for s in speeds
+                   for k in sorted({node["gpus_per_node"], max(1, node["gpus_per_node"] // 2)})],
+                  jobs)
+        for gpu, node in designs:
+            gname = gpu.name
+            design = spec_string(node)
+            why = _refusal(design)
+            gpn = node["gpus_per_node"]
+            for n in sp.nodes:
+                if n * gpn > max_gpus:
+                    continue
+                nets: list[dict[str, Any]] = [{}]
+                if n > 1:
+                    nets = []
+                    for sp_ in speeds:
+                        for k in sorted({gpn, max(1, gpn // 2)}):
+                            for topo in sp.fabrics:
+                                for o in sp.oversubscription:
+                                    nets.append({"nic": sp_.name, "nics_per_node": k,
+                                                 "fabric": {"topology": topo,
+                                                            "oversubscription": o}})
+                for net in nets:
+                    spec = {**node, "nodes": n, **net}
+                    no = why
+                    if net and not no:
+                        no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
+                                                   "nics_per_node": net["nics_per_node"]}))
+                    if net and not no:
+                        f = net["fabric"]
+                        no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
+                                             net["nics_per_node"], f["topology"],
+                                             f["oversubscription"])
+                    out.append(Candidate(gpu=gname, gpus_per_node=gpn, nodes=n, spec=spec,
+                                         deployment="on-prem", design=design, refused=no))
     if c.deployment in ("any", "cloud") and sp.cloud:
         from gpufabric.topology.build import parse_inline
         for inst in prices.cloud():
@@ -922,7 +966,7 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
             progress: Callable[[int, int], None] | None) -> Advice:
     t0 = time.perf_counter()
     ray = runner.ray
-    cands = generate(sc, prices)
+    cands = generate(sc, prices, runner.jobs if not runner.ray else 1)
     generated = len(cands)
     ok = [c for c in cands if not c.refused]
     for c in ok:

@@ -272,3 +272,28 @@ def test_pd_scenarios_rank_disaggregated_units_with_their_decode_pool():
     s = c.metrics["serve"]
     assert s["pd"] == f"{c.pd[0]}P{c.pd[1]}D" and s["capacity"] >= 8   # the load asked
     assert c.gpus == c.gpus_per_node * c.nodes + (c.decode.gpus if c.decode else 0)
+
+
+# -- a buyer's question: one model over every GPU kind and the clouds, an interactivity sweep -
+BUYER = {"workloads": {"serve": {"model": "mixtral-8x7b", "rate": 4, "isl": 1000, "osl": 500,
+                                 "slo_ttft_ms": 2000, "slo_tpot_ms": 40}},
+         "constraints": {"deployment": "any"},
+         "objective": "lowest-cost",
+         "space": {"gpus_per_node": [4, 8], "nodes": [1, 2], "nics": ["roce-400"],
+                   "fabrics": ["rail-optimized"], "oversubscription": [1]}}
+
+
+def test_a_tighter_interactivity_target_never_makes_the_answer_cheaper():
+    costs = {}
+    for tpot in (80, 40, 20):
+        data = json.loads(json.dumps(BUYER))
+        data["workloads"]["serve"]["slo_tpot_ms"] = tpot
+        adv = core.advise(_sc(data), prices.load(), top=5, jobs=2)
+        assert adv.ranked, tpot
+        for c in adv.ranked:            # every design shown meets the target at the load asked
+            s = c.metrics["serve"]
+            assert s["tpot_ms_p90"] <= tpot and s["capacity"] >= 4
+        figures = [c.objective for c in adv.ranked]
+        assert figures == sorted(figures)
+        costs[tpot] = figures[0]
+    assert costs[80] <= costs[40] <= costs[20]

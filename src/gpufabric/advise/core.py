@@ -1025,7 +1025,10 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
         if not chunk:
             continue
         if runner.jobs > 1 or ray:
-            runner.run(_look_ahead(chunk, queue, i, failed, sc, runner,
+            limit = None
+            if sc.objective == "lowest-cost" and len(feasible) >= top:
+                limit = sorted(f.objective for f in feasible if f.objective is not None)[top - 1]
+            runner.run(_look_ahead(chunk, queue[i:], failed, strongest, limit, sc, runner,
                                    2 * runner.jobs if not ray else 4 * batch))
         evaluate(chunk, sc, runner=runner)
         if progress:
@@ -1066,17 +1069,25 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
     return adv
 
 
-def _look_ahead(chunk: list[Candidate], queue: list[Candidate], i: int, failed: set[tuple],
-                sc: Scenario, runner: Runner, width: int) -> list[Any]:
-    """The jobs of ``chunk`` and of the designs after it in the queue (``queue[i:]``, less the
-    groups already dominated) until ``width`` jobs not run yet: what the workers run while the
-    ranking waits for the chunk. A look-ahead job the ranking never asks for is wasted work,
-    never a different answer."""
+def _look_ahead(chunk: list[Candidate], rest: list[Candidate], failed: set[tuple],
+                strongest: dict[tuple, Candidate], limit: float | None, sc: Scenario,
+                runner: Runner, width: int) -> list[Any]:
+    """The jobs of ``chunk`` and of the designs after it in the queue (``rest``) until
+    ``width`` jobs not run yet: what the workers run while the ranking waits for the chunk.
+    It leaves out what the ranking can already tell it will not run: a design whose group's
+    fastest network has failed or is not judged yet (the siblings of a failed one are
+    dominated), and, from the first design whose bound reaches ``limit`` (the worst figure of
+    the top N so far) on, the rest. A look-ahead job the ranking never asks for is wasted
+    work, never a different answer."""
     todo = [j for j in all_jobs(chunk, sc) if j not in runner.done]
-    for c in queue[i:]:
+    for c in rest:
         if len(todo) >= width:
             break
-        if _group(c) in failed:
+        b = _bound_figure(c, sc) if limit is not None else None
+        if b is not None and limit is not None and b >= limit:
+            break
+        lead = strongest.get(_group(c))
+        if _group(c) in failed or (lead is not None and lead is not c and not lead.evaluated):
             continue
         todo += [j for j in all_jobs([c], sc) if j not in runner.done and j not in todo]
     return todo

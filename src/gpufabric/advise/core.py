@@ -956,7 +956,10 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
     of the designs next in the queue (a look-ahead), while the branch and bound takes the
     results in the queue's order; the answer is the same for any ``jobs``.
     """
-    with sweep.workers(jobs if not ray else 1):
+    from gpufabric.workloads.search import memory_verdicts
+    # the training searches of one scenario share their memory verdicts (in each worker: the
+    # workers start inside, with this one parameter set)
+    with memory_verdicts(), sweep.workers(jobs if not ray else 1):
         return _advise(sc, prices, top=top, kwh_usd=kwh_usd, runner=Runner(ray=ray, jobs=jobs),
                        batch=batch, max_evaluations=max_evaluations, progress=progress)
 

@@ -40,6 +40,8 @@ from gpufabric.advise.prices import Prices
 from gpufabric.advise.scenario import Scenario
 from gpufabric.errors import InputError
 
+#: Model runs kept in flight per worker process (the batch's and the look-ahead's).
+LOOK_AHEAD = 2
 #: Largest cluster the default space builds when the scenario sets no GPU limit.
 DEFAULT_MAX_GPUS = 4096
 HOURS_PER_YEAR = 24 * 365
@@ -1031,8 +1033,9 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
             limit = None
             if sc.objective == "lowest-cost" and len(feasible) >= top:
                 limit = sorted(f.objective for f in feasible if f.objective is not None)[top - 1]
-            runner.run(_look_ahead(chunk, queue[i:], failed, strongest, limit, sc, runner,
-                                   2 * runner.jobs if not ray else 4 * batch))
+            width = LOOK_AHEAD * runner.jobs if not ray else 4 * batch
+            runner.run(_look_ahead(chunk, queue[i:i + batch * width], failed, strongest, limit,
+                                   sc, runner, width))
         evaluate(chunk, sc, runner=runner)
         if progress:
             progress(len(chunk), min(len(queue), max_evaluations))
@@ -1075,8 +1078,9 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
 def _look_ahead(chunk: list[Candidate], rest: list[Candidate], failed: set[tuple],
                 strongest: dict[tuple, Candidate], limit: float | None, sc: Scenario,
                 runner: Runner, width: int) -> list[Any]:
-    """The jobs of ``chunk`` and of the designs after it in the queue (``rest``) until
-    ``width`` jobs not run yet: what the workers run while the ranking waits for the chunk.
+    """The jobs of ``chunk`` and of the designs just after it in the queue (``rest``: a few
+    batches) until ``width`` jobs not run yet: what the workers run while the ranking waits for
+    the chunk.
     It leaves out what the ranking can already tell it will not run: a design whose group's
     fastest network has failed or is not judged yet (the siblings of a failed one are
     dominated), and, from the first design whose bound reaches ``limit`` (the worst figure of

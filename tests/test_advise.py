@@ -86,6 +86,21 @@ def test_a_user_price_file_replaces_and_is_checked(tmp_path):
     assert e.value.field == "gpus[0].usd"
 
 
+def test_a_price_of_zero_is_refused_naming_the_file_and_field(tmp_path, capsys):
+    from gpufabric.cli import main
+    f = tmp_path / "free.yaml"
+    f.write_text("gpus:\n  - {gpu: L40S, usd: 0}\n")
+    with pytest.raises(InputError) as e:
+        prices.load(str(f))
+    assert e.value.file == str(f) and e.value.field == "gpus[0].usd" and "> 0" in e.value.message
+    f.write_text("cloud:\n  - {instance: free.box, usd_per_hour: 0, system: 'gpu=L40S'}\n")
+    with pytest.raises(SystemExit) as ex:
+        main(["advise", "small-chat", "--prices", str(f)])
+    err = capsys.readouterr().err.strip()
+    assert ex.value.code == 2 and len(err.splitlines()) == 1
+    assert "free.yaml: cloud[0].usd_per_hour: expected a number > 0, got 0" in err
+
+
 # -- the ranking's properties ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def train_advice():
@@ -130,6 +145,33 @@ SERVE = {"workloads": {"serve": {"model": "llama3-8b", "rate": 2, "isl": 500, "o
          "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"]},
          "objective": "lowest-cost",
          "space": {"gpus_per_node": [1], "nodes": [1], "cloud": False}}
+
+
+def _answer(adv):
+    """What a user reads of an advice: each ranked design with its figures, the Pareto front,
+    what would change the answer."""
+    return ([(core.describe(c), c.objective, c.metrics, c.cost, c.equivalents)
+             for c in adv.ranked],
+            [core.describe(c) for c in adv.pareto], adv.changes, adv.evaluated)
+
+
+def test_the_answer_is_the_same_on_one_worker_and_on_several():
+    data = json.loads(json.dumps(SERVE))
+    data["space"] = {"gpus_per_node": [1, 2], "nodes": [1, 2], "nics": ["roce-400"],
+                     "fabrics": ["rail-optimized"], "oversubscription": [1], "cloud": False}
+    sc = _sc(data)
+    # the pool first, so that its workers run the models rather than find them cached here
+    several = core.advise(sc, prices.load(), top=10, jobs=2)
+    one = core.advise(sc, prices.load(), top=10, jobs=1)
+    assert several.ranked and _answer(several) == _answer(one)
+
+
+def test_the_cli_refuses_zero_jobs(capsys):
+    from gpufabric.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["advise", "small-chat", "--jobs", "0"])
+    assert e.value.code == 2
+    assert "--jobs: must be a whole number from 1 to 1,024, got 0" in capsys.readouterr().err
 
 
 def test_a_tighter_slo_never_admits_more_designs():
@@ -230,3 +272,28 @@ def test_pd_scenarios_rank_disaggregated_units_with_their_decode_pool():
     s = c.metrics["serve"]
     assert s["pd"] == f"{c.pd[0]}P{c.pd[1]}D" and s["capacity"] >= 8   # the load asked
     assert c.gpus == c.gpus_per_node * c.nodes + (c.decode.gpus if c.decode else 0)
+
+
+# -- a buyer's question: one model over every GPU kind and the clouds, an interactivity sweep -
+BUYER = {"workloads": {"serve": {"model": "mixtral-8x7b", "rate": 4, "isl": 1000, "osl": 500,
+                                 "slo_ttft_ms": 2000, "slo_tpot_ms": 40}},
+         "constraints": {"deployment": "any"},
+         "objective": "lowest-cost",
+         "space": {"gpus_per_node": [4, 8], "nodes": [1, 2], "nics": ["roce-400"],
+                   "fabrics": ["rail-optimized"], "oversubscription": [1]}}
+
+
+def test_a_tighter_interactivity_target_never_makes_the_answer_cheaper():
+    costs = {}
+    for tpot in (80, 40, 20):
+        data = json.loads(json.dumps(BUYER))
+        data["workloads"]["serve"]["slo_tpot_ms"] = tpot
+        adv = core.advise(_sc(data), prices.load(), top=5, jobs=2)
+        assert adv.ranked, tpot
+        for c in adv.ranked:            # every design shown meets the target at the load asked
+            s = c.metrics["serve"]
+            assert s["tpot_ms_p90"] <= tpot and s["capacity"] >= 4
+        figures = [c.objective for c in adv.ranked]
+        assert figures == sorted(figures)
+        costs[tpot] = figures[0]
+    assert costs[80] <= costs[40] <= costs[20]

@@ -46,3 +46,20 @@ def test_a_model_too_big_for_one_server_goes_wide_or_says_what_fits():
     assert str(exc.value) == ("--precision: deepseek-v3 in bf16 fits no layout of 8 GPUs of "
                               "8xH100-SXM-nvswitch (tp8 ep8 dpa8); it would fit in fp4 from "
                               "tp8 ep8 dpa8, int4 from tp8 ep8 dpa8 (--precision, or more GPUs)")
+
+
+def test_a_run_that_cannot_meet_the_slo_stops_early_with_the_same_verdict():
+    # an overloaded server: the rate search only asks whether 90% of the requests meet the
+    # SLO, so the run stops once too many have missed it; run to its end, it misses too
+    from gpufabric.workloads.inference.serve import serve
+    topo = from_spec({"gpu": "L40S", "gpus_per_node": 1})
+    cfg = ServeConfig(requests=200, rate=8.0, isl=1000, osl=300, slo_ttft_ms=1000,
+                      slo_tpot_ms=50)
+    full = serve("llama3-8b", topo, cfg)
+    early = serve("llama3-8b", topo, cfg, stop_below=0.9)
+    assert early["stopped_early"] and full["slo_attainment"] < 0.9
+    assert full["slo_attainment"] <= early["slo_attainment"] < 0.9   # an upper bound
+    light = ServeConfig(requests=50, rate=0.2, isl=1000, osl=100, slo_ttft_ms=1000,
+                        slo_tpot_ms=50)
+    # a run that meets the SLO runs to its end: the same summary either way
+    assert serve("llama3-8b", topo, light, stop_below=0.9) == serve("llama3-8b", topo, light)

@@ -1,5 +1,5 @@
 """One sweep mechanism for every search: map a function over many items, in-process by default,
-on a Ray cluster when asked.
+across this machine's cores (``jobs``) or on a Ray cluster when asked.
 
 The function must be a module-level callable (picklable) taking one item and returning plain
 data; the results come back in the order of the items, so a ranking is the same either way.
@@ -8,6 +8,8 @@ Ray is an optional dependency (``pip install 'gpufabric[ray]'``).
 Examples
 --------
 >>> run(abs, [-2, 3, -5])
+[2, 3, 5]
+>>> run(abs, [-2, 3, -5], jobs=2)     # two worker processes: the same list
 [2, 3, 5]
 >>> told = []
 >>> run(abs, [-2, 3], progress=lambda n, total: told.append((n, total)))
@@ -18,7 +20,9 @@ Examples
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from gpufabric.errors import InputError
@@ -31,10 +35,19 @@ def _chunk(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     return [fn(x) for x in items]
 
 
+def cores() -> int:
+    """The CPU cores this process may use (its affinity mask where the system has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:          # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
-        address: str | None = None, chunks: int = 0,
+        address: str | None = None, chunks: int = 0, jobs: int = 1,
         progress: Callable[[int, int], None] | None = None) -> list[R]:
-    """``[fn(x) for x in items]``, in this process or spread over a Ray cluster.
+    """``[fn(x) for x in items]``, in this process, across ``jobs`` worker processes, or
+    spread over a Ray cluster.
 
     Parameters
     ----------
@@ -43,11 +56,17 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
         ``auto``).
     chunks : int
         Ray tasks to split the items into (default: 4 per available CPU).
+    jobs : int
+        Worker processes on this machine (without Ray): 1 runs in this process; more run the
+        items on a pool of that many processes (the one :func:`workers` keeps open, or one for
+        this call). The results are the same and in the same order either way.
     progress : callable, optional
         ``progress(n, total)`` is called as each ``n`` more of the ``total`` items are done
-        (one by one in this process, a Ray task's share at a time on Ray).
+        (one by one in this process or the pool, a Ray task's share at a time on Ray).
     """
     items = list(items)
+    if not (ray or address) and jobs > 1 and len(items) > 1:
+        return _run_pool(fn, items, jobs, progress)
     if not (ray or address):
         if progress is None:
             return [fn(x) for x in items]
@@ -85,6 +104,59 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
     for ref in refs:
         out.extend(parts[ref])
     return out
+
+
+_POOL: list[tuple[int, Any]] = []       # (jobs, pool) of each open :func:`workers`
+
+
+@contextmanager
+def workers(jobs: int) -> Iterator[None]:
+    """Keep one pool of ``jobs`` worker processes for the :func:`run` calls inside (with the
+    same ``jobs``), instead of one pool per call. The workers are forked here where the
+    system can (else spawned): they start with this process's modules, caches and settings as
+    they are now.
+
+    >>> with workers(2):
+    ...     run(abs, [-1, 2], jobs=2), run(abs, [-3, 4], jobs=2)
+    ([1, 2], [3, 4])
+    """
+    if jobs <= 1:
+        yield
+        return
+    entry = (jobs, _new_pool(jobs))
+    _POOL.append(entry)
+    try:
+        yield
+    finally:
+        _POOL.remove(entry)
+        entry[1].shutdown(cancel_futures=True)
+
+
+def _new_pool(jobs: int) -> Any:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+
+
+def _run_pool(fn: Callable[[T], R], items: list[T], jobs: int,
+              progress: Callable[[int, int], None] | None) -> list[R]:
+    from concurrent.futures import FIRST_COMPLETED, wait
+    mine = not (_POOL and _POOL[-1][0] == jobs)
+    pool = _new_pool(min(jobs, len(items))) if mine else _POOL[-1][1]
+    try:
+        futures = [pool.submit(fn, x) for x in items]
+        pending = set(futures)
+        while pending:                   # as items end, in any order; kept in the items' order
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            if progress:
+                for _ in done:
+                    progress(1, len(items))
+        return [f.result() for f in futures]
+    finally:
+        if mine:
+            pool.shutdown(cancel_futures=True)
 
 
 def each(items: Iterable[T], progress: Callable[[int, int], None] | None,
@@ -127,4 +199,4 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
                          f"({exc.strerror or exc})", field="--ray-address") from None
 
 
-__all__ = ["each", "run"]
+__all__ = ["cores", "each", "run", "workers"]

@@ -18,9 +18,10 @@
    (:func:`gpufabric.workloads.inference.supernode.default_layouts`), the highest rate (or
    concurrency) one model instance serves within the SLO
    (:func:`gpufabric.workloads.inference.supernode.max_rate`); a design with ``n`` instances
-   serves ``n`` times that (arrivals split evenly over instances). Results are cached by server
-   design (the per-instance figures do not depend on the server count), and every batch of
-   evaluations goes through :func:`gpufabric.sweep.run` (in-process, or Ray).
+   serves ``n`` times that (arrivals split evenly over instances). Results are kept by server
+   design and layout for the run (:class:`Runner`: the per-instance figures do not depend on
+   the server count), and every batch of evaluations goes through :func:`gpufabric.sweep.run`
+   (in-process, on worker processes with a look-ahead over the queue, or on Ray).
 4. **Cost and power** from :mod:`gpufabric.advise.prices`: capex (on-premises) or $/hour
    (cloud), energy per day at a $/kWh, and the objective's figure.
 """
@@ -39,6 +40,8 @@ from gpufabric.advise.prices import Prices
 from gpufabric.advise.scenario import Scenario
 from gpufabric.errors import InputError
 
+#: Model runs kept in flight per worker process (the batch's and the look-ahead's).
+LOOK_AHEAD = 2
 #: Largest cluster the default space builds when the scenario sets no GPU limit.
 DEFAULT_MAX_GPUS = 4096
 HOURS_PER_YEAR = 24 * 365
@@ -123,16 +126,41 @@ def _server_designs(gpu: catalog.GPU, per_node: tuple[int, ...]) -> list[dict[st
     return out
 
 
-@cache
+#: The design rules' verdicts on server designs, by spec string (see :func:`_refusal`).
+_REFUSED: dict[str, str] = {}
+
+
 def _refusal(key: str) -> str:
     """Why the design rules refuse a server design, with its NICs ("" when it can be built):
     two servers are built so that the NICs are placed and their PCIe lanes counted."""
+    if key not in _REFUSED:
+        _REFUSED[key] = _judge(key)
+    return _REFUSED[key]
+
+
+def _judge(key: str) -> str:
     from gpufabric.topology.build import from_spec, parse_inline
     try:
         from_spec(parse_inline(key), file="design", materialize_nodes=2)
     except InputError as exc:
         return exc.message
     return ""
+
+
+def _judge_all(keys: list[str]) -> list[str]:
+    return [_judge(k) for k in keys]
+
+
+def _prejudge(keys: list[str], jobs: int) -> None:
+    """Judge the server designs of ``keys`` not judged yet on ``jobs`` worker processes (a few
+    chunks each), so that :func:`_refusal` finds them."""
+    todo = [k for k in dict.fromkeys(keys) if k not in _REFUSED]
+    if jobs <= 1 or len(todo) < 2:
+        return
+    size = -(-len(todo) // (4 * jobs))
+    chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+    for chunk, verdicts in zip(chunks, sweep.run(_judge_all, chunks, jobs=jobs), strict=True):
+        _REFUSED.update(zip(chunk, verdicts, strict=True))
 
 
 @cache
@@ -154,8 +182,22 @@ def _fabric_refusal(tray: int, gpn: int, nodes: int, nic: str, nics: int, topo: 
     return ""
 
 
-def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
-    """Every design of the scenario's space, those the rules refuse marked ``refused``."""
+def _on_prem(sc: Scenario) -> list[tuple[catalog.GPU, dict[str, Any]]]:
+    """The server designs (GPU kind, node spec) of the scenario's on-premises space."""
+    c = sc.constraints
+    out = []
+    for gname in catalog.names("gpu"):
+        gpu = catalog.gpu(gname)
+        if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
+                (c.vendors and gpu.vendor not in c.vendors):
+            continue
+        out += [(gpu, node) for node in _server_designs(gpu, sc.space.gpus_per_node)]
+    return out
+
+
+def generate(sc: Scenario, prices: Prices, jobs: int = 1) -> list[Candidate]:
+    """Every design of the scenario's space, those the rules refuse marked ``refused``
+    (the rules judge each server design once, on ``jobs`` worker processes)."""
     c = sc.constraints
     sp = sc.space
     max_gpus = c.max_gpus or DEFAULT_MAX_GPUS
@@ -164,41 +206,45 @@ def generate(sc: Scenario, prices: Prices) -> list[Candidate]:
     speeds = [s for s in speeds if s.protocol in ("ib", "roce")
               and (s.protocol == "roce" or not c.ethernet_only)]
     if c.deployment in ("any", "on-prem"):
-        for gname in catalog.names("gpu"):
-            gpu = catalog.gpu(gname)
-            if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
-                    (c.vendors and gpu.vendor not in c.vendors):
-                continue
-            for node in _server_designs(gpu, sp.gpus_per_node):
-                design = spec_string(node)
-                why = _refusal(design)
-                gpn = node["gpus_per_node"]
-                for n in sp.nodes:
-                    if n * gpn > max_gpus:
-                        continue
-                    nets: list[dict[str, Any]] = [{}]
-                    if n > 1:
-                        nets = []
-                        for sp_ in speeds:
-                            for k in sorted({gpn, max(1, gpn // 2)}):
-                                for topo in sp.fabrics:
-                                    for o in sp.oversubscription:
-                                        nets.append({"nic": sp_.name, "nics_per_node": k,
-                                                     "fabric": {"topology": topo,
-                                                                "oversubscription": o}})
-                    for net in nets:
-                        spec = {**node, "nodes": n, **net}
-                        no = why
-                        if net and not no:
-                            no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
-                                                       "nics_per_node": net["nics_per_node"]}))
-                        if net and not no:
-                            f = net["fabric"]
-                            no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
-                                                 net["nics_per_node"], f["topology"],
-                                                 f["oversubscription"])
-                        out.append(Candidate(gpu=gname, gpus_per_node=gpn, nodes=n, spec=spec,
-                                             deployment="on-prem", design=design, refused=no))
+        designs = _on_prem(sc)
+        _prejudge([spec_string(node) for _, node in designs], jobs)
+        _prejudge([spec_string({**node, "nodes": 2, "nic": s.name, "nics_per_node": k})
+                   for _, node in designs if not _refusal(spec_string(node))
+                   and any(1 < n and n * node["gpus_per_node"] <= max_gpus for n in sp.nodes)
+                   for s in speeds
+                   for k in sorted({node["gpus_per_node"], max(1, node["gpus_per_node"] // 2)})],
+                  jobs)
+        for gpu, node in designs:
+            gname = gpu.name
+            design = spec_string(node)
+            why = _refusal(design)
+            gpn = node["gpus_per_node"]
+            for n in sp.nodes:
+                if n * gpn > max_gpus:
+                    continue
+                nets: list[dict[str, Any]] = [{}]
+                if n > 1:
+                    nets = []
+                    for sp_ in speeds:
+                        for k in sorted({gpn, max(1, gpn // 2)}):
+                            for topo in sp.fabrics:
+                                for o in sp.oversubscription:
+                                    nets.append({"nic": sp_.name, "nics_per_node": k,
+                                                 "fabric": {"topology": topo,
+                                                            "oversubscription": o}})
+                for net in nets:
+                    spec = {**node, "nodes": n, **net}
+                    no = why
+                    if net and not no:
+                        no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
+                                                   "nics_per_node": net["nics_per_node"]}))
+                    if net and not no:
+                        f = net["fabric"]
+                        no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
+                                             net["nics_per_node"], f["topology"],
+                                             f["oversubscription"])
+                    out.append(Candidate(gpu=gname, gpus_per_node=gpn, nodes=n, spec=spec,
+                                         deployment="on-prem", design=design, refused=no))
     if c.deployment in ("any", "cloud") and sp.cloud:
         from gpufabric.topology.build import parse_inline
         for inst in prices.cloud():
@@ -416,10 +462,15 @@ def _capacity(key: str, value: float, r: dict | None, what: str) -> dict[str, An
 
 
 def _max_concurrency(model: str, topo: Any, cfg: Any) -> tuple[int, dict | None]:
-    from gpufabric.workloads.inference.serve import serve
+    from gpufabric.workloads.inference.serve import check_config, serve, step_model
     best, res, c = 0, None, 1
+    sm = None                       # built once: the concurrency does not enter it
     while c <= 4096:
-        r = serve(model, topo, replace(cfg, concurrency=c, rate=None))
+        run = replace(cfg, concurrency=c, rate=None)
+        if sm is None:
+            check_config(run)
+            sm = step_model(model, topo, run)
+        r = serve(model, topo, run, sm=sm)
         if r["slo_attainment"] < 0.9:
             break
         best, res, c = c, r, c * 2
@@ -448,36 +499,79 @@ def _serve_layouts(cand: Candidate, sc: Scenario) -> list[tuple[dict[str, int], 
     return out
 
 
-def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> None:
-    """Run the models for ``cands`` (training search, serving capacity), filling ``metrics``."""
-    jobs_t: list[_TrainJob] = []
-    jobs_s: list[_ServeJob] = []
+class Runner:
+    """Runs the models' jobs (:class:`_TrainJob`, :class:`_ServeJob`, :class:`_PDJob`) through
+    :func:`gpufabric.sweep.run`, in this process, on ``jobs`` worker processes or on Ray, and
+    keeps each job's result: a job asked for again (the same server design in a design with
+    more servers, a look-ahead's job) is never run twice. A job is a pure function of its
+    fields, so where it runs and when changes nothing.
+
+    >>> r = Runner()
+    >>> r.jobs, r.ray, r.done
+    (1, False, {})
+    """
+
+    def __init__(self, *, ray: bool = False, jobs: int = 1) -> None:
+        self.ray, self.jobs = ray, max(1, jobs)
+        self.done: dict[Any, dict[str, Any]] = {}
+
+    def run(self, todo: list[Any], progress: Callable[[int, int], None] | None = None) -> None:
+        """Run the jobs of ``todo`` not run yet (each kind through its own function)."""
+        new = [j for j in dict.fromkeys(todo) if j not in self.done]
+        for kind, fn in ((_TrainJob, _train_eval), (_ServeJob, _serve_eval),
+                         (_PDJob, _pd_eval)):
+            mine = [j for j in new if isinstance(j, kind)]
+            if mine:
+                out = sweep.run(fn, mine, ray=self.ray, jobs=self.jobs, progress=progress)
+                self.done.update(zip(mine, out, strict=True))
+
+    def __getitem__(self, job: Any) -> dict[str, Any]:
+        return self.done[job]
+
+
+def _jobs(c: Candidate, sc: Scenario) -> tuple[_TrainJob | None, list[tuple[_ServeJob, int]]]:
+    """The model jobs that judge ``c``: its training search, its serving layouts (with the
+    width of one instance)."""
+    jt = None
     if sc.train:
         t = sc.train
-        jobs_t = [_TrainJob(t.model, c.system, t.global_batch, t.seq_len, t.precision)
-                  for c in cands]
-    per_cand_s: list[list[tuple[_ServeJob, int]]] = []
+        jt = _TrainJob(t.model, c.system, t.global_batch, t.seq_len, t.precision)
+    mine: list[tuple[_ServeJob, int]] = []
     if sc.serve:
         s = sc.serve
-        for c in cands:
-            mine = []
-            for lay, design, w in _serve_layouts(c, sc):
-                j = _ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
-                              s.slo_ttft_ms, s.slo_tpot_ms, s.precision, s.concurrency is not None)
-                mine.append((j, w))
-                jobs_s.append(j)
-            per_cand_s.append(mine)
-    uniq_t = list(dict.fromkeys(jobs_t))
-    uniq_s = list(dict.fromkeys(jobs_s))
-    out_t = sweep.run(_train_eval, uniq_t, ray=ray, progress=progress)
-    out_s = sweep.run(_serve_eval, uniq_s, ray=ray, progress=progress)
-    res_t = dict(zip(uniq_t, out_t, strict=True))
-    res_s = dict(zip(uniq_s, out_s, strict=True))
+        for lay, design, w in _serve_layouts(c, sc):
+            mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
+                                   s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
+                                   s.concurrency is not None), w))
+    return jt, mine
+
+
+def all_jobs(cands: list[Candidate], sc: Scenario) -> list[Any]:
+    """Every model job of ``cands``, each once, in their order."""
+    out: list[Any] = []
+    for c in cands:
+        jt, js = _jobs(c, sc)
+        out += ([jt] if jt else []) + [j for j, _ in js]
+    return list(dict.fromkeys(out))
+
+
+def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
+             progress: Callable[[int, int], None] | None = None,
+             runner: Runner | None = None) -> None:
+    """Run the models for ``cands`` (training search, serving capacity), filling ``metrics``."""
+    runner = runner or Runner(ray=ray)
+    jobs_t: list[_TrainJob] = []
+    per_cand_s: list[list[tuple[_ServeJob, int]]] = []
+    for c in cands:
+        jt, js = _jobs(c, sc)
+        if jt:
+            jobs_t.append(jt)
+        per_cand_s.append(js)
+    runner.run(all_jobs(cands, sc), progress=progress)
     for i, c in enumerate(cands):
         c.evaluated = True
         if sc.train:
-            r = res_t[jobs_t[i]]
+            r = runner[jobs_t[i]]
             if "error" in r:
                 c.metrics["train_error"] = r["error"]
             else:
@@ -489,7 +583,7 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
         if sc.serve:
             best = None
             for j, w in per_cand_s[i]:
-                r = res_s[j]
+                r = runner[j]
                 if "error" in r:
                     continue
                 inst = c.gpus // w
@@ -502,7 +596,7 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
                 if best is None or cap > best["capacity"]:
                     best = row
             if best is None:
-                errs = [res_s[j].get("error", "") for j, _ in per_cand_s[i]]
+                errs = [runner[j].get("error", "") for j, _ in per_cand_s[i]]
                 c.metrics["serve_error"] = errs[0] if errs else "no layout fits"
             else:
                 c.metrics["serve"] = best
@@ -683,7 +777,8 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
 
 
 def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,
-                  *, designs: int = 3, ray: bool = False) -> list[Candidate]:
+                  *, designs: int = 3, ray: bool = False,
+                  runner: Runner | None = None) -> list[Candidate]:
     """xPyD deployments on the server designs of the best co-located ones: every (prefill,
     decode) pair of them, so prefill and decode may run on different GPUs; one unit of x
     prefill and y decode servers, as many units as the load needs."""
@@ -716,7 +811,9 @@ def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd
                                    s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
                                    shared))
                 meta.append((a, b, x, y))
-    res = sweep.run(_pd_eval, jobs, ray=ray)
+    runner = runner or Runner(ray=ray)
+    runner.run(jobs)
+    res = [runner[j] for j in jobs]
     out = []
     for job, (a, b, x, y), r in zip(jobs, meta, res, strict=True):
         if "error" in r or not r["per_unit"]:
@@ -853,11 +950,28 @@ class Advice:
 
 
 def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
-           ray: bool = False, batch: int = 4, max_evaluations: int = 60,
+           ray: bool = False, jobs: int = 1, batch: int = 4, max_evaluations: int = 60,
            progress: Callable[[int, int], None] | None = None) -> Advice:
-    """Rank the scenario's designs: generate, price, bound, evaluate best-bound first."""
+    """Rank the scenario's designs: generate, price, bound, evaluate best-bound first.
+
+    ``jobs`` worker processes (or Ray) run the models: each batch's jobs together with those
+    of the designs next in the queue (a look-ahead), while the branch and bound takes the
+    results in the queue's order; the answer is the same for any ``jobs``.
+    """
+    from gpufabric.workloads.search import memory_verdicts
+    # the training searches of one scenario share their memory verdicts (in each worker: the
+    # workers start inside, with this one parameter set)
+    with memory_verdicts(), sweep.workers(jobs if not ray else 1):
+        return _advise(sc, prices, top=top, kwh_usd=kwh_usd, runner=Runner(ray=ray, jobs=jobs),
+                       batch=batch, max_evaluations=max_evaluations, progress=progress)
+
+
+def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: Runner,
+            batch: int, max_evaluations: int,
+            progress: Callable[[int, int], None] | None) -> Advice:
     t0 = time.perf_counter()
-    cands = generate(sc, prices)
+    ray = runner.ray
+    cands = generate(sc, prices, runner.jobs if not runner.ray else 1)
     generated = len(cands)
     ok = [c for c in cands if not c.refused]
     for c in ok:
@@ -915,7 +1029,14 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
                 break                  # judge a group's fastest network before its siblings
         if not chunk:
             continue
-        evaluate(chunk, sc, ray=ray)
+        if runner.jobs > 1 or ray:
+            limit = None
+            if sc.objective == "lowest-cost" and len(feasible) >= top:
+                limit = sorted(f.objective for f in feasible if f.objective is not None)[top - 1]
+            width = LOOK_AHEAD * runner.jobs if not ray else 4 * batch
+            runner.run(_look_ahead(chunk, queue[i:i + batch * width], failed, strongest, limit,
+                                   sc, runner, width))
+        evaluate(chunk, sc, runner=runner)
         if progress:
             progress(len(chunk), min(len(queue), max_evaluations))
         for c in chunk:
@@ -931,7 +1052,7 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         feasible.sort(key=lambda c: (c.objective, c.gpus))
         pool = sorted((c for c in done if "serve" in c.metrics and c.objective is not None),
                       key=lambda c: c.objective or 0.0)
-        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, ray=ray)
+        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, runner=runner)
         done += pds
         feasible += [c for c in pds if not c.violations and c.objective is not None]
     feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
@@ -952,6 +1073,31 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
         adv.changes = what_would_change(feasible, sc)
     adv.elapsed_s = time.perf_counter() - t0
     return adv
+
+
+def _look_ahead(chunk: list[Candidate], rest: list[Candidate], failed: set[tuple],
+                strongest: dict[tuple, Candidate], limit: float | None, sc: Scenario,
+                runner: Runner, width: int) -> list[Any]:
+    """The jobs of ``chunk`` and of the designs just after it in the queue (``rest``: a few
+    batches) until ``width`` jobs not run yet: what the workers run while the ranking waits for
+    the chunk.
+    It leaves out what the ranking can already tell it will not run: a design whose group's
+    fastest network has failed or is not judged yet (the siblings of a failed one are
+    dominated), and, from the first design whose bound reaches ``limit`` (the worst figure of
+    the top N so far) on, the rest. A look-ahead job the ranking never asks for is wasted
+    work, never a different answer."""
+    todo = [j for j in all_jobs(chunk, sc) if j not in runner.done]
+    for c in rest:
+        if len(todo) >= width:
+            break
+        b = _bound_figure(c, sc) if limit is not None else None
+        if b is not None and limit is not None and b >= limit:
+            break
+        lead = strongest.get(_group(c))
+        if _group(c) in failed or (lead is not None and lead is not c and not lead.evaluated):
+            continue
+        todo += [j for j in all_jobs([c], sc) if j not in runner.done and j not in todo]
+    return todo
 
 
 def pareto(cands: list[Candidate], sc: Scenario) -> list[Candidate]:

@@ -32,6 +32,9 @@ KEYS = {"gpus": ("gpu",), "servers": ("gpu", "gpus_per_node", "scale_up"),
 NUMBERS = {"gpus": ("usd",), "servers": ("usd", "watts"), "power": ("watts",),
            "cloud": ("usd_per_hour",),
            "network": ("nic_usd", "switch_port_usd", "cable_usd", "switch_port_watts")}
+#: Numbers that must be above 0 (a free GPU or server, or one that draws no power, would
+#: divide by zero in the cost comparisons); the network's parts may cost nothing.
+POSITIVE = {"usd", "usd_per_hour", "watts"}
 REQUIRED = {"gpus": ("usd",), "servers": (), "power": ("watts",), "cloud": ("usd_per_hour",
                                                                            "system"),
             "network": ()}
@@ -103,6 +106,9 @@ def _merge(into: dict[str, dict[tuple, dict[str, Any]]], data: Any, file: str,
                 if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                       or v < 0 or not math.isfinite(v)):
                     raise InputError(f"expected a number >= 0, got {v!r}", file=file,
+                                     field=f"{where}.{k}")
+                if v is not None and k in POSITIVE and v == 0:
+                    raise InputError(f"expected a number > 0, got {v!r}", file=file,
                                      field=f"{where}.{k}")
             for k in REQUIRED[sec]:
                 if e.get(k) is None:

@@ -46,6 +46,10 @@ def advise(scenario: str | None = typer.Argument(
                                                 "catalog fact)."),
            max_evaluations: int = typer.Option(60, "--max-evaluations", callback=whole(1),
                                                help="Most designs to run the models on."),
+           jobs: int | None = typer.Option(None, "--jobs", callback=whole(1, 1024),
+                                           help="Worker processes that run the models "
+                                                "(default: this machine's cores); the answer "
+                                                "is the same for any number."),
            ray: bool = typer.Option(False, "--ray", help="Evaluate on Ray."),
            output: str | None = typer.Option(None, "-o", "--output", metavar="FILE.html",
                                              help="Also write an offline HTML page (Pareto "
@@ -67,6 +71,7 @@ def advise(scenario: str | None = typer.Argument(
     if scenario is None:
         raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
                          field="SCENARIO")
+    from gpufabric import sweep
     sc = S.load(scenario)
     pr = P.load(prices)
     if output:
@@ -74,6 +79,7 @@ def advise(scenario: str | None = typer.Argument(
         check_output(output, field="--output")
     with Progress("advise") as progress:
         adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
+                          jobs=jobs if jobs is not None else sweep.cores(),
                           max_evaluations=max_evaluations, progress=progress.told("models"))
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
               "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 from math import prod
 from collections.abc import Callable, Iterator
@@ -422,6 +423,28 @@ def _valid(m: ModelSpec, shape: Shape, seq: int, gb: int) -> bool:
         return False
 
 
+#: Memory verdicts (does a layout fit?) shared by the searches inside :func:`memory_verdicts`.
+FITS_CACHE: ContextVar[dict | None] = ContextVar("FITS_CACHE", default=None)
+
+
+@contextmanager
+def memory_verdicts() -> Iterator[None]:
+    """Searches inside share their memory verdicts: whether a layout of a model fits a GPU kind
+    does not depend on the network, so searches of one cluster shape over many networks (the
+    design advisor's) ask the memory model once. One parameter set throughout (a calibration
+    profile applied inside would not be seen).
+
+    >>> with memory_verdicts():
+    ...     FITS_CACHE.get() == {}
+    True
+    """
+    token = FITS_CACHE.set({})
+    try:
+        yield
+    finally:
+        FITS_CACHE.reset(token)
+
+
 @contextmanager
 def _memo() -> Iterator[None]:
     """Collective times memoised for the calls inside (one system throughout)."""
@@ -454,6 +477,18 @@ def search_layouts(model: ModelSpec | str, system: str, *, global_batch: int,
     with _memo():
         return _search(model, system, global_batch, seq_len, precision, top, ax,
                        (ray, ray_address), progress)
+
+
+def _fits(m: ModelSpec, par: Parallel, seq: int, gpu: str, prec: str, gpn: int) -> bool:
+    """Whether the layout fits in memory (from the shared verdicts inside
+    :func:`memory_verdicts`)."""
+    memo = FITS_CACHE.get()
+    if memo is None:
+        return training_memory(m, par, seq, gpu, precision=prec, gpus_per_node=gpn).fits
+    key = (m, par, seq, gpu, prec, gpn)
+    if key not in memo:
+        memo[key] = training_memory(m, par, seq, gpu, precision=prec, gpus_per_node=gpn).fits
+    return bool(memo[key])
 
 
 def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int | None,
@@ -496,8 +531,7 @@ def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int
                 progress(len(todo) - n, len(todo))
             break
         sts = settings(sh, gpn, ax, seq)
-        fits = _Fits(lambda par: training_memory(m, par, seq, gpu, precision=prec,
-                                                 gpus_per_node=gpn).fits)
+        fits = _Fits(lambda par: _fits(m, par, seq, gpu, prec, gpn))
         timed: dict[Setting, float] = {}
         batch: list[tuple[Setting, _Job]] = []
         for st in sts:
@@ -593,5 +627,5 @@ def candidates(model: ModelSpec | str, gpus: int, gpus_per_node: int, gpu: str, 
     return out
 
 
-__all__ = ["search", "search_layouts", "brute_force", "candidates", "SearchCounts", "Axes",
-           "Shape", "Setting", "shapes", "settings"]
+__all__ = ["search", "search_layouts", "brute_force", "candidates", "memory_verdicts",
+           "SearchCounts", "Axes", "Shape", "Setting", "shapes", "settings"]

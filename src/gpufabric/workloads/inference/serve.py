@@ -28,8 +28,9 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
-from gpufabric.workloads.inference.simulator import (SchedulerConfig, SimResult, check_fits,
-                                                     saturated, simulate, summarize)
+from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
+                                                     check_fits, saturated, simulate,
+                                                     slo_out_of_reach, summarize)
 
 def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
     """The engine's default prefill token budget on this GPU kind, and where it comes from:
@@ -276,7 +277,8 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
 
 
 def serve(model: str, topo: Topology, cfg: ServeConfig,
-          progress: Callable[[int, int], None] | None = None) -> dict:
+          progress: Callable[[int, int], None] | None = None, *,
+          sm: StepModel | None = None, stop_below: float | None = None) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
 
     An online run (a rate or a concurrency) reports its steady state (``cfg.measure``,
@@ -285,20 +287,30 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     runs agree within :data:`CONVERGED` (at most :data:`MAX_AUTO_REQUESTS`), and says so in
     ``convergence``. A run above the deployment's capacity says ``overloaded`` with the
     ``capacity_requests_per_s`` it serves.
-    ``progress(n, total)`` is told as the simulated instance's requests finish.
+
+    ``progress(n, total)`` is told as the simulated instance's requests finish. ``sm`` is
+    :func:`step_model` of the same model, system and settings when the caller has it (a
+    search over the load reuses one: the rate, the concurrency and the request count do not
+    enter it). ``stop_below``: the caller only asks whether at least this share of the
+    requests meets the SLO; an open-loop run stops as soon as it cannot
+    (:func:`~gpufabric.workloads.inference.simulator.slo_out_of_reach`), and its summary is
+    then only ``slo_attainment`` (the most it could have reached) and ``stopped_early``.
     """
     check_config(cfg)
     if cfg.measure not in ("steady", "run"):
         raise InputError(f"unknown measure '{cfg.measure}'; allowed: steady, run",
                          field="measure")
-    sm = step_model(model, topo, cfg)
+    sm = sm or step_model(model, topo, cfg)
     reps = instances(topo, cfg)
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     sched = scheduler_config(sm, cfg)
     online = cfg.rate is not None or bool(cfg.concurrency)
     steady = cfg.measure == "steady" and online
     auto = steady and cfg.requests is None and not cfg.trace
-    reqs, res, s = _run(sm, cfg, share, sched, steady, progress)
+    try:
+        reqs, res, s = _run(sm, cfg, share, sched, steady, progress, stop_below)
+    except GaveUp as g:
+        return {"slo_attainment": g.most, "stopped_early": True}
     # the capacity: for a run of no stated count (one prediction, where it is worth its
     # saturated run), else where the steady state shows a queue that builds
     queue = "steady" in s and s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
@@ -368,15 +380,21 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
 
 
 def _run(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig, steady: bool,
-         progress: Callable[[int, int], None] | None) -> tuple[R.Requests, SimResult, dict]:
-    """One simulated instance's run of ``cfg`` and its summary (figures of one stream)."""
+         progress: Callable[[int, int], None] | None, stop_below: float | None = None
+         ) -> tuple[R.Requests, SimResult, dict]:
+    """One simulated instance's run of ``cfg`` and its summary (figures of one stream);
+    :class:`~gpufabric.workloads.inference.simulator.GaveUp` where ``stop_below`` stops it
+    (see :func:`serve`)."""
     reqs = build_requests(cfg, share)
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
     if reqs.concurrency:
         reqs.phase_seed = cfg.seed
         reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
-    res = simulate_with_front_end(reqs, sm, sched, progress=progress)
+    give_up = None
+    if stop_below is not None and not reqs.concurrency:
+        give_up = slo_out_of_reach(cfg.slo_ttft_ms, cfg.slo_tpot_ms, stop_below)
+    res = simulate_with_front_end(reqs, sm, sched, progress=progress, give_up=give_up)
     return reqs, res, summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms,
                                 slo_tpot_ms=cfg.slo_tpot_ms, steady=steady)
 

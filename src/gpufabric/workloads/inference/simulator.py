@@ -714,12 +714,22 @@ class BatchState:
             if nxt is not None:
                 self.decode(nxt)
 
-    def run(self, max_passes: int = 50_000_000) -> SimResult:
-        """Step until every request has finished; the run's :class:`SimResult`."""
+    def run(self, max_passes: int = 50_000_000,
+            give_up: Callable[[BatchState], float | None] | None = None) -> SimResult:
+        """Step until every request has finished; the run's :class:`SimResult`.
+
+        ``give_up(state)``, asked every :data:`GIVE_UP_EVERY` passes, returns None to go on or
+        a number to stop the run there with :class:`GaveUp` carrying it."""
+        check_at = GIVE_UP_EVERY
         while self.done < self.n:
             if self.passes >= max_passes:
                 raise RuntimeError("serving simulation did not converge")  # pragma: no cover
             self.step()
+            if give_up is not None and self.passes >= check_at:
+                check_at = self.passes + GIVE_UP_EVERY
+                most = give_up(self)
+                if most is not None:
+                    raise GaveUp(most)
         if self.progress and self.done > self.told:
             self.progress(self.done - self.told, self.n)
         return self.result()
@@ -798,10 +808,50 @@ def _steps_before(first: float, slope: float, most: int, x: float) -> int:
     return m
 
 
+#: Loop passes between two questions to a run's ``give_up`` (each is a pass over the requests).
+GIVE_UP_EVERY = 64
+
+
+class GaveUp(Exception):
+    """A run stopped early by its ``give_up``: ``most`` is what it returned (for
+    :func:`slo_out_of_reach`, the most SLO attainment the run could still have reached)."""
+
+    def __init__(self, most: float) -> None:
+        super().__init__(f"stopped early at {most}")
+        self.most = most
+
+
+def slo_out_of_reach(slo_ttft_ms: float | None, slo_tpot_ms: float | None,
+                     attainment: float) -> Callable[[BatchState], float | None]:
+    """A ``give_up`` for :meth:`BatchState.run` that stops an open-loop run once fewer than
+    ``attainment`` of its requests can still meet the SLO (as :func:`summarize` counts it):
+    a request is lost once it has waited past the TTFT target for its first token, or has
+    spent longer than the TPOT target per output token since its first (a first token or a
+    finish comes no earlier than the clock). It returns the share still within reach."""
+    def most(s: BatchState) -> float | None:
+        if s.closed:
+            return None
+        send = s.arrival - s.front_end_s
+        started = ~np.isnan(s.first)
+        lost = np.zeros(s.n, bool)
+        if slo_ttft_ms is not None:
+            first = np.where(started, s.first, s.t)
+            lost |= (first - send) * 1e3 > slo_ttft_ms
+        if slo_tpot_ms is not None:
+            multi = started & (s.osl > 1)
+            end = np.where(np.isnan(s.finish), s.t, s.finish)
+            tpot = (end[multi] - s.first[multi]) / (s.osl[multi] - 1) * 1e3
+            lost[multi] |= tpot > slo_tpot_ms
+        reach = float((~lost).mean())
+        return reach if reach < attainment else None
+    return most
+
+
 def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
              max_iterations: int = 50_000_000, prefilled: bool = False,
              progress: Callable[[int, int], None] | None = None,
-             front_end_s: float = 0.0) -> SimResult:
+             front_end_s: float = 0.0,
+             give_up: Callable[[BatchState], float | None] | None = None) -> SimResult:
     """Run ``reqs`` through one serving instance whose iterations cost ``cost``
     (a :class:`BatchState` stepped to the end).
 
@@ -813,10 +863,13 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     ``front_end_s``: seconds each request spends in the engine's front end (API server,
     tokenizer) before the scheduler sees it; latencies count from the client's send.
 
+    ``give_up``: see :meth:`BatchState.run` (:func:`slo_out_of_reach`); raises
+    :class:`GaveUp` when it stops the run.
+
     Raises :class:`InputError` when a single request cannot fit in the KV cache.
     """
     return BatchState(reqs, cost, cfg, prefilled=prefilled, progress=progress,
-                      front_end_s=front_end_s).run(max_iterations)
+                      front_end_s=front_end_s).run(max_iterations, give_up)
 
 
 def percentiles(x: np.ndarray) -> dict:

@@ -24,8 +24,8 @@ from typing import Any
 
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
-from gpufabric.workloads.inference.itertime import ServeLayout
-from gpufabric.workloads.inference.serve import ServeConfig, serve
+from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
+from gpufabric.workloads.inference.serve import ServeConfig, check_config, serve, step_model
 from gpufabric.workloads.models import load_model
 
 
@@ -65,9 +65,16 @@ def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float 
     least ``duration_s`` seconds of arrivals (and ``cfg.requests`` requests), so queues have
     time to build; a rate above capacity fails however its short run went (its queue grows
     without bound)."""
+    sm: list[StepModel] = []            # built once: the rate does not enter it
+
     def ok(rate: float) -> tuple[bool, dict]:
         n = max(cfg.requests or 0, int(rate * duration_s))
-        r = serve(model, topo, replace(cfg, rate=rate, requests=n))
+        c = replace(cfg, rate=rate, requests=n)
+        if not sm:
+            check_config(c)
+            sm.append(step_model(model, topo, c))
+        # a run that falls short is stopped once it must (its figures are not kept)
+        r = serve(model, topo, c, sm=sm[0], stop_below=attainment)
         return r["slo_attainment"] >= attainment and not r.get("overloaded"), r
     return highest_passing(ok, max(0.05, 0.02 * len(topo.gpus())), steps)
 

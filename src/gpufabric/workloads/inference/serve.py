@@ -403,10 +403,17 @@ def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig
     """What one of ``share`` streams serves at most: a saturated run of ``cfg``'s lengths
     (every request queued at once, at least eight full batches) in its middle
     (:func:`~gpufabric.workloads.inference.simulator.saturated`): its ``requests_per_s`` is
-    the capacity, and an overloaded deployment's steady state."""
+    the capacity, and an overloaded deployment's steady state. Kept with ``sm`` for the
+    lengths and scheduler it was measured with: a search over the rate (which enters none of
+    them) measures it once."""
     n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS)) * share
     sat = replace(cfg, rate=None, concurrency=None, trace=None, requests=n)
-    return saturated(simulate_with_front_end(build_requests(sat, share), sm, sched))
+    key = (share, n, sat.isl, sat.osl, sat.dataset, sat.dataset_spread, sat.seed,
+           tuple(sorted(asdict(sched).items())))
+    kept = sm.__dict__.setdefault("_capacities", {})
+    if key not in kept:
+        kept[key] = saturated(simulate_with_front_end(build_requests(sat, share), sm, sched))
+    return dict(kept[key])
 
 
 def _converging(s: dict, reqs: R.Requests, share: int) -> dict:

@@ -160,7 +160,7 @@ def test_params_check_exit_status(cli, monkeypatch):
     assert code == 1 and "(a single entry, not marked: needs a second entry" in out
 
 
-def test_refit_command_refits_on_the_named_entries_and_changes_nothing(tmp_path):
+def test_refit_command_refits_on_the_named_entries_and_changes_nothing(tmp_path, monkeypatch):
     """benchmarks/refit.py: a constant is refitted on the points of its entries that it moves
     (KV_EFF: the transfer times of both Mooncake runs, not their times to first token), the
     report says old -> new, and the shipped value stays."""
@@ -178,7 +178,9 @@ def test_refit_command_refits_on_the_named_entries_and_changes_nothing(tmp_path)
     kv = params.REGISTRY["KV_EFF"].fitted_on
     f.write_text(yaml.safe_dump([e for e in ents if e["id"] in kv]))
     out = tmp_path / "refit.md"
-    refit.COARSE, refit.FINE = (0.9, 1.0, 1.1), ()      # a short grid keeps the test fast
+    from gpufabric import crossval                       # the refit search's grid
+    monkeypatch.setattr(crossval, "COARSE", (0.9, 1.0, 1.1))   # a short one keeps the test fast
+    monkeypatch.setattr(crossval, "FINE", ())
     assert refit.main(["--only", "KV_EFF", "--files", str(f), "-o", str(out)]) == 0
     text = out.read_text()
     row = next(ln for ln in text.splitlines() if ln.startswith("| `KV_EFF` |"))

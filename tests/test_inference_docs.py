@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["requests", "simulator", "itertime", "serve", "pd", "search", "supernode",
+MODULES = ["requests", "simulator", "itertime", "serve", "pd", "search", "supernode", "clients",
            "validate"]
 
 

@@ -13,9 +13,8 @@ from gpufabric.errors import InputError
 
 #: Options of `serve` that exclude each other: (option, options, why).
 CONFLICTS = (
-    ("rate", "concurrency", "arrivals at a rate, or a closed loop of users: give one"),
-    ("trace", "rate|burst_cv|concurrency|isl|osl", "the trace gives each request's arrival "
-     "and lengths"),
+    ("trace", "rate|burst_cv|concurrency|isl|osl|client", "the trace gives each request's "
+     "arrival and lengths"),
     ("versus", "search|pd|decode_system|trace|rate|concurrency|tp|ep|dp_attention|replicas",
      "--versus finds each system's best layout and highest rate within the SLO"),
     ("search", "tp|replicas|pd", "--search tries the layouts itself"),
@@ -109,8 +108,9 @@ def measure_lines(r: dict) -> list[str]:
                    "out)")
     elif r.get("measure") == "run" and (r["workload"].get("rate") or
                                         r["workload"].get("concurrency")):
+        by = r["workload"].get("client")
         out.append("# figures over the whole run, as a benchmark client takes them "
-                   "(--measure run)")
+                   f"({f'client {by}' if by else '--measure run'})")
     conv = r.get("convergence")
     if conv and not r.get("overloaded"):
         counts = ", ".join(f"{n:,}" for n in conv["requests"])
@@ -175,16 +175,24 @@ def serve(
     burst_cv: float | None = typer.Option(None, "--burst-cv", help="Bursty arrivals: gamma "
                                           "gaps with this coefficient of variation."),
     concurrency: int | None = typer.Option(None, "--concurrency", callback=whole(1),
-                                           help="Closed loop with this many users."),
+                                           help="Closed loop with this many users; with "
+                                           "--rate, at most this many requests in flight "
+                                           "(vLLM's --max-concurrency)."),
+    client: str | None = typer.Option(None, "--client", help="Apply the load and take the "
+                                      "figures as this benchmark client does: "
+                                      "vllm-bench-serve, sglang-bench-serving, "
+                                      "mlperf-server, mlperf-interactive, mlperf-offline, "
+                                      "trtllm-bench, genai-perf, static-batch (see "
+                                      "docs/inference.md)."),
     requests: int | None = typer.Option(None, "--requests", help="Requests to simulate "
                                         "(default: 1000, doubled while the steady-state "
                                         "figures move by over 5%, up to 16,000); with "
                                         "--trace, the trace's first N arrivals (default: all "
                                         "of them)."),
-    measure: str = typer.Option("steady", "--measure", help="How an online run's figures "
-                                "are taken: steady (its steady state: warm-up and drain left "
-                                "out) or run (over the whole run, as a benchmark client takes "
-                                "them)."),
+    measure: str | None = typer.Option(None, "--measure", help="How an online run's "
+                                       "figures are taken: steady (its steady state: warm-up "
+                                       "and drain left out; the default) or run (over the "
+                                       "whole run); with --client, the client's way."),
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
@@ -293,8 +301,11 @@ def serve(
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb,
                       gpu_memory_utilization=gpu_memory_utilization,
-                      scheduler_steps=scheduler_steps, measure=measure)
-    if measure not in ("steady", "run"):
+                      scheduler_steps=scheduler_steps, measure=measure, client=client)
+    if client is not None:
+        from gpufabric.workloads.inference import clients
+        clients.check_load(clients.get(client), rate, concurrency)
+    if measure is not None and measure not in ("steady", "run"):
         raise InputError(f"got {measure!r}; allowed: steady, run", field="--measure")
     if versus:
         from gpufabric.workloads.inference.pd import gpu_count

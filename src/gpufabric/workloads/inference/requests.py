@@ -52,9 +52,14 @@ MAX_ARRIVAL_S = 1e12
 class Requests:
     """A request stream: ``arrival`` (s, sorted), ``isl`` and ``osl`` (tokens) per request.
 
-    ``concurrency`` > 0 marks a closed loop: arrivals are set by the simulator (the first
-    ``concurrency`` at random times, seeded by ``phase_seed``, over ``ramp_s`` seconds from 0,
-    or all at 0; each later one when an earlier one finishes).
+    ``concurrency`` > 0 marks a closed loop: arrivals are set by the simulator, as
+    ``release`` says. ``user`` (each user sends its next request when its last one ends): the
+    first ``concurrency`` at random times, seeded by ``phase_seed``, over ``ramp_s`` seconds
+    from 0, or all at 0; each later one when an earlier one finishes. ``paced``: ``arrival``
+    holds each request's scheduled send, and at most ``concurrency`` are in flight (a request
+    goes at its time or when a slot frees, whichever is later: a client's semaphore).
+    ``round``: the users all send at once, and the next ``concurrency`` requests go when the
+    whole round has finished (a static batch, round after round).
     """
 
     arrival: np.ndarray
@@ -66,6 +71,7 @@ class Requests:
     rows: int = 0           # requests in the trace file it was read from (0: not a trace)
     ramp_s: float = 0.0     # closed loop: the users' first requests spread over this time
     phase_seed: int = 0     # and the seed of their random phases
+    release: str = "user"   # closed loop: user | paced | round (see above)
 
     def __len__(self) -> int:
         return int(self.isl.shape[0])

@@ -25,6 +25,7 @@ import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
+from gpufabric.workloads.inference import clients
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
@@ -82,8 +83,12 @@ class ServeConfig:
     gpu_memory_utilization: float | None = None   # None: the engine profile's
     scheduler_steps: int = 1             # multi-step scheduling (vLLM 0.6 --num-scheduler-steps)
     #: how an online run's figures are taken: ``steady`` (its steady state: warm-up and drain
-    #: left out) or ``run`` (over the whole run, as a benchmark client takes them)
-    measure: str = "steady"
+    #: left out) or ``run`` (over the whole run, as a benchmark client takes them); None: the
+    #: client's way, else ``steady``
+    measure: str | None = None
+    #: the benchmark client whose load and figures the run reproduces
+    #: (:mod:`gpufabric.workloads.inference.clients`); None: the load the options describe
+    client: str | None = None
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -235,13 +240,37 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
         from gpufabric.workloads.inference.datasets import sample
         isl, osl = sample(cfg.dataset, n, seed=cfg.seed, isl=cfg.isl, osl=cfg.osl,
                           spread=cfg.dataset_spread)
-    if cfg.concurrency:
-        return R.closed_loop(max(1, cfg.concurrency // share), n, isl, osl)
+    users = max(1, (cfg.concurrency or 0) // share)
     if cfg.rate is None:
-        return R.offline(n, isl, osl)
+        if not cfg.concurrency:
+            return R.offline(n, isl, osl)
+        reqs = R.closed_loop(users, n, isl, osl)
+        # a static batch, round after round; an open-loop client's requests all due at once,
+        # at most --concurrency in flight; else users in their steady state's phases
+        arrivals = clients.get(cfg.client).arrivals if cfg.client else "closed"
+        reqs.release = {"synchronized": "round", "open": "paced"}.get(arrivals, "user")
+        return reqs
     if cfg.burst_cv:
-        return R.bursty(cfg.rate / share, n, isl, osl, cv=cfg.burst_cv, seed=cfg.seed)
-    return R.poisson(cfg.rate / share, n, isl, osl, seed=cfg.seed)
+        reqs = R.bursty(cfg.rate / share, n, isl, osl, cv=cfg.burst_cv, seed=cfg.seed)
+    else:
+        reqs = R.poisson(cfg.rate / share, n, isl, osl, seed=cfg.seed)
+    if cfg.concurrency:                   # at most --concurrency in flight (a semaphore)
+        reqs.concurrency, reqs.release = users, "paced"
+    return reqs
+
+
+def with_client(cfg: ServeConfig) -> ServeConfig:
+    """``cfg`` as its benchmark client runs it: the client's way of taking figures where
+    ``measure`` is not given, and the requests of its minimum duration where ``requests`` is
+    not given (a load the client cannot apply is refused)."""
+    if cfg.client is None:
+        return cfg if cfg.measure else replace(cfg, measure="steady")
+    c = clients.get(cfg.client)
+    clients.check_load(c, cfg.rate, cfg.concurrency)
+    out = replace(cfg, client=c.name, measure=cfg.measure or c.measure)
+    if cfg.requests is None and not cfg.trace:
+        out.requests = clients.duration_requests(cfg.rate, c)
+    return out
 
 
 def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
@@ -297,6 +326,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     then only ``slo_attainment`` (the most it could have reached) and ``stopped_early``.
     """
     check_config(cfg)
+    cfg = with_client(cfg)
     if cfg.measure not in ("steady", "run"):
         raise InputError(f"unknown measure '{cfg.measure}'; allowed: steady, run",
                          field="measure")
@@ -316,8 +346,10 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     queue = "steady" in s and s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
         s["steady"]["requests"]
     rate = cfg.rate
+    # (a client that holds at most --concurrency in flight queues the rest itself: the
+    # engine sees no more than that, and the run's own figures are what it serves)
     cap = capacity(sm, cfg, share, sched) if steady and rate is not None and \
-        (auto or queue) else {}
+        not cfg.concurrency and (auto or queue) else {}
     over = bool(cap) and rate is not None and rate / share > cap["requests_per_s"]
     tried = [_converging(s, reqs, share)]
     # an overloaded run's latencies grow with its length: its capacity is the answer
@@ -334,7 +366,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
         s["goodput_requests_per_s"] = s["slo_attainment"] * cap["requests_per_s"]
         s.update({k: cap[k] for k in ("throughput_tokens_per_s", "total_tokens_per_s",
                                       "requests_per_s")})
-    elif "steady" in s and cfg.rate is not None and not cfg.trace:
+    elif "steady" in s and cfg.rate is not None and not cfg.trace and not cfg.concurrency:
         # a stable deployment serves what is offered (flow conservation): the rate times the
         # requests' lengths, whatever this sample's arrivals in the window were
         per = cfg.rate / share
@@ -363,6 +395,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
            "compute_precision": sm.compute_prec, "engine": sm.engine, "workload": {
                "source": source_text(cfg, reqs.source), "rate": cfg.rate,
                "concurrency": cfg.concurrency,
+               **({"client": cfg.client} if cfg.client else {}),
                "isl": float(res.isl.mean()), "osl": float(res.osl.mean()),
                "simulated_requests": int(res.osl.size),
                **(trace_fields(cfg, reqs) if cfg.trace else
@@ -388,7 +421,7 @@ def _run(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig, st
     reqs = build_requests(cfg, share)
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
-    if reqs.concurrency:
+    if reqs.concurrency and reqs.release == "user":
         reqs.phase_seed = cfg.seed
         reqs.ramp_s = loaded_cycle_s(sm, reqs, sched)
     give_up = None
@@ -499,12 +532,19 @@ def source_text(cfg: ServeConfig, src: str) -> str:
     if cfg.trace:
         return src
     ds = f", dataset {cfg.dataset}" if cfg.dataset else ""
-    if cfg.concurrency:
-        return f"closed loop, {cfg.concurrency} users{ds}"
-    if cfg.rate is None:
-        return f"offline (all requests queued at once){ds}"
+    by = f" (client {cfg.client})" if cfg.client else ""
     kind = f"bursty (gamma, cv {cfg.burst_cv:g})" if cfg.burst_cv else "Poisson"
-    return f"{kind} at {cfg.rate:g} requests/s{ds}"
+    arrivals = clients.get(cfg.client).arrivals if cfg.client else "closed"
+    if cfg.concurrency and (cfg.rate is not None or arrivals == "open"):
+        at = f"{kind} at {cfg.rate:g} requests/s" if cfg.rate is not None else "all sent at once"
+        return f"{at}, at most {cfg.concurrency} in flight{ds}{by}"
+    if cfg.concurrency and arrivals == "synchronized":
+        return f"static batches of {cfg.concurrency} (all sent at once each round){ds}{by}"
+    if cfg.concurrency:
+        return f"closed loop, {cfg.concurrency} users{ds}{by}"
+    if cfg.rate is None:
+        return f"offline (all requests queued at once){ds}{by}"
+    return f"{kind} at {cfg.rate:g} requests/s{ds}{by}"
 
 
 def typical_breakdown(sm: StepModel, res):

@@ -219,18 +219,24 @@ class BatchState:
         self.closed = reqs.concurrency > 0
         # arrival: when a request reaches the scheduler, after the engine's front end
         self.front_end_s = fe = float(front_end_s)
+        self.release = reqs.release
         if self.closed:
             self.arrival = np.full(n, np.inf)
-            c = min(reqs.concurrency, n)
-            # users' phases are random, as a steady state's are: iteration times jitter,
-            # so the order in which users' requests meet is not kept from cycle to cycle
+            c = self.users = min(reqs.concurrency, n)
             ramp = float(reqs.ramp_s)
-            rng = np.random.default_rng(reqs.phase_seed)
-            self.arrival[:c] = (np.sort(rng.uniform(0.0, ramp, c)) if ramp > 0
-                                else np.zeros(c)) + fe
+            if self.release == "paced":
+                # scheduled sends, at most c in flight: the first c go at their times
+                self.sched = reqs.arrival.astype(np.float64)
+                self.arrival[:c] = self.sched[:c] + fe
+            else:
+                # users' phases are random, as a steady state's are: iteration times jitter,
+                # so the order in which users' requests meet is not kept from cycle to cycle
+                rng = np.random.default_rng(reqs.phase_seed)
+                self.arrival[:c] = (np.sort(rng.uniform(0.0, ramp, c)) if ramp > 0
+                                    else np.zeros(c)) + fe
             self.released = c
             # each user's first request is its warm-up (a closed loop's steady state follows)
-            self.warmup = c if reqs.ramp_s > 0 and n > c else 0
+            self.warmup = c if ramp > 0 and n > c and self.release == "user" else 0
         else:
             self.arrival = reqs.arrival.astype(np.float64) + fe
             self.released = n
@@ -677,13 +683,26 @@ class BatchState:
                 self.progress(self.done - self.told, self.n)
                 self.told = self.done
             if self.closed and self.released < self.n:
-                m = min(nfin, self.n - self.released)
-                self.arrival[self.released: self.released + m] = self.t + self.front_end_s
-                self.released += m
+                self._release(nfin)
         self.kv_t.append(self.t)
         self.kv_u.append(self.cfg.num_blocks - self.free)
         if self.free < 0:  # pragma: no cover - an invariant, checked by the property tests
             raise AssertionError("KV cache over-committed")
+
+    def _release(self, nfin: int) -> None:
+        """A closed loop's next sends after ``nfin`` requests finished now (see
+        :class:`~gpufabric.workloads.inference.requests.Requests` for the ``release`` kinds):
+        one per finished request, at once (``user``) or at its scheduled time if that is later
+        (``paced``); or a whole round once every request sent has finished (``round``)."""
+        lo = self.released
+        if self.release == "round":
+            if self.done < lo:
+                return
+            nfin = self.users
+        hi = min(lo + nfin, self.n)
+        at = np.maximum(self.sched[lo:hi], self.t) if self.release == "paced" else self.t
+        self.arrival[lo:hi] = at + self.front_end_s
+        self.released = hi
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> None:

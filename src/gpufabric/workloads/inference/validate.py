@@ -30,6 +30,7 @@ from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 from gpufabric.sweep import each
 from gpufabric.topology.build import from_spec
+from gpufabric.workloads.inference import clients
 from gpufabric.workloads.inference.itertime import engine_key
 from gpufabric.workloads.inference.serve import ServeConfig, serve
 from gpufabric.workloads.models import ModelSpec, gives_shape, load_model, model_from_shape
@@ -287,10 +288,18 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.scheduler_steps = _int(steps, "engine.num_scheduler_steps")
     if wl.get("max_batch_per_rank"):
         cfg.max_num_seqs = _int(wl["max_batch_per_rank"], "max_batch_per_rank")
+    client = None
+    if wl.get("client") is not None:
+        # the entry names its benchmark client: its load's shape and how its figures were
+        # taken are the client's (the counts below stay the entry's)
+        client = clients.get(str(wl["client"]), field="workload.client")
+        cfg.client, cfg.measure = client.name, None
     if mode == "static-batch":
         b = _int(batch, "batch_size")
         cfg.requests, cfg.max_num_seqs = b * reps, b
         cfg.max_batched_tokens = b * max(int(isl), 1)
+        if client is not None and client.arrivals == "synchronized":
+            cfg.concurrency = b * reps     # one round of the static batch per instance
     elif mode in ("closed-loop", "single-stream"):
         c = _int(conc or batch, "concurrency")
         cfg.concurrency = c
@@ -306,7 +315,8 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         # of the steady state (LoadGen's run is long enough for its warm-up to vanish)
         cfg.requests = min(n_req, MAX_SIM_REQUESTS) if not dur else \
             min(int(rate * dur), MAX_STEADY_REQUESTS)
-        cfg.measure = "steady" if dur else "run"
+        if client is None:
+            cfg.measure = "steady" if dur else "run"
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
     else:                                   # offline, or online at an infinite rate

@@ -1,0 +1,124 @@
+"""Benchmark clients: the load as each applies it (a rate capped by a semaphore, static
+batches round after round, MLPerf's minimum duration) and the way each takes its figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpufabric.errors import InputError
+from gpufabric.topology.build import from_spec
+from gpufabric.workloads.inference import clients
+from gpufabric.workloads.inference import requests as R
+from gpufabric.workloads.inference.serve import (ServeConfig, scheduler_config, serve,
+                                                 step_model)
+from gpufabric.workloads.inference.simulator import simulate
+
+ONE_H100 = {"gpu": "H100-SXM", "gpus_per_node": 1}
+
+
+def _sim(reqs: R.Requests):
+    cfg = ServeConfig(isl=512, osl=128)
+    sm = step_model("llama3-8b", from_spec(ONE_H100), cfg)
+    return simulate(reqs, sm, scheduler_config(sm, cfg))
+
+
+def _in_flight_at_most(res, cap: int) -> int:
+    """The most requests in flight at once (sent, not finished)."""
+    events = sorted([(float(t), 1) for t in res.arrival] + [(float(t), -1) for t in res.finish],
+                    key=lambda e: (e[0], e[1]))
+    now = most = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_every_client_has_a_source_and_names_resolve_by_alias():
+    rows = clients.table()
+    assert {r["name"] for r in rows} >= {"vllm-bench-serve", "sglang-bench-serving",
+                                         "mlperf-server", "mlperf-offline", "static-batch",
+                                         "genai-perf", "trtllm-bench"}
+    assert all(len(r["source"]) > 40 for r in rows)
+    assert clients.get("vllm bench serve").name == "vllm-bench-serve"
+    assert clients.get("LoadGen_Server").name == "mlperf-server"
+    with pytest.raises(InputError, match="unknown client 'locust'; allowed: vllm-bench-serve"):
+        clients.get("locust")
+
+
+def test_a_rate_with_a_concurrency_cap_waits_for_a_slot_and_never_catches_up():
+    """vLLM's --max-concurrency: Poisson sends at 40/s, at most 4 in flight; a request goes
+    at its time or when a slot frees, whichever is later."""
+    reqs = R.poisson(40.0, 200, isl=512, osl=128, seed=1)
+    scheduled = reqs.arrival.copy()
+    reqs.concurrency, reqs.release = 4, "paced"
+    res = _sim(reqs)
+    assert _in_flight_at_most(res, 4) == 4
+    assert np.all(res.arrival >= scheduled - 1e-12)
+    assert np.all(np.diff(res.arrival) >= 0)
+    # most requests waited: 4 slots of ~1.3 s requests serve ~3/s, far below 40/s
+    assert np.mean(res.arrival > scheduled + 1e-9) > 0.9
+
+
+def test_a_static_batch_sends_each_round_when_the_last_one_has_finished():
+    """Every user sends at once each round: the next round's requests all go at the moment
+    the slowest request of the previous round finished."""
+    osl = np.array([32, 64, 128, 96] * 3)
+    reqs = R.closed_loop(4, 12, isl=256, osl=osl)
+    reqs.release = "round"
+    res = _sim(reqs)
+    for k in range(3):
+        sent = res.arrival[4 * k: 4 * k + 4]
+        assert np.ptp(sent) == 0.0
+        if k:
+            assert sent[0] == pytest.approx(res.finish[4 * (k - 1): 4 * k].max())
+
+
+def test_mlperf_server_runs_its_minimum_duration_and_reports_the_steady_state():
+    r = serve("llama3-8b", from_spec(ONE_H100),
+              ServeConfig(rate=2.0, requests=None, isl=512, osl=128, client="mlperf-server"))
+    assert r["requests"] == 1200                      # 600 s at 2 requests/s
+    assert r["measure"] == "steady" and r["workload"]["client"] == "mlperf-server"
+    static = serve("llama3-8b", from_spec(ONE_H100),
+                   ServeConfig(concurrency=8, requests=16, isl=512, osl=128,
+                               client="static-batch"))
+    assert static["measure"] == "run"
+    assert "static batches of 8" in static["workload"]["source"]
+
+
+def test_the_cli_takes_a_client_and_refuses_a_load_it_cannot_apply(cli):
+    code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--isl", "256",
+                         "--osl", "32", "--rate", "20", "--concurrency", "4", "--requests", "80",
+                         "--client", "vllm-bench-serve")
+    assert code == 0, err
+    assert "Poisson at 20 requests/s, at most 4 in flight (client vllm-bench-serve)" in out
+    assert "figures over the whole run, as a benchmark client takes them (client " \
+        "vllm-bench-serve)" in out
+    code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "5",
+                         "--client", "static-batch")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "gpufabric: error: --client: the static-batch client runs a fixed number of users: "
+        "give --concurrency"]
+
+
+def test_a_measurements_entry_names_its_client(tmp_path):
+    from gpufabric.workloads.inference.validate import validate
+    entry = tmp_path / "m.yaml"
+    entry.write_text(
+        "- id: static-gptj\n"
+        "  source: test\n"
+        "  system: {gpu: H100-SXM, gpus: 1}\n"
+        "  engine: {name: TensorRT-LLM, version: '0.5.0', backend: tensorrt}\n"
+        "  model: {name: GPT-J 6B, arch: dense, params: 6000000000, precision: fp8}\n"
+        "  parallelism: {tp: 1}\n"
+        "  workload: {mode: static-batch, client: locust}\n"
+        "  points:\n"
+        "    - {batch_size: 8, isl: 128, osl: 128, ttft_ms: 20}\n")
+    r = validate(str(entry))                # a point the model refuses is listed with why
+    assert r["points"] == []
+    assert r["skipped"][0]["reason"].startswith(
+        "refused: workload.client: unknown client 'locust'; allowed: vllm-bench-serve")
+    entry.write_text(entry.read_text().replace("locust", "static-batch"))
+    r = validate(str(entry))
+    assert [p["metric"] for p in r["points"]] == ["ttft_ms"] and not r["skipped"]

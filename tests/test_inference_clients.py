@@ -122,3 +122,12 @@ def test_a_measurements_entry_names_its_client(tmp_path):
     entry.write_text(entry.read_text().replace("locust", "static-batch"))
     r = validate(str(entry))
     assert [p["metric"] for p in r["points"]] == ["ttft_ms"] and not r["skipped"]
+
+
+def test_clients_lists_each_client_within_120_columns(cli):
+    code, out, _ = cli("clients")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["#", "client", "arrivals", "figures", "min"]
+    assert any(line.split()[:4] == ["mlperf-server", "open", "steady", "600"] for line in lines)
+    assert max(map(len, lines)) <= 120

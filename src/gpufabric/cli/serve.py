@@ -383,6 +383,22 @@ def datasets(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
         typer.echo(f"  {d.name:<28} {side(d.isl)} {side(d.osl)}  {src}{flag}")
 
 
+@app.command()
+def clients(json: bool = typer.Option(False, "--json", help="Print JSON (with sources).")
+            ) -> None:
+    """List the benchmark clients `serve --client` reproduces (load and figures)."""
+    from gpufabric.workloads.inference.clients import table
+    rows = table()
+    if json:
+        emit_json(rows)
+        return
+    typer.echo(f"# {'client':<22} {'arrivals':<13} {'figures':<8} {'min run':>8}  what it is")
+    for r in rows:
+        dur = f"{r['min_duration_s']:g} s" if r["min_duration_s"] else "-"
+        typer.echo(f"  {r['name']:<22} {r['arrivals']:<13} {r['measure']:<8} {dur:>8}  "
+                   f"{r['title']}")
+
+
 def print_search(res: dict) -> None:
     typer.echo(f"# gpufabric serve --search: {res['model']} on {res['system']}, "
                f"{res['candidates']} layouts ({len(res['refused'])} do not fit), ranked by "

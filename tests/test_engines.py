@@ -13,8 +13,8 @@ from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERH
                                                     engine_key)
 from gpufabric.workloads.inference.serve import ServeConfig, scheduler_config, step_model
 
-ENGINES = ("vllm", "sglang", "tensorrt-llm", "tensorrt-llm-tensorrt", "lmdeploy", "llama.cpp",
-           "fastertransformer")
+ENGINES = ("vllm", "vllm-v0", "sglang", "tensorrt-llm", "tensorrt-llm-tensorrt", "lmdeploy",
+           "llama.cpp", "fastertransformer")
 
 
 def test_one_profile_per_engine_each_value_with_a_source():

@@ -87,6 +87,8 @@ class EngineProfile:
     #: a built-in profile, whose costs are recorded: read through the registry, so that a
     #: calibration profile (``--profile``) or a refit sets them
     registered: bool = False
+    #: how an iteration's batch is formed (:mod:`gpufabric.workloads.inference.policies`)
+    order: str = "decode-first"
 
     def _live(self, p: Param | None) -> Param | None:
         if p is None or not self.registered:
@@ -199,6 +201,11 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
                    "reserve-full", file, "scheduler.admission")
     if not isinstance(sch.get("chunked_prefill"), bool):
         raise _err("must be true or false", file, "scheduler.chunked_prefill")
+    from gpufabric.workloads.inference.policies import POLICIES as ORDERS
+    order = sch.get("order", "decode-first")
+    if order not in ORDERS:
+        raise _err(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}", file,
+                   "scheduler.order")
     seqs, _, _ = _sourced(d, "max_num_seqs", file, int)
     if seqs < 1:
         raise _err(f"must be at least 1, got {seqs}", file, "max_num_seqs.value")
@@ -260,7 +267,7 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
                          str(sch["policy"]), bool(sch["chunked_prefill"]),
                          sch["admission"] == "reserve-full", " ".join(str(sch["source"]).split()),
                          int(seqs), tuple(rules), float(util), str(mu["of"]), int(bs), graphs,
-                         over, req, lay, file, pdr, tuple(extra), register)
+                         over, req, lay, file, pdr, tuple(extra), register, str(order))
 
 
 @functools.cache

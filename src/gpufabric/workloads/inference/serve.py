@@ -290,7 +290,7 @@ def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
                            max_batched_tokens=sm.max_tokens,
                            preemption=cfg.preemption, swap_s_per_token=swap,
                            reserve_full=sm.profile.reserve_full,
-                           scheduler_steps=cfg.scheduler_steps)
+                           scheduler_steps=cfg.scheduler_steps, order=sm.profile.order)
 
 
 def instances(topo: Topology, cfg: ServeConfig) -> int:

@@ -39,6 +39,7 @@ from itertools import chain
 import numpy as np
 
 from gpufabric.errors import InputError
+from gpufabric.workloads.inference.policies import POLICIES
 from gpufabric.workloads.inference.requests import Requests
 
 #: A step-cost function: (prefill tokens, prefill attention pairs, prefill KV tokens touched,
@@ -95,6 +96,8 @@ class SchedulerConfig:
     watermark: float = 0.01
     reserve_full: bool = False
     scheduler_steps: int = 1
+    #: the engine's scheduling policy (:mod:`gpufabric.workloads.inference.policies`)
+    order: str = "decode-first"
 
     def check(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_batched_tokens",
@@ -102,6 +105,9 @@ class SchedulerConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise InputError(f"must be a positive integer, got {v!r}", field=name)
+        if self.order not in POLICIES:
+            raise InputError(f"unknown scheduling order '{self.order}'; allowed: "
+                             f"{', '.join(POLICIES)}", field="scheduler.order")
         if self.preemption not in PREEMPTION_MODES:
             raise InputError(f"unknown preemption mode '{self.preemption}'; allowed: "
                              f"{', '.join(PREEMPTION_MODES)}", field="preemption")
@@ -211,6 +217,7 @@ class BatchState:
                  front_end_s: float = 0.0):
         check_fits(reqs, cfg)
         self.cost, self.cfg, self.progress = cost, cfg, progress
+        self.policy = POLICIES[cfg.order]
         n = self.n = len(reqs)
         B = self.B = int(cfg.block_size)
         self.isl = reqs.isl.astype(np.int64)
@@ -372,6 +379,17 @@ class BatchState:
             d_ctx = _total(self.r_kv[dmask]) + d_n
         return Iteration(dmask, all_dec, d_n, d_ctx, self.cfg.max_batched_tokens - d_n,
                          nrun=nrun, swap_t=swap_t)
+
+    def prefill_only(self) -> Iteration:
+        """An iteration in which no running request decodes: its whole token budget goes to
+        prefill chunks (a prefill-first policy's prefill batch)."""
+        nrun = self._nrun
+        return Iteration(np.zeros(nrun, bool), False, 0, 0, self.cfg.max_batched_tokens,
+                         nrun=nrun)
+
+    def prefilling(self) -> bool:
+        """Whether a running request's prompt is not yet all prefilled (chunked prefill)."""
+        return not self.decoding and bool(np.any(self.r_kv < self.r_pt))
 
     def prefill_running(self, it: Iteration) -> None:
         """Prefill chunks of running requests whose prompt is not done, in batch order."""
@@ -712,9 +730,7 @@ class BatchState:
         if self._nrun == 0 and not self.waiting:
             self.t = float(self.arrival[self.nxt])
             return
-        it = self.reserve_decode()
-        self.prefill_running(it)
-        self.admit(it)
+        it = self.policy.form(self)
         if not it.chunks and it.d_n == 0:
             if it.adm:         # only swap-ins: they decode next iteration
                 self.t += it.swap_t

@@ -220,6 +220,22 @@ def test_key_gpu_facts():
     assert catalog.gpu("A100-SXM4-40GB").mem_bw_GBps == 1555
 
 
+def test_todays_gpus_by_their_datasheets():
+    """Blackwell Ultra, MI325X / MI355X and H200 NVL: dense rates per GPU (half the sparse
+    figure), memory and board power as their vendors state them."""
+    gb300, b300 = catalog.gpu("GB300"), catalog.gpu("NVIDIA B300")
+    assert (gb300.fp4_tflops, gb300.fp8_tflops, gb300.memory_GB) == (15000, 5000, 279)
+    assert (b300.fp4_tflops, b300.fp16_tflops, b300.memory_GB) == (13500, 2250, 288)
+    mi355 = catalog.gpu("AMD Instinct MI355X")
+    assert (mi355.fp16_tflops, mi355.fp8_tflops, mi355.memory_GB, mi355.tdp_W) == \
+        (2516.6, 5033.2, 288, 1400)
+    assert catalog.peer_link(mi355.peer_link).per_link_GBps == 76.8     # 153.6 GB/s both ways
+    mi325 = catalog.gpu("MI325X")
+    assert (mi325.memory_GB, mi325.mem_bw_GBps, mi325.fp16_tflops) == (256, 6000, 1307.4)
+    nvl = catalog.gpu("NVIDIA H200 NVL")
+    assert (nvl.fp16_tflops, nvl.tdp_W, catalog.bridge(nvl.bridges[0]).links) == (835.5, 600, 18)
+
+
 def test_a100_pcie_is_bridge_capable():
     g = catalog.gpu("A100-PCIe")
     assert (g.memory_GB, g.peer_link, g.peer_links) == (80, "nvlink3", 12)

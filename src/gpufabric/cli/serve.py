@@ -119,10 +119,14 @@ def measure_lines(r: dict) -> list[str]:
                        f"{conv['tolerance_p99']:.0%}) between the last two of {counts} "
                        "requests")
         else:
+            cap, rate = r.get("capacity_requests_per_s"), r["workload"].get("rate")
+            why = ("near capacity a queue's tail needs long runs"
+                   if not cap or not rate or rate >= 0.8 * cap else
+                   f"at {rate / cap:.0%} of capacity the spread is the sample's: "
+                   "more --requests narrow it")
             out.append(f"# not converged at {conv['requests'][-1]:,} requests (tried {counts}): "
                        "the figures still move by more than "
-                       f"{conv['tolerance']:.0%} (p99 {conv['tolerance_p99']:.0%}); near "
-                       "capacity a queue's tail needs long runs")
+                       f"{conv['tolerance']:.0%} (p99 {conv['tolerance_p99']:.0%}); {why}")
     if r.get("overloaded"):
         out.append(f"# overloaded: {r['workload']['rate']:g} requests/s is above the capacity "
                    f"of {r['capacity_requests_per_s']:,.2f} requests/s; throughput is the "

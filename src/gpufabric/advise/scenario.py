@@ -34,7 +34,7 @@ TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "spa
 TRAIN_KEYS = ("model", "tokens", "steps", "global_batch", "seq_len", "precision",
               "deadline_hours")
 SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_tpot_ms",
-              "precision", "pd")
+              "interactivity", "precision", "pd")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
@@ -59,6 +59,10 @@ MAX_RATE = 1_000_000.0
 MAX_USERS = 5_000_000
 #: An SLO target (ms): a day.
 MAX_SLO_MS = 86_400_000.0
+#: Output tokens per second one user sees (interactivity): far above any engine's decode.
+MAX_INTERACTIVITY = 100_000.0
+#: Interactivity targets of one sweep.
+MAX_INTERACTIVITY_TARGETS = 32
 #: CPU cores and memory (GB) of a service beside the GPUs: a thousand of the largest servers.
 MAX_SERVICE_CORES, MAX_SERVICE_MEMORY_GB = 1_000_000, 1_000_000.0
 #: Budgets, power and GPU counts of the constraints.
@@ -90,6 +94,9 @@ class Serve:
     slo_tpot_ms: float | None = None
     precision: str = "bf16"
     pd: bool = False                 # also try prefill/decode disaggregation (xPyD)
+    #: target output tokens/s per user, as buyers state interactivity (a TPOT target of
+    #: 1000 / x ms); more than one: a sweep (``advise`` ranks at each)
+    interactivity: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -250,9 +257,15 @@ def _serve(d: Any, file: str) -> Serve | None:
                          file=file, field=f"{w}.rate")
     ttft = _num(d, "slo_ttft_ms", file, w, maximum=MAX_SLO_MS, unit=" ms")
     tpot = _num(d, "slo_tpot_ms", file, w, maximum=MAX_SLO_MS, unit=" ms")
+    inter = interactivity_targets(d.get("interactivity"), file, f"{w}.interactivity")
+    if inter and tpot is not None:
+        raise InputError("give slo_tpot_ms or interactivity (tokens/s per user: a TPOT of "
+                         "1000 / x ms), not both", file=file, field=f"{w}.interactivity")
+    if inter:
+        tpot = 1000.0 / inter[0]
     if ttft is None and tpot is None:
-        raise InputError("give an SLO: slo_ttft_ms and/or slo_tpot_ms", file=file,
-                         field=f"{w}.slo_tpot_ms")
+        raise InputError("give an SLO: slo_ttft_ms and/or slo_tpot_ms (or interactivity)",
+                         file=file, field=f"{w}.slo_tpot_ms")
     pd = d.get("pd", False)
     if not isinstance(pd, bool):
         raise InputError(f"expected true or false, got {pd!r}", file=file, field=f"{w}.pd")
@@ -262,7 +275,27 @@ def _serve(d: Any, file: str) -> Serve | None:
     return Serve(model=model, rate=rate, concurrency=conc, pd=pd,
                  isl=_num(d, "isl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=1024),
                  osl=_num(d, "osl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=256),
-                 slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w))
+                 slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w),
+                 interactivity=inter)
+
+
+def interactivity_targets(v: Any, file: str | None, where: str) -> tuple[float, ...]:
+    """Interactivity targets (output tokens/s per user): a number or a list of them, each
+    above 0 and at most :data:`MAX_INTERACTIVITY`, in the order given (() when absent).
+
+    >>> interactivity_targets([20, 50.5], "x.yaml", "workloads.serve.interactivity")
+    (20.0, 50.5)
+    """
+    if v is None:
+        return ()
+    items = v if isinstance(v, list) else [v]
+    if not items or len(items) > MAX_INTERACTIVITY_TARGETS:
+        raise InputError(f"expected 1 to {MAX_INTERACTIVITY_TARGETS} targets (output tokens/s "
+                         f"per user), got {v!r}", file=file, field=where)
+    return tuple(float(check_range(x, 0, MAX_INTERACTIVITY, above=True, unit=" tokens/s",
+                                   file=file, field=f"{where}[{i}]" if isinstance(v, list)
+                                   else where))
+                 for i, x in enumerate(items))
 
 
 def _services(d: Any, file: str) -> tuple[Service, ...]:

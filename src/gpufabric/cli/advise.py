@@ -54,6 +54,11 @@ def advise(scenario: str | None = typer.Argument(
            output: str | None = typer.Option(None, "-o", "--output", metavar="FILE.html",
                                              help="Also write an offline HTML page (Pareto "
                                                   "scatter, sortable table, drawing)."),
+           interactivity: str | None = typer.Option(
+               None, "--interactivity", metavar="X[,X...]",
+               help="Serving: output tokens/s per user to rank at (a TPOT target of 1000/x "
+                    "ms); several: throughput per GPU and $/Mtok of each system kind against "
+                    "interactivity, with the crossovers."),
            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
     from gpufabric.advise import core
@@ -77,6 +82,24 @@ def advise(scenario: str | None = typer.Argument(
     if output:
         from gpufabric.fileio import check_output
         check_output(output, field="--output")
+    targets = sc.serve.interactivity if sc.serve else ()
+    if interactivity is not None:
+        if sc.serve is None:
+            raise InputError("applies only to a scenario with a serve workload",
+                             field="--interactivity")
+        targets = S.interactivity_targets(
+            [_number(x) for x in interactivity.split(",")], None, "--interactivity")
+        from dataclasses import replace
+        sc = replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / targets[0],
+                                       interactivity=targets))
+    if len(targets) > 1:
+        if output:
+            raise InputError("the page shows one ranking: give one interactivity target with "
+                             "-o", field="--output")
+        _sweep(sc, pr, targets, json, top=top, kwh_usd=kwh_price, ray=ray,
+               jobs=jobs if jobs is not None else sweep.cores(),
+               max_evaluations=max_evaluations)
+        return
     with Progress("advise") as progress:
         adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
                           jobs=jobs if jobs is not None else sweep.cores(),
@@ -136,6 +159,40 @@ def advise(scenario: str | None = typer.Argument(
         highlight=False)
     console.print(", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counts.items())
                   + f"; {adv.elapsed_s:.1f} s", highlight=False)
+
+
+def _number(text: str) -> object:
+    """A number from the command line (left as text when it is none, for the range check's
+    message)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip()
+
+
+def _sweep(sc, pr, targets: tuple[float, ...], json: bool, **kw) -> None:
+    from gpufabric.advise.interactivity import sweep as run_sweep
+    with Progress("advise --interactivity") as progress:
+        res = run_sweep(sc, pr, targets, on_target=progress.told("interactivity targets"),
+                        **kw)
+    if json:
+        emit_json(res)
+        return
+    console.print(f"[bold]{sc.name}[/bold]: throughput per GPU and cost per million output "
+                  "tokens at capacity, against interactivity", highlight=False, soft_wrap=True)
+    console.print(f"# {'tok/s/user':>10} {'TPOT ms':>8}  {'system kind':<28} {'GPUs':>5} "
+                  f"{'tok/s/GPU':>10} {'$/Mtok':>8}  design", highlight=False, soft_wrap=True)
+    for r in res["rows"]:
+        console.print(f"  {r['interactivity']:>10g} {r['tpot_ms']:>8.1f}  {r['kind']:<28} "
+                      f"{r['gpus']:>5} {r['tokens_per_s_per_gpu']:>10,.0f} "
+                      f"{r['usd_per_mtok']:>8.3f}  {r['design']}", highlight=False,
+                      soft_wrap=True)
+    for c in res["cheapest"]:
+        if c["kind"] is None:
+            console.print(f"at {c['interactivity']:g} tokens/s per user: {c['reason']}",
+                          highlight=False)
+    for line in res["crossovers"] or ["the same system kind is cheapest at every target"]:
+        console.print(f"crossover: {line}", highlight=False, soft_wrap=True)
 
 
 def _workload(c, sc) -> str:

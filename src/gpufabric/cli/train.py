@@ -178,6 +178,8 @@ def train(
                    f"memory, {counts.timed:,} timed")
         for i, r in enumerate(rs, 1):
             _print_result(r, i)
+            for w in _warnings(r, m):
+                typer.echo(f"  warning          {w}")
         return
     topo = _topology(system)
     if power_cap is not None:        # a limit above the TDP would cap nothing, silently
@@ -210,10 +212,22 @@ def train(
     software = Software(precision=precision, power_cap_W=power_cap, check_memory=True,
                         **opts)
     r = predict_step(m, topo, par, seq, software)
+    warnings = _warnings(r, m)
     if json:
-        emit_json(r.to_dict())
+        emit_json({**r.to_dict(), "warnings": warnings})
         return
     _print_result(r)
+    for w in warnings:
+        typer.echo(f"  warning          {w}")
+
+
+def _warnings(r, m) -> list[str]:
+    """What makes a prediction implausible (:mod:`gpufabric.workloads.plausibility`)."""
+    from gpufabric.workloads.compute import gpu_spec
+    from gpufabric.workloads.plausibility import mfu_warning
+    kind = "moe" if m.is_moe else m.arch
+    w = mfu_warning(r.mfu, gpu_spec(r.gpu).arch, kind, r.breakdown_s, r.step_time_s)
+    return [w] if w else []
 
 
 def _framework_settings(ctx: typer.Context, name: str, **given: object) -> dict:

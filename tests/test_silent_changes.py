@@ -189,9 +189,9 @@ TRAIN = ("train", "llama3-8b", "hgx-h100")
 
 
 @pytest.mark.parametrize("args, message", [
-    (SERVE + ("--rate", "5", "--concurrency", "4"),
-     "--rate: cannot be used with --concurrency (arrivals at a rate, or a closed loop of users: "
-     "give one)"),
+    (SERVE + ("--trace", "t.csv", "--concurrency", "4"),
+     "--trace: cannot be used with --concurrency (the trace gives each request's arrival and "
+     "lengths)"),
     (SERVE + ("--trace", "t.csv", "--rate", "5"),
      "--trace: cannot be used with --rate (the trace gives each request's arrival and lengths)"),
     (SERVE + ("--trace", "t.csv", "--isl", "100"),

@@ -17,7 +17,7 @@ may name a ``base`` profile and give only what differs.
 Examples
 --------
 >>> profile("TensorRT-LLM").name, engine_key("vLLM 0.6.0"), engine_key("my-engine")
-('tensorrt-llm', 'vllm', 'default')
+('tensorrt-llm', 'vllm-v0', 'default')
 >>> p = profile("vllm")
 >>> p.max_num_seqs, p.mem_utilization, p.mem_of, p.block_size
 (256, 0.9, 'total', 16)

@@ -47,6 +47,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["training.yaml"]),
     ("Training: hold-out 2", "published training runs collected after the model was settled",
      ["training_holdout2.yaml"]),
+    ("Training: Korthikanti et al. 2022",
+     "the eight iteration times Calculon validates against (A100, full and selective "
+     "recomputation)", ["training_korthikanti.yaml"]),
     ("Inference", "published serving figures (throughput, latencies, KV transfers)",
      ["inference.yaml"]),
     ("Inference: prefill/decode disaggregation",

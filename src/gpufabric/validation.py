@@ -22,8 +22,8 @@ The **summary** (:func:`summarize`) gives ``median_abs_pct``, ``p90_abs_pct``,
 ``max_abs_pct`` and ``points`` over the held-out points, with ``fitted``, ``looked_at`` and
 ``all`` (every point) beside them in the same shape, and ``by_metric`` (the figure measured,
 :func:`measured_as` -> the same summary over those points). A validator may add its own split
-to every block (the collectives' ``by_size``: large and small messages). Several files pool by summarizing all
-their points at once (:func:`pooled`).
+to every block (the collectives' ``by_size``: large and small messages). Several files pool
+by summarizing all their points at once (:func:`pooled`).
 
 Examples
 --------

@@ -297,3 +297,24 @@ def test_a_tighter_interactivity_target_never_makes_the_answer_cheaper():
         assert figures == sorted(figures)
         costs[tpot] = figures[0]
     assert costs[80] <= costs[40] <= costs[20]
+
+
+def test_the_page_gives_the_objective_with_its_unit_and_the_caveats_the_cli_prints():
+    from gpufabric.report.advice import render
+    # a design serving 2,000 tokens/s on 4 kW: the advisor ranks by -tokens/s per W
+    tps, kw = 2000.0, 4.0
+    design = {"design": "1x 8-GPU L40S server (pcie)", "system": "gpu=L40S,gpus_per_node=8",
+              "objective": {"name": "tokens-per-watt", "value": -tps / (kw * 1000)},
+              "cost": {"capex_usd": 1e5, "hourly_usd": 3.0,
+                       "notes": ["power counts the GPU boards (host power not recorded)"]},
+              "power_kW": kw, "metrics": {}, "tokens_per_s": tps, "bottleneck": "compute"}
+    page = render({"scenario": "moe", "objective": "tokens-per-watt", "designs": [design],
+                   "points": [], "pareto": [], "candidates_generated": 12,
+                   "evaluated_with_models": 3})
+    assert "objective (tokens/s per W)" in page
+    assert f"<td data-v='{tps / (kw * 1000)}'>{tps / (kw * 1000):,.4g}</td>" in page
+    assert "data-v='-0.5'" not in page and ">-0.5<" not in page
+    assert "note: power counts the GPU boards (host power not recorded)" in page
+    assert "candidates generated 12, evaluated with models 3" in page
+    assert "{&quot;" not in page and '{"candidates' not in page      # no raw JSON dict
+

@@ -147,6 +147,12 @@ def test_validate_several_files_of_any_kind(cli, tmp_path):
     assert set(s["by_metric"]) == {"busbw", "time_us", "tflops_per_gpu"}
     # a parameter record names the entry: fitted wins over the file's looked_at mark
     assert s["by_metric"]["tflops_per_gpu"]["fitted"]["points"] == 1
+    # the point is labelled by what it carries: tokens/s per GPU, converted from the TFLOP/s
+    # per GPU its source gave (the summary groups by that measured figure)
+    (point,) = data["files"][1]["points"]
+    assert (point["metric"], point["unit"], point["measured_as"]) == (
+        "tokens_per_s_per_gpu", "tokens/s per GPU", "tflops_per_gpu")
+    assert point["measured"] > 1000       # tokens/s per GPU, not TFLOP/s
     assert s["all"]["points"] == 22
 
 

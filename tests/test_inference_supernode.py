@@ -63,3 +63,14 @@ def test_a_run_that_cannot_meet_the_slo_stops_early_with_the_same_verdict():
                         slo_tpot_ms=50)
     # a run that meets the SLO runs to its end: the same summary either way
     assert serve("llama3-8b", topo, light, stop_below=0.9) == serve("llama3-8b", topo, light)
+
+
+def test_the_comparison_names_each_system_by_what_it_is():
+    # two 8-GPU servers, neither a supernode: the reason names them and their NVLink domains
+    a = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+    b = from_spec({"gpu": "A100-SXM4-80GB", "gpus_per_node": 8})
+    cfg = ServeConfig(requests=100, isl=500, osl=100, slo_ttft_ms=2000, slo_tpot_ms=50)
+    r = supernode_vs_servers("llama3-8b", a, b, cfg, 8, duration_s=2.0)
+    assert "supernode" not in r["reason"]
+    assert f"{a.name} (8-GPU NVLink domains)" in r["reason"]
+    assert f"{b.name} (8-GPU NVLink domains)" in r["reason"]

@@ -141,7 +141,7 @@ def points(values: dict[str, float], files: list[str]) -> Points:
     """Every compared point of ``files`` with the constants ``values`` set (profile names)."""
     from gpufabric.measure import profile
     with profile.overrides(values):
-        return {(p["id"], p["point"], p["metric"]): p for f in files
+        return {(p["id"], p["point"], validation.measured_as(p)): p for f in files
                 for p in validate_file(f)["points"] if p.get("error_pct") is not None}
 
 
@@ -366,8 +366,9 @@ def _summary(pts: list[dict[str, Any]]) -> dict[str, Any]:
     if any(q["kind"] == "collectives" for q in pts):
         from gpufabric.collectives.validate import by_size
         out |= by_size(pts)
-    out["by_metric"] = {m: validation.stats(q["error_pct"] for q in pts if q["metric"] == m)
-                        for m in sorted({q["metric"] for q in pts})}
+    out["by_metric"] = {m: validation.stats(q["error_pct"] for q in pts
+                                            if validation.measured_as(q) == m)
+                        for m in sorted({validation.measured_as(q) for q in pts})}
     return out
 
 

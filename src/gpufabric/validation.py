@@ -2,10 +2,11 @@
 entry and the summary, shared by the collectives, training and inference validators.
 
 A **point** is one measured figure compared with the model's prediction: a dict with ``id``
-(the entry), ``point`` (its index in the entry's ``points``), ``metric`` (what was measured),
-``measured``, ``predicted``, ``error_pct`` (``predicted / measured - 1``, in %),
-``breakdown`` (the model's parts, where it has them), ``notes`` and ``status``; a validator
-adds its own keys beside these (a collective's size and algorithm, a training layout, an
+(the entry), ``point`` (its index in the entry's ``points``), ``metric`` (what ``measured``
+and ``predicted`` carry; where the source gave another figure, converted from it, that figure
+is ``measured_as``), ``measured``, ``predicted``, ``error_pct`` (``predicted / measured - 1``,
+in %), ``breakdown`` (the model's parts, where it has them), ``notes`` and ``status``; a
+validator adds its own keys beside these (a collective's size and algorithm, a training layout, an
 inference engine). A **skip** is ``{id, point, reason}``: a point the model cannot predict.
 
 The **status** of an entry is derived, never listed by hand:
@@ -19,10 +20,10 @@ The **status** of an entry is derived, never listed by hand:
 
 The **summary** (:func:`summarize`) gives ``median_abs_pct``, ``p90_abs_pct``,
 ``max_abs_pct`` and ``points`` over the held-out points, with ``fitted``, ``looked_at`` and
-``all`` (every point) beside them in the same shape, and ``by_metric`` (metric -> the same
-summary over that metric's points). A validator may add its own split to every block (the
-collectives' ``by_size``: large and small messages). Several files pool by summarizing all
-their points at once (:func:`pooled`).
+``all`` (every point) beside them in the same shape, and ``by_metric`` (the figure measured,
+:func:`measured_as` -> the same summary over those points). A validator may add its own split
+to every block (the collectives' ``by_size``: large and small messages). Several files pool
+by summarizing all their points at once (:func:`pooled`).
 
 Examples
 --------
@@ -178,10 +179,16 @@ def summarize(points: list[dict[str, Any]], split: Split | None = None) -> dict[
     ``looked_at`` and ``all`` beside them, and ``by_metric``; ``split(points)`` adds a
     validator's own keys to every block."""
     out = _statused(points, split)
-    metrics = sorted({p["metric"] for p in points})
-    out["by_metric"] = {m: _statused([p for p in points if p["metric"] == m], split)
+    metrics = sorted({measured_as(p) for p in points})
+    out["by_metric"] = {m: _statused([p for p in points if measured_as(p) == m], split)
                         for m in metrics}
     return out
+
+
+def measured_as(p: dict[str, Any]) -> str:
+    """The figure a point's source gave: its ``measured_as`` (a training step time, TFLOP/s
+    or MFU, carried as tokens/s per GPU), else its ``metric``; summaries group by it."""
+    return str(p.get("measured_as") or p["metric"])
 
 
 def pooled(results: list[dict[str, Any]], split: Split | None = None) -> dict[str, Any]:

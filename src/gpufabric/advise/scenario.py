@@ -431,5 +431,29 @@ def parse(data: Any, file: str) -> Scenario:
                     space=_space(data.get("space"), file), file=file)
 
 
-__all__ = ["OBJECTIVES", "Scenario", "Train", "Serve", "Service", "Constraints", "Space",
+def objective_shown(objective: str, value: float | None, train: bool) -> tuple[float | None, str]:
+    """An objective's figure as a reader takes it, with its unit.
+
+    The advisor ranks by ``value`` (:func:`gpufabric.advise.core.figure`), smaller is better,
+    so a throughput to maximize is held negated; this undoes the sign: the tokens-per-watt
+    objective of a design serving 2,000 tokens/s on 4 kW is 0.5 tokens/s per W, not -0.5.
+
+    >>> objective_shown("tokens-per-watt", -0.5, train=False)
+    (0.5, 'tokens/s per W')
+    >>> objective_shown("lowest-cost", 1200.0, train=True)
+    (1200.0, '$ for the run')
+    """
+    if objective == "lowest-cost":
+        return value, "$ for the run" if train else "$/hour"
+    if objective == "fastest":
+        if train:
+            return value, "hours to train"
+        return (None if value is None else -value), "tokens/s"
+    if objective == "tokens-per-watt":
+        return (None if value is None else -value), "tokens/s per W"
+    return value, "$ per million tokens"
+
+
+__all__ = ["OBJECTIVES", "Scenario", "objective_shown", "Train", "Serve", "Service",
+           "Constraints", "Space",
            "builtin", "builtin_names", "load", "parse"]

@@ -223,7 +223,8 @@ def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
     from gpufabric.topology.build import load
     points = [{"design": core.describe(c), "hourly_usd": core.hourly(c),
                "tokens_per_s": core._tokens_per_s(c, sc)} for c in adv.ranked]
-    data = {"scenario": sc.name, "objective": sc.objective, "designs": designs,
+    data = {"scenario": sc.name, "objective": sc.objective, "train": sc.train is not None,
+            "designs": designs,
             "pareto": [{"design": core.describe(c)} for c in adv.pareto], "points": points,
             "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated, **counts}
     topo = load(adv.ranked[0].system, materialize_nodes=Model.SAMPLE_NODES) \

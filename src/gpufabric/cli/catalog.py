@@ -11,10 +11,24 @@ from gpufabric.cli.common import app, emit_json
 console = Console()
 
 
+#: Facts whose 0 means "not recorded" (the catalog's convention), never a value of 0.
+UNRECORDED_AT_0 = ("tdp_W",)
+
+
+def _fact(k: str, v) -> str:
+    if k in UNRECORDED_AT_0 and not v:
+        return "not recorded"
+    return "/".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
 def _facts(facts: dict) -> str:
     """The facts of an entry in one short line (unset and empty values left out)."""
-    return ", ".join(f"{k}={'/'.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+    return ", ".join(f"{k}={_fact(k, v)}"
                      for k, v in facts.items() if v not in (None, "", (), [], {}))
+
+
+def _plural(kind: str) -> str:
+    return kind + ("es" if kind.endswith(("s", "sh", "ch", "x")) else "s")
 
 
 @app.command()
@@ -39,7 +53,7 @@ def catalog(section: str | None = typer.Argument(
         return
     for kind in cat.SECTIONS[section]:
         part = [r for r in rows if r["table"] == kind]
-        table = Table(title=f"{part[0]['kind']}s", box=None, show_lines=False)
+        table = Table(title=_plural(part[0]["kind"]), box=None, show_lines=False)
         table.add_column("name", no_wrap=True)
         table.add_column("facts", ratio=3)
         table.add_column("source", ratio=2)

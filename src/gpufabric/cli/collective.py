@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Progress, app, emit_json, print_cross_validation,
-                                  print_validation_summary, profile_option, refuse_together,
-                                  whole)
+from gpufabric.cli.common import (Col, Progress, app, emit_json, print_cross_validation,
+                                  print_table, print_validation_summary, print_wrapped,
+                                  profile_option, refuse_together, whole, wide_option)
 from gpufabric.cli.serve import print_inference, run_inference
 from gpufabric.errors import InputError
 
@@ -167,6 +167,7 @@ def validate(
         None, "--cv", help="Cross-validate: 'source' predicts each source's entries (their "
         "source_id: one publication) with every fitted constant refitted without them "
         "(leave-one-source-out)."),
+    wide: bool = wide_option(),
 ) -> None:
     """Predicted against measured for every point of measurements files, with a summary.
 
@@ -205,7 +206,7 @@ def validate(
         return
     for res in results:
         {"inference": print_inference, "training": print_training,
-         "collectives": _print_validation}[res["kind"]](res)
+         "collectives": _print_validation}[res["kind"]](res, wide)
     if len(files) > 1:
         print_validation_summary(pooled, f"all {len(files)} files")
 
@@ -221,17 +222,18 @@ def _cross_validate(files: list[str], json: bool) -> None:
     print_cross_validation(res)
 
 
-def _print_validation(res: dict) -> None:
+def _print_validation(res: dict, wide: bool = False) -> None:
     """One collective measurements file's summary, table and skipped entries."""
     typer.echo(f"# gpufabric validate {res['file']} (collectives)")
     print_validation_summary(res["summary"], res["file"])
-    typer.echo(f"# {'id':<30} {'op':<14} {'ranks':>5} {'size':>11} {'measured':>16} "
-               f"{'predicted':>10} {'error':>8}  {'status':<9} algo/proto")
-    for r in res["points"]:
-        unit = "GB/s" if r["metric"] == "busbw" else "us"
-        typer.echo(f"  {r['id']:<30} {r['collective']:<14} {r['ranks']:>5} {r['size']:>11} "
-                   f"{r['measured']:>11.1f} {unit:<4} {r['predicted']:>10.1f} "
-                   f"{r['error_pct']:>+7.1f}%  {r['status']:<9} {r['algo']}/{r['proto']}")
+    cols = [Col("id", wrap=True, min_width=20), Col("op"), Col("ranks", right=True),
+            Col("size (B)", right=True), Col("measured", right=True), Col("unit"),
+            Col("predicted", right=True), Col("error", right=True), Col("status"),
+            Col("algo/proto", drop=1)]
+    print_table(cols, [(r["id"], r["collective"], r["ranks"], r["size"],
+                        f"{r['measured']:.1f}", "GB/s" if r["metric"] == "busbw" else "us",
+                        f"{r['predicted']:.1f}", f"{r['error_pct']:+.1f}%", r["status"],
+                        f"{r['algo']}/{r['proto']}") for r in res["points"]], wide=wide)
     for sk in res.get("skipped", []):
         typer.echo(f"# skipped {sk['id']}: {sk['reason']}")
 
@@ -248,6 +250,7 @@ def params(
                                "entry counts as fitted in validate) or still needing a second "
                                "entry (exit status 1 when any does)."),
     profile: str | None = profile_option(),
+    wide: bool = wide_option(),
 ) -> None:
     """Every fitted or estimated constant of the models with its status (fitted, source,
     prior, nccl, estimate), its source (NCCL version) or the calibration ids it was fitted
@@ -276,10 +279,10 @@ def params(
             typer.echo(f"{c['name']:<30} {c['old']} -> {c['new']}")
     if check:
         unmarked = [r["name"] for r in rows if r["status"] == "single"]
-        typer.echo(f"# gpufabric params --check: {len(rows)} fitted constants rest on a single "
-                   f"entry; {len(rows) - len(unmarked)} are marked as that entry's answer (not "
-                   f"a prediction; validate counts the entry as fitted), {len(unmarked)} need "
-                   "a second entry or the mark")
+        print_wrapped(f"# gpufabric params --check: {len(rows)} fitted constants rest on a "
+                      f"single entry; {len(rows) - len(unmarked)} are marked as that entry's "
+                      f"answer (not a prediction; validate counts the entry as fitted), "
+                      f"{len(unmarked)} need a second entry or the mark", 2, wide=wide)
     else:
         typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
                    f"{P.NCCL_VERSION}); status: fitted, source, prior, nccl or estimate")
@@ -290,9 +293,10 @@ def params(
         elif r["status"] == "single":
             where += " (a single entry, not marked: needs a second entry or the answer mark)"
         col = f"{r['layer']:<12} " if layer == "all" else ""
-        typer.echo(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} {r['applies_to']}")
-        typer.echo(f"{'':<26} value: {_short(r['value'])}")
-        typer.echo(f"{'':<26} from: {where}")
+        print_wrapped(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} "
+                      f"{r['applies_to']}", 27, wide=wide)
+        print_wrapped(f"{'':<26} value: {_short(r['value'])}", 34, wide=wide)
+        print_wrapped(f"{'':<26} from: {where}", 33, wide=wide)
     if check and any(r["status"] == "single" for r in rows):
         raise typer.Exit(1)
 

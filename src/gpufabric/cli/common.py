@@ -484,3 +484,163 @@ def print_cross_validation(res: dict) -> None:
                           for k, v in s["refitted"].items())
         typer.echo(f"  {s['source_id'][:44]:<44} {s['entries']:>7} {s['points']:>6} "
                    f"{med:>7}  {refit}")
+
+
+# -- tables -------------------------------------------------------------------------------
+
+#: The width a table fits when neither ``COLUMNS`` nor a terminal gives one (a 120-column
+#: terminal is the norm).
+TABLE_WIDTH = 120
+
+
+def table_width() -> int:
+    """The width every table of the CLI fits: ``COLUMNS``, else the terminal's, else
+    :data:`TABLE_WIDTH` (output to a pipe or a file)."""
+    import shutil
+    return max(40, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
+
+
+def wide_option() -> Any:
+    """The ``--wide`` option of every command that prints a table: every column, at full
+    width, however wide. Add it as ``wide: bool = wide_option()`` and pass it on to
+    :func:`print_table`."""
+    return typer.Option(False, "--wide",
+                        help=f"Show every column at full width (by default a table fits the "
+                             f"terminal, or {TABLE_WIDTH} columns off a terminal).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Col:
+    """One column of :func:`print_table`.
+
+    ``drop``: 0 for a column always shown; a column with a higher number is left out first
+    when the table is too wide (the note under the table names it). ``wrap``: its text may be
+    folded onto following lines (a description, a source, a URL). ``key``: repeated in every
+    block when a table with too many columns is printed in blocks (a matrix's row labels).
+    """
+
+    header: str
+    right: bool = False
+    drop: int = 0
+    wrap: bool = False
+    key: bool = False
+    min_width: int = 12
+
+
+def _fold(text: str, width: int) -> list[str]:
+    import textwrap
+    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+
+
+def table_lines(cols: list[Col], rows: Iterable[Iterable[Any]], *, wide: bool = False,
+                width: int | None = None, prefix: str = "  ",
+                header_prefix: str = "# ", gap: int = 1) -> list[str]:
+    """The lines of a table that fits ``width`` columns (default :func:`table_width`).
+
+    The one place the CLI fits a table to the terminal. When the natural table is too wide,
+    the columns with the highest ``drop`` go first (a note line names them and ``--wide``),
+    then the ``wrap`` columns fold their text, and a table still too wide (a matrix of many
+    devices) is printed in blocks of columns, the ``key`` columns in each. ``wide``: the
+    natural table, whatever its width. ``gap``: spaces between two columns.
+    """
+    width = table_width() if width is None else width
+    data = [["" if c is None else str(c) for c in r] for r in rows]
+    for r in data:
+        if len(r) != len(cols):
+            raise ValueError(f"a row of {len(r)} cells for {len(cols)} columns")
+    natural = [max([len(c.header)] + [len(r[i]) for r in data]) for i, c in enumerate(cols)]
+    pad = max(len(prefix), len(header_prefix))
+
+    def need(idx: list[int], ws: list[int]) -> int:
+        return pad + sum(ws[i] for i in idx) + gap * (len(idx) - 1)
+
+    keep = list(range(len(cols)))
+    widths = list(natural)
+    dropped: list[str] = []
+    if not wide:
+        for i in sorted((i for i, c in enumerate(cols) if c.drop),
+                        key=lambda i: (-cols[i].drop, -i)):
+            if need(keep, widths) <= width:
+                break
+            keep.remove(i)
+            dropped.append(cols[i].header)
+        over = need(keep, widths) - width
+        wraps = [i for i in keep if cols[i].wrap]
+        while over > 0 and wraps:
+            i = max(wraps, key=lambda j: widths[j])
+            floor = max(cols[i].min_width, len(cols[i].header))
+            if widths[i] <= floor:
+                wraps.remove(i)
+                continue
+            cut = min(over, widths[i] - floor)
+            widths[i] -= cut
+            over -= cut
+    blocks = [keep]
+    if not wide and need(keep, widths) > width:
+        keys = [i for i in keep if cols[i].key]
+        blocks, block = [], list(keys)
+        for i in keep:
+            if i in keys:
+                continue
+            if len(block) > len(keys) and need(block + [i], widths) > width:
+                blocks.append(block)
+                block = list(keys)
+            block.append(i)
+        blocks.append(block)
+    out: list[str] = []
+    for b, idx in enumerate(blocks):
+        if b:
+            out.append("")
+        out += _block_lines(cols, data, idx, widths, prefix, header_prefix, gap)
+    if dropped:
+        out.append(f"{header_prefix}(left out to fit {width} columns: "
+                   f"{', '.join(reversed(dropped))}; --wide shows them)")
+    return out
+
+
+def _block_lines(cols: list[Col], data: list[list[str]], idx: list[int], widths: list[int],
+                 prefix: str, header_prefix: str, gap: int) -> list[str]:
+    last = idx[-1]
+
+    def cell(i: int, text: str) -> str:
+        if cols[i].right:
+            return text.rjust(widths[i])
+        return text if i == last else text.ljust(widths[i])
+
+    def line(start: str, texts: dict[int, list[str]]) -> list[str]:
+        n = max(len(t) for t in texts.values())
+        lines = []
+        for k in range(n):
+            parts = [cell(i, texts[i][k] if k < len(texts[i]) else "") for i in idx]
+            lines.append((start if k == 0 else " " * len(start)) + (" " * gap).join(parts).rstrip())
+        return lines
+
+    def split(i: int, text: str) -> list[str]:
+        return _fold(text, widths[i]) if len(text) > widths[i] else [text]
+
+    width0 = max(len(prefix), len(header_prefix))
+    out = line(header_prefix.ljust(width0), {i: split(i, cols[i].header) for i in idx})
+    for r in data:
+        out += line(prefix.ljust(width0), {i: split(i, r[i]) for i in idx})
+    return out
+
+
+def print_table(cols: list[Col], rows: Iterable[Iterable[Any]], *, title: str | None = None,
+                wide: bool = False, prefix: str = "  ", header_prefix: str = "# ") -> None:
+    """Print ``title`` (a ``#`` line) and the table of :func:`table_lines`."""
+    if title:
+        typer.echo(f"{header_prefix}{title}")
+    for ln in table_lines(cols, rows, wide=wide, prefix=prefix, header_prefix=header_prefix):
+        typer.echo(ln)
+
+
+def print_wrapped(text: str, indent: int = 0, *, wide: bool = False) -> None:
+    """One line of text folded to :func:`table_width` (continuation lines under ``indent``);
+    whole with ``wide``."""
+    width = table_width()
+    if wide or len(text) <= width:
+        typer.echo(text)
+        return
+    head, rest = text[:indent], text[indent:]
+    for k, part in enumerate(_fold(rest, width - indent)):
+        typer.echo((head if k == 0 else " " * indent) + part)

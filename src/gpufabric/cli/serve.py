@@ -8,7 +8,7 @@ import typer
 
 from gpufabric.cli.common import (Progress, app, emit_json, note, profile_option, refuse_alone,
                                   refuse_together, whole)
-from gpufabric.cli.common import print_validation_summary
+from gpufabric.cli.common import Col, print_table, print_validation_summary, wide_option
 from gpufabric.errors import InputError
 
 #: Options of `serve` that exclude each other: (option, options, why).
@@ -248,8 +248,9 @@ def serve(
     search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
                                 "of the system's GPUs by goodput per GPU under the SLO."),
     ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
-    versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM (a supernode) "
-                                      "with this one (8-GPU servers) at equal GPU count: "
+    versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM with this one "
+                                      "(a supernode against 8-GPU servers, say) at equal "
+                                      "GPU count: "
                                       "tokens/s per GPU within the SLO, each at its best "
                                       "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -364,7 +365,8 @@ def serve(
 
 
 @app.command()
-def datasets(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def datasets(json: bool = typer.Option(False, "--json", help="Print JSON."),
+             wide: bool = wide_option()) -> None:
     """List the named serving datasets: input and output length statistics and sources."""
     from gpufabric.workloads.inference.datasets import datasets as all_datasets
     ds = all_datasets()
@@ -377,14 +379,17 @@ def datasets(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 
     def side(ls) -> str:
         if ls.run:
-            return f"{'(--isl/--osl)':>21}"
-        return f"{n(ls.mean):>7}{n(ls.median):>7}{n(ls.p90):>7}"
-    typer.echo(f"# {'dataset':<28} {'ISL mean/med/p90':>21} {'OSL mean/med/p90':>21}  source")
-    for d in ds:
-        src = d.isl.source.split(" ")[0]
-        gaps = [k for k, ls in (("input", d.isl), ("output", d.osl)) if ls.unknown]
-        flag = f"  (not samplable: {' and '.join(gaps)} lengths not published)" if gaps else ""
-        typer.echo(f"  {d.name:<28} {side(d.isl)} {side(d.osl)}  {src}{flag}")
+            return "(--isl/--osl)"
+        return f"{n(ls.mean):>6} {n(ls.median):>6} {n(ls.p90):>6}"
+
+    def gaps(d) -> str:
+        gone = [k for k, ls in (("input", d.isl), ("output", d.osl)) if ls.unknown]
+        return f"not samplable: {' and '.join(gone)} lengths not published" if gone else ""
+    cols = [Col("dataset"), Col("input tokens mean/med/p90", right=True),
+            Col("output tokens mean/med/p90", right=True), Col("note", wrap=True, min_width=20),
+            Col("source", wrap=True, drop=1, min_width=30)]
+    print_table(cols, [(d.name, side(d.isl), side(d.osl), gaps(d), d.isl.source.split(" ")[0])
+                       for d in ds], wide=wide)
 
 
 @app.command()
@@ -430,16 +435,17 @@ def run_inference(file: str) -> dict:
     return {"file": file} | res
 
 
-def print_inference(res: dict) -> None:
+def print_inference(res: dict, wide: bool = False) -> None:
     """One inference file's summary, table (status per point) and skipped points."""
     file = res["file"]
     typer.echo(f"# gpufabric validate {file} (inference serving)")
     print_validation_summary(res["summary"], file)
-    typer.echo(f"# {'id':<52} {'pt':>2} {'metric':<28} {'measured':>10} {'predicted':>10} "
-               f"{'error':>8}  status")
-    for r in res["points"]:
-        typer.echo(f"  {r['id']:<52} {r['point']:>2} {r['metric']:<28} {r['measured']:>10.1f} "
-                   f"{r['predicted']:>10.1f} {r['error_pct']:>+7.1f}%  {r['status']}")
+    cols = [Col("id", wrap=True, min_width=24), Col("pt", right=True),
+            Col("metric", wrap=True, min_width=16), Col("measured", right=True),
+            Col("predicted", right=True), Col("error", right=True), Col("status")]
+    print_table(cols, [(r["id"], r["point"], r["metric"], f"{r['measured']:.1f}",
+                        f"{r['predicted']:.1f}", f"{r['error_pct']:+.1f}%", r["status"])
+                       for r in res["points"]], wide=wide)
     reasons: dict[str, int] = {}
     for sk in res["skipped"]:
         reasons[f"{sk['id']}: {sk['reason']}"] = reasons.get(f"{sk['id']}: {sk['reason']}", 0) + 1

@@ -9,7 +9,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpufabric.cli.common import Progress, app, emit_json, profile_option
+from gpufabric.cli.common import (Col, Progress, app, emit_json, profile_option, table_lines,
+                                  wide_option)
 from gpufabric.fileio import check_output, read_text, write_output
 
 console = Console()
@@ -51,26 +52,22 @@ def systems(json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     console.print(table)
 
 
-def _print_matrix(title: str, labels: list[str], cells: list[list[str]]) -> None:
-    """A square matrix, never squeezed: wider than the terminal beats unreadable cells."""
-    table = Table(title=title, box=None, pad_edge=False)
-    table.add_column("", no_wrap=True)
-    for lab in labels:
-        table.add_column(lab, justify="right", no_wrap=True)
-    for lab, row in zip(labels, cells, strict=True):
-        table.add_row(lab, *row)
-    widest = max([len(c) for row in cells for c in row] + [len(ln) for ln in labels] + [1])
-    _print_wide(table, 8 + (widest + 2) * (len(labels) + 1))
-
-
-def _print_wide(table: Table, need: int) -> None:
-    (console if console.width >= need else Console(width=need)).print(table)
+def _print_matrix(title: str, labels: list[str], cells: list[list[str]],
+                  wide: bool = False) -> None:
+    """A square matrix, its cells never squeezed: a matrix wider than the terminal is printed
+    in blocks of columns, each with the row labels (``wide``: in one piece)."""
+    console.print(title, highlight=False)
+    cols = [Col("", key=True)] + [Col(lab, right=True) for lab in labels]
+    for ln in table_lines(cols, [[lab, *row] for lab, row in zip(labels, cells, strict=True)],
+                          wide=wide, header_prefix="  ", gap=2):
+        typer.echo(ln)
 
 
 @app.command()
 def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
          node: int = typer.Option(0, help="Which server of a cluster to show."),
-         json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+         json: bool = typer.Option(False, "--json", help="Print JSON."),
+         wide: bool = wide_option()) -> None:
     """Devices, PCIe lanes used and free per socket, path matrix with bandwidths, warnings."""
     from gpufabric.report.summary import path_table
     from gpufabric.topology import rules
@@ -123,7 +120,7 @@ def show(system: str = typer.Argument(..., help=SYSTEM_HELP),
     console.print(lt)
     cells = [[("X" if ty == "X" else f"{ty} {bw:g}") for ty, bw in zip(trow, brow, strict=True)]
              for trow, brow in zip(pt["type"], pt["bw_GBps"], strict=True)]
-    _print_matrix("Paths (type, bottleneck GB/s per direction)", pt["labels"], cells)
+    _print_matrix("Paths (type, bottleneck GB/s per direction)", pt["labels"], cells, wide)
     for w in warns:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
@@ -161,7 +158,8 @@ def _print_fabric(fab: dict) -> None:
 @app.command()
 def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
         node: int = typer.Option(0, help="Which server of a cluster."),
-        json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        json: bool = typer.Option(False, "--json", help="Print JSON."),
+        wide: bool = wide_option()) -> None:
     """GPU-pair bandwidth matrix (bottleneck GB/s per direction; * = no peer-to-peer)."""
     from gpufabric.report.summary import path_table
     with Progress("p2p", 2) as progress:
@@ -178,7 +176,7 @@ def p2p(system: str = typer.Argument(..., help=SYSTEM_HELP),
               for ty, bw, ok in zip(trow, brow, prow, strict=True)]
              for trow, brow, prow in zip(sub["type"], sub["bw_GBps"], sub["p2p"], strict=True)]
     _print_matrix(f"{t.name}: GPU-pair bandwidth, GB/s per direction (* = no P2P: through host "
-                  "memory)", pt["labels"][:n], cells)
+                  "memory)", pt["labels"][:n], cells, wide)
 
 
 @app.command()

@@ -6,7 +6,7 @@ import typer
 
 from gpufabric.cli.common import (Progress, above, app, emit_json, profile_option, refuse_alone,
                                   refuse_together, whole)
-from gpufabric.cli.common import print_validation_summary
+from gpufabric.cli.common import Col, print_table, print_validation_summary
 from gpufabric.errors import InputError
 
 #: Options of `train` that --search would ignore (it tries the layouts itself).
@@ -264,17 +264,20 @@ def run_training(path: str) -> dict:
     return {"file": path} | rep.to_dict()
 
 
-def print_training(res: dict) -> None:
+def print_training(res: dict, wide: bool = False) -> None:
     """One training file's summary, table (status per point) and skipped points."""
     path = res["file"]
     typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs)")
     print_validation_summary(res["summary"], path)
-    typer.echo(f"# {'id':<52} {'#':>2} {'measured':>10} {'predicted':>10} {'error':>8}  "
-               f"{'status':<9}  layout; bottleneck")
-    for p in res["points"]:
-        typer.echo(f"  {p['id']:<52} {p['point']:>2} {p['measured']:>10.1f} "
-                   f"{p['predicted']:>10.1f} {p['error_pct']:>+7.1f}%  {p['status']:<9}  "
-                   f"{p['layout']}; {p['bottleneck']}")
+    cols = [Col("id", wrap=True, min_width=24), Col("#", right=True),
+            Col("measured", right=True), Col("predicted", right=True), Col("per GPU"),
+            Col("error", right=True), Col("status"), Col("layout; bottleneck", wrap=True,
+                                                          min_width=30)]
+    print_table(cols, [(p["id"], p["point"], f"{p['measured']:.1f}", f"{p['predicted']:.1f}",
+                        p["unit"].removesuffix(" per GPU"), f"{p['error_pct']:+.1f}%",
+                        p["status"],
+                        f"{p['layout']}; {p['bottleneck']}") for p in res["points"]],
+                wide=wide)
     for sk in res["skipped"]:
         at = "" if sk["point"] is None else f"#{sk['point']}"
         typer.echo(f"# skipped {sk['id']}{at}: {sk['reason']}")

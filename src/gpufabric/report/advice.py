@@ -16,7 +16,6 @@ True
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
 from gpufabric.report import charts
@@ -78,15 +77,35 @@ document.querySelectorAll('table.sortable th').forEach(function (th, col) {
 """
 
 
+#: What the page's closing line counts, as the CLI words it.
+COUNTS = ("candidates_generated", "refused_by_rules", "not_priced", "pruned_by_bounds",
+          "network_dominated", "evaluated_with_models")
+
+
+def _training(data: dict[str, Any]) -> bool:
+    if "train" in data:
+        return bool(data["train"])
+    return any("train_hours" in d.get("metrics", {}) for d in data.get("designs", []))
+
+
 def render(data: dict[str, Any], topo: Topology | None = None) -> str:
     """The page for ``data`` (the ``advise --json`` object with ``points``: every feasible
-    design's ``design``, ``hourly_usd`` and ``tokens_per_s``) and the winner's topology."""
+    design's ``design``, ``hourly_usd`` and ``tokens_per_s``) and the winner's topology.
+
+    The objective column gives the objective's figure with its unit (a throughput to
+    maximize as the positive figure, though the advisor ranks it negated); the caveats of the
+    best design's cost and power (``cost.notes``) are printed under it, as the CLI prints
+    them."""
+    from gpufabric.advise.scenario import objective_shown
     designs = data.get("designs", [])
     pareto = {p["design"] for p in data.get("pareto", [])}
+    train = _training(data)
+    unit = objective_shown(str(data.get("objective")), None, train)[1]
     rows = []
     for i, d in enumerate(designs, 1):
         cost = d.get("cost", {})
-        val = d.get("objective", {}).get("value")
+        val = objective_shown(str(data.get("objective")), d.get("objective", {}).get("value"),
+                              train)[0]
         rows.append(
             f"<tr><td data-v='{i}'>{i}</td><td>{_e(d['design'])}</td>"
             f"<td data-v='{val if val is not None else ''}'>{_num(val, ',.4g')}</td>"
@@ -95,8 +114,9 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
             f"<td data-v='{d.get('power_kW') or ''}'>{_num(d.get('power_kW'), ',.1f')}</td>"
             f"<td data-v='{d.get('tokens_per_s') or ''}'>{_num(d.get('tokens_per_s'), ',.0f')}"
             f"</td><td>{_e(d.get('bottleneck', ''))}</td></tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("#", "design", "objective", "capex $", "$/hour",
-                                               "kW", "tokens/s", "bottleneck"))
+    head = "".join(f"<th>{_e(h)}</th>" for h in ("#", "design", f"objective ({unit})",
+                                                   "capex $", "$/hour", "kW", "tokens/s",
+                                                   "bottleneck"))
     drawing = ""
     if topo is not None:
         from gpufabric.report.fabric import fabric_section
@@ -106,9 +126,11 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
     top = designs[0]["design"] if designs else "no design"
     changes = "".join(f"<li>{_e(c)}</li>" for c in data.get("what_would_change", []))
     name = _e(data.get("scenario"))
-    counts = _e(json.dumps({k: data.get(k) for k in (
-        "candidates_generated", "refused_by_rules", "not_priced", "pruned_by_bounds",
-        "candidates_evaluated")}))
+    counts = _e(", ".join(f"{k.replace('_', ' ')} {data[k]:,}" for k in COUNTS
+                          if isinstance(data.get(k), int)))
+    notes = "".join(f"<li>note: {_e(n)}</li>"
+                    for n in dict.fromkeys(designs[0].get("cost", {}).get("notes", [])
+                                           if designs else []))
     best = f'<span class="top" id="top-design">{_e(top)}</span>'
     fig = scatter(data.get("points", []), pareto)
     chart = (charts.figure_div(fig) if fig is not None
@@ -117,12 +139,14 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 6px}"
            "th{cursor:pointer;background:#eee}.top{font-weight:bold}")
     body = (f"<h1>gpufabric advise: {name}</h1>"
-            f"<p>Objective: {_e(data.get('objective'))}. Best design: {best}</p>"
-            f"<ul>{changes}</ul><h2>Cost against throughput</h2>"
+            f"<p>Objective: {_e(data.get('objective'))} ({_e(unit)}). Best design: {best}</p>"
+            f"<ul class='notes'>{notes}</ul><ul>{changes}</ul>"
+            "<h2>Cost against throughput</h2>"
             "<p>Every feasible design evaluated; the Pareto front apart. Hover a point for "
             f"its design.</p>{chart}<h2>Ranked designs</h2>"
             f"<table class='sortable'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>{drawing}<p>{counts}</p>"
+            f"<tbody>{''.join(rows)}</tbody></table>{drawing}"
+            + (f"<p class='counts'>{counts}</p>" if counts else "") +
             f"<script>{_SORT}</script>")
     return charts.page(f"gpufabric advise: {data.get('scenario')}", css, body)
 

@@ -46,12 +46,17 @@ NAME_MAP = (
     ("resnet-50", "resnet-50"), ("mixtral", "mixtral-8x7b"), ("qwen3 235b", "qwen3-235b-a22b"),
     ("qwen3 30b", "qwen3-30b-a3b"),
 )
+#: What a point's ``measured`` and ``predicted`` carry (its ``metric``), with their unit;
+#: ``measured_as`` names the figure of :data:`METRICS` the source gave, converted.
+UNITS = {"tokens_per_s_per_gpu": "tokens/s per GPU", "samples_per_s_per_gpu": "samples/s per GPU"}
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s",
            "time_to_train_s", "tflops_per_gpu", "mfu", "gpu_hours_per_trillion_tokens")
 @dataclass
 class Report:
     """Points (:func:`gpufabric.validation.point` records: measured and predicted tokens/s per
-    GPU, CNNs samples/s per GPU, with ``layout`` and ``bottleneck``), skips and the summary."""
+    GPU, CNNs samples/s per GPU, as their ``metric`` and ``unit`` say, with ``measured_as``
+    (the source's figure they were converted from), ``layout`` and ``bottleneck``), skips and
+    the summary."""
 
     points: list[dict[str, Any]]
     skipped: list[dict[str, Any]]
@@ -259,8 +264,10 @@ def validate(path: str, *, only: tuple[str, ...] = (),
                 " vpp{vpp} mb{micro_batch} gb{global_batch}".format(**r.parallel) + (
                       f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
                       else f" zero{r.parallel['zero']}")
+            carried = "tokens_per_s_per_gpu" if m.is_transformer else "samples_per_s_per_gpu"
             points.append(validation.point(
-                eid, j, metric, round(meas, 2), round(pred, 2), status, error_pct=round(err, 2),
+                eid, j, carried, round(meas, 2), round(pred, 2), status, error_pct=round(err, 2),
+                unit=UNITS[carried], measured_as=metric,
                 breakdown={k: round(v, 4) for k, v in r.breakdown_s.items()},
                 layout=lay + f" {r.precision} {r.parallel['recompute']}",
                 bottleneck=r.bottleneck))

@@ -191,7 +191,23 @@ def supernode_vs_servers(model: str, supernode: Topology, servers: Topology, cfg
     return {"model": model, "gpus": gpus, "slo": {"ttft_ms": cfg.slo_ttft_ms,
                                                   "tpot_ms": cfg.slo_tpot_ms},
             "isl": cfg.isl, "osl": cfg.osl, "supernode": a, "servers": b, "ratio": ratio,
-            "reason": reason(a, b, ratio) + _gpu_note(supernode, servers, cfg.precision)}
+            "reason": reason(a | {"domain": domain(supernode)}, b | {"domain": domain(servers)},
+                             ratio) + _gpu_note(supernode, servers, cfg.precision)}
+
+
+def domain(topo: Topology) -> int:
+    """GPUs in one NVLink domain of ``topo`` (a server's GPUs where it has no larger one)."""
+    d = topo.meta.get("nvlink_domain")
+    if d:
+        return int(d)
+    gpus = topo.gpus()
+    return len([g for g in gpus if g.node == gpus[0].node])
+
+
+def _named(r: dict) -> str:
+    """A system as the comparison names it: ``gb200-nvl72 (72-GPU NVLink domains)``."""
+    d = r.get("domain")
+    return f"{r['system']} ({d}-GPU NVLink domains)" if d else str(r["system"])
 
 
 def _gpu_note(a: Topology, b: Topology, precision: str) -> str:
@@ -206,31 +222,36 @@ def _gpu_note(a: Topology, b: Topology, precision: str) -> str:
 
 
 def reason(a: dict, b: dict, ratio: float) -> str:
-    """Why the two differ, from their step-time breakdowns.
+    """Why the two differ, from their step-time breakdowns, each system named by its name
+    and NVLink domain (``domain`` in ``a`` and ``b``, where known).
 
-    When the supernode's best layout is wider than the servers' best, the servers' own run of
-    that wide layout shows what the network costs it."""
+    When the first system's best layout is wider than the second's best, the second's own
+    run of that wide layout shows what the network costs it."""
     ba, bb = a["breakdown_ms"], b["breakdown_ms"]
+    na, nb = _named(a), _named(b)
     if abs(ratio - 1) < 0.08:
-        return (f"about equal ({ratio:.2f}x): the best layout on the servers ({b['layout']}) "
-                "keeps its communication inside one 8-GPU NVLink server, so the larger NVLink "
-                "domain has nothing to speed up; both are bound by "
+        inside = (f"one {b['domain']}-GPU NVLink domain" if b.get("domain")
+                  else "one NVLink domain")
+        return (f"about equal ({ratio:.2f}x): the best layout on {nb} ({b['layout']}) "
+                f"keeps its communication inside {inside}, so the larger NVLink domain of "
+                f"{a['system']} has nothing to speed up; both are bound by "
                 f"{b['bottleneck'].split(':')[0]}")
     if ratio < 1:
-        return (f"the servers serve {1 / ratio:.2f}x the tokens per GPU: the supernode's best "
-                f"layout ({a['layout']}) gains nothing from its larger NVLink domain here")
+        return (f"{nb} serves {1 / ratio:.2f}x the tokens per GPU: the best layout of {na} "
+                f"({a['layout']}) gains nothing from its NVLink domain here")
+
     def parts(bd: dict) -> str:
         return (f"{bd['gemm_compute']:.1f} ms GEMM compute, {bd['weight_read']:.1f} ms weight "
                 f"reads, {bd['attention']:.1f} ms attention, "
                 f"{bd['tp_comm'] + bd['ep_comm']:.1f} ms communication")
-    text = (f"the supernode serves {ratio:.2f}x the tokens per GPU within the SLO. Per step, "
-            f"its best layout ({a['layout']}) spends {parts(ba)} (over NVLink); the servers' "
-            f"best ({b['layout']}) spends {parts(bb)}")
+    text = (f"{na} serves {ratio:.2f}x the tokens per GPU of {nb} within the SLO. Per step, "
+            f"its best layout ({a['layout']}) spends {parts(ba)} (over NVLink); the best of "
+            f"{b['system']} ({b['layout']}) spends {parts(bb)}")
     wide = next((x for x in b["tried"] if x.get("layout") == a["layout"] and "error" not in x),
                 None)
     if wide is not None and a["layout"] != b["layout"]:
         bw = wide["breakdown_ms"]
-        text += (f". The servers cannot go as wide: {a['layout']} on them spends "
+        text += (f". {b['system']} cannot go as wide: {a['layout']} on it spends "
                  f"{bw['tp_comm'] + bw['ep_comm']:.1f} ms per step communicating over the "
                  f"network and reaches {wide['tokens_per_s_per_gpu']:.0f} tokens/s per GPU. A "
                  "wider NVLink domain spreads the experts over more GPUs, so each reads and "

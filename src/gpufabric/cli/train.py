@@ -253,7 +253,9 @@ def run_training(path: str) -> dict:
 def print_training(res: dict) -> None:
     """One training file's summary, table (status per point) and skipped points."""
     path = res["file"]
-    typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs)")
+    mem = any(p["metric"].endswith("_GiB") for p in res["points"])
+    typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs"
+               + ("; memory in GiB per GPU)" if mem else ")"))
     print_validation_summary(res["summary"], path)
     typer.echo(f"# {'id':<52} {'#':>2} {'measured':>10} {'predicted':>10} {'error':>8}  "
                f"{'status':<9}  layout; bottleneck")

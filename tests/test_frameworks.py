@@ -72,7 +72,7 @@ def test_sp_false_is_honoured():
         e = _entry(**stated)
         got = _one(e, {}, m, {}, dict(e["parallelism"]))
         assert not isinstance(got, str)
-        assert got[2].parallel["sp"] is sp, stated
+        assert got[1].parallel["sp"] is sp, stated
 
 
 def test_a_bad_setting_names_the_field_and_the_allowed_values():

@@ -43,13 +43,16 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["holdout4.yaml"]),
     ("Collectives: the four hold-outs together", "hold-outs 1 to 4 pooled",
      ["holdout.yaml", "holdout2.yaml", "holdout3.yaml", "holdout4.yaml"]),
-    ("Training", "published training runs (tokens/s per GPU; images/s for CNNs)",
+    ("Training", "published training runs (tokens/s per GPU; images/s for CNNs; the memory "
+     "figures some of them give, in GiB)",
      ["training.yaml"]),
     ("Training: hold-out 2", "published training runs collected after the model was settled",
      ["training_holdout2.yaml"]),
     ("Training: Korthikanti et al. 2022",
      "the eight iteration times Calculon validates against (A100, full and selective "
      "recomputation)", ["training_korthikanti.yaml"]),
+    ("Training: memory", "published memory figures of training runs and of the papers that "
+     "account training memory (GiB on the most loaded GPU)", ["training_memory.yaml"]),
     ("Inference", "published serving figures (throughput, latencies, KV transfers)",
      ["inference.yaml"]),
     ("Inference: prefill/decode disaggregation",

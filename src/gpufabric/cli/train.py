@@ -267,7 +267,9 @@ def run_training(path: str) -> dict:
 def print_training(res: dict, wide: bool = False) -> None:
     """One training file's summary, table (status per point) and skipped points."""
     path = res["file"]
-    typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs)")
+    mem = any(p["metric"].endswith("_GiB") for p in res["points"])
+    typer.echo(f"# gpufabric validate {path} (training: tokens/s per GPU, images/s for CNNs"
+               + ("; memory in GiB per GPU)" if mem else ")"))
     print_validation_summary(res["summary"], path)
     cols = [Col("id", wrap=True, min_width=24), Col("#", right=True),
             Col("measured", right=True), Col("predicted", right=True), Col("per GPU"),

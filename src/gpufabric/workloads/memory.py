@@ -26,7 +26,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gpufabric.errors import InputError
@@ -35,10 +35,32 @@ from gpufabric.workloads.models import ModelSpec, load_model
 from gpufabric.workloads.parallel import Parallel
 
 GiB = 2**30
-#: CUDA context, cuBLAS workspaces, NCCL buffers (fixed part of the framework reserve)
-RESERVE_GiB = record("RESERVE_GiB", 2.5, "GiB", "GPU memory: the framework's fixed reserve",
-                     "prior: CUDA context ~0.5 GiB, cuBLAS/cuDNN workspaces and "
-                     "NCCL channel buffers 1-2 GiB as PyTorch's memory snapshot shows them")
+#: the CUDA context with the framework's kernels loaded (outside the caching allocator)
+CUDA_CONTEXT_GiB = record(
+    "CUDA_CONTEXT_GiB", 0.5, "GiB", "GPU memory: CUDA context and loaded kernel images",
+    "prior: nvidia-smi shows a PyTorch process at 0.3-0.6 GiB before its first allocation "
+    "(CUDA context plus the cuBLAS/cuDNN/NCCL kernel images, lazy loading on); not fitted")
+#: NCCL's communicators: per channel and peer the proxy and protocol buffers (Simple 4 MiB,
+#: LL128 ~4.5 MiB, LL 0.25 MiB per channel and peer as NCCL_BUFFSIZE and its LL/LL128 sizes
+#: set them), for the TP, DP, PP (and CP/EP) communicators a rank joins, plus cuBLAS
+#: workspaces (CUBLAS_WORKSPACE_CONFIG 4096 KiB x 8 per stream and handle)
+WORKSPACE_GiB = record(
+    "WORKSPACE_GiB", 2.0, "GiB", "GPU memory: NCCL communicator buffers and cuBLAS workspaces",
+    "prior: NCCL src/include/comm.h DEFAULT_BUFFSIZE 4 MiB (Simple), LL128 and LL buffer sizes "
+    "per channel and peer, over 3-4 communicators of 8-32 channels; cuBLAS workspace 32 MiB per "
+    "handle and stream; not fitted")
+
+
+def reserve_GiB() -> float:
+    """The framework's fixed reserve outside its tensors: CUDA context + NCCL and cuBLAS
+    workspaces (:data:`CUDA_CONTEXT_GiB` + :data:`WORKSPACE_GiB`).
+
+    >>> reserve_GiB()
+    2.5
+    """
+    return float(CUDA_CONTEXT_GiB.value + WORKSPACE_GiB.value)
+
+
 #: caching-allocator fragmentation, as a fraction of what the model allocates
 FRAGMENTATION = record("FRAGMENTATION", 0.05, "fraction",
                        "GPU memory: caching-allocator fragmentation",
@@ -155,10 +177,42 @@ def block_activation_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: 
     return tokens * per_token
 
 
+def op_sac_block_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: int,
+                       par: Parallel, precision: str) -> float:
+    """Bytes one block keeps for backward under torchtitan's op-level selective
+    checkpointing (``sac="op"``, :data:`gpufabric.workloads.training.SAC_POLICIES`): the
+    block's input and what the policy saves -- the outputs of the 1st, 3rd, ... matmul in call
+    order and of the attention kernel (with its FP32 log-sum-exp) -- everything else being
+    recomputed (torchtitan ``_op_sac_save_list`` and ``_get_custom_policy``: "saves output of
+    all compute ops, except every second mm"). A column-parallel matmul's output is split by
+    ``tp``; a row-parallel one (attention output, MLP down) is the full hidden width before
+    its reduction. MoE blocks are counted as :func:`block_activation_bytes` counts them.
+
+    >>> from gpufabric.workloads.models import load_model
+    >>> m = load_model("llama3-8b")     # x, wq, wv, w1, w2 and the attention output per token
+    >>> op_sac_block_bytes(m, 0, 1, 1, Parallel(), "bf16")    # (4 x 4096 + 1024 + 14336) x 2
+    63616.0
+    """
+    if model.moe_layer(layer) or model.attention == "mla":
+        return block_activation_bytes(model, layer, micro_batch, seq, par, precision)
+    eb = ACT_BYTES[check_precision(precision)]
+    t, h = par.tp, model.hidden
+    rep = t if par.sp and t > 1 else 1
+    a, kv, hd = model.heads, model.kv_heads, model.head_dim
+    widths = [a * hd / t, kv * hd / t, kv * hd / t, h]      # wq wk wv wo
+    widths += [model.ffn / t, model.ffn / t] if model.gated else [model.ffn / t]
+    widths.append(h)                                          # w2
+    saved = sum(widths[0::2]) * eb + h / rep * eb             # every other matmul + input
+    saved += a * hd / t * eb + a / t * 4                      # attention output + LSE
+    return micro_batch * seq / par.cp * saved
+
+
 def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     precision: str = "bf16", flash: bool = True,
-                    gpus_per_node: int = 8) -> MemoryBreakdown:
-    """Memory of the most loaded GPU for a training layout.
+                    gpus_per_node: int = 8, sac: str = "attention") -> MemoryBreakdown:
+    """Memory of the most loaded GPU for a training layout. ``sac``: what selective
+    recomputation keeps (``attention``: Megatron's, Korthikanti's ``34 sbh``; ``op``:
+    torchtitan's op-level policy, :func:`op_sac_block_bytes`).
 
     Raises
     ------
@@ -176,7 +230,7 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
     best: MemoryBreakdown | None = None
     stages = sorted({0, par.pp - 1})
     for st in stages:
-        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st)
+        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, sac)
         if best is None or mb.total_GiB > best.total_GiB:
             best = mb
     assert best is not None
@@ -191,7 +245,7 @@ def expert_shard(par: Parallel, shard: int) -> int:
 
 
 def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
-                  gpn: int, stage: int) -> MemoryBreakdown:
+                  gpn: int, stage: int, sac: str = "attention") -> MemoryBreakdown:
     dense, expert = params_per_gpu(m, par, stage)
     wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B
     z = par.zero_stage
@@ -207,18 +261,31 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     buffers = 0.0
     eb = ACT_BYTES[prec]
     layers = stage_layers(m, par, stage) if m.is_transformer else []
-    if z >= 3 and layers:      # gathered weights of the layer in use and the one prefetched
+    if z >= 3 and par.fsdp and par.pp > 1 and par.micro_batches > 1:
+        # FSDP under a pipeline schedule: the stage's weights stay gathered and its gradients
+        # unsharded (FP32, the reduce dtype) until the last micro-batch's backward (PyTorch
+        # torch/distributed/pipelining/stage.py, backward_maybe_with_nosync:
+        # set_reshard_after_backward(False), set_requires_gradient_sync(False); torchtitan
+        # does not reshard after forward with pipelining)
+        buffers += (wb + GRAD_B) * (dense + expert)
+    elif z >= 3 and layers:    # gathered weights of the layer in use and the one prefetched
         per_layer = (dense + expert) / max(len(layers), 1)
         buffers += 2 * wb * per_layer
     # activations
     if m.is_transformer:
         mb_, s = par.micro_batch, seq
         full = [block_activation_bytes(m, i, mb_, s, par, prec, flash) for i in layers]
+        if par.recompute == "selective" and sac == "op":
+            full = [op_sac_block_bytes(m, i, mb_, s, par, prec) for i in layers]
         if par.recompute == "full":
             rep = par.tp if par.sp and par.tp > 1 else 1
             keep = len(layers) * mb_ * s / par.cp * m.hidden * eb / rep
             act_one = keep
-            working = max(full, default=0.0)
+            # the block being recomputed holds all its activations (the score matrix too
+            # without flash attention)
+            whole = par if flash else replace(par, recompute="none")
+            working = max((block_activation_bytes(m, i, mb_, s, whole, prec, flash)
+                           for i in layers), default=0.0)
         else:
             act_one = sum(full)
             working = 0.0
@@ -233,7 +300,7 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     else:
         acts = m.activation_bytes_per_sample * par.micro_batch * eb / 2
     allocated = weights + grads + opt + acts + buffers
-    reserve = RESERVE_GiB.value * GiB + FRAGMENTATION.value * allocated
+    reserve = reserve_GiB() * GiB + FRAGMENTATION.value * allocated
     total = allocated + reserve
     return MemoryBreakdown(weights / GiB, grads / GiB, opt / GiB, acts / GiB, buffers / GiB,
                            reserve / GiB, total / GiB, capacity_GiB(spec.name), spec.name,
@@ -334,4 +401,6 @@ def weight_bytes(model: ModelSpec | str, *, tp: int = 1, pp: int = 1, ep: int = 
 
 __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
            "params_per_gpu", "expert_shard", "stage_layers", "block_activation_bytes",
-           "kv_cache_bytes_per_token", "weight_bytes", "RESERVE_GiB", "FRAGMENTATION"]
+           "op_sac_block_bytes",
+           "kv_cache_bytes_per_token", "weight_bytes", "reserve_GiB", "CUDA_CONTEXT_GiB",
+           "WORKSPACE_GiB", "FRAGMENTATION"]

@@ -439,7 +439,8 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     c = _resolve(model, system, par, seq_len, o)
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
-    mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn)
+    mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn,
+                          sac=o.sac)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
                                  gpus_per_node=gpn))

@@ -51,6 +51,14 @@ NAME_MAP = (
 UNITS = {"tokens_per_s_per_gpu": "tokens/s per GPU", "samples_per_s_per_gpu": "samples/s per GPU"}
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s",
            "time_to_train_s", "tflops_per_gpu", "mfu", "gpu_hours_per_trillion_tokens")
+#: memory figures of the most loaded GPU (GiB = 2**30 bytes), each compared with its part of
+#: :class:`gpufabric.workloads.memory.MemoryBreakdown`: ``memory_GiB`` the peak as the
+#: framework reports it (the caching allocator's reserved memory: everything, reserve and
+#: fragmentation included), ``model_states_GiB`` weights + gradients + optimizer states,
+#: ``activations_GiB`` the activations kept for backward
+MEMORY_METRICS = {"memory_GiB": ("total_GiB",),
+                  "model_states_GiB": ("weights_GiB", "grads_GiB", "optimizer_GiB"),
+                  "activations_GiB": ("activations_GiB",)}
 @dataclass
 class Report:
     """Points (:func:`gpufabric.validation.point` records: measured and predicted tokens/s per
@@ -249,7 +257,20 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             if isinstance(got, str):
                 skipped.append(validation.skip(eid, j, got))
                 continue
-            metric, meas, r = got
+            thr, r = got
+            status = validation.status(eid, str(e.get("looked_at") or ""), fitted_ids)
+            lay = _layout(r)
+            for metric, meas in memory_figures(e, pt):
+                pred = sum(r.memory[k] for k in MEMORY_METRICS[metric])
+                points.append(validation.point(
+                    eid, j, metric, round(meas, 2), round(pred, 2), status,
+                    error_pct=round((pred / meas - 1) * 100, 2), unit="GiB",
+                    breakdown={k: round(v, 3) for k, v in r.memory.items()
+                               if k.endswith("_GiB") and k != "capacity_GiB"},
+                    layout=lay, bottleneck=f"memory of the {r.memory['stage']} stage"))
+            if thr is None:
+                continue
+            metric, meas = thr
             pred = r.tokens_per_s_per_gpu if m.is_transformer else \
                 r.tokens_per_s_per_gpu / max(r.seq_len, 1)
             if metric == "time_to_train_s":
@@ -257,21 +278,34 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             if not m.is_transformer:
                 meas = meas / max(r.seq_len, 1)
             err = (pred / meas - 1) * 100
-            status = validation.status(eid, str(e.get("looked_at") or ""), fitted_ids)
-            etp = r.parallel.get("etp") or r.parallel["tp"]
-            lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep}".format(**r.parallel) + (
-                f" etp{etp}" if etp != r.parallel["tp"] else "") + \
-                " vpp{vpp} mb{micro_batch} gb{global_batch}".format(**r.parallel) + (
-                      f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
-                      else f" zero{r.parallel['zero']}")
             carried = "tokens_per_s_per_gpu" if m.is_transformer else "samples_per_s_per_gpu"
             points.append(validation.point(
                 eid, j, carried, round(meas, 2), round(pred, 2), status, error_pct=round(err, 2),
                 unit=UNITS[carried], measured_as=metric,
                 breakdown={k: round(v, 4) for k, v in r.breakdown_s.items()},
-                layout=lay + f" {r.precision} {r.parallel['recompute']}",
-                bottleneck=r.bottleneck))
+                layout=lay, bottleneck=r.bottleneck))
     return Report(points, skipped, validation.summarize(points))
+
+
+def _layout(r: StepResult) -> str:
+    etp = r.parallel.get("etp") or r.parallel["tp"]
+    lay = "tp{tp} pp{pp} dp{dp} cp{cp} ep{ep}".format(**r.parallel) + (
+        f" etp{etp}" if etp != r.parallel["tp"] else "") + \
+        " vpp{vpp} mb{micro_batch} gb{global_batch}".format(**r.parallel) + (
+              f" fsdp-{r.parallel['fsdp']}" if r.parallel["fsdp"]
+              else f" zero{r.parallel['zero']}")
+    return lay + f" {r.precision} {r.parallel['recompute']}"
+
+
+def memory_figures(e: dict[str, Any], pt: dict[str, Any]) -> list[tuple[str, float]]:
+    """The memory figures (:data:`MEMORY_METRICS`) a point gives, in GiB: the entry's result
+    with the point's keys on top.
+
+    >>> memory_figures({"result": {"memory_GiB": 67.0}}, {"activations_GiB": "12.4"})
+    [('memory_GiB', 67.0), ('activations_GiB', 12.4)]
+    """
+    res = {**(e.get("result") or {}), **pt}
+    return [(k, v) for k in MEMORY_METRICS if (v := _num(res.get(k))) is not None and v > 0]
 
 
 def _assumed(e: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +380,7 @@ def _check_numbers(e: dict[str, Any], pt: dict[str, Any]) -> None:
             if k in COUNT_KEYS and (v < 0 or v != int(v)):
                 raise InputError(f"got {v!r}; expected a whole number >= 1 (0: not stated)",
                                  field=f"{section}.{k}")
-            if (k in METRICS or k == "tokens_trained") and v <= 0:
+            if (k in METRICS or k in MEMORY_METRICS or k == "tokens_trained") and v <= 0:
                 raise InputError(f"got {v!r}; expected a number > 0", field=f"{section}.{k}")
 
 
@@ -377,7 +411,7 @@ def run_settings(par: dict[str, Any]) -> dict[str, Any] | str:
 
 
 def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[str, Any],
-         stated: dict[str, Any]) -> tuple[str, float, StepResult] | str:
+         stated: dict[str, Any]) -> tuple[tuple[str, float] | None, StepResult] | str:
     _check_numbers(e, pt)
     sysd = dict(e["system"])
     sysd["gpu"] = catalog.gpu_variant(sysd["gpu"], sysd.get("gpu_variant"))
@@ -459,9 +493,10 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)
     got = _measured(res, p.world, seq, gb, m)
-    if got is None:
-        return "no measured throughput the model can compare with"
-    return got[0], got[1], r
+    if got is None and not memory_figures(e, pt):
+        return "no measured throughput or memory the model can compare with"
+    return got, r
 
 
-__all__ = ["validate", "is_training_file", "Report", "resolve_model", "power_cap"]
+__all__ = ["validate", "is_training_file", "Report", "resolve_model", "power_cap",
+           "memory_figures", "MEMORY_METRICS"]

@@ -355,7 +355,7 @@ class StepModel:
         act += min(self.max_tokens, 256) * (m.vocab // lay.tp) * 4
         self.activation_bytes = float(act)
         # CUDA context, NCCL and cuBLAS buffers: what vLLM counts as non-torch memory
-        self.reserve_bytes = M.RESERVE_GiB.value * M.GiB
+        self.reserve_bytes = M.reserve_GiB() * M.GiB
         taken = self.weights_bytes + act + self.reserve_bytes
         if self.profile.mem_of == "free":
             # a fraction of what the weights and activations leave (kv_cache_free_gpu_mem_fraction)

@@ -58,6 +58,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("Inference: prefill/decode disaggregation",
      "published pool figures of disaggregated serving with large expert parallelism",
      ["inference_pd.yaml"]),
+    ("Inference: llama-bench", "llama.cpp prompt and generation speeds of GGUF formats",
+     ["llamacpp.yaml"]),
 ]
 #: the status blocks of a summary, in the order shown (held-out first)
 STATUSES = [("held-out", None), ("fitted", "fitted"), ("looked-at", "looked_at")]

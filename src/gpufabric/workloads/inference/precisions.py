@@ -55,6 +55,9 @@ class Format:
     scale_bits: float = 0.0
     zero_bits: float = 0.0
     group: int | str = "tensor"
+    super_bits: float = 0.0
+    super_group: int = 0
+    bpw: float | None = None
     compute: tuple[Compute, ...] = ()
     aliases: tuple[str, ...] = ()
     fit_hint: bool = False
@@ -64,8 +67,12 @@ class Format:
     def bytes_per_value(self, *, k: int | None = None, head_dim: int | None = None) -> float:
         """Bytes of one stored value with its share of the scales and zero points; ``k`` is
         the GEMM depth of ``channel`` scales, ``head_dim`` the length of ``head`` scales
-        (without them, those scales are left out)."""
-        base = self.bits / 8
+        (without them, those scales are left out). A mix of block types (llama.cpp's
+        Q4_K_M) is its published bits per weight."""
+        if self.bpw:
+            return self.bpw / 8
+        base = self.bits / 8 + (self.super_bits / 8 / self.super_group if self.super_group
+                                else 0.0)
         per = self.scale_bits + self.zero_bits
         if not per or self.group == "tensor":
             return base
@@ -105,8 +112,14 @@ def _table() -> tuple[dict[str, Format], dict[str, float], str]:
             raise _fail("a weight format needs compute rates", where + ".compute")
         if not f.get("source"):
             raise _fail("every format needs a source", where + ".source")
+        sup = sc.get("super") or {}
+        bpw = f.get("bpw")
+        if bpw is not None and not (isinstance(bpw, (int, float)) and 0 < bpw <= 32):
+            raise _fail(f"got {bpw!r}; expected bits per weight in (0, 32]", where + ".bpw")
         fmt = Format(str(f["name"]), use, int(f["bits"]), float(sc.get("bits", 0)),
-                     float(sc.get("zero_bits", 0)), sc.get("group", "tensor"), comp,
+                     float(sc.get("zero_bits", 0)), sc.get("group", "tensor"),
+                     float(sup.get("bits", 0)), int(sup.get("group", 0)),
+                     float(bpw) if bpw is not None else None, comp,
                      tuple(norm(a) for a in f.get("aliases") or ()), bool(f.get("fit_hint")),
                      " ".join(str(f["source"]).split()))
         out[fmt.name] = fmt
@@ -128,8 +141,9 @@ def lookup(name: str, use: str, fld: str | None = None) -> Format:
     ``fld`` (default: the option of that use) and the allowed names otherwise."""
     n = norm(name)
     fm = formats()
-    if n in fm and use in fm[n].use:
-        return fm[n]
+    for f in fm.values():              # canonical names first, then aliases
+        if use in f.use and n == norm(f.name):
+            return f
     for f in fm.values():
         if use in f.use and n in f.aliases:
             return f

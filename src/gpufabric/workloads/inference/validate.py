@@ -51,6 +51,10 @@ METRICS = {
     "tpot_ms_p99": ("tpot_ms", "p99"),
     "latency_ms": ("e2e_ms", "mean"), "latency_ms_p50": ("e2e_ms", "p50"),
     "transfer_ms": ("kv_transfer_ms", "p50"),
+    # llama-bench: ppN = N prompt tokens / their time, tgN = N tokens generated from an empty
+    # context / their time, one sequence (see :func:`_llama_bench`)
+    "prompt_tokens_per_s": ("prompt_tokens_per_s", None),
+    "generation_tokens_per_s": ("generation_tokens_per_s", None),
     # a disaggregated deployment's pools (points with a phase; see :func:`_run_pd_pool`)
     "input_tokens_per_s_per_node": ("pool_input_tokens_per_s_per_node", None),
     "input_tokens_per_s_per_gpu": ("pool_input_tokens_per_s_per_gpu", None),
@@ -324,9 +328,30 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
     r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
+    r.update(_llama_bench(r, isl_n, osl_n))
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
                "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
                "batch": batch, "precision": prec, "dataset": dataset}
+
+
+def _llama_bench(r: dict, isl: int, osl: int) -> dict:
+    """llama-bench's figures from a serve run of one sequence: ``prompt_tokens_per_s`` (ppN:
+    the prompt's N tokens over its time to first token) and, for a run without a prompt,
+    ``generation_tokens_per_s`` (tgN: its N tokens over the whole request, the first one
+    included, as llama-bench times N single-token decodes).
+
+    >>> _llama_bench({"ttft_ms": {"mean": 100.0}, "e2e_ms": {"mean": 1000.0}}, 512, 1)
+    {'prompt_tokens_per_s': 5120.0}
+    >>> _llama_bench({"ttft_ms": {"mean": 8.0}, "e2e_ms": {"mean": 1000.0}}, 0, 128)
+    {'generation_tokens_per_s': 128.0}
+    """
+    out = {}
+    ttft, e2e = (r.get("ttft_ms") or {}).get("mean"), (r.get("e2e_ms") or {}).get("mean")
+    if isl and ttft:
+        out["prompt_tokens_per_s"] = isl / (ttft / 1e3)
+    if not isl and e2e:
+        out["generation_tokens_per_s"] = osl / (e2e / 1e3)
+    return out
 
 
 def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:

@@ -70,9 +70,13 @@ def _quiet(fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
 
 
 def kind_of(path: str) -> str:
-    """``inference``, ``training`` or ``collectives``: which validator reads ``path``."""
+    """``video``, ``inference``, ``training`` or ``collectives``: which validator reads
+    ``path``."""
     from gpufabric.workloads.inference.validate import is_inference_file
     from gpufabric.workloads.validate import is_training_file
+    from gpufabric.workloads.video_validate import is_video_file
+    if is_video_file(path):
+        return "video"
     if is_inference_file(path):
         return "inference"
     if is_training_file(load_yaml(path)):
@@ -81,8 +85,12 @@ def kind_of(path: str) -> str:
 
 
 def validate_file(path: str) -> dict[str, Any]:
-    """``gpufabric validate``'s result for one file (collectives, training or inference)."""
+    """``gpufabric validate``'s result for one file (collectives, training, inference or
+    video)."""
     kind = kind_of(path)
+    if kind == "video":
+        from gpufabric.workloads.video_validate import validate as video
+        return dict(_quiet(video, path))
     if kind == "inference":
         from gpufabric.workloads.inference.validate import validate as inference
         return dict(_quiet(inference, path))

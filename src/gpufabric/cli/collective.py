@@ -158,8 +158,9 @@ def collective(
 @app.command()
 def validate(
     files: list[str] = typer.Argument(
-        ..., help="Measurements files (YAML; schema: docs/calibration.md): collective, training "
-                  "or inference, any mix; several are summarized each and then together."),
+        ..., help="Measurements files (YAML; schema: docs/calibration.md): collective, training, "
+                  "inference or video generation, any mix; several are summarized each and "
+                  "then together."),
     json: bool = typer.Option(False, "--json", help="Print JSON: {file, summary, points, "
                               "skipped} (several files: {files, summary})."),
     profile: str | None = profile_option(),
@@ -171,8 +172,9 @@ def validate(
 ) -> None:
     """Predicted against measured for every point of measurements files, with a summary.
 
-    Collective files (nccl-tests points), training files (schema of training.yaml) and
-    inference files (schema of inference.yaml) alike. Each summary leads with the points of
+    Collective files (nccl-tests points), training files (schema of training.yaml),
+    inference files (schema of inference.yaml) and video-generation files (schema of
+    video.yaml) alike. Each summary leads with the points of
     held-out entries (no parameter fitted on them, not marked looked_at), per metric, then the
     fitted and looked-at points apart; several files print each file's, then one over all
     their points. With ``--cv source``, the figures of a leave-one-source-out
@@ -188,9 +190,13 @@ def validate(
     from gpufabric.collectives.validate import by_size, load_entries
     from gpufabric.collectives.validate import validate as validate_file
     from gpufabric.workloads.inference.validate import is_inference_file
+    from gpufabric.workloads.video_validate import is_video_file
     results = []
     for f in files:
-        if is_inference_file(f):
+        if is_video_file(f):
+            from gpufabric.cli.generate import run_video
+            res = run_video(f) | {"kind": "video"}
+        elif is_inference_file(f):
             res = run_inference(f) | {"kind": "inference"}
         elif is_training_file(f):
             res = run_training(f) | {"kind": "training"}
@@ -205,6 +211,10 @@ def validate(
         emit_json(results[0] if len(files) == 1 else {"files": results, "summary": pooled})
         return
     for res in results:
+        if res["kind"] == "video":
+            from gpufabric.cli.generate import print_video
+            print_video(res)
+            continue
         {"inference": print_inference, "training": print_training,
          "collectives": _print_validation}[res["kind"]](res, wide)
     if len(files) > 1:
@@ -258,6 +268,7 @@ def params(
     import gpufabric.workloads.inference.pd  # noqa: F401  (records the workloads' constants)
     import gpufabric.workloads.inference.serve  # noqa: F401
     import gpufabric.workloads.training  # noqa: F401
+    import gpufabric.workloads.video  # noqa: F401
     from gpufabric import params as shared
     from gpufabric.collectives import params as P
     if layer != "all" and layer not in shared.LAYERS:

@@ -55,7 +55,8 @@ LAT_CEILING_US = 1000.0
 
 #: The modules that record parameters (imported before a name is looked up).
 _RECORDING = ("gpufabric.collectives.params", "gpufabric.workloads.training",
-              "gpufabric.workloads.inference.pd", "gpufabric.workloads.inference.serve")
+              "gpufabric.workloads.inference.pd", "gpufabric.workloads.inference.serve",
+              "gpufabric.workloads.video")
 
 
 def _load_registry() -> dict[str, _params.Param]:

@@ -159,6 +159,15 @@ ATTN_EFF = record("ATTN_EFF", 0.75, "fraction of the GEMM ceiling", "flash-atten
 FA2_ON_HOPPER = record("FA2_ON_HOPPER", 0.6, "fraction of the native attention rate",
                        "FlashAttention-2 on hopper and later", "prior from the "
                        "FlashAttention-3 paper's FA2 figures on H100 (not fitted)")
+#: FlashAttention-2's rate per SM on Hopper: it issues Ampere's synchronous mma instructions,
+#: not Hopper's asynchronous wgmma, so each SM is held to a fraction of its tensor rate
+#: (Shah et al., FlashAttention-3, arXiv 2407.08608, Sec. 1 and Fig. 1: ~350 TFLOP/s forward
+#: on the 132 SMs of an H100). A Hopper part whose tensor cores are cut below that per-SM rate
+#: (the H20: 148 TFLOP/s on 78 SMs) is not held back by it and runs FA2 at the native rate.
+FA2_SM_TFLOPS = record("FA2_SM_TFLOPS", 350 / 132, "TFLOP/s per SM",
+                       "FlashAttention-2 on hopper (attn_kernel fa2-sm)",
+                       "prior from the FlashAttention-3 paper's FA2 figure on H100 "
+                       "(arXiv 2407.08608, Fig. 1: ~350 TFLOP/s on 132 SMs); not fitted")
 #: achieved fraction of HBM bandwidth for streaming element-wise kernels
 HBM_EFF = record("HBM_EFF", 0.80, "fraction of HBM bandwidth", "memory-bound kernels",
                  "prior: STREAM-like copy kernels reach "
@@ -360,7 +369,10 @@ def op_time_s(op: Op, gpu: GPUSpec, precision: str, attn_kernel: str = "native")
 
     ``attn_kernel``: ``native`` (the generation's best fused attention: FA2 on Ampere,
     cuDNN / FA3 on Hopper and later) or ``fa2`` (FlashAttention-2 everywhere, as PyTorch's
-    SDPA runs it)."""
+    SDPA runs it) or ``fa2-sm`` (FlashAttention-2 with its Hopper rate as a per-SM cap,
+    :data:`FA2_SM_TFLOPS`, below the native rate: the same kernel as ``fa2`` on the H100 (350
+    against 356 TFLOP/s), and right on parts whose tensor rate per SM differs from the H100's;
+    the video model's)."""
     kernels = op.count if (op.kind != "gemm" or op.streams) else 1
     launch = KERNEL_US.value * 1e-6 * kernels
     mem = op.bytes / (gpu.hbm_GBps * 1e9 * HBM_EFF.value)
@@ -374,7 +386,13 @@ def op_time_s(op: Op, gpu: GPUSpec, precision: str, attn_kernel: str = "native")
             eff *= FA2_ON_HOPPER.value
     else:
         eff = gemm_efficiency(op, gpu, prec)
-    return max(op.flops / (peak * max(eff, 1e-6)), mem) + launch
+    rate = peak * max(eff, 1e-6)
+    if op.kind == "attn" and attn_kernel == "fa2-sm":
+        if gpu.arch == "hopper":
+            rate = min(rate, FA2_SM_TFLOPS.value * 1e12 * gpu.sms)
+        elif gpu.arch == "blackwell":
+            rate *= FA2_ON_HOPPER.value
+    return max(op.flops / rate, mem) + launch
 
 
 def _attn_precision(precision: str) -> str:
@@ -542,7 +560,8 @@ def optimizer_op(params: float, *, master_bytes: int = 4, grad_bytes: int = 4) -
 from gpufabric.workloads.models import load_model  # noqa: E402  (doctest convenience)
 
 __all__ = ["PRECISIONS", "ACT_BYTES", "LAYER", "record", "GEMM_EFF", "FP8_EFF",
-           "K_HALF_PER_BALANCE", "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER", "GPUSpec",
+           "K_HALF_PER_BALANCE", "ATTN_EFF", "HBM_EFF", "KERNEL_US", "FA2_ON_HOPPER",
+           "FA2_SM_TFLOPS", "GPUSpec",
            "gpu_spec",
            "POWER_CLOCK_EXP", "power_capped", "tile_shapes",
            "check_precision", "Op", "gemm", "attention", "elementwise", "gemm_efficiency",

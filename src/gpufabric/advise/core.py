@@ -22,8 +22,9 @@
    design and layout for the run (:class:`Runner`: the per-instance figures do not depend on
    the server count), and every batch of evaluations goes through :func:`gpufabric.sweep.run`
    (in-process, on worker processes with a look-ahead over the queue, or on Ray).
-4. **Cost and power** from :mod:`gpufabric.advise.prices`: capex (on-premises) or $/hour
-   (cloud), energy per day at a $/kWh, and the objective's figure.
+4. **Cost and power** from :mod:`gpufabric.advise.prices`: each design priced whole (a bill
+   of materials from its own fabric plan, capex and opex on premises; a rate in the cloud),
+   and the objective's figure.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from gpufabric.errors import InputError
 LOOK_AHEAD = 2
 #: Largest cluster the default space builds when the scenario sets no GPU limit.
 DEFAULT_MAX_GPUS = 4096
-HOURS_PER_YEAR = 24 * 365
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,77 +272,15 @@ def generate(sc: Scenario, prices: Prices, jobs: int = 1) -> list[Candidate]:
 # --------------------------------------------------------------------------------------------
 # cost and power
 # --------------------------------------------------------------------------------------------
-def price(cand: Candidate, prices: Prices, kwh_usd: float, amortize_years: float) -> None:
-    """Fill ``cand.cost`` and ``cand.power_kW`` (None where the table has no number)."""
-    cost: dict[str, Any] = {"capex_usd": None, "usd_per_hour": None, "notes": []}
-    watts = None
-    scale_up = cand.spec.get("scale_up") or _default_scale_up(cand)
-    if cand.deployment == "cloud":
-        inst = next(i for i in prices.cloud() if i["instance"] == cand.instance)
-        cost["usd_per_hour"] = float(inst["usd_per_hour"]) * cand.nodes
-        cost["basis"] = f"{cand.instance} on-demand ({inst['source']}; {inst.get('url', '')})"
-    else:
-        srv = prices.server(cand.gpu, cand.gpus_per_node, scale_up)
-        g_usd = prices.gpu_usd(cand.gpu)
-        if srv and srv.get("usd") is not None:
-            capex = float(srv["usd"]) * cand.nodes
-            cost["basis"] = f"whole server ({srv['source']})"
-        elif g_usd is not None:
-            capex = g_usd * cand.gpus
-            cost["basis"] = f"GPUs only ({prices.entries['gpus'][(cand.gpu,)]['source']})"
-            cost["notes"].append("host platform not priced (no published price): capex counts "
-                                 "the GPUs")
-        else:
-            capex = None
-            cost["notes"].append(f"{cand.gpu} has no published price: add one with --prices")
-        if capex is not None and cand.nodes > 1:
-            net, note = _network_capex(cand, prices)
-            capex += net
-            if note:
-                cost["notes"].append(note)
-        cost["capex_usd"] = capex
-        if capex is not None:
-            cost["usd_per_hour"] = capex / (amortize_years * HOURS_PER_YEAR)
-            cost["amortized_over_years"] = amortize_years
-    srv = prices.server(cand.gpu, cand.gpus_per_node, scale_up)
-    if srv and srv.get("watts"):
-        watts = float(srv["watts"]) * cand.nodes
-    else:
-        gw = prices.gpu_watts(cand.gpu)
-        if gw is not None:
-            watts = gw * cand.gpus
-            cost["notes"].append("power counts the GPU boards (host power not recorded)")
-    cand.power_kW = watts / 1000 if watts is not None else None
-    if cand.power_kW is not None:
-        cost["energy_usd_per_day"] = cand.power_kW * 24 * kwh_usd
-        cost["kwh_usd"] = kwh_usd
-    cand.cost = cost
-
-
-def _default_scale_up(cand: Candidate) -> str:
-    from gpufabric.topology.build import normalize_spec
-    try:
-        return str(normalize_spec({"gpu": cand.gpu, "gpus_per_node": cand.gpus_per_node})
-                   ["scale_up"])
-    except InputError:
-        return ""
-
-
-def _network_capex(cand: Candidate, prices: Prices) -> tuple[float, str]:
-    nic = cand.spec.get("nic")
-    row = prices.network(str(nic)) if nic else None
-    if not row:
-        return 0.0, f"network ({nic}) not priced: capex counts no NICs, switches or cables"
-    from gpufabric.topology import fabric
-    from gpufabric.topology.build import normalize_spec
-    s = normalize_spec(dict(cand.spec), file="design")
-    p = fabric.plan(s, file="design")
-    ports = sum(t.ports_used for t in p.tiers)
-    cables = sum(p.cables.values()) if p.cables else p.end_ports
-    usd = (p.end_ports * float(row.get("nic_usd") or 0) + ports * float(row.get("switch_port_usd")
-                                                                        or 0)
-           + cables * float(row.get("cable_usd") or 0))
-    return usd, ""
+def price(cand: Candidate, prices: Prices, kwh_usd: float, amortize_years: float,
+          cloud_term: str = "on-demand") -> None:
+    """Fill ``cand.cost`` and ``cand.power_kW`` (:func:`gpufabric.advise.prices.design_cost`:
+    the design priced whole, None where the table has no number)."""
+    from gpufabric.advise.prices import design_cost
+    cand.cost, cand.power_kW = design_cost(
+        cand.gpu, cand.gpus_per_node, cand.nodes, cand.system, prices, kwh_usd=kwh_usd,
+        amortize_years=amortize_years, deployment=cand.deployment, instance=cand.instance,
+        cloud_term=cloud_term)
 
 
 # --------------------------------------------------------------------------------------------
@@ -645,12 +583,15 @@ def _host_cores(c: Candidate) -> int:
 
 def hourly(c: Candidate) -> float | None:
     """$/hour of running the design: the cloud price, or capex amortized over the years set
-    plus the energy at the $/kWh set (a cloud price includes its power)."""
+    plus opex (energy at the facility's PUE and the $/kWh set, colocation, maintenance; a cloud
+    price includes all of these)."""
     per_h = c.cost.get("usd_per_hour")
     if per_h is None:
         return None
     if c.deployment == "cloud":
         return float(per_h)
+    if "opex_usd_per_hour" in c.cost:
+        return float(per_h) + float(c.cost["opex_usd_per_hour"] or 0.0)
     return float(per_h) + (c.power_kW or 0.0) * c.cost.get("kwh_usd", 0.0)
 
 
@@ -830,7 +771,8 @@ def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd
         dec.spec = {**parse_inline(_one_server(b)), "nodes": max(dec.nodes, 1)}
         for part in (pre, dec):
             if part.nodes:
-                price(part, prices, kwh_usd, sc.constraints.amortize_years)
+                price(part, prices, kwh_usd, sc.constraints.amortize_years,
+                      sc.constraints.cloud_term)
         c = replace(pre, decode=dec if dec.nodes else None, pd=(x, y), evaluated=True)
         c.cost = _sum_costs(pre, dec)
         c.power_kW = sum(p.power_kW or 0.0 for p in (pre, dec) if p.nodes) or None
@@ -862,14 +804,8 @@ def _one_server(c: Candidate) -> str:
 
 
 def _sum_costs(a: Candidate, b: Candidate) -> dict[str, Any]:
-    parts = [p for p in (a, b) if p.nodes]
-    out: dict[str, Any] = {"notes": [n for p in parts for n in p.cost.get("notes", [])]}
-    for k in ("capex_usd", "usd_per_hour", "energy_usd_per_day"):
-        vals = [p.cost.get(k) for p in parts]
-        out[k] = None if any(v is None for v in vals) else sum(vals)
-    out["kwh_usd"] = a.cost.get("kwh_usd", 0.0)
-    out["basis"] = "; ".join(str(p.cost.get("basis", "")) for p in parts)
-    return out
+    from gpufabric.advise.prices import sum_costs
+    return sum_costs([p.cost for p in (a, b) if p.nodes])
 
 
 def _net_words(c: Candidate) -> str:
@@ -975,7 +911,7 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
     generated = len(cands)
     ok = [c for c in cands if not c.refused]
     for c in ok:
-        price(c, prices, kwh_usd, sc.constraints.amortize_years)
+        price(c, prices, kwh_usd, sc.constraints.amortize_years, sc.constraints.cloud_term)
         try:
             bound(c, sc)
         except InputError as exc:           # the GPU lacks the precision asked
@@ -1133,8 +1069,10 @@ def what_would_change(ranked: list[Candidate], sc: Scenario) -> list[str]:
             k = target / r_h
             what = f"{r.instance} $/hour"
         else:
-            energy = (r.power_kW or 0.0) * r.cost.get("kwh_usd", 0.0)
-            k = (target - energy) / float(r.cost["usd_per_hour"])
+            from gpufabric.advise.prices import capex_linked_per_hour
+            cap = capex_linked_per_hour(r.cost)
+            energy = r_h - cap                       # what a cheaper purchase does not move
+            k = (target - energy) / cap
             what = "capex"
         if abs(k - 1) < 5e-4:
             out.append(f"{describe(r)} ties with it (same figure)")

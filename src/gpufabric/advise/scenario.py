@@ -38,7 +38,7 @@ SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
-                   "amortize_years")
+                   "amortize_years", "cloud_term")
 SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud")
 
 # The largest value each number may take: past these a scenario is a typo, and sums and products
@@ -118,6 +118,7 @@ class Constraints:
     deployment: str = "any"
     ethernet_only: bool = False
     amortize_years: float = 4.0
+    cloud_term: str = "on-demand"           # a cloud instance's rate: on-demand, 1y or 3y
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,11 @@ def _constraints(d: Any, file: str) -> Constraints:
     if not isinstance(eth, bool):
         raise InputError(f"expected true or false, got {eth!r}", file=file,
                          field=f"{w}.ethernet_only")
+    from gpufabric.advise.prices import CLOUD_TERMS
+    term = d.get("cloud_term", "on-demand")
+    if term not in CLOUD_TERMS:
+        raise InputError(f"got {term!r}; allowed: {', '.join(CLOUD_TERMS)}", file=file,
+                         field=f"{w}.cloud_term")
     return Constraints(
         budget_capex_usd=_num(d, "budget_capex_usd", file, w, maximum=MAX_CAPEX_USD),
         budget_usd_per_hour=_num(d, "budget_usd_per_hour", file, w, maximum=MAX_USD_PER_HOUR),
@@ -356,7 +362,8 @@ def _constraints(d: Any, file: str) -> Constraints:
         vendors=_vendors(d.get("vendors"), file, f"{w}.vendors"),
         deployment=str(dep), ethernet_only=eth,
         amortize_years=float(_num(d, "amortize_years", file, w, maximum=MAX_AMORTIZE_YEARS,
-                                  default=4.0) or 4.0))
+                                  default=4.0) or 4.0),
+        cloud_term=str(term))
 
 
 def _int_list(v: Any, file: str, where: str, default: tuple, hi: int) -> tuple:

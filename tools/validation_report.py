@@ -60,6 +60,13 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["inference_pd.yaml"]),
     ("Inference: llama-bench", "llama.cpp prompt and generation speeds of GGUF formats",
      ["llamacpp.yaml"]),
+    ("Inference: MLPerf Inference submissions",
+     "MLPerf Inference v4.0 and v4.1 closed-division LLM results of eight submitters (Llama 2 "
+     "70B, Mixtral 8x7B, GPT-J; LoadGen's Offline and Server scenarios) on H100, H100 NVL, "
+     "H200, B200, L40S and MI300X, with TensorRT-LLM and vLLM as each submission configured "
+     "them; nothing is fitted on them, and GPT-J's summaries (samples per second only) are "
+     "skipped",
+     ["mlperf_inference.yaml"]),
 ]
 #: the status blocks of a summary, in the order shown (held-out first)
 STATUSES = [("held-out", None), ("fitted", "fitted"), ("looked-at", "looked_at")]

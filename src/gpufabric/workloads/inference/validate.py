@@ -310,10 +310,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.requests = min(n_req, max(MAX_SIM_REQUESTS, 3 * c))
     elif mode == "online" and rate is not None and math.isfinite(rate):
         cfg.rate = rate
-        dur = _num(wl.get("duration_s"))
-        if wl.get("duration_s") is not None and not (dur and 0 < dur < math.inf):
-            raise InputError(f"got {wl.get('duration_s')!r}; expected seconds > 0",
-                             field="workload.duration_s")
+        dur = _duration(wl)
         # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
         # state: its arrivals over that time, up to MAX_STEADY_REQUESTS, its figures those
         # of the steady state (LoadGen's run is long enough for its warm-up to vanish)
@@ -324,7 +321,11 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
     else:                                   # offline, or online at an infinite rate
-        cfg.requests = min(n_req, MAX_SIM_REQUESTS)
+        # a run of a stated duration (MLPerf's Offline scenario: one query of samples enough
+        # for its minimum duration) runs its stated requests, up to MAX_STEADY_REQUESTS: its
+        # throughput is that of a long run, the ramp-up and drain a small part of it
+        cap = MAX_STEADY_REQUESTS if _duration(wl) else MAX_SIM_REQUESTS
+        cfg.requests = min(n_req, cap)
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
     r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
@@ -352,6 +353,15 @@ def _llama_bench(r: dict, isl: int, osl: int) -> dict:
     if not isl and e2e:
         out["generation_tokens_per_s"] = osl / (e2e / 1e3)
     return out
+
+
+def _duration(wl: dict) -> float | None:
+    """A workload's stated run duration in seconds (``duration_s``), or None."""
+    dur = _num(wl.get("duration_s"))
+    if wl.get("duration_s") is not None and not (dur and 0 < dur < math.inf):
+        raise InputError(f"got {wl.get('duration_s')!r}; expected seconds > 0",
+                         field="workload.duration_s")
+    return dur
 
 
 def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:

@@ -1,0 +1,106 @@
+"""tests/data/calibration/mlperf_inference.yaml: MLPerf Inference submissions (v4.0, v4.1) as
+serving measurements, each entry naming its LoadGen summary at a commit, its submitter's round
+(`source_id`), the system, the LoadGen scenario (`workload.client`) and its figures."""
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from gpufabric import catalog
+from gpufabric.workloads.inference import clients, datasets
+from gpufabric.workloads.inference.validate import METRICS, load_entries, validate
+
+DATA = Path(__file__).parent / "data" / "calibration" / "mlperf_inference.yaml"
+SOURCE = re.compile(r"mlcommons/inference_results_v(4\.0|4\.1|5\.0) \S+/mlperf_log_summary\.txt "
+                    r"\(commit [0-9a-f]{40}\)")
+
+
+def entries():
+    return load_entries(str(DATA))
+
+
+def test_every_entry_states_its_source_system_client_and_a_figure():
+    es = entries()
+    assert len(es) >= 30
+    assert len({e["id"] for e in es}) == len(es)
+    for e in es:
+        eid = e["id"]
+        m = SOURCE.match(e["source"])
+        assert m, eid
+        # the round and submitter of the summary's path make the source_id
+        submitter = e["source"].split()[1].split("/")[1].lower().replace("_", "-")
+        assert e["source_id"] == f"mlperf-inference-v{m.group(1)}-{submitter}", eid
+        assert catalog.gpu(e["system"]["gpu"]).name == e["system"]["gpu"], eid
+        assert e["system"]["gpus"] >= 1, eid
+        assert clients.get(e["workload"]["client"]).name.startswith("mlperf-"), eid
+        assert any(k in METRICS or k == "requests_per_s" for k in e["result"]), eid
+        if e["workload"]["client"] == "mlperf-server":
+            assert e["workload"]["request_rate"] > 0 and e["workload"]["duration_s"] >= 600, eid
+
+
+def test_no_entry_comes_from_a_reserved_source():
+    """MLPerf Inference v5.1 and SemiAnalysis InferenceMAX / InferenceX are the project's
+    independent check: nothing here is read from them."""
+    for e in entries():
+        text = f"{e['source']} {e['source_id']} {e.get('notes', '')}".lower()
+        assert "v5.1" not in text and "inferencema" not in text and "inferencex" not in text
+
+
+def test_the_datasets_named_are_the_benchmarks_own():
+    names = {datasets.match(e["workload"]["dataset"]).name for e in entries()}
+    assert names <= {"mlperf-llama2-70b-openorca", "mlperf-mixtral-8x7b", "cnn-dailymail",
+                     "mlperf-llama3.1-405b"}
+    mixtral = datasets.get("mlperf-mixtral-8x7b")
+    # the reference output length is the benchmark's accuracy target (tokens_per_sample)
+    assert mixtral.osl.mean == 144.84
+
+
+def test_the_validator_runs_a_few_entries(tmp_path):
+    ids = ["mlperf-v4.1-amd-1xmi300x-2xepyc-9374f-llama2-70b-99-offline",
+           "mlperf-v4.1-fujitsu-gx2560m7-h100-sxm-80gbx4-trt-mixtral-8x7b-server",
+           "mlperf-v4.1-nvidia-h200-sxm-141gbx8-trt-gptj-99-offline"]
+    picked = [e for e in yaml.safe_load(DATA.read_text()) if e["id"] in ids]
+    f = tmp_path / "few.yaml"
+    f.write_text(yaml.safe_dump(picked))
+    res = validate(str(f))
+    rows = {(r["id"], r["metric"]): r for r in res["points"]}
+    assert {r["status"] for r in res["points"]} == {"held-out"}
+    off = rows[(ids[0], "output_tokens_per_s")]
+    assert off["measured"] == 3062.72 and off["predicted"] > 0
+    # Server: LoadGen's Poisson arrivals at the target rate; below capacity the tokens served
+    # are those the arrivals bring, so the throughput follows the rate
+    srv = rows[(ids[1], "output_tokens_per_s")]
+    assert abs(srv["error_pct"]) <= 10
+    assert {(ids[1], k) for k in ("ttft_ms_p99", "tpot_ms_p99")} <= set(rows)
+    # GPT-J's summaries give samples per second only: listed as skipped, with the reason
+    assert res["skipped"] == [{"id": ids[2], "point": 0,
+                               "reason": "no figure the model predicts"}]
+
+
+def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path):
+    """LoadGen's Offline query holds enough samples for its minimum duration (the log's
+    samples_per_query over min_duration): an entry stating them is run long (up to
+    MAX_STEADY_REQUESTS), so its throughput is a long run's, not one dominated by the ramp-up
+    and drain of the first 1000 requests; a bad duration refuses the entry with its field."""
+    from gpufabric.workloads.inference.validate import MAX_SIM_REQUESTS
+    eid = "mlperf-v4.1-nvidia-dgx-h100-h100-sxm-80gbx8-trt-mixtral-8x7b-offline"
+    e = next(x for x in yaml.safe_load(DATA.read_text()) if x["id"] == eid)
+    assert e["workload"]["num_requests"] > 8 * e["workload"]["batch_size"] > MAX_SIM_REQUESTS
+    f = tmp_path / "e.yaml"
+
+    def predicted(entry):
+        f.write_text(yaml.safe_dump([entry]))
+        res = validate(str(f))
+        return res["points"][0]["predicted"] if res["points"] else res["skipped"]
+
+    long_run = predicted(e)
+    short = json.loads(json.dumps(e))
+    del short["workload"]["duration_s"]
+    # 1000 requests over 8 engines of 896 never fill one batch: a fraction of the long run's
+    assert predicted(short) < 0.5 * long_run
+    bad = json.loads(json.dumps(e))
+    bad["workload"]["duration_s"] = "long"
+    skipped = predicted(bad)
+    assert "workload.duration_s" in skipped[0]["reason"] and "refused" in skipped[0]["reason"]

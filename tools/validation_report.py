@@ -67,6 +67,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      "them; nothing is fitted on them, and GPT-J's summaries (samples per second only) are "
      "skipped",
      ["mlperf_inference.yaml"]),
+    ("Video and image generation", "published generation times of diffusion transformers "
+     "(seconds per video or image)", ["video.yaml"]),
 ]
 #: the status blocks of a summary, in the order shown (held-out first)
 STATUSES = [("held-out", None), ("fitted", "fitted"), ("looked-at", "looked_at")]

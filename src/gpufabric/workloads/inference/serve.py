@@ -407,7 +407,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
         dec = res.iter_decode
         n = float(dec[dec > 0].mean()) if (dec > 0).any() else 1.0
         ctx = float(res.isl.mean() + res.osl.mean() / 2)
-        out["speculative"] = sm.summary(n, n * ctx)
+        out["speculative"] = sm.summary(n, n * ctx)  # type: ignore[attr-defined]
     out["bottleneck"] = bottleneck(sm, s, bd, res)
     return out
 

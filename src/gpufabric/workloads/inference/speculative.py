@@ -331,8 +331,8 @@ class SpecStep:
         """One step's seconds by cause: the target's verify pass (its parts at ``k + 1`` rows
         per sequence) and the drafter."""
         k = self.k
-        parts = self.target.parts(p_tok, p_attn, p_ctx, d_n * (k + 1), d_ctx)
-        parts = {n: float(v) for n, v in parts.items()}
+        parts = {n: float(v) for n, v in
+                 self.target.parts(p_tok, p_attn, p_ctx, d_n * (k + 1), d_ctx).items()}
         # attention reads the KV once per sequence (the parts counted it k + 1 times where
         # memory-bound): the verify pass's own figure
         t = self.target

@@ -145,3 +145,12 @@ def test_125_tokens_per_s_per_user_for_deepseek_r1_on_b200_needs_mtp(tmp_path):
     adv = core.advise(scenario.parse(data, "s.yaml"), p, top=1)
     assert adv.ranked
     assert adv.ranked[0].metrics["serve"]["tpot_ms_p90"] <= 8
+
+
+def test_a_disaggregated_run_refuses_speculative_decoding():
+    from gpufabric.workloads.inference.pd import serve_pd
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+    cfg = ServeConfig(rate=1.0, requests=20, spec="eagle", spec_tokens=2, acceptance="0.8")
+    with pytest.raises(InputError) as e:
+        serve_pd("llama3-8b", topo, cfg, (1, 1))
+    assert e.value.field == "--spec"

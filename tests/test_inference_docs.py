@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["requests", "simulator", "itertime", "serve", "pd", "search", "supernode", "clients",
-           "validate"]
+           "validate", "speculative"]
 
 
 @pytest.mark.parametrize("name", MODULES)

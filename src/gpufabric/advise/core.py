@@ -361,6 +361,8 @@ class _ServeJob:
     tpot: float | None
     precision: str
     closed: bool                # concurrency (closed loop) rather than a rate
+    #: speculative decoding (method, draft tokens, acceptance, draft model), or None
+    spec: tuple[str, int, tuple[float, ...], str | None] | None = None
 
 
 #: Requests per serving trial and seconds of arrivals: small, for speed (the SLO percentile
@@ -380,6 +382,9 @@ def _serve_eval(job: _ServeJob) -> dict[str, Any]:
                           dp_attention=lay.get("dp_attention", 1), replicas=1,
                           precision=job.precision, isl=job.isl, osl=job.osl,
                           requests=SERVE_REQUESTS, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
+        if job.spec is not None:
+            cfg = replace(cfg, spec=job.spec[0], spec_tokens=job.spec[1],
+                          acceptance=job.spec[2], draft_model=job.spec[3])
         if job.closed:
             best, r = _max_concurrency(job.model, topo, cfg)
             return _capacity("per_instance", best, r, "concurrency")
@@ -480,7 +485,7 @@ def _jobs(c: Candidate, sc: Scenario) -> tuple[_TrainJob | None, list[tuple[_Ser
         for lay, design, w in _serve_layouts(c, sc):
             mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
                                    s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
-                                   s.concurrency is not None), w))
+                                   s.concurrency is not None, s.speculative), w))
     return jt, mine
 
 

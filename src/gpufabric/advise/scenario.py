@@ -34,7 +34,8 @@ TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "spa
 TRAIN_KEYS = ("model", "tokens", "steps", "global_batch", "seq_len", "precision",
               "deadline_hours")
 SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_tpot_ms",
-              "interactivity", "precision", "pd")
+              "interactivity", "precision", "pd", "speculative")
+SPECULATIVE_KEYS = ("method", "tokens", "acceptance", "draft_model")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
@@ -97,6 +98,9 @@ class Serve:
     #: target output tokens/s per user, as buyers state interactivity (a TPOT target of
     #: 1000 / x ms); more than one: a sweep (``advise`` ranks at each)
     interactivity: tuple[float, ...] = ()
+    #: speculative decoding as ``serve --spec`` takes it: (method, draft tokens, per-position
+    #: acceptance, draft model), checked and with the sourced acceptance filled in
+    speculative: tuple[str, int, tuple[float, ...], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -273,11 +277,16 @@ def _serve(d: Any, file: str) -> Serve | None:
     if pd and conc is not None:
         raise InputError("disaggregated (pd) runs take a rate, not a concurrency", file=file,
                          field=f"{w}.pd")
+    spec = _speculative(d.get("speculative"), model, file, f"{w}.speculative")
+    if pd and spec is not None:
+        raise InputError("speculative decoding is modelled for co-located serving; give "
+                         "pd: false or leave speculative out", file=file,
+                         field=f"{w}.speculative")
     return Serve(model=model, rate=rate, concurrency=conc, pd=pd,
                  isl=_num(d, "isl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=1024),
                  osl=_num(d, "osl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=256),
                  slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w),
-                 interactivity=inter)
+                 interactivity=inter, speculative=spec)
 
 
 def interactivity_targets(v: Any, file: str | None, where: str) -> tuple[float, ...]:
@@ -297,6 +306,27 @@ def interactivity_targets(v: Any, file: str | None, where: str) -> tuple[float, 
                                    file=file, field=f"{where}[{i}]" if isinstance(v, list)
                                    else where))
                  for i, x in enumerate(items))
+
+
+def _speculative(d: Any, model: str, file: str, w: str
+                 ) -> tuple[str, int, tuple[float, ...], str | None] | None:
+    """A serving workload's ``speculative: {method, tokens, acceptance, draft_model}``,
+    checked as ``serve --spec`` checks its flags (the acceptance: the block's or the sourced
+    default for the method and model)."""
+    from gpufabric.workloads.inference.speculative import resolve
+    if d is None:
+        return None
+    d = _section(d, SPECULATIVE_KEYS, file, w)
+    where = {"--spec": "method", "--spec-tokens": "tokens", "--acceptance": "acceptance",
+             "--draft-model": "draft_model"}
+    acc = d.get("acceptance")
+    try:
+        s = resolve(str(d.get("method")), d.get("tokens"),
+                    tuple(acc) if isinstance(acc, list) else acc, model, d.get("draft_model"))
+    except InputError as exc:
+        key = where.get(exc.field or "", "method")
+        raise InputError(exc.message, file=file, field=f"{w}.{key}") from None
+    return (s.method, s.tokens, s.acceptance, s.draft_model)
 
 
 def _services(d: Any, file: str) -> tuple[Service, ...]:

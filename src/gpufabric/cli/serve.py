@@ -19,6 +19,8 @@ CONFLICTS = (
      "--versus finds each system's best layout and highest rate within the SLO"),
     ("search", "tp|replicas|pd", "--search tries the layouts itself"),
     ("dataset", "trace", "the trace gives each request's lengths"),
+    ("spec", "pd|decode_system|search|versus", "speculative decoding is modelled for one "
+     "co-located deployment's run"),
 )
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -74,6 +76,14 @@ def print_summary(r: dict) -> None:
                    f"{r['memory']['kv_tokens']:,} tokens per instance "
                    f"({r['memory']['kv_cache_GB']:.1f} GB per GPU), "
                    f"{r['max_concurrency']:,} requests of this length at once")
+    sp = r.get("speculative")
+    if sp:
+        acc = "/".join(f"{a:g}" for a in sp["acceptance"])
+        src = "stated" if sp["source"].startswith("stated") else "sourced default"
+        draft = f" ({sp['draft_model']})" if sp.get("draft_model") else ""
+        typer.echo(f"# speculative {sp['method']}{draft}: {sp['tokens']} draft tokens, "
+                   f"acceptance {acc} ({src}), {sp['tokens_per_step']:.2f} tokens per step; "
+                   f"drafter {sp['draft_share']:.0%} of a decode step")
     w = r["workload"]
     typer.echo(f"# workload: {w['source']}, {r['requests']:,} requests, isl {w['isl']:.0f}, "
                f"osl {w['osl']:.0f}")
@@ -253,6 +263,17 @@ def serve(
                                       "GPU count: "
                                       "tokens/s per GPU within the SLO, each at its best "
                                       "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
+    spec: str | None = typer.Option(None, "--spec", help="Speculative decoding: mtp (the "
+                                    "model's MTP module), eagle (a one-layer draft head) or "
+                                    "draft (a draft model, --draft-model)."),
+    spec_tokens: int | None = typer.Option(None, "--spec-tokens", help="Draft tokens per "
+                                           "step (K; default 1 for mtp)."),
+    acceptance: str | None = typer.Option(None, "--acceptance", help="Acceptance rate of "
+                                          "the draft tokens: one (0.8) or one per position "
+                                          "(0.9,0.8,0.7); default: the sourced one for the "
+                                          "method and model, where there is one."),
+    draft_model: str | None = typer.Option(None, "--draft-model", help="With --spec draft: "
+                                           "the draft model (a built-in name)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     profile: str | None = profile_option(),
 ) -> None:
@@ -306,7 +327,9 @@ def serve(
                       max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                       preemption=preemption, seed=seed, eplb=eplb,
                       gpu_memory_utilization=gpu_memory_utilization,
-                      scheduler_steps=scheduler_steps, measure=measure, client=client)
+                      scheduler_steps=scheduler_steps, measure=measure, client=client,
+                      spec=spec, spec_tokens=spec_tokens, acceptance=acceptance,
+                      draft_model=draft_model)
     if client is not None:
         from gpufabric.workloads.inference import clients
         clients.check_load(clients.get(client), rate, concurrency)

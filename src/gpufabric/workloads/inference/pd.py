@@ -266,6 +266,9 @@ def _pd_setup(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int,
     fit both pools' caches, the SLO is possible, the run is open loop."""
     x, y = parse_pd(pd) if isinstance(pd, str) else pd
     check_config(cfg)
+    if cfg.spec is not None:
+        raise InputError("speculative decoding is modelled for co-located serving, not for "
+                         "disaggregated pools", field="--spec")
     sm_p = step_model(model, topo, cfg)
     sm_d = step_model(model, decode_topo, cfg) if decode_topo is not None else sm_p
     per = cfg.layout().gpus

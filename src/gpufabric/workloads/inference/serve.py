@@ -89,6 +89,13 @@ class ServeConfig:
     #: the benchmark client whose load and figures the run reproduces
     #: (:mod:`gpufabric.workloads.inference.clients`); None: the load the options describe
     client: str | None = None
+    #: speculative decoding (:mod:`~gpufabric.workloads.inference.speculative`): method (mtp,
+    #: eagle, draft), draft tokens per step, acceptance (one rate, a comma-separated list or a
+    #: tuple, one per position; None: the sourced default), the draft model (method draft)
+    spec: str | None = None
+    spec_tokens: int | None = None
+    acceptance: str | tuple[float, ...] | None = None
+    draft_model: str | None = None
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -209,7 +216,8 @@ def unloaded_ms(sm: StepModel, isl: int, chunk: int) -> tuple[float, float]:
         c = min(chunk, isl - done)
         ttft += float(sm(c, c * (done + (c + 1) / 2), done + c, 0, 0))
         done += c
-    return ttft * 1e3, float(sm(0, 0, 0, 1, isl + 1)) * 1e3
+    tps = float(getattr(sm, "tokens_per_step", 1.0))
+    return ttft * 1e3, float(sm(0, 0, 0, 1, isl + 1)) / tps * 1e3
 
 
 def check_slo_possible(sm: StepModel, cfg: ServeConfig, isl: int) -> None:
@@ -274,11 +282,31 @@ def with_client(cfg: ServeConfig) -> ServeConfig:
 
 
 def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
+    """The step cost of one instance: the :class:`StepModel`, or with ``cfg.spec`` its
+    speculative step (:class:`~gpufabric.workloads.inference.speculative.SpecStep`)."""
+    spec = speculative(model, cfg)
     tok, _ = engine_batched_tokens(cfg.engine, topo.gpus()[0].model)
-    return StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
-                     engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
-                     block_size=cfg.block_size, eplb=cfg.eplb,
-                     mem_utilization=cfg.gpu_memory_utilization)
+    sm = StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
+                   engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
+                   block_size=cfg.block_size, eplb=cfg.eplb,
+                   mem_utilization=cfg.gpu_memory_utilization)
+    if spec is None:
+        return sm
+    from gpufabric.workloads.inference.speculative import SpecStep
+    return SpecStep(sm, spec)  # type: ignore[return-value]  # a step cost like StepModel
+
+
+def speculative(model, cfg: ServeConfig):
+    """``cfg``'s speculative setting checked (None without ``spec``); the flags that need
+    ``--spec`` refused without it."""
+    if cfg.spec is None:
+        for name, v in (("--spec-tokens", cfg.spec_tokens), ("--acceptance", cfg.acceptance),
+                        ("--draft-model", cfg.draft_model)):
+            if v is not None:
+                raise InputError("applies only with --spec (mtp, eagle or draft)", field=name)
+        return None
+    from gpufabric.workloads.inference.speculative import resolve
+    return resolve(cfg.spec, cfg.spec_tokens, cfg.acceptance, model, cfg.draft_model)
 
 
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
@@ -408,6 +436,11 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     out["measure"] = "steady" if "steady" in s else "run"
     bd = typical_breakdown(sm, res)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
+    if hasattr(sm, "spec"):
+        dec = res.iter_decode
+        n = float(dec[dec > 0].mean()) if (dec > 0).any() else 1.0
+        ctx = float(res.isl.mean() + res.osl.mean() / 2)
+        out["speculative"] = sm.summary(n, n * ctx)  # type: ignore[attr-defined]
     out["bottleneck"] = bottleneck(sm, s, bd, res)
     return out
 
@@ -568,6 +601,7 @@ def bottleneck(sm: StepModel, s: dict, bd, res) -> str:
         "ep_comm_s": f"the expert-parallel all-to-all over {sm.layout.ep} GPUs",
         "pp_comm_s": "pipeline sends between stages",
         "overhead_s": "the engine's per-iteration overhead (scheduling, sampling)",
+        "draft_s": "the speculative drafter's passes",
     }
     d = asdict(bd)
     top = max(d, key=lambda k: d[k])

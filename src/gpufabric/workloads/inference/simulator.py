@@ -218,6 +218,10 @@ class BatchState:
         check_fits(reqs, cfg)
         self.cost, self.cfg, self.progress = cost, cfg, progress
         self.policy = POLICIES[cfg.order]
+        # tokens a decoding sequence keeps per step (above 1 with speculative decoding, the
+        # cost's ``tokens_per_step``): the state advances a token at a time, each taking
+        # that fraction of the step's time, so TPOT and throughput carry the gain
+        self.tps = float(getattr(cost, "tokens_per_step", 1.0))
         n = self.n = len(reqs)
         B = self.B = int(cfg.block_size)
         self.isl = reqs.isl.astype(np.int64)
@@ -483,7 +487,11 @@ class BatchState:
             p_tok += c
             p_attn += c * (s + (c + 1) / 2.0)
             p_ctx += s + c
-        return float(self.cost(p_tok, p_attn, p_ctx, it.d_n, it.d_ctx)) + it.swap_t
+        dt = float(self.cost(p_tok, p_attn, p_ctx, it.d_n, it.d_ctx))
+        if self.tps != 1.0 and it.d_n:
+            # the decodes' token, a 1/tokens_per_step share of their part of the step
+            dt -= (1.0 - 1.0 / self.tps) * float(self.cost(0, 0, 0, it.d_n, it.d_ctx))
+        return dt + it.swap_t
 
     def _fits(self, j: int, base: int | None = None) -> bool:
         """The KV cache holds ``j`` more tokens of every running request (``base``: the
@@ -591,12 +599,14 @@ class BatchState:
             if line is not None:
                 a, b = line
                 first, slope = a + b * d0, b * d_n
+                if self.tps != 1.0:
+                    first, slope = first / self.tps, slope / self.tps
                 if stop is not None:
                     k = self._round(1 + _steps_before(first, slope, k - 1, stop), k)
                 total = k * first + slope * (k * (k - 1) / 2.0)
             else:       # a cost without a decode line: its steps one by one
                 dts = np.asarray(self.cost(0, 0, 0, d_n, d0 + d_n * np.arange(k)),
-                                 dtype=np.float64)
+                                 dtype=np.float64) / self.tps
                 cum = np.cumsum(dts)
                 if stop is not None:
                     # stop before the first step that starts after the next arrival
@@ -606,7 +616,7 @@ class BatchState:
                 first, slope, total = 0.0, 0.0, float(cum[-1])
                 logged = True
         else:
-            first = total = float(self.cost(0, 0, 0, d_n, d0))
+            first = total = float(self.cost(0, 0, 0, d_n, d0)) / self.tps
             slope = 0.0
         self.t += total
         if not logged:

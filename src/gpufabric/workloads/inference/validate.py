@@ -10,7 +10,10 @@ carrying result keys). Each measured figure the model predicts (output tokens/s,
 TTFT, ITL/TPOT, end-to-end latency) is one compared point.
 
 Entries the model cannot run are listed as skipped with the reason (lengths not stated,
-multi-token prediction, ratios only, a bulk-transfer benchmark, ...).
+ratios only, a bulk-transfer benchmark, ...). An entry with ``parallelism.mtp`` (draft tokens
+of multi-token prediction) runs with speculative decoding, its acceptance from
+``parallelism.mtp_acceptance`` where the entry states it, else the sourced default
+(:mod:`gpufabric.workloads.inference.speculative`).
 
 Points, skips and the summary are those of :mod:`gpufabric.validation`: the headline over the
 held-out entries (no parameter record names them, the file does not mark them ``looked_at``),
@@ -236,8 +239,6 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     par = {**(e.get("parallelism") or {}), **{k: v for k, v in pt.items()
                                              if k in ("tp", "pp", "ep", "attention_dp")}}
     wl = {**(e.get("workload") or {}), **pt}
-    if par.get("mtp"):
-        raise Skip("multi-token prediction (speculative decoding) is not modeled")
     mode = wl.get("mode")
     if wl.get("phase") is not None:
         return _run_pd_pool(e, pt, par, wl)
@@ -328,6 +329,12 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.requests = min(n_req, cap)
         if batch:
             cfg.max_num_seqs = _int(batch, "batch_size")
+    if par.get("mtp"):
+        # multi-token prediction: the entry's acceptance where it states one, else the
+        # sourced default for the model (speculative.DEFAULTS)
+        cfg.spec, cfg.spec_tokens = "mtp", _int(par["mtp"], "mtp")
+        acc = par.get("mtp_acceptance")
+        cfg.acceptance = tuple(acc) if isinstance(acc, list) else acc
     r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
     r.update(_llama_bench(r, isl_n, osl_n))
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from gpufabric import catalog
@@ -31,10 +32,10 @@ DEPLOYMENTS = ("any", "on-prem", "cloud")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 
 TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "space")
-TRAIN_KEYS = ("model", "tokens", "steps", "global_batch", "seq_len", "precision",
+TRAIN_KEYS = ("model", "model_file", "tokens", "steps", "global_batch", "seq_len", "precision",
               "deadline_hours")
-SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_tpot_ms",
-              "precision", "pd")
+SERVE_KEYS = ("model", "model_file", "rate", "concurrency", "isl", "osl", "slo_ttft_ms",
+              "slo_tpot_ms", "precision", "pd")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
@@ -194,7 +195,18 @@ def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = 
     return check_range(v, minimum, maximum, above=strict, integer=integer, unit=unit,
                        file=file, field=f"{where}.{key}")
 def _model(d: dict[str, Any], file: str, where: str) -> str:
-    from gpufabric.workloads.models import load_model
+    """The model a workload names: a built-in's name, or ``model_file`` (a Hugging Face
+    config.json or a model YAML, relative to the scenario file) as its resolved path."""
+    from gpufabric.workloads.models import load_model, load_model_file
+    if d.get("model_file") is not None:
+        f = d["model_file"]
+        if "model" in d or not isinstance(f, str) or not f.strip():
+            raise InputError("give model (a built-in name) or model_file (a path to a "
+                             "config.json or model YAML), not both", file=file,
+                             field=f"{where}.model_file")
+        path = str(Path(file).parent / Path(f).expanduser())
+        load_model_file(path)
+        return path
     name = d.get("model")
     if not isinstance(name, str):
         raise InputError(f"expected a model name, got {name!r}", file=file,

@@ -20,8 +20,9 @@ Examples
 ...     "num_hidden_layers": 24, "num_attention_heads": 16}, "pythia.json")
 >>> fields["ffn"], fields["vocab"]
 (8192, 50432)
->>> notes[0]
-'ffn = 4 x hidden = 8192 (intermediate_size not given; the GPT convention)'
+>>> for n in notes: print(n)
+vocab = 50432 (vocab_size not given; the gpt-neox tokenizer's)
+ffn = 4 x hidden = 8192 (intermediate_size not given; the GPT convention)
 """
 
 from __future__ import annotations

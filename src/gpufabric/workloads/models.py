@@ -350,7 +350,7 @@ def _builtin() -> dict[str, ModelSpec]:
 #: Leading words of a published model name that name its maker, not the model.
 _MAKERS = ("meta", "nvidia", "mistralai", "microsoft", "google", "tiiuae", "eleutherai")
 #: A word from which on a published name describes a fine-tune or a checkpoint, not the shape.
-_TUNES = ("instruct", "chat", "base", "hf", "it")
+_TUNES = ("instruct", "chat", "base", "hf", "it", "pt")
 #: Trailing words that name a checkpoint's precision or quantisation.
 _PRECISIONS = ("fp8", "fp4", "nvfp4", "mxfp4", "bf16", "fp16", "fp32", "int4", "int8", "awq",
                "gptq", "w4a16", "w8a8", "dynamic")
@@ -485,6 +485,21 @@ def is_hf_config(data: Any) -> bool:
         "model_type" in data or "architectures" in data)
 
 
+def with_model_file(model: dict[str, Any], path: str, where: str) -> dict[str, Any]:
+    """A measurements entry's ``model`` mapping with its ``model_file`` (a Hugging Face
+    config.json or a model YAML) resolved against the folder of the file ``path`` that names
+    it, and read once, so that a bad one is the error (naming ``path`` and the entry)."""
+    f = model.get("model_file")
+    if f is None:
+        return model
+    if not isinstance(f, str) or not f.strip():
+        raise InputError(f"got {f!r}; expected a path to a config.json or model YAML",
+                         file=path, field=f"{where}.model.model_file")
+    resolved = str(Path(path).parent / Path(f).expanduser())
+    load_model_file(resolved)
+    return {**model, "model_file": resolved}
+
+
 def list_models() -> list[ModelSpec]:
     """The built-in models, each once, in file order."""
     seen: dict[str, ModelSpec] = {}
@@ -545,4 +560,4 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
 
 __all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model",
            "model_key", "model_from_shape", "gives_shape", "SHAPE_KEYS", "model_from_config",
-           "is_hf_config"]
+           "is_hf_config", "with_model_file"]

@@ -322,5 +322,24 @@ def test_measurements_and_scenarios_name_a_model_file_relative_to_themselves(tmp
     assert load_model(s.serve.model).name == "qwen" and s.serve.model.endswith("config.json")
     sc.write_text("name: small\nworkloads:\n  serve:\n    model_file: none.json\n"
                   "    rate: 2\n    slo_tpot_ms: 50\n")
-    with pytest.raises(InputError, match="none.json: no such file"):
+    with pytest.raises(InputError, match="model_file: no such file .*none.json"):
         scenario.load(str(sc))
+
+
+def test_a_training_measurement_names_its_model_by_a_config_beside_it(cli, tmp_path):
+    write(tmp_path, "neox", CONFIGS["gpt_neox"][0])
+    m = tmp_path / "runs.yaml"
+    m.write_text("- id: my-pythia-run\n  source: a test\n"
+                 "  system: {gpu: H100-SXM, gpus: 8, gpus_per_node: 8, nodes: 1}\n"
+                 "  model: {model_file: neox/config.json}\n"
+                 "  parallelism: {dp: 8, tp: 1, pp: 1, global_batch: 64, precision: bf16}\n"
+                 "  result: {tflops_per_gpu: 100}\n")
+    code, out, err = cli("validate", str(m), "--json")
+    assert code == 0, err
+    assert [p["id"] for p in json.loads(out)["points"]] == ["my-pythia-run"]
+    m.write_text(m.read_text().replace("neox/config.json", "gone.json"))
+    code, _, err = cli("validate", str(m))
+    assert code == 2 and err.strip() == (
+        f"gpufabric: error: {m}: [0](my-pythia-run).model.model_file: no such file "
+        f"{tmp_path / 'gone.json'} (a path to a Hugging Face config.json or a model YAML, "
+        "relative to this file)")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from gpufabric import catalog
@@ -197,14 +196,14 @@ def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = 
 def _model(d: dict[str, Any], file: str, where: str) -> str:
     """The model a workload names: a built-in's name, or ``model_file`` (a Hugging Face
     config.json or a model YAML, relative to the scenario file) as its resolved path."""
-    from gpufabric.workloads.models import load_model, load_model_file
+    from gpufabric.workloads.models import load_model, load_model_file, model_file_path
     if d.get("model_file") is not None:
         f = d["model_file"]
         if "model" in d or not isinstance(f, str) or not f.strip():
             raise InputError("give model (a built-in name) or model_file (a path to a "
                              "config.json or model YAML), not both", file=file,
                              field=f"{where}.model_file")
-        path = str(Path(file).parent / Path(f).expanduser())
+        path = model_file_path(f, file, f"{where}.model_file")
         load_model_file(path)
         return path
     name = d.get("model")

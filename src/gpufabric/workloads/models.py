@@ -495,9 +495,19 @@ def with_model_file(model: dict[str, Any], path: str, where: str) -> dict[str, A
     if not isinstance(f, str) or not f.strip():
         raise InputError(f"got {f!r}; expected a path to a config.json or model YAML",
                          file=path, field=f"{where}.model.model_file")
-    resolved = str(Path(path).parent / Path(f).expanduser())
+    resolved = model_file_path(f, path, f"{where}.model.model_file")
     load_model_file(resolved)
     return {**model, "model_file": resolved}
+
+
+def model_file_path(f: str, path: str, field: str) -> str:
+    """``f`` resolved against the folder of the file ``path`` that names it; InputError naming
+    ``path`` and ``field`` where no such file is there."""
+    resolved = str(Path(path).parent / Path(f).expanduser())
+    if path_kind(resolved) != "file":
+        raise InputError(f"no such file {resolved} (a path to a Hugging Face config.json or a "
+                         "model YAML, relative to this file)", file=path, field=field)
+    return resolved
 
 
 def list_models() -> list[ModelSpec]:
@@ -560,4 +570,4 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
 
 __all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model",
            "model_key", "model_from_shape", "gives_shape", "SHAPE_KEYS", "model_from_config",
-           "is_hf_config", "with_model_file"]
+           "is_hf_config", "with_model_file", "model_file_path"]

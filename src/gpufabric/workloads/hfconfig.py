@@ -186,28 +186,43 @@ def read_config(config: Any, where: str) -> tuple[dict[str, Any], list[str]]:
         cfg = {**cfg, **cfg["text_config"]}
     c = _Config(cfg, where, mt)
     family = MODEL_TYPES[mt]
-    gpt = family in _GPT_STYLE
-    out: dict[str, Any] = {}
+    out = _trunk(c, family)
+    out.update(_block(c, family))
+    ffn = _ffn(c, family, out["hidden"])
+    mlp = _MOE.get(family)
+    if mlp is not None:
+        out.update(mlp(c, out, ffn))
+    elif ffn is None:
+        raise InputError(f"missing; a {mt} config needs intermediate_size (the MLP width)",
+                         file=where, field="intermediate_size")
+    else:
+        out.update(arch="dense", ffn=ffn)
+    window, sliding = _sliding(c, family, out["layers"])
+    if window:
+        out.update(sliding_window=window, sliding_layers=sliding)
+    return out, c.notes
 
-    # -- the trunk ----------------------------------------------------------------------
+
+def _trunk(c: _Config, family: str) -> dict[str, Any]:
+    """Layers, width, query and K/V heads, head width and vocabulary."""
     layers = c.need("num_hidden_layers", "n_layer", "n_layers", "num_layers",
                     what="the number of layers")
     hidden = c.need("hidden_size", "d_model", "n_embd", "n_embed", what="the model width")
     heads = c.need("num_attention_heads", "n_head", "n_heads", what="the attention heads")
-    out.update(layers=layers, hidden=hidden, heads=heads)
+    out: dict[str, Any] = {"layers": layers, "hidden": hidden, "heads": heads}
     kv = c.num("num_key_value_heads", "num_kv_heads", "n_head_kv")
-    if family == "falcon" and kv is None:
-        if c.get("new_decoder_architecture"):
-            kv = None
-        elif c.get("multi_query", default=True):       # Falcon-7B: one shared K/V head
-            kv = 1
+    if family == "falcon" and kv is None and not c.get("new_decoder_architecture") \
+            and c.get("multi_query", default=True):       # Falcon-7B: one shared K/V head
+        kv = 1
     if family == "mpt":
         attn = c.get("attn_config") or {}
         if isinstance(attn, dict) and attn.get("kv_n_heads"):
             kv = c.whole(attn["kv_n_heads"], "attn_config.kv_n_heads")
+    if family == "deepseek":                           # MLA: every head has its K and V
+        kv = heads
     if kv is None:
         kv = heads
-        if family not in ("deepseek", "mpt", "bloom", "gpt2", "gpt_neox", "falcon"):
+        if family not in _GPT_STYLE:
             c.notes.append(f"kv_heads = heads = {heads} (num_key_value_heads not given)")
     out["kv_heads"] = kv
     hd = c.num("head_dim")
@@ -215,19 +230,23 @@ def read_config(config: Any, where: str) -> tuple[dict[str, Any], list[str]]:
         out["head_dim"] = hd
     elif family == "deepseek" and hidden % heads:
         out["head_dim"] = c.num("v_head_dim", default=0)
-
-    # -- vocabulary, embeddings, block --------------------------------------------------
     vocab = c.num("vocab_size", "padded_vocab_size")
     if vocab is None:
-        tok = TYPE_TOKENIZER[mt]
+        tok = TYPE_TOKENIZER[c.type]
         vocab = TOKENIZERS[tok]
         c.notes.append(f"vocab = {vocab} (vocab_size not given; the {tok} tokenizer's)")
     out["vocab"] = vocab
+    return out
+
+
+def _block(c: _Config, family: str) -> dict[str, Any]:
+    """Embeddings, activation, norm, biases, block layout and default sequence length."""
+    out: dict[str, Any] = {}
     tied = c.get("tie_word_embeddings", "tie_weights")
     if family == "mpt":
         tied = True if tied is None else tied
     out["tied_embeddings"] = bool(family in _TIED_DEFAULT if tied is None else tied)
-    if gpt:
+    if family in _GPT_STYLE:
         out.update(activation="gelu", norm="layernorm")
         out["bias"] = {"gpt_neox": True, "bloom": True, "gpt2": True,
                        "falcon": bool(c.get("bias", default=False)),
@@ -244,81 +263,85 @@ def read_config(config: Any, where: str) -> tuple[dict[str, Any], list[str]]:
         out["bias"] = family == "gpt_oss"               # attention and expert biases
     max_pos = c.num("max_position_embeddings", "max_seq_len", "n_positions", "seq_length")
     out["seq_len"] = min(max_pos, 4096) if max_pos else 2048
+    return out
 
-    # -- the MLP ------------------------------------------------------------------------
+
+def _ffn(c: _Config, family: str, hidden: int) -> int | None:
+    """The dense MLP's width: given, MPT's expansion ratio, or 4 x hidden for GPT-style."""
     ffn = c.num("intermediate_size", "ffn_hidden_size", "n_inner", "d_ff")
     if family == "mpt":
         ratio = c.get("expansion_ratio")
         if ratio is None:
             c.notes.append("expansion_ratio = 4 (not given; MPT's default)")
             ratio = 4
-        ffn = int(round(float(ratio) * hidden))
-    if ffn is None and gpt:
+        return int(round(float(ratio) * hidden))
+    if ffn is None and family in _GPT_STYLE:
         ffn = 4 * hidden
         if family == "gpt_neox":         # GPT-2's n_inner is null by design: 4 x n_embd
             c.notes.append(f"ffn = 4 x hidden = {ffn} (intermediate_size not given; the GPT "
                            "convention)")
-    if family == "llama4":
-        expert_ffn = c.need("intermediate_size", what="the width of one expert")
-        ffn = c.num("intermediate_size_mlp", default=expert_ffn)
-        experts = c.need("num_local_experts", what="the routed experts")
-        step = c.num("interleave_moe_layer_step", default=1) or 1
-        moe_layers = c.get("moe_layers")
-        if isinstance(moe_layers, list) and moe_layers:
-            step = max(1, layers // len(moe_layers))
-        out.update(arch="moe", ffn=ffn, experts=experts, expert_ffn=expert_ffn,
-                   top_k=c.need("num_experts_per_tok", what="the experts each token uses"),
-                   shared_experts=1, moe_every=step)
-    elif family in ("mixtral", "gpt_oss"):
-        out.update(arch="moe", experts=c.need("num_local_experts", "num_experts",
-                                              what="the routed experts"),
-                   top_k=c.need("num_experts_per_tok", "experts_per_token",
-                                what="the experts each token uses"),
-                   expert_ffn=c.need("intermediate_size", what="the width of one expert"))
-    elif family == "qwen_moe":
-        expert = c.need("moe_intermediate_size", what="the width of one expert")
-        out.update(arch="moe", experts=c.need("num_experts", what="the routed experts"),
-                   top_k=c.need("num_experts_per_tok", what="the experts each token uses"),
-                   expert_ffn=expert, moe_every=c.num("decoder_sparse_step", default=1) or 1)
-        shared = c.num("shared_expert_intermediate_size", default=0)
-        if shared:
-            out["shared_experts"] = max(1, round(shared / expert))
-            if shared % expert:
-                c.notes.append(f"shared_experts = {out['shared_experts']} of {expert} "
-                               f"(shared_expert_intermediate_size {shared} rounded)")
-        dense = c.get("mlp_only_layers") or []
-        if dense:
-            out["dense_layers"] = len(dense)
-            if sorted(dense) != list(range(len(dense))):
-                c.notes.append(f"mlp_only_layers {dense} taken as the first {len(dense)}")
-        if ffn and (dense or out["moe_every"] > 1):
-            out["ffn"] = ffn
-    elif family == "deepseek":
-        out.update(arch="moe", attention="mla",
-                   experts=c.need("n_routed_experts", what="the routed experts"),
-                   top_k=c.need("num_experts_per_tok", what="the experts each token uses"),
-                   expert_ffn=c.need("moe_intermediate_size", what="the width of one expert"),
-                   shared_experts=c.num("n_shared_experts", default=0),
-                   dense_layers=c.num("first_k_dense_replace", default=0),
-                   moe_every=c.num("moe_layer_freq", default=1) or 1,
-                   q_lora_rank=c.num("q_lora_rank", default=0),
-                   kv_lora_rank=c.need("kv_lora_rank", what="MLA's latent width"),
-                   qk_nope_head_dim=c.need("qk_nope_head_dim", what="MLA's query/key width"),
-                   qk_rope_head_dim=c.need("qk_rope_head_dim", what="MLA's rotary width"),
-                   v_head_dim=c.need("v_head_dim", what="MLA's value width"))
-        out["kv_heads"] = heads
-        if ffn and out["dense_layers"]:
-            out["ffn"] = ffn
-    else:
-        if ffn is None:
-            raise InputError(f"missing; a {mt} config needs intermediate_size (the MLP "
-                             "width)", file=where, field="intermediate_size")
-        out.update(arch="dense", ffn=ffn)
+    return ffn
 
-    window, sliding = _sliding(c, family, layers)
-    if window:
-        out.update(sliding_window=window, sliding_layers=sliding)
-    return out, c.notes
+
+def _routed(c: _Config, experts: tuple[str, ...], expert_ffn: str) -> dict[str, Any]:
+    return {"arch": "moe", "experts": c.need(*experts, what="the routed experts"),
+            "top_k": c.need("num_experts_per_tok", "experts_per_token",
+                            what="the experts each token uses"),
+            "expert_ffn": c.need(expert_ffn, what="the width of one expert")}
+
+
+def _llama4(c: _Config, out: dict[str, Any], ffn: int | None) -> dict[str, Any]:
+    moe = _routed(c, ("num_local_experts",), "intermediate_size")
+    step = c.num("interleave_moe_layer_step", default=1) or 1
+    moe_layers = c.get("moe_layers")
+    if isinstance(moe_layers, list) and moe_layers:
+        step = max(1, out["layers"] // len(moe_layers))
+    return {**moe, "ffn": c.num("intermediate_size_mlp", default=moe["expert_ffn"]),
+            "shared_experts": 1, "moe_every": step}
+
+
+def _mixtral(c: _Config, out: dict[str, Any], ffn: int | None) -> dict[str, Any]:
+    return _routed(c, ("num_local_experts", "num_experts"), "intermediate_size")
+
+
+def _qwen_moe(c: _Config, out: dict[str, Any], ffn: int | None) -> dict[str, Any]:
+    moe = _routed(c, ("num_experts",), "moe_intermediate_size")
+    expert = moe["expert_ffn"]
+    moe["moe_every"] = c.num("decoder_sparse_step", default=1) or 1
+    shared = c.num("shared_expert_intermediate_size", default=0)
+    if shared:
+        moe["shared_experts"] = max(1, round(shared / expert))
+        if shared % expert:
+            c.notes.append(f"shared_experts = {moe['shared_experts']} of {expert} "
+                           f"(shared_expert_intermediate_size {shared} rounded)")
+    dense = c.get("mlp_only_layers") or []
+    if dense:
+        moe["dense_layers"] = len(dense)
+        if sorted(dense) != list(range(len(dense))):
+            c.notes.append(f"mlp_only_layers {dense} taken as the first {len(dense)}")
+    if ffn and (dense or moe["moe_every"] > 1):
+        moe["ffn"] = ffn
+    return moe
+
+
+def _deepseek(c: _Config, out: dict[str, Any], ffn: int | None) -> dict[str, Any]:
+    moe = _routed(c, ("n_routed_experts",), "moe_intermediate_size")
+    moe.update(attention="mla", shared_experts=c.num("n_shared_experts", default=0),
+               dense_layers=c.num("first_k_dense_replace", default=0),
+               moe_every=c.num("moe_layer_freq", default=1) or 1,
+               q_lora_rank=c.num("q_lora_rank", default=0),
+               kv_lora_rank=c.need("kv_lora_rank", what="MLA's latent width"),
+               qk_nope_head_dim=c.need("qk_nope_head_dim", what="MLA's query/key width"),
+               qk_rope_head_dim=c.need("qk_rope_head_dim", what="MLA's rotary width"),
+               v_head_dim=c.need("v_head_dim", what="MLA's value width"))
+    if ffn and moe["dense_layers"]:
+        moe["ffn"] = ffn
+    return moe
+
+
+#: family -> the MoE fields of its config (the families not here are dense).
+_MOE = {"llama4": _llama4, "mixtral": _mixtral, "gpt_oss": _mixtral, "qwen_moe": _qwen_moe,
+        "deepseek": _deepseek}
 
 
 def conventional_shape(raw: dict[str, Any]) -> list[str]:

@@ -31,10 +31,10 @@ DEPLOYMENTS = ("any", "on-prem", "cloud")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 
 TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "space")
-TRAIN_KEYS = ("model", "tokens", "steps", "global_batch", "seq_len", "precision",
+TRAIN_KEYS = ("model", "model_file", "tokens", "steps", "global_batch", "seq_len", "precision",
               "deadline_hours")
-SERVE_KEYS = ("model", "rate", "concurrency", "isl", "osl", "slo_ttft_ms", "slo_tpot_ms",
-              "interactivity", "precision", "pd", "speculative")
+SERVE_KEYS = ("model", "model_file", "rate", "concurrency", "isl", "osl", "slo_ttft_ms",
+              "slo_tpot_ms", "interactivity", "precision", "pd", "speculative")
 SPECULATIVE_KEYS = ("method", "tokens", "acceptance", "draft_model")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
@@ -205,8 +205,21 @@ def _num(d: dict[str, Any], key: str, file: str, where: str, *, integer: bool = 
         minimum, strict = int(minimum) + 1, False
     return check_range(v, minimum, maximum, above=strict, integer=integer, unit=unit,
                        file=file, field=f"{where}.{key}")
+
+
 def _model(d: dict[str, Any], file: str, where: str) -> str:
-    from gpufabric.workloads.models import load_model
+    """The model a workload names: a built-in's name, or ``model_file`` (a Hugging Face
+    config.json or a model YAML, relative to the scenario file) as its resolved path."""
+    from gpufabric.workloads.models import load_model, load_model_file, model_file_path
+    if d.get("model_file") is not None:
+        f = d["model_file"]
+        if "model" in d or not isinstance(f, str) or not f.strip():
+            raise InputError("give model (a built-in name) or model_file (a path to a "
+                             "config.json or model YAML), not both", file=file,
+                             field=f"{where}.model_file")
+        path = model_file_path(f, file, f"{where}.model_file")
+        load_model_file(path)
+        return path
     name = d.get("model")
     if not isinstance(name, str):
         raise InputError(f"expected a model name, got {name!r}", file=file,

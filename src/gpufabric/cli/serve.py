@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import typer
@@ -150,15 +151,21 @@ def measure_lines(r: dict) -> list[str]:
 
 
 def model_and_system(model: str | None, system: str | None,
-                     model_file: str | None) -> tuple[str, str]:
+                     model_file: str | None, ctx: typer.Context | None = None
+                     ) -> tuple[str, str]:
     """``MODEL SYSTEM``, or ``--model-file FILE SYSTEM`` (the one argument is then the system);
-    the file is read and checked here, so that a bad one is the error."""
+    the file (a YAML model file or a Hugging Face config.json) is read and checked here, so
+    that a bad one is the error; the fields a partial shape left to convention are named in a
+    note after the results."""
     from gpufabric.workloads.models import load_model_file
     if model_file is not None:
         if system is not None or model is None:
             raise InputError("give the system as the only argument: --model-file FILE SYSTEM "
                              "(the file gives the model)", field="--model-file")
-        load_model_file(model_file)
+        spec = load_model_file(model_file)
+        if spec.assumed and ctx is not None:
+            text = f"{model_file}: assumed {'; '.join(spec.assumed)}"
+            ctx.call_on_close(lambda: None if sys.exc_info()[0] else note(text))
         return model_file, model
     if model is None or system is None:
         raise InputError("missing; give MODEL SYSTEM (a model name, see `gpufabric models`, "
@@ -172,9 +179,10 @@ def serve(
     model: str | None = typer.Argument(None, help="A model name (see `gpufabric models`) or "
                                        "model file; with --model-file, leave it out."),
     system: str | None = typer.Argument(None, help=SYSTEM_HELP),
-    model_file: str | None = typer.Option(None, "--model-file", help="A YAML file giving the "
-                                          "model by its shape (layers, hidden, heads, "
-                                          "kv_heads, ffn, vocab, experts, ...)."),
+    model_file: str | None = typer.Option(None, "--model-file", help="A Hugging Face "
+                                          "config.json, or a YAML file giving the model by "
+                                          "its shape (layers, hidden, heads, kv_heads, ffn, "
+                                          "vocab, experts, ...)."),
     tp: int = typer.Option(1, "--tp", callback=whole(1),
                            help="Tensor parallelism of one instance."),
     ep: int = typer.Option(1, "--ep", callback=whole(1),
@@ -282,7 +290,7 @@ def serve(
     from gpufabric.workloads.inference.engines import check as check_engine
     from gpufabric.workloads.inference.precisions import lookup as check_format
     from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
-    model, system = model_and_system(model, system, model_file)
+    model, system = model_and_system(model, system, model_file, ctx)
     refuse_together(ctx, CONFLICTS)
     refuse_alone(ctx, (
         ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "

@@ -81,9 +81,10 @@ def train(
                                        "YAML file of the same shape; with --model-file, leave "
                                        "it out."),
     system: str | None = typer.Argument(None, help=SYSTEM_HELP),
-    model_file: str | None = typer.Option(None, "--model-file", help="A YAML file giving the "
-                                          "model by its shape (layers, hidden, heads, "
-                                          "kv_heads, ffn, vocab, experts, ...)."),
+    model_file: str | None = typer.Option(None, "--model-file", help="A Hugging Face "
+                                          "config.json, or a YAML file giving the model by "
+                                          "its shape (layers, hidden, heads, kv_heads, ffn, "
+                                          "vocab, experts, ...)."),
     tp: int = typer.Option(1, "--tp", callback=whole(1),
                            help="Tensor-parallel size (inside a node)."),
     pp: int = typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
@@ -143,7 +144,7 @@ def train(
     from gpufabric.workloads.search import _topology, search_layouts
     from gpufabric.workloads.training import Software, check_seq_len, predict_step
     from gpufabric.cli.serve import model_and_system
-    model, system = model_and_system(model, system, model_file)
+    model, system = model_and_system(model, system, model_file, ctx)
     refuse_together(ctx, [("search_", LAYOUT_OPTIONS, "--search tries the layouts itself")])
     refuse_alone(ctx, [(name, search_, f"applies only with --search ({what})")
                        for name, what in (("top", "the layouts it prints"),

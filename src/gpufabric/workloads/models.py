@@ -16,6 +16,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,6 +27,7 @@ from typing import Any
 from gpufabric.errors import InputError, unknown_name
 from gpufabric.fileio import (MAX_YAML_BYTES, load_data, names_a_path, parse_yaml, path_kind,
                               read_text)
+from gpufabric.workloads.hfconfig import conventional_shape, read_config
 
 ARCHS = ("dense", "moe", "encoder", "cnn")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
@@ -42,11 +44,12 @@ class ModelSpec:
     ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``). MoE blocks
     have ``experts`` routed experts of ``expert_ffn`` of which ``top_k`` run per token, plus
     ``shared_experts`` that always run; the first ``dense_layers`` blocks, and all but every
-    ``moe_every``-th, have a dense MLP of ``ffn``. ``parallel_block``: attention and MLP read
-    the same normalised input and their outputs are summed (GPT-J, PaLM, MegaScale), so a
-    block has one normalisation and, under tensor parallelism, one reduction per pass. CNNs
-    are given by ``params``, ``flops_per_sample`` (forward) and
-    ``activation_bytes_per_sample``.
+    ``moe_every``-th, have a dense MLP of ``ffn``. ``sliding_layers`` of the blocks attend to
+    the last ``sliding_window`` tokens only (Mistral, Gemma 2/3, gpt-oss; Llama 4's chunks).
+    ``parallel_block``: attention and MLP read the same normalised input and their outputs
+    are summed (GPT-J, PaLM, MegaScale), so a block has one normalisation and, under tensor
+    parallelism, one reduction per pass. CNNs are given by ``params``, ``flops_per_sample``
+    (forward) and ``activation_bytes_per_sample``.
     """
 
     name: str
@@ -78,11 +81,15 @@ class ModelSpec:
     expert_ffn: int = 0
     dense_layers: int = 0
     moe_every: int = 1
+    sliding_window: int = 0       # sliding-window (or chunked) attention span in tokens
+    sliding_layers: int = 0       # blocks that use it (the rest attend to the whole context)
     params_total: float = 0.0     # CNN: given parameters
     flops_per_sample: float = 0.0  # CNN: forward FLOPs per sample
     activation_bytes_per_sample: float = 0.0  # CNN: activations kept for backward (16-bit)
     aliases: tuple[str, ...] = ()
     published: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    #: fields the description left out that a convention filled (one note each)
+    assumed: tuple[str, ...] = field(default=(), hash=False, compare=False)
 
     # -- shape helpers ---------------------------------------------------------------------
     @property
@@ -183,7 +190,7 @@ _INT = {n for n, f in _FIELDS.items() if f.type == "int"}
 #: upper bounds that keep a typo from exhausting memory (no real model is near them)
 _LIMITS = {"layers": 10_000, "experts": 100_000, "top_k": 100_000}
 _NUM = {"params", "flops_per_sample", "activation_bytes_per_sample"}
-_KEYS = (set(_FIELDS) - {"params_total"}) | {"params"}
+_KEYS = (set(_FIELDS) - {"params_total", "assumed"}) | {"params", "config"}
 
 
 def _num(v: Any) -> Any:
@@ -196,7 +203,7 @@ def _num(v: Any) -> Any:
     return v
 
 
-def _check(raw: Any, where: str) -> ModelSpec:
+def _check(raw: Any, where: str, assumed: list[str] | None = None) -> ModelSpec:
     if not isinstance(raw, dict):
         raise InputError("expected a mapping of model fields (name, arch, layers, hidden, ...)",
                          file=where)
@@ -204,6 +211,11 @@ def _check(raw: Any, where: str) -> ModelSpec:
     if unknown:
         raise InputError(f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}",
                          file=where)
+    assumed = list(assumed or ())
+    if "config" in raw:          # a Hugging Face config's fields; the entry's own keys win
+        fields, notes = read_config(raw["config"], f"{where}.config")
+        assumed += notes
+        raw = {**fields, **{k: v for k, v in raw.items() if k != "config"}}
     for key in ("name", "arch", "source"):
         if not raw.get(key):
             raise InputError("missing; every model needs name, arch and source", file=where,
@@ -304,11 +316,12 @@ def _check(raw: Any, where: str) -> ModelSpec:
         elif not vals.get("ffn"):
             raise InputError("missing or zero; a dense transformer needs ffn", file=where,
                              field="ffn")
-    return ModelSpec(**vals)
-
-
-def _parse(text: str, where: str) -> list[ModelSpec]:
-    return _specs(parse_yaml(text, where), where)
+    if vals.get("sliding_window") and not vals.get("sliding_layers"):
+        vals["sliding_layers"] = vals.get("layers", 0)
+    if vals.get("sliding_layers", 0) > vals.get("layers", 0):
+        raise InputError(f"got {vals['sliding_layers']}; at most layers ({vals.get('layers')})",
+                         file=where, field="sliding_layers")
+    return ModelSpec(**vals, assumed=tuple(assumed))
 
 
 def _specs(data: Any, where: str) -> list[ModelSpec]:
@@ -337,7 +350,7 @@ def _builtin() -> dict[str, ModelSpec]:
 #: Leading words of a published model name that name its maker, not the model.
 _MAKERS = ("meta", "nvidia", "mistralai", "microsoft", "google", "tiiuae", "eleutherai")
 #: A word from which on a published name describes a fine-tune or a checkpoint, not the shape.
-_TUNES = ("instruct", "chat", "base", "hf", "it")
+_TUNES = ("instruct", "chat", "base", "hf", "it", "pt")
 #: Trailing words that name a checkpoint's precision or quantisation.
 _PRECISIONS = ("fp8", "fp4", "nvfp4", "mxfp4", "bf16", "fp16", "fp32", "int4", "int8", "awq",
                "gptq", "w4a16", "w8a8", "dynamic")
@@ -397,6 +410,7 @@ def find_model(text: str) -> ModelSpec | None:
 #: Keys of a measurements entry's ``model`` mapping that describe the shape (the rest, such as
 #: precision or params, describe the run or restate a count).
 SHAPE_KEYS = tuple(k for k in _FIELDS if k not in ("name", "source", "aliases", "published",
+                                                    "assumed",
                                                     "params_total", "flops_per_sample",
                                                     "activation_bytes_per_sample"))
 
@@ -410,7 +424,9 @@ def model_from_shape(d: dict[str, Any], where: str) -> ModelSpec:
     """A model built from the shape keys of a mapping (a measurements entry's ``model``):
     layers, hidden, heads, kv_heads, ffn, vocab, experts, top_k, expert_ffn, ... as in a model
     file; ``arch`` defaults to moe when experts are given, else dense. Checked as a model file
-    is (an InputError names the missing or bad key).
+    is (an InputError names the missing or bad key). A partial shape gets the conventions of
+    :func:`~gpufabric.workloads.hfconfig.conventional_shape` (``kv_heads`` = heads, ``ffn``
+    4 x hidden, the vocabulary of ``tokenizer``), each named in the model's ``assumed``.
 
     >>> m = model_from_shape({"name": "My 1B", "layers": 16, "hidden": 2048, "heads": 32,
     ...                       "kv_heads": 8, "ffn": 8192, "vocab": 128256,
@@ -424,7 +440,74 @@ def model_from_shape(d: dict[str, Any], where: str) -> ModelSpec:
     raw.setdefault("arch", "moe" if d.get("experts") else "dense")
     if raw["arch"] not in ARCHS:       # measurement files describe the block, not the class
         raw["arch"] = "moe" if d.get("experts") else "dense"
-    return _check(raw, where)
+    if d.get("tokenizer") is not None:
+        raw["tokenizer"] = d["tokenizer"]
+    return _check(raw, where, _conventions(raw, where))
+
+
+def _conventions(raw: dict[str, Any], where: str) -> list[str]:
+    """The conventions a partial transformer shape gets (notes naming each field filled)."""
+    if raw.get("arch") == "cnn" or "config" in raw:
+        return []
+    try:
+        return conventional_shape(raw)
+    except InputError as exc:
+        raise InputError(exc.message, file=where, field=exc.field) from None
+
+
+def _model_name(path: str, cfg: dict[str, Any]) -> str:
+    """A config's model name: its ``_name_or_path``, else the folder of a ``config.json``
+    (as a Hugging Face download names it), else the file's name."""
+    named = cfg.get("_name_or_path")
+    if isinstance(named, str) and named.strip("/ "):
+        return named.strip("/ ").rsplit("/", 1)[-1]
+    p = Path(path)
+    if p.name == "config.json" and p.parent.name not in ("", "."):
+        return p.parent.name
+    return p.stem
+
+
+def model_from_config(cfg: Any, path: str, name: str | None = None) -> ModelSpec:
+    """The model of a Hugging Face transformers config (a parsed ``config.json``) through
+    :func:`~gpufabric.workloads.hfconfig.read_config`; InputError naming ``path`` and the
+    field for an unknown architecture or a missing field."""
+    if not isinstance(cfg, dict):
+        raise InputError("expected a Hugging Face config (a JSON object with model_type, "
+                         "hidden_size, num_hidden_layers, ...)", file=path)
+    fields, notes = read_config(cfg, path)
+    return _check({**fields, "name": name or _model_name(path, cfg),
+                   "source": f"Hugging Face config {path}"}, path, notes)
+
+
+def is_hf_config(data: Any) -> bool:
+    """Whether parsed data is a transformers config rather than a model file of our fields."""
+    return isinstance(data, dict) and "arch" not in data and (
+        "model_type" in data or "architectures" in data)
+
+
+def with_model_file(model: dict[str, Any], path: str, where: str) -> dict[str, Any]:
+    """A measurements entry's ``model`` mapping with its ``model_file`` (a Hugging Face
+    config.json or a model YAML) resolved against the folder of the file ``path`` that names
+    it, and read once, so that a bad one is the error (naming ``path`` and the entry)."""
+    f = model.get("model_file")
+    if f is None:
+        return model
+    if not isinstance(f, str) or not f.strip():
+        raise InputError(f"got {f!r}; expected a path to a config.json or model YAML",
+                         file=path, field=f"{where}.model.model_file")
+    resolved = model_file_path(f, path, f"{where}.model.model_file")
+    load_model_file(resolved)
+    return {**model, "model_file": resolved}
+
+
+def model_file_path(f: str, path: str, field: str) -> str:
+    """``f`` resolved against the folder of the file ``path`` that names it; InputError naming
+    ``path`` and ``field`` where no such file is there."""
+    resolved = str(Path(path).parent / Path(f).expanduser())
+    if path_kind(resolved) != "file":
+        raise InputError(f"no such file {resolved} (a path to a Hugging Face config.json or a "
+                         "model YAML, relative to this file)", file=path, field=field)
+    return resolved
 
 
 def list_models() -> list[ModelSpec]:
@@ -436,13 +519,28 @@ def list_models() -> list[ModelSpec]:
 
 
 def load_model_file(path: str) -> ModelSpec:
-    """The one model of a YAML model file (``train/serve --model-file``): its shape, as the
-    built-in files give it; InputError for a missing, malformed or many-model file."""
-    models = _parse(read_text(Path(path), what="a model file (YAML)", max_bytes=MAX_YAML_BYTES),
-                    path)
-    if len(models) != 1:
-        raise InputError(f"holds {len(models)} models; give a file with one", file=path)
-    return models[0]
+    """The one model of a model file (``train/serve --model-file``): a YAML file of the
+    built-in files' fields, or a Hugging Face ``config.json`` (any file whose mapping has a
+    ``model_type``); a partial shape gets its framework's conventions, named in ``assumed``.
+    InputError for a missing, malformed or many-model file."""
+    text = read_text(Path(path), what="a model file (YAML or a Hugging Face config.json)",
+                     max_bytes=MAX_YAML_BYTES)
+    if str(path).endswith(".json") or text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"not valid JSON: {exc}", file=path) from None
+    else:
+        data = parse_yaml(text, path)
+    if is_hf_config(data):
+        return model_from_config(data, path)
+    if isinstance(data, list) and len(data) != 1:
+        raise InputError(f"holds {len(data)} models; give a file with one", file=path)
+    raw = data[0] if isinstance(data, list) else data
+    if not isinstance(raw, dict):
+        return _check(raw, path)
+    raw = dict(raw)
+    return _check(raw, path, _conventions(raw, path))
 
 
 def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
@@ -461,7 +559,8 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = str(name_or_path)
-    if names_a_path(text) and (text.endswith((".yaml", ".yml")) or path_kind(text) == "file"):
+    if names_a_path(text) and (text.endswith((".yaml", ".yml", ".json"))
+                               or path_kind(text) == "file"):
         return load_model_file(text)
     hit = find_model(text)
     if hit is None:
@@ -470,4 +569,5 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
 
 
 __all__ = ["ModelSpec", "load_model", "load_model_file", "list_models", "ARCHS", "find_model",
-           "model_key", "model_from_shape", "gives_shape", "SHAPE_KEYS"]
+           "model_key", "model_from_shape", "gives_shape", "SHAPE_KEYS", "model_from_config",
+           "is_hf_config", "with_model_file", "model_file_path"]

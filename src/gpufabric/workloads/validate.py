@@ -30,7 +30,8 @@ from gpufabric.sweep import each
 from gpufabric.workloads.frameworks import (SETTINGS, check_setting, load_profile, resolve,
                                             step_options)
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
-from gpufabric.workloads.models import find_model, gives_shape, model_from_shape
+from gpufabric.workloads.models import (find_model, gives_shape, load_model_file,
+                                        model_from_shape, with_model_file)
 from gpufabric.workloads.parallel import Parallel
 from gpufabric.workloads.training import StepResult, predict_step
 
@@ -99,6 +100,7 @@ def load(path: str) -> list[dict[str, Any]]:
                                  field=f"[{i}].{key}")
         if not isinstance(e["system"], dict) or not isinstance(e["model"], dict):
             raise InputError("expected a mapping", file=path, field=f"[{i}]({e['id']}).system")
+        e = data[i] = {**e, "model": with_model_file(e["model"], path, f"[{i}]({e['id']})")}
         why = validation.looked_at(e, file_mark, path, f"[{i}]({e['id']})")
         if why:
             data[i] = {**e, "looked_at": why}
@@ -106,7 +108,10 @@ def load(path: str) -> list[dict[str, Any]]:
 
 
 def resolve_model(m: dict[str, Any]) -> ModelSpec | None:
-    """The built-in model an entry names: by shape where it gives one, else by name."""
+    """The built-in model an entry names: by shape where it gives one, else by name; an
+    entry's ``model_file`` (a Hugging Face config.json or a model YAML) first."""
+    if m.get("model_file"):
+        return load_model_file(str(m["model_file"]))
     if m.get("layers") and m.get("hidden"):
         for cand in list_models():
             if (cand.layers, cand.hidden) == (m["layers"], m["hidden"]) and \

@@ -36,7 +36,8 @@ from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference import clients
 from gpufabric.workloads.inference.itertime import engine_key
 from gpufabric.workloads.inference.serve import ServeConfig, serve
-from gpufabric.workloads.models import ModelSpec, gives_shape, load_model, model_from_shape
+from gpufabric.workloads.models import (ModelSpec, gives_shape, load_model, load_model_file,
+                                        model_from_shape, with_model_file)
 from gpufabric.workloads.models import find_model
 
 #: Most requests simulated for one point (offline runs reach their steady state long before).
@@ -97,8 +98,13 @@ def entry_model(mod: dict, name: Any, eid: str) -> ModelSpec:
     """The model of an entry: a built-in by name (any usual spelling), else the shape the
     entry gives (layers, hidden, heads, kv_heads, ffn, vocab, experts, ...).
 
+    A ``model_file`` (a Hugging Face config.json or a model YAML, resolved against the
+    measurements file when it is read) gives the model first.
+
     Raises :class:`Skip` when neither names a model the tool can build.
     """
+    if mod.get("model_file"):
+        return load_model_file(str(mod["model_file"]))
     try:
         return load_model(model_name(str(name or "")))
     except InputError:
@@ -212,6 +218,7 @@ def load_entries(path: str) -> list[dict]:
             raise InputError("expected a list of mappings", file=path,
                              field=f"[{i}]({e['id']}).points")
         _check_phases(e, path, i)
+        data[i] = e = {**e, "model": with_model_file(e["model"], path, f"[{i}]({e['id']})")}
         why = validation.looked_at(e, file_mark, path, f"[{i}]({e['id']})")
         if why:
             data[i] = {**e, "looked_at": why}
@@ -380,7 +387,8 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     x = _int(par.get("prefill_instances"), "prefill_instances")
     y = _int(par.get("decode_instances"), "decode_instances")
     try:
-        model = model_name(mod.get("name", ""))
+        model = (str(mod["model_file"]) if mod.get("model_file") else
+                 model_name(mod.get("name", "")))
     except InputError:
         raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
     tp = _int(par.get("tp"), "tp")
@@ -435,7 +443,8 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     if not gpu:
         raise Skip("GPU not stated")
     try:
-        model = model_name(pt.get("model") or mod.get("name", ""))
+        model = (str(mod["model_file"]) if mod.get("model_file") else
+                 model_name(pt.get("model") or mod.get("name", "")))
     except InputError:
         raise Skip(f"model '{mod.get('name')}' not in the model catalog") from None
     ep = _int(par.get("ep"), "ep")

@@ -77,7 +77,7 @@ def test_validate_reports_the_error_over_unfitted_entries():
 
 
 def test_cli_params_lists_every_record(cli):
-    code, out, _ = cli("params")
+    code, out, _ = cli("params", "--wide")
     assert code == 0 and out.startswith("# gpufabric params: ")
     assert "SHM_HOP_LAT_US" in out and "fitted on rtx4090-8gpu-small-latency" in out
     # a constant fitted on one entry is that entry's answer, and said so with the reason

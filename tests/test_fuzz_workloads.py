@@ -221,7 +221,7 @@ def test_a_model_file_is_read_like_every_other_file(tmp_path):
     with pytest.raises(InputError) as err:
         load_model(str(binary))
     assert str(err.value) == (f"{binary}: binary data (a NUL byte at offset 0); expected a "
-                              "model file (YAML)")
+                              "model file (YAML or a Hugging Face config.json)")
     with pytest.raises(InputError) as err:
         load_model(str(bomb))
     assert str(err.value) == (f"{bomb}: a YAML alias refers to a value that contains it; "

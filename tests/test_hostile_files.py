@@ -228,7 +228,7 @@ MODEL = """\
     (".inf", "6.74e9", ": [0].layers: got .inf; allowed: a finite number"),
     ("-.inf", "6.74e9", ": [0].layers: got -.inf; allowed: a finite number"),
     ("32", ".nan", ": [0].published.params: got .nan; allowed: a finite number"),
-    ("32", "-6.74e9", "[0]: published.params: got '-6.74e9'; expected a number > 0"),
+    ("32", "-6.74e9", ": published.params: got '-6.74e9'; expected a number > 0"),
     ("32", "1" + "0" * 400,
      ": [0].published.params: got an integer of 401 digits; allowed: numbers of magnitude at "
      "most 1e+30"),

@@ -156,7 +156,7 @@ def test_params_check_exit_status(cli, monkeypatch):
     p = params.REGISTRY["KV_SETUP_S"]
     monkeypatch.setitem(params.REGISTRY, "KV_SETUP_S", params.Param(
         p.name, p.value, p.unit, p.applies_to, p.source, p.fitted_on, layer=p.layer))
-    code, out, _ = cli("params", "--layer", "all", "--check")
+    code, out, _ = cli("params", "--layer", "all", "--check", "--wide")
     assert code == 1 and "(a single entry, not marked: needs a second entry" in out
 
 

@@ -891,7 +891,7 @@ class Advice:
 
 
 def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
-           ray: bool = False, jobs: int = 1, batch: int = 4, max_evaluations: int = 60,
+           ray: bool = False, jobs: int = 1, batch: int = 4, max_evaluations: int = 150,
            progress: Callable[[int, int], None] | None = None) -> Advice:
     """Rank the scenario's designs: generate, price, bound, evaluate best-bound first.
 

@@ -26,7 +26,7 @@ Examples
 ...                     "nics_per_node=8,fabric.topology=rail-optimized", p, kwh_usd=0.1,
 ...                     amortize_years=4)
 >>> sorted(c["capex_breakdown"])
-['network', 'servers']
+['links', 'servers', 'switches']
 >>> c["capex_breakdown"]["servers"]
 398000.0
 """

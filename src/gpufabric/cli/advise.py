@@ -44,7 +44,7 @@ def advise(scenario: str | None = typer.Argument(
            kwh_price: float = typer.Option(0.10, "--kwh-price", callback=above(0),
                                            help="Electricity, $ per kWh (a setting, not a "
                                                 "catalog fact)."),
-           max_evaluations: int = typer.Option(60, "--max-evaluations", callback=whole(1),
+           max_evaluations: int = typer.Option(150, "--max-evaluations", callback=whole(1),
                                                help="Most designs to run the models on."),
            jobs: int | None = typer.Option(None, "--jobs", callback=whole(1, 1024),
                                            help="Worker processes that run the models "

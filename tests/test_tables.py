@@ -23,8 +23,17 @@ LISTINGS = [
 
 @pytest.fixture
 def at_120(cli, monkeypatch):
+    import sys
+
+    from rich.console import Console
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    # a command's console was made when its module was first imported, maybe by another test
+    # of this process at another width: give each 120 columns
+    for name, mod in list(sys.modules.items()):
+        con = getattr(mod, "console", None) if name.startswith("gpufabric.cli") else None
+        if isinstance(con, Console):
+            monkeypatch.setattr(con, "_width", 120)
     return cli
 
 

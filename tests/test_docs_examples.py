@@ -6,7 +6,9 @@ repository root, and its output compared with the lines after each command. A li
 stands for any lines (and ``...`` inside a line for any text), as doctest's ELLIPSIS. Blocks
 that only list commands (no output), and commands that write files (``-o``, ``--output``),
 read the machine they run on (``discover``, ``bench``, ``measure``) or the network (``data``)
-are not run: their output is not the same everywhere.
+are not run: their output is not the same everywhere. Neither is an ``advise --interactivity``
+sweep of several targets (the whole ranking once per target, about a minute on 2 cores):
+tests/test_advise_interactivity.py runs the sweep on a narrowed space.
 """
 
 from __future__ import annotations
@@ -58,7 +60,25 @@ def examples(text: str) -> list[list[tuple[str, str]]]:
 
 def _not_run(argv: list[str]) -> bool:
     return (len(argv) < 2 or argv[1] in NOT_RUN
-            or any(a in ("-o", "--output") or a.startswith("--output=") for a in argv))
+            or any(a in ("-o", "--output") or a.startswith("--output=") for a in argv)
+            or _sweep(argv))
+
+
+def _sweep(argv: list[str]) -> bool:
+    """An ``advise --interactivity X,Y,...`` command (several targets).
+
+    >>> _sweep(["gpufabric", "advise", "small-chat", "--interactivity", "20,120"])
+    True
+    >>> _sweep(["gpufabric", "advise", "small-chat", "--interactivity", "20"])
+    False
+    """
+    args = argv[2:] if len(argv) > 1 and argv[1] == "advise" else []
+    for i, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("--interactivity=") else (
+            args[i + 1] if a == "--interactivity" and i + 1 < len(args) else "")
+        if "," in value:
+            return True
+    return False
 
 
 def _cases() -> list:

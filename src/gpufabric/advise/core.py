@@ -595,9 +595,7 @@ def hourly(c: Candidate) -> float | None:
         return None
     if c.deployment == "cloud":
         return float(per_h)
-    if "opex_usd_per_hour" in c.cost:
-        return float(per_h) + float(c.cost["opex_usd_per_hour"] or 0.0)
-    return float(per_h) + (c.power_kW or 0.0) * c.cost.get("kwh_usd", 0.0)
+    return float(per_h) + float(c.cost.get("opex_usd_per_hour") or 0.0)
 
 
 def run_cost(c: Candidate, sc: Scenario) -> float | None:

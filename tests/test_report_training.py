@@ -2,8 +2,8 @@
 
 import json
 
-from gpufabric.report.training import (above_100, footnote, scaling, section_html, sizes,
-                                       table_rows)
+from gpufabric.report.training import (above_100, breakdown_figure, efficiency_figure,
+                                       footnote, scaling, section_html, sizes, table_rows)
 from gpufabric.topology.build import load
 
 
@@ -62,3 +62,32 @@ def test_compare_tables_fit_the_terminal_width():
     lines = out.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert any("pcie-switch-dual" in line for line in lines)     # names wrap, not vanish
+
+
+def _row(system, model, gpus, fits, base, eff, parts):
+    return {"system": system, "model": model, "gpus": gpus, "fits": fits, "base_gpus": base,
+            "scaling_efficiency": eff, "breakdown_s": parts, "step_time_s": sum(parts.values()),
+            "tokens_per_s_per_gpu": 1.0, "bottleneck": "", "memory_GiB_per_gpu": 90.0}
+
+
+def test_charts_draw_only_what_fits_keep_colours_and_name_their_base():
+    """A system that cannot fit a model is not drawn as bars (the table says "does not fit"),
+    a system keeps its colour when another has no line on a chart, and each line names the
+    size it divides by."""
+    cfg = {"micro_batch": 1, "seq_len": 2048, "precision": "bf16", "zero": 1}
+    d = {"systems": ["a", "b", "c"], "models": {"m1": cfg, "m2": cfg},
+         "rows": [_row("a", "m1", 8, True, 8, 1.0, {"compute": 1.0}),
+                  _row("a", "m1", 16, False, 8, None, {"compute": 1.0, "optimizer": 0.1}),
+                  _row("b", "m1", 1, False, None, None, {"compute": 2.0}),
+                  _row("c", "m1", 2, True, 2, 1.0, {"compute": 1.0, "dp_comm": 0.5}),
+                  _row("a", "m2", 8, True, 8, 1.0, {"optimizer": 1.0}),
+                  _row("b", "m2", 1, True, 1, 1.0, {"compute": 1.0}),
+                  _row("c", "m2", 2, True, 2, 1.0, {"compute": 1.0})]}
+    bars = breakdown_figure(d, "m1")
+    assert list(bars.data[0].y) == ["a (8 GPUs)", "c (2 GPUs)"]
+    colour = {t.name: t.marker.color for m in ("m1", "m2") for t in breakdown_figure(d, m).data}
+    assert len(set(colour.values())) == len(colour) == 3      # one colour per part, everywhere
+    lines = {m: {t.name: t.line.color for t in efficiency_figure(d, m).data} for m in ("m1", "m2")}
+    assert "b (/ 1 GPUs)" not in lines["m1"] and "b (/ 1 GPUs)" in lines["m2"]
+    assert lines["m1"]["c (/ 2 GPUs)"] == lines["m2"]["c (/ 2 GPUs)"]
+    assert "Not drawn: b" in section_html(d)

@@ -102,9 +102,10 @@ class Axis:
 def lines(series: dict[str, Sequence[tuple[float, float]]], x: Axis, y: Axis, *,
           title: str = "", hover: str | None = None, height: int = 420) -> Any:
     """A line chart, one trace per series (points are (x, y); non-positive values are left out
-    of a log axis, never clipped to its edge). ``hover`` is a plotly hover template for the
-    points (default: the series, x and y). A log axis without named ticks gets
-    :func:`log_ticks` over the values drawn."""
+    of a log axis, never clipped to its edge); a series with no point drawn keeps its place in
+    the palette, so charts given the same series colour them alike. ``hover`` is a plotly
+    hover template for the points (default: the series, x and y).
+    A log axis without named ticks gets :func:`log_ticks` over the values drawn."""
     import plotly.graph_objects as go
     fig = go.Figure()
     for i, (name, pts) in enumerate(series.items()):
@@ -139,10 +140,14 @@ def layout_of(title: str, fig: Any, x: Axis, y: Axis, height: int = 420) -> dict
 
 def stacked_bars(rows: Sequence[str], parts: dict[str, Sequence[float]], x_title: str, *,
                  title: str = "", x_fmt: str | None = None, hover_unit: str = "") -> Any:
-    """Horizontal stacked bars: one bar per row, one colour per part (values per row)."""
+    """Horizontal stacked bars: one bar per row, one colour per part (values per row). A part
+    that is zero on every row is left out of the chart but keeps its place in the palette, so
+    charts given the same parts colour them alike."""
     import plotly.graph_objects as go
     fig = go.Figure()
     for i, (name, vals) in enumerate(parts.items()):
+        if not any(vals):
+            continue
         color = style(i)[0]
         fig.add_trace(go.Bar(
             y=list(rows), x=list(vals), name=name, orientation="h",

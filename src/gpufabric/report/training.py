@@ -202,32 +202,57 @@ def _e(x: Any) -> str:
 
 
 def efficiency_figure(data: dict[str, Any], model: str) -> Any:
-    """Scaling efficiency against GPUs (log2), one line per system."""
-    series = {name: [(r["gpus"], r["scaling_efficiency"]) for r in data["rows"]
-                     if r["system"] == name and r["model"] == model
-                     and r.get("scaling_efficiency") is not None]
+    """Scaling efficiency against GPUs (log2), one line per system, each divided by its own
+    smallest size that fits (named in its legend entry). Every system keeps its colour in every
+    chart: a system with no point here keeps its place in the palette."""
+    base = {r["system"]: r.get("base_gpus") for r in data["rows"]
+            if r["model"] == model and r.get("base_gpus")}
+    series = {(f"{name} (/ {base[name]} GPUs)" if name in base else name):
+              [(r["gpus"], r["scaling_efficiency"]) for r in data["rows"]
+               if r["system"] == name and r["model"] == model
+               and r.get("scaling_efficiency") is not None]
               for name in data["systems"]}
     gpus = sorted({r["gpus"] for r in data["rows"] if r["model"] == model})
-    return charts.lines({k: v for k, v in series.items() if v},
+    return charts.lines(series,
                         charts.Axis("GPUs (data parallel)", log=True,
                                     ticks=tuple((g, str(g)) for g in gpus)),
-                        charts.Axis("scaling efficiency", fmt=".1~%"),
-                        title=f"{model}: throughput per GPU against the smallest size that fits",
+                        charts.Axis("scaling efficiency (tokens/s per GPU / the same at the "
+                                    "base size)", fmt=".1~%"),
+                        title=f"{model}: throughput per GPU against each system's smallest "
+                              "size that fits (the base, in the legend)",
                         hover="<b>%{fullData.name}</b><br>%{x} GPUs: %{y:.1%}<extra></extra>")
 
 
-def breakdown_figure(data: dict[str, Any], model: str) -> Any:
-    """Stacked bars: where the step goes (seconds) at each system's largest size."""
-    big = _largest(data)
-    rows = [r for r in data["rows"] if r["model"] == model and r.get("breakdown_s")
-            and r["gpus"] == big[(r["system"], r["model"])]]
+def _parts(data: dict[str, Any]) -> list[str]:
+    """Every breakdown part of the report in one order, so a part keeps its colour in every
+    chart."""
     parts: list[str] = []
-    for r in rows:
-        parts += [k for k, v in r["breakdown_s"].items() if v > 0 and k not in parts]
+    for r in data["rows"]:
+        parts += [k for k in r.get("breakdown_s", {}) if k not in parts]
+    return parts
+
+
+def fitting_largest(data: dict[str, Any], model: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """(the row of each system's largest size that fits ``model``, the systems on which no size
+    fits): the breakdown chart draws only what the table says runs."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in data["rows"]:
+        if r["model"] == model and r.get("fits") and r.get("breakdown_s") and (
+                r["system"] not in best or r["gpus"] > best[r["system"]]["gpus"]):
+            best[r["system"]] = r
+    return ([best[s] for s in data["systems"] if s in best],
+            [s for s in data["systems"] if s not in best])
+
+
+def breakdown_figure(data: dict[str, Any], model: str) -> Any:
+    """Stacked bars: where the step goes (seconds) at each system's largest size that fits
+    (systems on which the model fits at no size are not drawn: :func:`fitting_largest`)."""
+    rows, _ = fitting_largest(data, model)
     labels = [f"{r['system']} ({r['gpus']} GPUs)" for r in rows]
     return charts.stacked_bars(labels, {k: [r["breakdown_s"].get(k, 0.0) for r in rows]
-                                        for k in parts}, "step time (s)",
-                               title=f"{model}: step-time breakdown at the largest size",
+                                        for k in _parts(data)}, "step time (s)",
+                               title=f"{model}: step-time breakdown at the largest size that "
+                                     "fits",
                                hover_unit=" s")
 
 
@@ -236,14 +261,20 @@ def section_html(data: dict[str, Any]) -> str:
     out = ["<section><h2>Training: data-parallel scaling on each system</h2>",
            "<p class='d'>Throughput per GPU against the same system's smallest size that fits "
            "(weak scaling, one micro-batch per GPU per step), predicted by the training-step "
-           "model; a system with scale-out NICs is grown by servers of the same design. Bars: "
-           "where the step goes at the largest size.</p>"]
+           "model; a system with scale-out NICs is grown by servers of the same design. Each "
+           "line divides by its own system's base size, named in the legend. Bars: where the "
+           "step goes at the largest size that fits. A system keeps its colour in every chart."
+           "</p>"]
     note = footnote(data)
     for model, cfg in data["models"].items():
         out.append(f"<h3>{_e(model)} (micro-batch {cfg['micro_batch']}, seq {cfg['seq_len']}, "
                    f"{_e(cfg['precision'])}, ZeRO {cfg['zero']})</h3>")
         out.append(charts.figure_div(efficiency_figure(data, model)))
         out.append(charts.figure_div(breakdown_figure(data, model)))
+        _, none = fitting_largest(data, model)
+        if none:
+            out.append(f"<p class='d'>Not drawn: {_e(', '.join(none))} (the model fits at no "
+                       "size tried; the table says why).</p>")
     if note:
         out.append(f"<p class='d'>{_e(note)}</p>")
     out.append("</section>")
@@ -251,4 +282,4 @@ def section_html(data: dict[str, Any]) -> str:
 
 
 __all__ = ["MODELS", "MAX_GPUS", "sizes", "scaling", "above_100", "table_rows", "footnote",
-           "table", "section_html", "efficiency_figure", "breakdown_figure"]
+           "table", "section_html", "efficiency_figure", "breakdown_figure", "fitting_largest"]

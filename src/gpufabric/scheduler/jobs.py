@@ -23,6 +23,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -304,13 +305,7 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
     if not rows:
         raise InputError("no pods under the header; a trace needs at least one row",
                          file=str(path))
-    col = {h: i for i, h in enumerate(header)}
-    g = col.get
-
-    def cell(r: list[str], name: str) -> str:
-        """The stripped value of an optional column ("" when the file has no such column)."""
-        i = col.get(name)
-        return r[i].strip() if i is not None and i < len(r) else ""
+    rd = _Rows(header, path)
     n = len(rows)
     cpu = np.zeros(n, np.int64)
     mem = np.zeros(n, np.int64)
@@ -333,58 +328,76 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
         if len(r) < len(header):
             raise InputError(f"row has {len(r)} fields, the header {len(header)}",
                              file=p, field=f"line {line}")
-        names.append(cell(r, "name"))
-        cpu[k] = _num(r, g("cpu_milli"), "cpu_milli", line, path)
-        mem[k] = _num(r, g("memory_mib"), "memory_mib", line, path)
-        ngpu[k] = _num(r, g("num_gpu"), "num_gpu", line, path)
-        gm = _num(r, g("gpu_milli"), "gpu_milli", line, path)
+        names.append(rd.cell(r, "name"))
+        cpu[k] = rd.num(r, "cpu_milli", line)
+        mem[k] = rd.num(r, "memory_mib", line)
+        ngpu[k] = rd.num(r, "num_gpu", line)
+        gm = rd.num(r, "gpu_milli", line)
         gmilli[k] = gm if ngpu[k] else 0
         _check_request(int(ngpu[k]), int(gm), p, f"line {line}")
-        st = cell(r, "gpu_spec")
-        t = tuple(sorted(s.strip() for s in st.split("|") if s.strip()))
-        if t not in spec_index:
-            spec_index[t] = len(specs)
+        t = tuple(sorted(s.strip() for s in rd.cell(r, "gpu_spec").split("|") if s.strip()))
+        spec[k] = spec_index.setdefault(t, len(specs))
+        if spec[k] == len(specs):
             specs.append(t)
-        spec[k] = spec_index[t]
-        q = cell(r, "qos")
-        qos.append(q)
-        if cell(r, "priority"):
-            prio[k] = _num(r, g("priority"), "priority", line, path, minimum=-10**9)
-        else:
-            prio[k] = QOS_PRIORITY.get(q, 0)
-        kd = cell(r, "kind")
-        if kd:
-            if kd not in KINDS:
-                raise unknown_name("job kind", kd, KINDS, file=p, field=f"line {line}.kind")
-            kind[k] = KINDS.index(kd)
-        else:
-            kind[k] = KINDS.index("training" if ngpu[k] else "service")
-        gang[k] = _num(r, g("gang"), "gang", line, path, default=1, minimum=1)
-        c = _num(r, g("creation_time"), "creation_time", line, path, cast=float,
-                 allowed=TIME_ALLOWED)
-        d = _num(r, g("deletion_time"), "deletion_time", line, path, default=c, cast=float,
-                 allowed=TIME_ALLOWED)
-        if d < c:
-            raise InputError(f"{d:g} is before creation_time {c:g}; a pod is deleted after "
-                             "it is created", file=p, field=f"line {line}.deletion_time")
-        s = _num(r, g("scheduled_time"), "scheduled_time", line, path, default=c, cast=float,
-                 allowed=TIME_ALLOWED)
-        if s < c:
-            raise InputError(f"{s:g} is before creation_time {c:g}; a pod is scheduled after "
-                             "it is created", file=p, field=f"line {line}.scheduled_time")
-        if d < s:
-            raise InputError(f"{d:g} is before scheduled_time {s:g}; a pod is deleted after "
-                             "it is scheduled", file=p, field=f"line {line}.deletion_time")
-        create[k] = c
-        if cell(r, "duration_s"):
-            dur[k] = _num(r, g("duration_s"), "duration_s", line, path, cast=float)
-        else:
-            dur[k] = max(0.0, d - max(s, c))
-        ckpt[k] = _num(r, g("checkpoint_s"), "checkpoint_s", line, path, cast=float)
+        qos.append(rd.cell(r, "qos"))
+        kind[k], prio[k] = _kind_and_priority(rd, r, line, bool(ngpu[k]))
+        gang[k] = rd.num(r, "gang", line, default=1, minimum=1)
+        create[k], dur[k] = _times(rd, r, line)
+        ckpt[k] = rd.num(r, "checkpoint_s", line, cast=float)
     js = JobSet(names, cpu, mem, ngpu, gmilli, spec, specs, kind, prio, qos, gang, create, dur,
                 ckpt, p)
-    js.meta["has_times"] = g("creation_time") is not None
+    js.meta["has_times"] = "creation_time" in rd.col
     return js
+
+
+class _Rows:
+    """One trace file's columns: a row's optional cells and checked numbers by column name."""
+
+    def __init__(self, header: list[str], path: Path) -> None:
+        self.col = {h: i for i, h in enumerate(header)}
+        self.path = path
+
+    def cell(self, r: list[str], name: str) -> str:
+        """The stripped value of an optional column ("" when the file has no such column)."""
+        i = self.col.get(name)
+        return r[i].strip() if i is not None and i < len(r) else ""
+
+    def num(self, r: list[str], name: str, line: int, **kw: Any) -> Any:
+        """The column's value checked as :func:`_num` does."""
+        return _num(r, self.col.get(name), name, line, self.path, **kw)
+
+
+def _kind_and_priority(rd: _Rows, r: list[str], line: int, gpus: bool) -> tuple[int, int]:
+    """A row's kind (its ``kind`` column, else training when it asks GPUs, service otherwise)
+    and priority (its ``priority`` column, else by its ``qos``: :data:`QOS_PRIORITY`)."""
+    kd = rd.cell(r, "kind")
+    if kd and kd not in KINDS:
+        raise unknown_name("job kind", kd, KINDS, file=str(rd.path), field=f"line {line}.kind")
+    kind = KINDS.index(kd or ("training" if gpus else "service"))
+    if rd.cell(r, "priority"):
+        return kind, rd.num(r, "priority", line, minimum=-10**9)
+    return kind, QOS_PRIORITY.get(rd.cell(r, "qos"), 0)
+
+
+def _times(rd: _Rows, r: list[str], line: int) -> tuple[float, float]:
+    """A row's creation time and duration (its ``duration_s`` column, else from deletion less
+    scheduling), refusing times that go backwards."""
+    p = str(rd.path)
+    c = rd.num(r, "creation_time", line, cast=float, allowed=TIME_ALLOWED)
+    d = rd.num(r, "deletion_time", line, default=c, cast=float, allowed=TIME_ALLOWED)
+    if d < c:
+        raise InputError(f"{d:g} is before creation_time {c:g}; a pod is deleted after "
+                         "it is created", file=p, field=f"line {line}.deletion_time")
+    s = rd.num(r, "scheduled_time", line, default=c, cast=float, allowed=TIME_ALLOWED)
+    if s < c:
+        raise InputError(f"{s:g} is before creation_time {c:g}; a pod is scheduled after "
+                         "it is created", file=p, field=f"line {line}.scheduled_time")
+    if d < s:
+        raise InputError(f"{d:g} is before scheduled_time {s:g}; a pod is deleted after "
+                         "it is scheduled", file=p, field=f"line {line}.deletion_time")
+    if rd.cell(r, "duration_s"):
+        return c, rd.num(r, "duration_s", line, cast=float)
+    return c, max(0.0, d - max(s, c))
 
 
 def synthetic_jobs(seed: int = 0) -> JobSet:

@@ -227,6 +227,20 @@ def _check(raw: Any, where: str, assumed: list[str] | None = None) -> ModelSpec:
     if vals["arch"] not in ARCHS:
         raise InputError(f"got {vals['arch']!r}; allowed: {', '.join(ARCHS)}", file=where,
                          field="arch")
+    _check_numbers(vals, where)
+    _check_choices(vals, where)
+    vals["published"] = _published(vals.get("published") or {}, where)
+    _check_shape(vals, where)
+    if vals.get("sliding_window") and not vals.get("sliding_layers"):
+        vals["sliding_layers"] = vals.get("layers", 0)
+    if vals.get("sliding_layers", 0) > vals.get("layers", 0):
+        raise InputError(f"got {vals['sliding_layers']}; at most layers ({vals.get('layers')})",
+                         file=where, field="sliding_layers")
+    return ModelSpec(**vals, assumed=tuple(assumed))
+
+
+def _check_numbers(vals: dict[str, Any], where: str) -> None:
+    """Whole-number fields (at most their limits), sizes and flags, checked and cast in place."""
     for key in _INT:
         if key in vals:
             v = vals[key]
@@ -248,6 +262,10 @@ def _check(raw: Any, where: str, assumed: list[str] | None = None) -> ModelSpec:
         if key in vals and not isinstance(vals[key], bool):
             raise InputError(f"got {vals[key]!r}; expected true or false", file=where,
                              field=key)
+
+
+def _check_choices(vals: dict[str, Any], where: str) -> None:
+    """Activation, norm, attention and aliases, checked against what is allowed."""
     if "activation" in vals and vals["activation"] not in ACTIVATIONS:
         raise InputError(f"got {vals['activation']!r}; allowed: {', '.join(ACTIVATIONS)}",
                          file=where, field="activation")
@@ -263,11 +281,14 @@ def _check(raw: Any, where: str, assumed: list[str] | None = None) -> ModelSpec:
         raise InputError(f"got {aliases!r}; expected a list of names", file=where,
                          field="aliases")
     vals["aliases"] = tuple(str(a).lower() for a in aliases)
-    published = vals.get("published") or {}
+
+
+def _published(published: Any, where: str) -> dict[str, float]:
+    """The ``published`` mapping of sizes (params, FLOPs per sample): each a number > 0."""
     if not isinstance(published, dict):
         raise InputError(f"got {published!r}; expected a mapping of published numbers "
                          "(params: 6.74e9)", file=where, field="published")
-    vals["published"] = {}
+    out: dict[str, float] = {}
     for k, v in published.items():
         n = _num(v)
         if isinstance(n, bool) or not isinstance(n, (int, float)):
@@ -275,7 +296,13 @@ def _check(raw: Any, where: str, assumed: list[str] | None = None) -> ModelSpec:
         if n <= 0:     # published counts (params, FLOPs per sample) are sizes
             raise InputError(f"got {v!r}; expected a number > 0", file=where,
                              field=f"published.{k}")
-        vals["published"][str(k)] = float(n)
+        out[str(k)] = float(n)
+    return out
+
+
+def _check_shape(vals: dict[str, Any], where: str) -> None:
+    """What each architecture needs (a cnn its counts; a transformer its shape, MLA and MoE
+    fields), with the head dimension and KV heads filled in place where not given."""
     if vals["arch"] == "cnn":
         for key in ("params_total", "flops_per_sample"):
             if not vals.get(key):
@@ -316,12 +343,6 @@ def _check(raw: Any, where: str, assumed: list[str] | None = None) -> ModelSpec:
         elif not vals.get("ffn"):
             raise InputError("missing or zero; a dense transformer needs ffn", file=where,
                              field="ffn")
-    if vals.get("sliding_window") and not vals.get("sliding_layers"):
-        vals["sliding_layers"] = vals.get("layers", 0)
-    if vals.get("sliding_layers", 0) > vals.get("layers", 0):
-        raise InputError(f"got {vals['sliding_layers']}; at most layers ({vals.get('layers')})",
-                         file=where, field="sliding_layers")
-    return ModelSpec(**vals, assumed=tuple(assumed))
 
 
 def _specs(data: Any, where: str) -> list[ModelSpec]:

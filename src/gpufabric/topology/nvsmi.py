@@ -226,6 +226,49 @@ def _check_cell(cell: str, row: str, col: str, diagonal: bool, file: str,
     return cell
 
 
+def _read_row(tokens: list[str], labels: list[str], info: list[str], paths: list[list[str]],
+              extra: dict[str, list[str]], file: str, nv_bound: tuple[int, str]) -> None:
+    """Append the next row of the matrix (its cells to ``paths``, a GPU row's affinity columns
+    to ``extra``), refusing a row out of order, short of cells or with fields it cannot have."""
+    n = len(labels)
+    row = labels[len(paths)]
+    if tokens[0] != row:
+        raise InputError(f"expected the row of {row}, found a line starting with "
+                         f"'{tokens[0]}'; rows follow the column order "
+                         + " ".join(labels), file=file, field=f"row {len(paths) + 1}")
+    cells = tokens[1:1 + n]
+    if len(cells) < n:
+        raise InputError(f"{len(cells)} cells, expected {n} (one per column "
+                         + " ".join(labels) + ")", file=file, field=f"row {row}")
+    r = len(paths)
+    paths.append([_check_cell(c, row, labels[j], j == r, file, nv_bound)
+                  for j, c in enumerate(cells)])
+    rest = tokens[1 + n:]
+    if _GPU.match(row):
+        if len(rest) > len(info):
+            raise InputError(f"{len(rest)} fields after the matrix cells, but the header "
+                             f"has only these columns there: {info}",
+                             file=file, field=f"row {row}")
+        got = dict(zip(info, rest + [""] * (len(info) - len(rest)), strict=True))
+        for c in INFO_COLUMNS:
+            extra[c].append(got.get(c, ""))
+    elif rest:
+        raise InputError(f"unexpected fields {rest} after the matrix cells; NIC rows "
+                         "have no affinity columns", file=file, field=f"row {row}")
+
+
+def _check_symmetric(labels: list[str], paths: list[list[str]], file: str) -> None:
+    """The matrix reads the same both ways (a path from A to B is the path from B to A)."""
+    n = len(labels)
+    for a in range(n):
+        for b in range(a + 1, n):
+            if paths[a][b] != paths[b][a]:
+                raise InputError(
+                    f"not symmetric: {labels[a]}->{labels[b]} is {paths[a][b]} but "
+                    f"{labels[b]}->{labels[a]} is {paths[b][a]}",
+                    file=file, field=f"row {labels[b]}, column {labels[a]}")
+
+
 def parse(text: str, file: str = "<input>", *, gpu_model: str = "") -> TopoMatrix:
     """Read the output of ``nvidia-smi topo -m``.
 
@@ -276,42 +319,12 @@ def parse(text: str, file: str = "<input>", *, gpu_model: str = "") -> TopoMatri
             continue
         if tokens[0].startswith("Legend"):
             break
-        row = labels[len(paths)]
-        if tokens[0] != row:
-            raise InputError(f"expected the row of {row}, found a line starting with "
-                             f"'{tokens[0]}'; rows follow the column order "
-                             + " ".join(labels), file=file, field=f"row {len(paths) + 1}")
-        cells = tokens[1:1 + n]
-        if len(cells) < n:
-            raise InputError(f"{len(cells)} cells, expected {n} (one per column "
-                             + " ".join(labels) + ")", file=file, field=f"row {row}")
-        r = len(paths)
-        paths.append([_check_cell(c, row, labels[j], j == r, file, nv_bound)
-                      for j, c in enumerate(cells)])
-        rest = tokens[1 + n:]
-        if _GPU.match(row):
-            if len(rest) > len(info):
-                raise InputError(f"{len(rest)} fields after the matrix cells, but the header "
-                                 f"has only these columns there: {info}",
-                                 file=file, field=f"row {row}")
-            values = rest + [""] * (len(info) - len(rest))
-            got = dict(zip(info, values, strict=True))
-            for c in INFO_COLUMNS:
-                extra[c].append(got.get(c, ""))
-        elif rest:
-            raise InputError(f"unexpected fields {rest} after the matrix cells; NIC rows "
-                             "have no affinity columns", file=file, field=f"row {row}")
+        _read_row(tokens, labels, info, paths, extra, file, nv_bound)
     if len(paths) < n:
         raise InputError(f"matrix has {len(paths)} rows, expected {n} (one per column); "
                          f"missing the row of {labels[len(paths)]}", file=file,
                          field=f"row {labels[len(paths)]}")
-    for a in range(n):
-        for b in range(a + 1, n):
-            if paths[a][b] != paths[b][a]:
-                raise InputError(
-                    f"not symmetric: {labels[a]}->{labels[b]} is {paths[a][b]} but "
-                    f"{labels[b]}->{labels[a]} is {paths[b][a]}",
-                    file=file, field=f"row {labels[b]}, column {labels[a]}")
+    _check_symmetric(labels, paths, file)
     nic_names = _parse_nic_legend(lines[i:], labels, file)
     return TopoMatrix(labels=labels, paths=paths, cpu_affinity=extra["CPU Affinity"],
                       numa_affinity=extra["NUMA Affinity"], gpu_numa_id=extra["GPU NUMA ID"],

@@ -226,6 +226,49 @@ def _to_system(matrix: nvsmi.TopoMatrix, plain: nvsmi.TopoMatrix | None, name: s
     return None
 
 
+def _gpu_matrix(d: Discovery, root: str | Path, nvidia_smi: str | Path | None, gpu: str,
+                live: bool) -> tuple[nvsmi.TopoMatrix | None, nvsmi.TopoMatrix | None, str]:
+    """(the GPUs' topology matrix with the sysfs NICs joined, NVML's matrix before they joined,
+    the GPU model) from a saved ``nvidia-smi topo -m`` output, NVML, or nvidia-smi, in that
+    order; each source's use or why not in ``d.sources``, what it lacked in ``d.notes``."""
+    sources, notes = d.sources, d.notes
+    matrix: nvsmi.TopoMatrix | None = None
+    plain: nvsmi.TopoMatrix | None = None      # NVML's matrix before the sysfs NICs joined
+    model = gpu
+    if nvidia_smi is not None:
+        matrix, src, _ = smi.topo_matrix(nvidia_smi, gpu)
+        sources["nvml"] = "not asked: --nvidia-smi names a saved output"
+        sources["nvidia-smi"] = f"used: {src}"
+    elif not live:
+        sources["nvml"] = sources["nvidia-smi"] = "not asked: a recorded tree, not this machine"
+    else:
+        nv = nvml.init()
+        rep = None
+        if nv is not None:
+            try:
+                rep = nvml.read(nv, root)
+            finally:
+                nvml.shutdown(nv)
+        if rep is not None:
+            sources["nvml"] = "used"
+            sources["nvidia-smi"] = "not asked: NVML answered"
+            d.gpus, d.gpu_name, d.driver = rep.gpus, rep.name, rep.driver
+            model = gpu or rep.model
+            plain = rep.matrix
+            matrix = _add_nics(rep.matrix, rep.gpus, d.nics, d.pci, notes)
+        else:
+            sources["nvml"] = (nvml.why_not() if nv is None
+                               else "NVML lists no GPU, or does not answer about one")
+            notes.append(f"nvml: {sources['nvml']}")
+            matrix, src, why = smi.topo_matrix(None, gpu)
+            sources["nvidia-smi"] = f"used: {src}" if matrix is not None else why
+            if matrix is None:
+                notes.append(f"nvidia-smi: {why}")
+            elif not gpu:
+                model, d.gpu_name = smi.gpu_model()
+    return matrix, plain, model
+
+
 def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path | None = None,
              gpu: str = "", live: bool | None = None) -> Discovery:
     """Describe the machine under ``root`` (``/``: this one) as a system file.
@@ -261,40 +304,7 @@ def discover(root: str | Path = "/", *, name: str = "", nvidia_smi: str | Path |
         notes.append(f"sysfs: {sources['sysfs']}: PCIe links written with default gen and lanes")
     d.nics = sysfs.nics(root, d.pci)
 
-    matrix: nvsmi.TopoMatrix | None = None
-    plain: nvsmi.TopoMatrix | None = None      # NVML's matrix before the sysfs NICs joined
-    model = gpu
-    if nvidia_smi is not None:
-        matrix, src, _ = smi.topo_matrix(nvidia_smi, gpu)
-        sources["nvml"] = "not asked: --nvidia-smi names a saved output"
-        sources["nvidia-smi"] = f"used: {src}"
-    elif not live:
-        sources["nvml"] = sources["nvidia-smi"] = "not asked: a recorded tree, not this machine"
-    else:
-        nv = nvml.init()
-        rep = None
-        if nv is not None:
-            try:
-                rep = nvml.read(nv, root)
-            finally:
-                nvml.shutdown(nv)
-        if rep is not None:
-            sources["nvml"] = "used"
-            sources["nvidia-smi"] = "not asked: NVML answered"
-            d.gpus, d.gpu_name, d.driver = rep.gpus, rep.name, rep.driver
-            model = gpu or rep.model
-            plain = rep.matrix
-            matrix = _add_nics(rep.matrix, rep.gpus, d.nics, d.pci, notes)
-        else:
-            sources["nvml"] = (nvml.why_not() if nv is None
-                               else "NVML lists no GPU, or does not answer about one")
-            notes.append(f"nvml: {sources['nvml']}")
-            matrix, src, why = smi.topo_matrix(None, gpu)
-            sources["nvidia-smi"] = f"used: {src}" if matrix is not None else why
-            if matrix is None:
-                notes.append(f"nvidia-smi: {why}")
-            elif not gpu:
-                model, d.gpu_name = smi.gpu_model()
+    matrix, plain, model = _gpu_matrix(d, root, nvidia_smi, gpu, live)
     data: dict[str, Any] | None = None
     if matrix is not None:
         if not model:

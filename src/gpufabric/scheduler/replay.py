@@ -164,22 +164,8 @@ class Replay:
         self.events: list[tuple] = []
         self.seq = 0
         self.creation = (jobs.creation / load).tolist()
-        for i in range(n):
-            self.push(self.creation[i], _ARRIVE, i)
         self.t0 = min(self.creation) if n else 0.0
-        t_last = max((c + d for c, d in zip(self.creation, self.remaining, strict=True)),
-                     default=self.t0)
-        self.nfail = 0
-        if failures is not None:
-            for f in failures.events(self.t0, t_last, len(cluster), seed):
-                self.push(f.time_s, _FAIL, f.node, 0 if math.isinf(f.repair_s) else 1)
-                if not math.isinf(f.repair_s):
-                    self.push(f.time_s + f.repair_s, _REPAIR, f.node)
-                self.nfail += 1
-        step = (t_last - self.t0) / samples if t_last > self.t0 else 0.0
-        if step > 0:
-            for k in range(samples + 1):
-                self.push(self.t0 + k * step, _SAMPLE, k)
+        self.nfail = self._seed_events(failures, samples)
 
         self.preemptions = 0
         self.never = [False] * n          # fits no node of its pools even when empty
@@ -193,6 +179,26 @@ class Replay:
         self.handlers: dict[int, Callable[[int, int], None]] = {
             _ARRIVE: self.on_arrive, _FINISH: self.on_finish, _FAIL: self.on_fail,
             _REPAIR: self.on_repair, _SAMPLE: self.on_sample}
+
+    def _seed_events(self, failures: FailureSpec | None, samples: int) -> int:
+        """Queue every arrival, the failures and repairs ``failures`` draws over the trace's
+        span, and ``samples`` evenly spaced utilisation samples; the number of failures."""
+        for i, c in enumerate(self.creation):
+            self.push(c, _ARRIVE, i)
+        t_last = max((c + d for c, d in zip(self.creation, self.remaining, strict=True)),
+                     default=self.t0)
+        nfail = 0
+        if failures is not None:
+            for f in failures.events(self.t0, t_last, len(self.cluster), self.seed):
+                self.push(f.time_s, _FAIL, f.node, 0 if math.isinf(f.repair_s) else 1)
+                if not math.isinf(f.repair_s):
+                    self.push(f.time_s + f.repair_s, _REPAIR, f.node)
+                nfail += 1
+        step = (t_last - self.t0) / samples if t_last > self.t0 else 0.0
+        if step > 0:
+            for k in range(samples + 1):
+                self.push(self.t0 + k * step, _SAMPLE, k)
+        return nfail
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> ReplayResult:

@@ -166,9 +166,6 @@ def _draw_tiers(svg: _Svg, t: Topology, fab: dict[str, Any], util: dict[tuple[st
     pods = fab["pods"] if levels == 3 else 1
     per_pod = fab["nodes_per_pod"] if levels == 3 else fab["nodes"]
     w = svg.width - 20
-    leaves = {d.id for d in t.devices.values() if d.kind == NET_SWITCH
-              and d.attrs.get("tier") == "leaf"}
-    nics = {d.id for d in t.devices.values() if d.kind == NIC}
     slots = _slots(pods, MAX_GROUPS)
     col_w = w / len(slots)
     if "core" in tiers:
@@ -180,9 +177,6 @@ def _draw_tiers(svg: _Svg, t: Topology, fab: dict[str, Any], util: dict[tuple[st
     else:
         core_y = None
     spine = tiers.get("spine")
-    rails = fab["nics_per_node"] if fab["topology"] == "rail-optimized" else 0
-    rpl = max(1, fab.get("rails_per_leaf") or 1)
-    groups = math.ceil(rails / rpl) if rails else 1
     for i, p in enumerate(slots):
         x0 = 10 + i * col_w
         if p is None:
@@ -204,36 +198,7 @@ def _draw_tiers(svg: _Svg, t: Topology, fab: dict[str, Any], util: dict[tuple[st
                          2 + 2 * (u or 0), f"pod {p} to core, {spine['oversubscription']:g}:1, "
                          f"{spine['up'] * spines} uplinks, {_pct(u)}")
             sy += 60
-        # leaves of this pod: one box per rail group (rail-optimized) or one for all
-        leaf_t = tiers["leaf"]
-        pod_leaves = math.ceil(nodes_here / fab["nodes_per_leaf"]) * (groups if rails else 1) \
-            if rails else math.ceil(nodes_here * fab["nics_per_node"] / leaf_t["down"])
-        n_box = groups if rails else 1
-        bw_ = (col_w - 12) / n_box
-        for g in range(n_box):
-            bx = x0 + 6 + g * bw_
-            if rails:
-                first = g * rpl
-                lab = (f"rail {first}" if rpl == 1 else f"rails {first}-{first + rpl - 1}")
-                n_l = pod_leaves // groups
-                sub = f"{n_l} lea{'ves' if n_l > 1 else 'f'}"
-            else:
-                lab, sub = "leaves", f"{pod_leaves}"
-            ids = {d for d in leaves if _leaf_in(t, d, p, g if rails else None)}
-            if spine:
-                sp_id = f"fabric.pod{p}.spine" if levels == 3 else "fabric.spine"
-                u = _group_util(t, util, ids, {sp_id})
-                svg.line(bx + bw_ / 2, sy, x0 + col_w / 2, sy - 34, heat_color(u),
-                         1 + 2 * (u or 0), f"{lab} leaves to spines, "
-                         f"{leaf_t['oversubscription']:g}:1, {leaf_t['up']} uplinks per leaf, "
-                         f"{_pct(u)}")
-            svg.box(bx + 1, sy, bw_ - 2, 34, "#fee6ce", lab if bw_ > 44 else lab.split()[-1],
-                    f"{lab}: {sub} ({leaf_t['switch']}, {leaf_t['down']} down / "
-                    f"{leaf_t['up']} up)", 10 if bw_ > 44 else 8)
-            svg.text(bx + bw_ / 2, sy + 46, sub if bw_ > 30 else "", 9, "middle")
-            u = _group_util(t, util, ids, nics)
-            svg.line(bx + bw_ / 2, sy + 34, x0 + col_w / 2, sy + 80, heat_color(u),
-                     1 + 2 * (u or 0), f"{lab}: NIC links, {_pct(u)}")
+        _draw_leaves(svg, t, fab, util, (x0, col_w, sy), p, nodes_here)
         dom = t.meta.get("nvlink_domain") or t.meta.get("gpus_per_node", 1)
         gpn = t.meta.get("gpus_per_node", 1)
         gpus = nodes_here * gpn
@@ -248,6 +213,50 @@ def _draw_tiers(svg: _Svg, t: Topology, fab: dict[str, Any], util: dict[tuple[st
              f"{over}; {fab['nodes_per_leaf']} nodes per leaf; bisection "
              f"{fab['bisection_GBps']:,.0f} GB/s", 11)
     return svg.bottom + 10
+
+
+def _draw_leaves(svg: _Svg, t: Topology, fab: dict[str, Any], util: dict[tuple[str, str], float],
+                 at: tuple[float, float, float], p: int, nodes_here: int) -> None:
+    """One pod's leaves at ``at`` (x, column width, y): one box per rail group (rail-optimized)
+    or one for all, with their links to the spines and to the NICs coloured by load."""
+    x0, col_w, sy = at
+    tiers = {tr["name"]: tr for tr in fab["tiers"]}
+    spine = tiers.get("spine")
+    leaves = {d.id for d in t.devices.values() if d.kind == NET_SWITCH
+              and d.attrs.get("tier") == "leaf"}
+    nics = {d.id for d in t.devices.values() if d.kind == NIC}
+    rails = fab["nics_per_node"] if fab["topology"] == "rail-optimized" else 0
+    rpl = max(1, fab.get("rails_per_leaf") or 1)
+    groups = math.ceil(rails / rpl) if rails else 1
+    leaf_t = tiers["leaf"]
+    pod_leaves = math.ceil(nodes_here / fab["nodes_per_leaf"]) * (groups if rails else 1) \
+        if rails else math.ceil(nodes_here * fab["nics_per_node"] / leaf_t["down"])
+    n_box = groups if rails else 1
+    bw_ = (col_w - 12) / n_box
+    for g in range(n_box):
+        bx = x0 + 6 + g * bw_
+        if rails:
+            first = g * rpl
+            lab = (f"rail {first}" if rpl == 1 else f"rails {first}-{first + rpl - 1}")
+            n_l = pod_leaves // groups
+            sub = f"{n_l} lea{'ves' if n_l > 1 else 'f'}"
+        else:
+            lab, sub = "leaves", f"{pod_leaves}"
+        ids = {d for d in leaves if _leaf_in(t, d, p, g if rails else None)}
+        if spine:
+            sp_id = f"fabric.pod{p}.spine" if fab["levels"] == 3 else "fabric.spine"
+            u = _group_util(t, util, ids, {sp_id})
+            svg.line(bx + bw_ / 2, sy, x0 + col_w / 2, sy - 34, heat_color(u),
+                     1 + 2 * (u or 0), f"{lab} leaves to spines, "
+                     f"{leaf_t['oversubscription']:g}:1, {leaf_t['up']} uplinks per leaf, "
+                     f"{_pct(u)}")
+        svg.box(bx + 1, sy, bw_ - 2, 34, "#fee6ce", lab if bw_ > 44 else lab.split()[-1],
+                f"{lab}: {sub} ({leaf_t['switch']}, {leaf_t['down']} down / "
+                f"{leaf_t['up']} up)", 10 if bw_ > 44 else 8)
+        svg.text(bx + bw_ / 2, sy + 46, sub if bw_ > 30 else "", 9, "middle")
+        u = _group_util(t, util, ids, nics)
+        svg.line(bx + bw_ / 2, sy + 34, x0 + col_w / 2, sy + 80, heat_color(u),
+                 1 + 2 * (u or 0), f"{lab}: NIC links, {_pct(u)}")
 
 
 def _leaf_in(t: Topology, leaf: str, pod: int, group: int | None) -> bool:

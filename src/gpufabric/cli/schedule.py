@@ -53,9 +53,6 @@ def schedule(
     """Schedule a trace on a cluster and measure a placement policy (or --policy all)."""
     from gpufabric.scheduler import REGISTRY
     from gpufabric.scheduler.engine import check_load, check_ratio, check_seed
-    from gpufabric.scheduler.arrival import ArrivalRun, run_arrivals
-    from gpufabric.scheduler.failures import parse_duration, parse_failures
-    from gpufabric.scheduler.replay import run_replay
 
     if mode not in ("arrival", "replay"):
         raise InputError(f"unknown mode '{mode}' (allowed: arrival, replay)", field="--mode")
@@ -77,43 +74,58 @@ def schedule(
     cluster, jobs, stand_in = _load(nodes, trace, data_dir)
     seeds = list(range(seed, seed + runs))
     if mode == "arrival":
-        results = []
-        with Progress("schedule", len(policies) * runs) as progress:
-            for p in policies:
-                def ran(r: ArrivalRun, p: str = p) -> None:
-                    progress.step(f"{p} seed {r.seed}")
-                results.append(run_arrivals(cluster, jobs, p, seeds, ratio, routing, on_run=ran))
-        if json:
-            out = [dict(_arrival_json(r)) for r in results]
-            emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
-                                                     "nodes": cluster.source, "seeds": seeds,
-                                                     "policies": out})
-            return note(stand_in)
-        _arrival_table(results, jobs, cluster, seeds)
-        return note(stand_in)
+        _arrivals(cluster, jobs, policies, seeds, ratio, routing, json)
+    else:
+        _replays(cluster, jobs, policies, seeds, json, jobs_out=jobs_out, failures=failures,
+                 checkpoint=checkpoint, queue=queue, routing=routing, load=load)
+    note(stand_in)
 
+
+def _arrivals(cluster, jobs, policies: list[str], seeds: list[int], ratio: float, routing: str,
+              json: bool) -> None:
+    """--mode arrival: each policy over the seeds, as a table or JSON."""
+    from gpufabric.scheduler.arrival import ArrivalRun, run_arrivals
+    results = []
+    with Progress("schedule", len(policies) * len(seeds)) as progress:
+        for p in policies:
+            def ran(r: ArrivalRun, p: str = p) -> None:
+                progress.step(f"{p} seed {r.seed}")
+            results.append(run_arrivals(cluster, jobs, p, seeds, ratio, routing, on_run=ran))
+    if json:
+        out = [dict(_arrival_json(r)) for r in results]
+        emit_json(out[0] if len(out) == 1 else {"mode": "arrival", "trace": jobs.source,
+                                                 "nodes": cluster.source, "seeds": seeds,
+                                                 "policies": out})
+    else:
+        _arrival_table(results, jobs, cluster, seeds)
+
+
+def _replays(cluster, jobs, policies: list[str], seeds: list[int], json: bool, *,
+             jobs_out: bool, failures: str | None, checkpoint: str, queue: str, routing: str,
+             load: float) -> None:
+    """--mode replay: each policy and seed replayed, as a table or JSON."""
+    from gpufabric.scheduler.failures import parse_duration, parse_failures
+    from gpufabric.scheduler.replay import run_replay
     spec = parse_failures(failures, cluster.names) if failures else None
     ck = parse_duration(checkpoint, "--checkpoint")
     span = float(jobs.creation.max() - jobs.creation.min()) / load if len(jobs) else 1.0
     replays = []
-    with Progress("schedule", len(policies) * runs) as progress:
+    with Progress("schedule", len(policies) * len(seeds)) as progress:
         for p in policies:
             for s in seeds:
                 replays.append(run_replay(cluster, jobs, p, queue=queue, seed=s, failures=spec,
                                           routing=routing, default_checkpoint_s=ck, load=load))
                 progress.step(f"{p} seed {s}")
-    if json:
-        out = []
-        for r in replays:
-            d = dataclasses.asdict(r)
-            if not jobs_out:
-                d.pop("jobs")
-            out.append(d)
-        emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
-        return note(stand_in)
-    _replay_table(replays, span)
-    note(stand_in)
-
+    if not json:
+        _replay_table(replays, span)
+        return
+    out = []
+    for r in replays:
+        d = dataclasses.asdict(r)
+        if not jobs_out:
+            d.pop("jobs")
+        out.append(d)
+    emit_json(out[0] if len(out) == 1 else {"mode": "replay", "runs": out})
 
 def _load(nodes: str, trace: str, data_dir: str | None):
     """The cluster and the jobs; an openb name whose file is nowhere falls back to its

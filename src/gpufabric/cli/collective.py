@@ -100,7 +100,6 @@ def collective(
 ) -> None:
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
     from gpufabric import collectives as C
-    from gpufabric.topology.build import load
     refuse_together(ctx, [("explain", "json", "the JSON rows hold each size's bottleneck")])
     lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
     sizes = _sizes(lo, hi, step_factor)
@@ -109,14 +108,7 @@ def collective(
         algo_n = C.check_algo(algo)
     except InputError as exc:
         raise InputError(exc.message, field=_OPTION.get(exc.field or "", exc.field)) from None
-    from gpufabric.collectives.host import HostModel, load_host
-    host = load_host(system)            # gpu: none: CPU ranks of one host
-    m: Any
-    if host is not None:
-        m, name = HostModel(host), host.name
-    else:
-        topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
-        m, name = C.model(topo), topo.name
+    m, name = _model(system)
     try:
         preds = []
         with Progress("collective", len(sizes)) as progress:
@@ -131,6 +123,23 @@ def collective(
         emit_json({"system": name, "op": opn, "ranks": preds[0].ranks,
                    "rows": [p.to_dict() for p in preds]})
         return
+    _print_table(preds, opn, name, explain)
+
+def _model(system: str) -> tuple[Any, str]:
+    """The collective model of a system spec (a CPU-only host's model for ``gpu: none``) and
+    the system's name."""
+    from gpufabric import collectives as C
+    from gpufabric.collectives.host import HostModel, load_host
+    from gpufabric.topology.build import load
+    host = load_host(system)            # gpu: none: CPU ranks of one host
+    if host is not None:
+        return HostModel(host), host.name
+    topo = load(system, materialize_nodes=C.Model.SAMPLE_NODES)
+    return C.model(topo), topo.name
+
+
+def _print_table(preds: list[Any], opn: str, name: str, explain: bool) -> None:
+    """The nccl-tests table of the predictions (and, with --explain, each size's bottleneck)."""
     n = preds[0].ranks
     typer.echo(f"# gpufabric collective: {opn} on {name}, {n} ranks "
                f"(predicted; nccl-tests columns, out-of-place)")
@@ -186,24 +195,9 @@ def validate(
                              field="--cv")
         _cross_validate(files, json)
         return
-    from gpufabric.cli.train import is_training_file, run_training, print_training
-    from gpufabric.collectives.validate import by_size, load_entries
-    from gpufabric.collectives.validate import validate as validate_file
-    from gpufabric.workloads.inference.validate import is_inference_file
-    from gpufabric.workloads.video_validate import is_video_file
-    results = []
-    for f in files:
-        if is_video_file(f):
-            from gpufabric.cli.generate import run_video
-            res = run_video(f) | {"kind": "video"}
-        elif is_inference_file(f):
-            res = run_inference(f) | {"kind": "inference"}
-        elif is_training_file(f):
-            res = run_training(f) | {"kind": "training"}
-        else:
-            with Progress("validate", len(load_entries(f))) as progress:
-                res = validate_file(f, on_entry=progress.step) | {"kind": "collectives"}
-        results.append(res)
+    from gpufabric.cli.train import print_training
+    from gpufabric.collectives.validate import by_size
+    results = [_validate_file(f) for f in files]
     # the large / small split where collective files are among them
     pooled = validation.pooled(results, by_size if any(r["kind"] == "collectives"
                                                        for r in results) else None)
@@ -219,6 +213,24 @@ def validate(
          "collectives": _print_validation}[res["kind"]](res, wide)
     if len(files) > 1:
         print_validation_summary(pooled, f"all {len(files)} files")
+
+
+def _validate_file(f: str) -> dict:
+    """One measurements file validated by its kind (video, inference, training, collectives)."""
+    from gpufabric.cli.train import is_training_file, run_training
+    from gpufabric.collectives.validate import load_entries
+    from gpufabric.collectives.validate import validate as validate_file
+    from gpufabric.workloads.inference.validate import is_inference_file
+    from gpufabric.workloads.video_validate import is_video_file
+    if is_video_file(f):
+        from gpufabric.cli.generate import run_video
+        return run_video(f) | {"kind": "video"}
+    if is_inference_file(f):
+        return run_inference(f) | {"kind": "inference"}
+    if is_training_file(f):
+        return run_training(f) | {"kind": "training"}
+    with Progress("validate", len(load_entries(f))) as progress:
+        return validate_file(f, on_entry=progress.step) | {"kind": "collectives"}
 
 
 def _cross_validate(files: list[str], json: bool) -> None:
@@ -298,18 +310,24 @@ def params(
         typer.echo(f"# gpufabric params: {len(rows)} constants (NCCL figures from NCCL "
                    f"{P.NCCL_VERSION}); status: fitted, source, prior, nccl or estimate")
     for r in rows:
-        where = ("fitted on " + ", ".join(r["fitted_on"])) if r["fitted_on"] else r["source"]
-        if r["status"] == "answer":
-            where += f" (a single entry: that entry's answer; {r['answer']})"
-        elif r["status"] == "single":
-            where += " (a single entry, not marked: needs a second entry or the answer mark)"
-        col = f"{r['layer']:<12} " if layer == "all" else ""
-        print_wrapped(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} "
-                      f"{r['applies_to']}", 27, wide=wide)
-        print_wrapped(f"{'':<26} value: {_short(r['value'])}", 34, wide=wide)
-        print_wrapped(f"{'':<26} from: {where}", 33, wide=wide)
+        _print_param(r, layer == "all", wide)
     if check and any(r["status"] == "single" for r in rows):
         raise typer.Exit(1)
+
+
+def _print_param(r: dict, with_layer: bool, wide: bool) -> None:
+    """One constant of `gpufabric params`: name, kind, unit, what it applies to, its value and
+    where it comes from."""
+    where = ("fitted on " + ", ".join(r["fitted_on"])) if r["fitted_on"] else r["source"]
+    if r["status"] == "answer":
+        where += f" (a single entry: that entry's answer; {r['answer']})"
+    elif r["status"] == "single":
+        where += " (a single entry, not marked: needs a second entry or the answer mark)"
+    col = f"{r['layer']:<12} " if with_layer else ""
+    print_wrapped(f"{r['name']:<26} {r['kind']:<8} {col}{r['unit']:<20} "
+                  f"{r['applies_to']}", 27, wide=wide)
+    print_wrapped(f"{'':<26} value: {_short(r['value'])}", 34, wide=wide)
+    print_wrapped(f"{'':<26} from: {where}", 33, wide=wide)
 
 
 def _plain(v):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from typing import Any
 
 import typer
 import yaml
@@ -106,19 +107,7 @@ def bench(
     from gpufabric.fileio import check_output, write_output
     from gpufabric.measure import bench as b
     ops = _ops(op)
-    if not 1 <= ranks <= b.MAX_RANKS:
-        raise InputError(f"got {ranks}; expected 1 to {b.MAX_RANKS} ranks", field="--ranks")
-    lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
-    if lo > hi:
-        raise InputError(f"--min ({lo}) is above --max ({hi})", field="--min")
-    sizes = _sizes(lo, hi, step_factor)
-    if iters < 1:
-        raise InputError(f"got {iters}; expected at least 1", field="--iters")
-    if warmup < 0:
-        raise InputError(f"got {warmup}; expected 0 or more", field="--warmup")
-    if not 0 < timeout <= 86400:
-        raise InputError(f"got {timeout:g}; expected seconds above 0, at most 86400",
-                         field="--timeout")
+    sizes = _checked_run(ranks, min_size, max_size, step_factor, iters, warmup, timeout)
     check_output(output, field="--output")
     chosen = b.choose(backend)
     b.check_bounds(ranks, sizes[-1], chosen)
@@ -141,6 +130,36 @@ def bench(
                    "software": res.software,
                    "rows": res.rows, "notes": res.notes, "output": output})
         return
+    _print_tables(res, ops, name, ranks, iters, warmup)
+    if needs:
+        typer.echo(f"# validate skips these entries: they need {needs}")
+    typer.echo(f"# wrote {output} ({len(ents)} entries, {len(res.rows)} points"
+               f"{'' if res.complete else ', stopped at the time limit'})")
+
+
+def _checked_run(ranks: int, min_size: str, max_size: str, step_factor: float, iters: int,
+                 warmup: int, timeout: float) -> list[int]:
+    """The sizes of a bench run, its ranks, iterations, warm-up and time limit checked."""
+    from gpufabric.measure import bench as b
+    if not 1 <= ranks <= b.MAX_RANKS:
+        raise InputError(f"got {ranks}; expected 1 to {b.MAX_RANKS} ranks", field="--ranks")
+    lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
+    if lo > hi:
+        raise InputError(f"--min ({lo}) is above --max ({hi})", field="--min")
+    if iters < 1:
+        raise InputError(f"got {iters}; expected at least 1", field="--iters")
+    if warmup < 0:
+        raise InputError(f"got {warmup}; expected 0 or more", field="--warmup")
+    if not 0 < timeout <= 86400:
+        raise InputError(f"got {timeout:g}; expected seconds above 0, at most 86400",
+                         field="--timeout")
+    return _sizes(lo, hi, step_factor)
+
+
+def _print_tables(res: Any, ops: list[str], name: str, ranks: int, iters: int,
+                  warmup: int) -> None:
+    """The nccl-tests table of each measured collective, under one heading for the run."""
+    from gpufabric.measure import bench as b
     sw = res.software
     lib = sw.get("mpi_library") or sw.get("nccl") or sw.get("torch") or ""
     typer.echo(f"# gpufabric bench: {res.backend}{' (' + lib + ')' if lib else ''}, {ranks} "
@@ -155,7 +174,3 @@ def bench(
             typer.echo(line)
         for r in rows:
             typer.echo(b.table_line(r))
-    if needs:
-        typer.echo(f"# validate skips these entries: they need {needs}")
-    typer.echo(f"# wrote {output} ({len(ents)} entries, {len(res.rows)} points"
-               f"{'' if res.complete else ', stopped at the time limit'})")

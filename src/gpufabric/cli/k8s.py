@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -72,12 +73,7 @@ def extender_cmd(
     if kubeconfig:
         from gpufabric.k8s.kube import KubeSource
         source = KubeSource(kubeconfig, lock=bind_lock)
-    journal = None
-    if state:
-        from gpufabric.fileio import check_output
-        from gpufabric.k8s.statefile import StateFile
-        check_output(state, field="--state")
-        journal = StateFile(state)
+    journal = _journal(state) if state else None
     ext = Extender(infos, policy, jobs, seed, routing, binder=source.bind if source else None,
                    gang_size=source.gang_size if source else None, state_file=journal)
     try:
@@ -85,6 +81,22 @@ def extender_cmd(
     except OSError as exc:
         raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}",
                          field="--listen") from None
+    print(f"gpufabric extender: serving on http://{host}:{srv.server_address[1]}{prefix}"
+          f"/<verb> ({len(infos)} nodes, policy {policy})", file=sys.stderr)
+    _serve(srv, ext, source, sync_s, journal)
+
+
+def _journal(state: str) -> Any:
+    """The --state journal (its path checked as an output of ours)."""
+    from gpufabric.fileio import check_output
+    from gpufabric.k8s.statefile import StateFile
+    check_output(state, field="--state")
+    return StateFile(state)
+
+
+def _serve(srv: Any, ext: Any, source: Any, sync_s: float, journal: Any) -> None:
+    """Serve until SIGTERM or SIGINT, the API server's Nodes and Pods watched where there is
+    one; then stop the watch, close the socket and the journal."""
     watcher = None
     if source is not None:
         from gpufabric.k8s.kube import KubeWatch
@@ -96,8 +108,6 @@ def extender_cmd(
         watcher.start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: threading.Thread(target=srv.shutdown).start())
-    print(f"gpufabric extender: serving on http://{host}:{srv.server_address[1]}{prefix}"
-          f"/<verb> ({len(infos)} nodes, policy {policy})", file=sys.stderr)
     try:
         srv.serve_forever()
     finally:

@@ -44,6 +44,14 @@ def calibrate(
     if json:
         emit_json(res)
         return
+    _print_fit(res, measurements)
+    typer.echo(f"# wrote {output} ({len(res['params'])} parameters); use it with "
+               f"--profile {output}")
+
+
+def _print_fit(res: dict, measurements: str) -> None:
+    """What calibrate fitted: each parameter old and new with the points that pinned it, those
+    left as shipped and why, and the error before and after."""
     typer.echo(f"# gpufabric calibrate {measurements}: {res['fitted_points']} points fitted, "
                f"{res['held_out_points']} held out ({res['held_out']})")
     for sk in res["skipped"]:
@@ -78,5 +86,3 @@ def calibrate(
                        f"{_pct(lg['max_abs_pct'])} over {lg['points']}; small "
                        f"(< 64 KiB, time) median {_pct(sm['median_abs_pct'])} over "
                        f"{sm['points']}; all median {_pct(s['median_abs_pct'])}")
-    typer.echo(f"# wrote {output} ({len(res['params'])} parameters); use it with "
-               f"--profile {output}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import typer
 
@@ -87,22 +88,11 @@ def generate(
         raise InputError("missing; give MODEL SYSTEM (see `gpufabric generate --list`)",
                          field="SYSTEM" if model else "MODEL")
     from gpufabric.topology.build import load
-    from gpufabric.workloads.video import Layout, Run, frames_for, load_dit
+    from gpufabric.workloads.video import Layout, Run, load_dit
     from gpufabric.workloads.video import generate as run
     m = load_dit(model)
-    if frames is not None and seconds is not None:
-        raise InputError("give --frames or --seconds, not both", field="--frames")
-    width = height = None
-    if resolution is not None:
-        width, height = parse_resolution(resolution)
-    if seconds is not None or fps is not None:
-        from gpufabric.errors import check_range
-        s = check_range(seconds if seconds is not None else
-                        (m.defaults["frames"] - 1) / m.defaults["fps"], 0.0, 600.0,
-                        above=True, field="--seconds")
-        f = check_range(fps if fps is not None else m.defaults["fps"], 0.0, 240.0,
-                        above=True, field="--fps")
-        frames = frames if frames is not None else frames_for(m, s, f)
+    width, height = parse_resolution(resolution) if resolution is not None else (None, None)
+    frames = _frames(m, frames, seconds, fps)
     res = run(m, load(system), width=width, height=height, frames=frames, steps=steps,
               layout=Layout(ulysses=sp, ring=ring, cfg_parallel=cfg_parallel),
               run=Run(precision=precision, attn_kernel=attn_kernel, compiled=compile_,
@@ -115,6 +105,23 @@ def generate(
         emit_json(res)
         return
     print_generation(res)
+
+
+def _frames(m: Any, frames: int | None, seconds: float | None, fps: float | None) -> int | None:
+    """The frames asked for: --frames, or --seconds at --fps (either defaulting to the
+    model's) rounded as the VAE needs; None for the model's default."""
+    from gpufabric.errors import check_range
+    from gpufabric.workloads.video import frames_for
+    if frames is not None and seconds is not None:
+        raise InputError("give --frames or --seconds, not both", field="--frames")
+    if seconds is None and fps is None:
+        return frames
+    s = check_range(seconds if seconds is not None else
+                    (m.defaults["frames"] - 1) / m.defaults["fps"], 0.0, 600.0,
+                    above=True, field="--seconds")
+    f = check_range(fps if fps is not None else m.defaults["fps"], 0.0, 240.0,
+                    above=True, field="--fps")
+    return frames if frames is not None else frames_for(m, s, f)
 
 
 def print_generation(r: dict) -> None:

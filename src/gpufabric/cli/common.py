@@ -532,6 +532,22 @@ def _fold(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
 
 
+def _blocks(cols: list[Col], keep: list[int], too_wide: Callable[[list[int]], bool]
+            ) -> list[list[int]]:
+    """Columns ``keep`` cut into blocks that are not ``too_wide``, the key columns in each."""
+    keys = [i for i in keep if cols[i].key]
+    blocks, block = [], list(keys)
+    for i in keep:
+        if i in keys:
+            continue
+        if len(block) > len(keys) and too_wide(block + [i]):
+            blocks.append(block)
+            block = list(keys)
+        block.append(i)
+    blocks.append(block)
+    return blocks
+
+
 def table_lines(cols: list[Col], rows: Iterable[Iterable[Any]], *, wide: bool = False,
                 width: int | None = None, prefix: str = "  ",
                 header_prefix: str = "# ", gap: int = 1) -> list[str]:
@@ -575,18 +591,8 @@ def table_lines(cols: list[Col], rows: Iterable[Iterable[Any]], *, wide: bool = 
             cut = min(over, widths[i] - floor)
             widths[i] -= cut
             over -= cut
-    blocks = [keep]
-    if not wide and need(keep, widths) > width:
-        keys = [i for i in keep if cols[i].key]
-        blocks, block = [], list(keys)
-        for i in keep:
-            if i in keys:
-                continue
-            if len(block) > len(keys) and need(block + [i], widths) > width:
-                blocks.append(block)
-                block = list(keys)
-            block.append(i)
-        blocks.append(block)
+    blocks = [keep] if wide or need(keep, widths) <= width else _blocks(
+        cols, keep, lambda idx: need(idx, widths) > width)
     out: list[str] = []
     for b, idx in enumerate(blocks):
         if b:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpufabric.errors import InputError
@@ -207,11 +207,12 @@ def efficiency_figure(data: dict[str, Any], model: str) -> Any:
     chart: a system with no point here keeps its place in the palette."""
     base = {r["system"]: r.get("base_gpus") for r in data["rows"]
             if r["model"] == model and r.get("base_gpus")}
-    series = {(f"{name} (/ {base[name]} GPUs)" if name in base else name):
-              [(r["gpus"], r["scaling_efficiency"]) for r in data["rows"]
-               if r["system"] == name and r["model"] == model
-               and r.get("scaling_efficiency") is not None]
-              for name in data["systems"]}
+    series: dict[str, Sequence[tuple[float, float]]] = {
+        (f"{name} (/ {base[name]} GPUs)" if name in base else name):
+        [(r["gpus"], r["scaling_efficiency"]) for r in data["rows"]
+         if r["system"] == name and r["model"] == model
+         and r.get("scaling_efficiency") is not None]
+        for name in data["systems"]}
     gpus = sorted({r["gpus"] for r in data["rows"] if r["model"] == model})
     return charts.lines(series,
                         charts.Axis("GPUs (data parallel)", log=True,

@@ -30,7 +30,7 @@ CASES: dict[str, list[str]] = {
                  "--rate", "8"],
     "collective": ["collective", "hgx-h100-4node-ndr", "--op", "all_reduce"],
     "validate": ["validate", "tests/data/calibration/collectives.yaml"],
-    "advise": ["advise", "small-chat", "--jobs", "2"],
+    "advise": ["advise", "small-chat", "--jobs", "1"],
 }
 SKIP_KEYS = {"elapsed_s"}
 

@@ -51,6 +51,13 @@ def test_a_sweep_gives_each_kind_at_each_target_and_names_the_crossovers():
         if x == 80.0 and (20.0, k) in by:
             assert v <= by[(20.0, k)]
     assert [c["interactivity"] for c in res["cheapest"]] == [20.0, 80.0]
+    # the page: both charts, one line per kind on each, every row of the table
+    from gpufabric.report.advice import sweep_page
+    page = sweep_page(res)
+    assert page.count('class="plotly-graph-div"') == 2
+    assert "Cost per million output tokens at capacity" in page
+    assert "Throughput per GPU at capacity" in page
+    assert page.count("<tr><td>") == len(res["rows"])
 
 
 def test_the_cli_refuses_a_bad_target(cli):

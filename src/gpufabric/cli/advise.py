@@ -93,10 +93,7 @@ def advise(scenario: str | None = typer.Argument(
         sc = replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / targets[0],
                                        interactivity=targets))
     if len(targets) > 1:
-        if output:
-            raise InputError("the page shows one ranking: give one interactivity target with "
-                             "-o", field="--output")
-        _sweep(sc, pr, targets, json, top=top, kwh_usd=kwh_price, ray=ray,
+        _sweep(sc, pr, targets, json, output, top=top, kwh_usd=kwh_price, ray=ray,
                jobs=jobs if jobs is not None else sweep.cores(),
                max_evaluations=max_evaluations)
         return
@@ -170,11 +167,15 @@ def _number(text: str) -> object:
         return text.strip()
 
 
-def _sweep(sc, pr, targets: tuple[float, ...], json: bool, **kw) -> None:
+def _sweep(sc, pr, targets: tuple[float, ...], json: bool, output: str | None, **kw) -> None:
     from gpufabric.advise.interactivity import sweep as run_sweep
     with Progress("advise --interactivity") as progress:
         res = run_sweep(sc, pr, targets, on_target=progress.told("interactivity targets"),
                         **kw)
+    if output:
+        from gpufabric.fileio import write_output
+        from gpufabric.report.advice import sweep_page
+        write_output(output, sweep_page(res), field="--output")
     if json:
         emit_json(res)
         return

@@ -151,4 +151,50 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
     return charts.page(f"gpufabric advise: {data.get('scenario')}", css, body)
 
 
-__all__ = ["render", "scatter"]
+def sweep_page(res: dict[str, Any]) -> str:
+    """The page of an interactivity sweep (``advise SCENARIO --interactivity X,Y,... -o``): per
+    system kind, the cost per million output tokens and the throughput per GPU at capacity
+    against tokens/s per user (the axes of published cost-per-token charts), the crossovers in
+    words and the table the CLI prints."""
+    kinds = list(dict.fromkeys(r["kind"] for r in res["rows"]))
+    per = {k: [r for r in res["rows"] if r["kind"] == k] for k in kinds}
+    x = charts.Axis("interactivity (output tokens/s per user)", log=True,
+                    ticks=tuple((t, f"{t:g}") for t in res["targets"]))
+    cost = charts.lines({k: [(r["interactivity"], r["usd_per_mtok"]) for r in rs]
+                         for k, rs in per.items()}, x,
+                        charts.Axis("$ per million output tokens (log)", log=True),
+                        title="Cost per million output tokens at capacity",
+                        hover="<b>%{fullData.name}</b><br>%{x:g} tokens/s per user: "
+                              "$%{y:.3f} per million tokens<extra></extra>")
+    thr = charts.lines({k: [(r["interactivity"], r["tokens_per_s_per_gpu"]) for r in rs]
+                        for k, rs in per.items()}, x,
+                       charts.Axis("output tokens/s per GPU (log)", log=True),
+                       title="Throughput per GPU at capacity",
+                       hover="<b>%{fullData.name}</b><br>%{x:g} tokens/s per user: "
+                             "%{y:,.0f} tokens/s per GPU<extra></extra>")
+    rows = "".join(
+        f"<tr><td>{r['interactivity']:g}</td><td>{r['tpot_ms']:.1f}</td><td>{_e(r['kind'])}"
+        f"</td><td>{r['gpus']}</td><td>{_num(r['tokens_per_s_per_gpu'], ',.0f')}</td>"
+        f"<td>{_num(r['usd_per_mtok'], ',.3f')}</td><td>{_e(r['design'])}</td></tr>"
+        for r in res["rows"])
+    head = "".join(f"<th>{h}</th>" for h in ("tokens/s per user", "TPOT (ms)", "system kind",
+                                              "GPUs", "tokens/s per GPU", "$ per Mtok",
+                                              "design"))
+    missing = "".join(f"<li>at {c['interactivity']:g} tokens/s per user: {_e(c['reason'])}</li>"
+                      for c in res["cheapest"] if c["kind"] is None)
+    cross = "".join(f"<li>{_e(c)}</li>" for c in res["crossovers"]
+                    or ["the same system kind is cheapest at every target"])
+    css = ("body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 6px}"
+           "th{background:#eee}")
+    body = (f"<h1>gpufabric advise: {_e(res['scenario'])}, interactivity sweep</h1>"
+            "<p>Each system kind's cheapest design that meets the scenario's load at each "
+            "target (time per output token = 1000 / target ms), costed at its capacity.</p>"
+            f"<h2>Crossovers</h2><ul>{cross}{missing}</ul>"
+            f"{charts.figure_div(cost)}{charts.figure_div(thr)}"
+            f"<h2>Designs</h2><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>"
+            "</table>")
+    return charts.page(f"gpufabric advise: {res['scenario']} (interactivity)", css, body)
+
+
+__all__ = ["render", "scatter", "sweep_page"]

@@ -156,7 +156,7 @@ def test_bad_tier_specs_are_refused(spec, says):
 
 def test_bad_tiers_on_the_command_line_are_one_line_and_exit_2(cli):
     code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--trace",
-                       FIXTURE, "--kv-tier", "host:1TiB", "--kv-tier", "host:2TiB")
+                       FIXTURE, "--kv-tier", "host:1TiB,host:2TiB")
     assert code == 2 and err.count("\n") == 1 and "--kv-tier: host given 2 times" in err
     code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--kv-tier",
                        "host:1TiB")

@@ -323,12 +323,12 @@ def serve(
                                           "method and model, where there is one."),
     draft_model: str | None = typer.Option(None, "--draft-model", help="With --spec draft: "
                                            "the draft model (a built-in name)."),
-    kv_tier: list[str] | None = typer.Option(None, "--kv-tier", help="Prefix caching with a "
-                                             "KV cache tier beyond HBM, NAME:SIZE[@GBps] per "
-                                             "GPU: host:512GiB, nvme:4TiB, remote:16TiB@25 "
-                                             "(repeatable; hbm alone: HBM only). Needs a "
-                                             "--trace naming its prefixes (hash_ids or "
-                                             "session_id)."),
+    kv_tier: str | None = typer.Option(None, "--kv-tier", help="Prefix caching over KV "
+                                       "cache tiers beyond HBM, NAME:SIZE[@GBps] per GPU, "
+                                       "comma-separated: host:512GiB,nvme:4TiB,"
+                                       "remote:16TiB@25 (hbm alone: HBM only). Needs a "
+                                       "--trace naming its prefixes (hash_ids or "
+                                       "session_id)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     profile: str | None = profile_option(),
 ) -> None:
@@ -384,7 +384,7 @@ def serve(
                       gpu_memory_utilization=gpu_memory_utilization,
                       scheduler_steps=scheduler_steps, measure=measure, client=client,
                       spec=spec, spec_tokens=spec_tokens, acceptance=acceptance,
-                      draft_model=draft_model, kv_tiers=tuple(kv_tier or ()))
+                      draft_model=draft_model, kv_tiers=tuple(kv_tier.split(",")) if kv_tier is not None else ())
     if client is not None:
         from gpufabric.workloads.inference import clients
         clients.check_load(clients.get(client), rate, concurrency)

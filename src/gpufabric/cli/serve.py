@@ -131,21 +131,20 @@ def tier_lines(kt: dict | None) -> list[str]:
         return []
     out = [f"prefix cache     {kt['hit_rate']:.1%} of prompt tokens hit ("
            + ", ".join(f"{t['name']} {t['hit_rate']:.1%}" for t in kt["tiers"])
-           + f"); {kt['declined_rate']:.1%} cheaper to recompute; blocks of "
-           f"{kt['block_tokens']} tokens"]
+           + f"), {kt['declined_rate']:.1%} recomputed"]
     for t in kt["tiers"][1:]:
         out.append(f"#   {t['name']:<7} {_bytes(t['capacity_bytes'])} per GPU at "
                    f"{t['bw_GBps']:,.1f} GB/s ({t['source'].split(':')[0]})")
     ws = kt["working_set"]
     if ws["bytes_for_max"]:
-        out.append(f"working set      {ws['max_hit_rate']:.1%} hit with unbounded room, "
-                   f"reached at {_bytes(ws['bytes_for_max'])} per GPU; 90% of the hits at "
-                   f"{_bytes(ws['bytes_for_90pct'])}")
+        out.append(f"working set      {ws['max_hit_rate']:.1%} hit with room for all: "
+                   f"{_bytes(ws['bytes_for_max'])} per GPU; 90% of it: "
+                   f"{_bytes(ws['bytes_for_90pct'])} ({kt['block_tokens']}-token blocks)")
     for c in kt.get("compare", []):
         ttft = c["ttft_ms"]
-        out.append(f"#   {c['tiers']:<22} hit {c['hit_rate']:>6.1%}  TTFT p50 "
-                   f"{ttft['p50'] or 0:>9,.1f} p99 {ttft['p99'] or 0:>9,.1f} ms  "
-                   f"{c['throughput_tokens_per_s']:>9,.0f} output tokens/s")
+        out.append(f"#   {c['tiers']:<18} hit {c['hit_rate']:>6.1%}, TTFT p50 "
+                   f"{ttft['p50'] or 0:,.1f} p99 {ttft['p99'] or 0:,.1f} ms, "
+                   f"{c['throughput_tokens_per_s']:,.0f} output tokens/s")
     return out
 
 

@@ -142,7 +142,7 @@ def tier_lines(kt: dict | None) -> list[str]:
                    f"{_bytes(ws['bytes_for_90pct'])} ({kt['block_tokens']}-token blocks)")
     for c in kt.get("compare", []):
         ttft = c["ttft_ms"]
-        out.append(f"#   {c['tiers']:<18} hit {c['hit_rate']:>6.1%}, TTFT p50 "
+        out.append(f"#   {c['tiers']:<20} hit {c['hit_rate']:>6.1%}, TTFT p50 "
                    f"{ttft['p50'] or 0:,.1f} p99 {ttft['p99'] or 0:,.1f} ms, "
                    f"{c['throughput_tokens_per_s']:,.0f} output tokens/s")
     return out

@@ -161,3 +161,16 @@ def test_bad_tiers_on_the_command_line_are_one_line_and_exit_2(cli):
     code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--kv-tier",
                        "host:1TiB")
     assert code == 2 and "--kv-tier: applies only with --trace" in err
+
+
+def test_a_trace_without_prefixes_or_with_bad_hash_ids_is_refused(cli, tmp_path):
+    plain = tmp_path / "plain.csv"
+    plain.write_text("arrival_s,isl,osl\n0,100,10\n")
+    code, _, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--trace",
+                       str(plain), "--kv-tier", "hbm")
+    assert code == 2 and "--kv-tier: the trace names no shared prefixes" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, '
+                   '"hash_ids": [0, "x"]}\n')
+    with pytest.raises(InputError, match=r"row 1\.hash_ids: got .*expected a list of whole"):
+        R.load_trace(str(bad))

@@ -383,7 +383,8 @@ def serve(
                       gpu_memory_utilization=gpu_memory_utilization,
                       scheduler_steps=scheduler_steps, measure=measure, client=client,
                       spec=spec, spec_tokens=spec_tokens, acceptance=acceptance,
-                      draft_model=draft_model, kv_tiers=tuple(kv_tier.split(",")) if kv_tier is not None else ())
+                      draft_model=draft_model,
+                      kv_tiers=tuple(kv_tier.split(",")) if kv_tier is not None else ())
     if client is not None:
         from gpufabric.workloads.inference import clients
         clients.check_load(clients.get(client), rate, concurrency)

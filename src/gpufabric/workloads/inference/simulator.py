@@ -271,11 +271,7 @@ class BatchState:
             self.g_gen[:] = 1
             self.swapped[:] = True
             self.arrives_in[:] = True
-        # prefix caching (:mod:`.kvcache`): tokens each prompt finds cached, seconds to load them
-        self.load_s = None
-        if prefix is not None:
-            self.g_kv[:] = prefix[0]
-            self.load_s = np.array(prefix[1], np.float64)
+        self.load_s = None if prefix is None else self._cached(*prefix)
         self.free = int(cfg.num_blocks)
         self.wm = int(cfg.watermark * cfg.num_blocks)
         self.reserved = 0                     # blocks promised to running requests (reserve_full)
@@ -301,6 +297,12 @@ class BatchState:
         self.told, self.tell_every = 0, max(1, n // 100)
         self.decoding = True        # every running request is past its prefill
         self.lines: dict[int, tuple[float, float] | None] = {}    # decode lines by batch size
+
+    def _cached(self, tokens: np.ndarray, load_s: np.ndarray) -> np.ndarray:
+        """Prefix caching (:mod:`.kvcache`): each prompt starts with ``tokens`` in its KV cache;
+        the seconds each takes to load (the iteration that admits it waits for them)."""
+        self.g_kv[:] = tokens
+        return np.array(load_s, np.float64)
 
     # -- phases --------------------------------------------------------------------------------
     def arrive(self) -> None:

@@ -146,7 +146,8 @@ def test_multi_turn_sessions_share_their_earlier_turns(tmp_path):
     ("host", "needs a size per GPU"),
     ("host:lots", "expected a number with a unit"),
     ("host:0GiB", "must be above 0"),
-    ("nvme:1TiB@fast", "expected GB/s per GPU"),
+    ("nvme:1TiB@fast", "unknown drive .fast."),
+    ("host:1TiB@fast", "expected GB/s per GPU"),
     ("hbm:80GiB", "hbm takes no size"),
 ])
 def test_bad_tier_specs_are_refused(spec, says):

@@ -267,7 +267,6 @@ def params(
     on; a constant fitted on a single entry is flagged as that entry's answer."""
     import gpufabric.workloads.inference.pd  # noqa: F401  (records the workloads' constants)
     import gpufabric.workloads.inference.serve  # noqa: F401
-    import gpufabric.workloads.inference.kvcache  # noqa: F401
     import gpufabric.workloads.training  # noqa: F401
     import gpufabric.workloads.video  # noqa: F401
     from gpufabric import params as shared

@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufabric.errors import InputError, clip
-from gpufabric.workloads.compute import record
 
 #: The tiers in the order a lookup tries them; ``hbm`` is the engine's own KV cache.
 TIER_NAMES = ("hbm", "host", "nvme", "remote")
@@ -56,12 +55,9 @@ _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15
 #: Largest tier one GPU may be given (a petabyte: far past any host or pool of today).
 MAX_TIER_BYTES = 1e15
 
-#: One NVMe drive's sequential read rate, GB/s, and one drive per GPU by default.
-NVME_GBps = record("NVME_GBps", 7.0, "GB/s per GPU",
-                   "KV cache tier on local NVMe: one PCIe Gen4 x4 data drive per GPU",
-                   "Samsung PM1733 (PCIe 4.0 x4, U.2): 7,000 MB/s sequential read (Samsung's "
-                   "specification, as AnandTech tabulated it beside the PM1743, Dec 2021); "
-                   "one drive per GPU as in NVIDIA DGX H100 (8 U.2 NVMe data drives, 8 GPUs)")
+#: The drive (catalog/data/drives.yaml) an ``nvme`` tier reads from unless one is named, one
+#: per GPU, as NVIDIA DGX H100 has eight U.2 NVMe data drives for its eight GPUs.
+NVME_DRIVE = "Samsung-PM1733"
 
 
 @dataclass(frozen=True)
@@ -96,11 +92,14 @@ def parse_size(text: str, field: str = "--kv-tier") -> float:
 
 def parse_tier(text: str) -> Tier:
     """``NAME[:SIZE][@GBps]``: a tier of ``host``, ``nvme`` or ``remote`` with its size per GPU
-    and, optionally, its rate per GPU in GB/s; ``hbm`` alone turns on prefix caching in HBM
-    (its size is the KV cache's).
+    and, optionally, its rate per GPU in GB/s (``nvme``: or a drive of the catalog,
+    ``nvme:4TiB@PM1743``); ``hbm`` alone turns on prefix caching in HBM (its size is the KV
+    cache's).
 
     >>> parse_tier("remote:16TiB@25").name, parse_tier("hbm").capacity_bytes
     ('remote', 0.0)
+    >>> parse_tier("nvme:4TiB@PM1743").bw_GBps
+    13.0
     """
     field = "--kv-tier"
     m = re.fullmatch(r"\s*([A-Za-z]+)\s*(?::([^@]*))?(?:@\s*([^@]*?)\s*(?:GB/?p?s)?)?\s*",
@@ -120,15 +119,22 @@ def parse_tier(text: str) -> Tier:
         raise InputError(f"got {clip(repr(text))}; {name} needs a size per GPU, e.g. "
                          f"{name}:512GiB", field=field)
     size = parse_size(m.group(2), field)
-    bw = None
-    if m.group(3) is not None:
-        try:
-            bw = float(m.group(3))
-        except ValueError:
-            bw = float("nan")
-        if not (math.isfinite(bw) and 0 < bw <= 1e5):
-            raise InputError(f"rate {clip(repr(m.group(3)))}: expected GB/s per GPU above 0 "
-                             "and at most 100000, e.g. @25", field=field)
+    rate = m.group(3)
+    if rate is None:
+        return Tier(name, size, None, "--kv-tier")
+    try:
+        bw = float(rate)
+    except ValueError:
+        if name == "nvme" and re.search("[A-Za-z]", rate):
+            from gpufabric import catalog
+            d = catalog.drive(rate, field=field)
+            return Tier(name, size, d.read_GBps, f"one {d.name} per GPU (catalog)")
+        bw = float("nan")
+    if not (math.isfinite(bw) and 0 < bw <= 1e5):
+        raise InputError(f"rate {clip(repr(rate))}: expected GB/s per GPU above 0 and at most "
+                         "100000, e.g. @25" + (" (or a drive, see `gpufabric catalog "
+                                              "storage`)" if name == "nvme" else ""),
+                         field=field)
     return Tier(name, size, bw, "--kv-tier")
 
 
@@ -152,11 +158,13 @@ def parse_tiers(texts: list[str] | tuple[str, ...]) -> list[Tier]:
 
 def system_rate(name: str, topo) -> tuple[float, str]:
     """A tier's loading rate per GPU on ``topo`` (GB/s) and where it comes from: ``host`` the
-    GPU's link to its CPU (PCIe or NVLink-C2C, its usable rate), ``nvme`` :data:`NVME_GBps`,
+    GPU's link to its CPU (PCIe or NVLink-C2C, its usable rate), ``nvme`` one :data:`NVME_DRIVE`,
     ``remote`` the GPU's share of its node's NICs (the fabric's payload rate)."""
     from gpufabric.network.capacity import usable_GBps
     if name == "nvme":
-        return NVME_GBps.value, NVME_GBps.source
+        from gpufabric import catalog
+        d = catalog.drive(NVME_DRIVE)
+        return d.read_GBps, f"one {d.name} per GPU (catalog)"
     gpu = topo.gpus()[0]
     if name == "host":
         from gpufabric.topology.paths import upstream
@@ -192,7 +200,7 @@ def resolve(tiers: list[Tier], topo, hbm_bytes: float) -> list[Tier]:
             bw, src = system_rate(t.name, topo)
             out.append(Tier(t.name, t.capacity_bytes, bw, src))
         else:
-            out.append(Tier(t.name, t.capacity_bytes, t.bw_GBps, "--kv-tier"))
+            out.append(t)
     return out
 
 

@@ -486,8 +486,9 @@ def _run(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig, st
 
 def prefix_plan(sm: StepModel, cfg: ServeConfig, reqs: R.Requests) -> tuple:
     """Prefix caching over ``cfg.kv_tiers`` for this instance's requests: the
-    :class:`~gpufabric.workloads.inference.kvcache.Plan` (with the block size and bytes) and
-    its summary (:func:`~gpufabric.workloads.inference.kvcache.summary`)."""
+    :class:`~gpufabric.workloads.inference.kvcache.Plan` and its summary
+    (:func:`~gpufabric.workloads.inference.kvcache.summary`). A block's bytes are its tokens'
+    KV on one GPU; a prefill recomputed costs its chunks of the token budget, each alone."""
     from gpufabric.workloads.inference import kvcache as K
     pre = reqs.prefix
     if pre is None:

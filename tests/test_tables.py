@@ -14,6 +14,7 @@ from gpufabric.cli.common import Col, table_lines
 LISTINGS = [
     ["systems"], ["models"], ["datasets"], ["catalog"], ["catalog", "gpus"],
     ["catalog", "cpus"], ["catalog", "nics"], ["catalog", "switches"], ["catalog", "links"],
+    ["catalog", "storage"],
     ["params"], ["params", "--layer", "all"], ["params", "--check"],
     ["show", "dgx-a100"], ["show", "gb200-nvl72"], ["p2p", "dgx-a100"],
     ["collective", "hgx-h100-4node-ndr", "--op", "all_reduce"],

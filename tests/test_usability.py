@@ -22,14 +22,15 @@ def test_catalog_lists_every_section(cli):
     code, out, _ = cli("catalog", "--json")
     assert code == 0
     names = json.loads(out)
-    assert list(names) == ["gpus", "cpus", "nics", "switches", "links"]
+    assert list(names) == ["gpus", "cpus", "nics", "switches", "links", "storage"]
     assert "H100-SXM" in names["gpus"] and "EPYC-7763" in names["cpus"]
     assert {"ConnectX-7", "ib-ndr"} <= set(names["nics"])           # NIC models and speeds
     assert {"PEX89144", "nvswitch3", "QM9700"} <= set(names["switches"])
     assert {"nvlink4", "gen5", "sli"} <= set(names["links"])
+    assert "Samsung-PM1733" in names["storage"]                     # NVMe drives
 
 
-@pytest.mark.parametrize("section", ["gpus", "cpus", "nics", "switches", "links"])
+@pytest.mark.parametrize("section", ["gpus", "cpus", "nics", "switches", "links", "storage"])
 def test_catalog_entries_carry_their_source(cli, section):
     code, out, _ = cli("catalog", section, "--json")
     assert code == 0
@@ -51,7 +52,7 @@ def test_catalog_unknown_section(cli):
     code, _, err = cli("catalog", "tpus")
     assert code == 2
     assert err == ("gpufabric: error: SECTION: unknown catalog section 'tpus' (known: cpus, "
-                   "gpus, links, nics, switches)\n")
+                   "gpus, links, nics, storage, switches)\n")
 
 
 def test_progress_is_a_line_now_and_then_when_not_a_terminal(cli, monkeypatch):

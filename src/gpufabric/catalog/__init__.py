@@ -232,6 +232,19 @@ class NetSwitch:
         return int(self.port_modes.get(gbps, self.port_modes.get(int(gbps), 0)))
 
 
+@dataclass(frozen=True)
+class Drive:
+    """An NVMe data drive (a KV cache tier on local flash)."""
+
+    name: str
+    read_GBps: float              # sequential read, GB/s
+    pcie_gen: int
+    pcie_lanes: int
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+    sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+
 T = TypeVar("T")
 
 #: table name -> (data file, entry type, what to call one entry in messages)
@@ -246,6 +259,7 @@ TABLES: dict[str, tuple[str, type, str]] = {
     "nic": ("nics.yaml", NIC, "NIC"),
     "net_speed": ("net_speeds.yaml", NetSpeed, "network speed"),
     "net_switch": ("net_switches.yaml", NetSwitch, "network switch"),
+    "drive": ("drives.yaml", Drive, "drive"),
 }
 
 
@@ -387,6 +401,10 @@ def net_switch(name: str, **kw) -> NetSwitch:
     return get("net_switch", name, **kw)
 
 
+def drive(name: str, **kw) -> Drive:
+    return get("drive", name, **kw)
+
+
 #: What ``gpufabric catalog SECTION`` lists: the tables a user names things from.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "gpus": ("gpu",),
@@ -394,6 +412,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "nics": ("nic", "net_speed"),
     "switches": ("pcie_switch", "nvswitch", "net_switch"),
     "links": ("peer_link", "pcie", "bridge"),
+    "storage": ("drive",),
 }
 
 
@@ -412,7 +431,7 @@ def entries(section: str) -> list[dict[str, Any]]:
     ...     entries("tpus")
     ... except InputError as e:
     ...     print(e)
-    SECTION: unknown catalog section 'tpus' (known: cpus, gpus, links, nics, switches)
+    SECTION: unknown catalog section 'tpus' (known: cpus, gpus, links, nics, storage, switches)
     """
     if section not in SECTIONS:
         raise unknown_name("catalog section", section, SECTIONS, field="SECTION")

@@ -22,6 +22,8 @@ CONFLICTS = (
     ("dataset", "trace", "the trace gives each request's lengths"),
     ("spec", "pd|decode_system|search|versus", "speculative decoding is modelled for one "
      "co-located deployment's run"),
+    ("kv_tier", "pd|decode_system|search|versus", "prefix caching is modelled for one "
+     "co-located deployment's run"),
 )
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -102,10 +104,48 @@ def print_summary(r: dict) -> None:
         typer.echo(f"goodput          {r['goodput_requests_per_s']:,.2f} requests/s within "
                    f"TTFT <= {slo.get('ttft_ms')} ms, TPOT <= {slo.get('tpot_ms')} ms "
                    f"({r['slo_attainment']:.0%} of requests)")
+    for line in tier_lines(r.get("kv_tiers")):
+        typer.echo(line)
     kv = r["kv_cache"]
     typer.echo(f"KV cache         peak {kv['peak_use']:.0%}, mean {kv['mean_use']:.0%}; "
                f"{r['preemptions']} preemptions; mean decode batch {r['mean_batch']:.1f}")
     typer.echo(f"bottleneck       {r['bottleneck']}")
+
+
+def _bytes(b: float) -> str:
+    """``1.5 TiB``, ``340 GiB``, ``448 MiB`` (binary units, as --kv-tier takes them).
+
+    >>> _bytes(64 * 2**30), _bytes(1.5 * 2**40)
+    ('64 GiB', '1.5 TiB')
+    """
+    for unit, v in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if b >= v:
+            return f"{b / v:,.3g} {unit}"
+    return f"{b:,.0f} B"
+
+
+def tier_lines(kt: dict | None) -> list[str]:
+    """Prefix caching's lines: each tier's size, rate and hit rate, the working set, and the
+    run without it and with each tier added."""
+    if not kt:
+        return []
+    out = [f"prefix cache     {kt['hit_rate']:.1%} of prompt tokens hit ("
+           + ", ".join(f"{t['name']} {t['hit_rate']:.1%}" for t in kt["tiers"])
+           + f"), {kt['declined_rate']:.1%} recomputed"]
+    for t in kt["tiers"][1:]:
+        out.append(f"#   {t['name']:<7} {_bytes(t['capacity_bytes'])} per GPU at "
+                   f"{t['bw_GBps']:,.1f} GB/s ({t['source'].split(':')[0]})")
+    ws = kt["working_set"]
+    if ws["bytes_for_max"]:
+        out.append(f"working set      {ws['max_hit_rate']:.1%} hit with room for all: "
+                   f"{_bytes(ws['bytes_for_max'])} per GPU; 90% of it: "
+                   f"{_bytes(ws['bytes_for_90pct'])} ({kt['block_tokens']}-token blocks)")
+    for c in kt.get("compare", []):
+        ttft = c["ttft_ms"]
+        out.append(f"#   {c['tiers']:<20} hit {c['hit_rate']:>6.1%}, TTFT p50 "
+                   f"{ttft['p50'] or 0:,.1f} p99 {ttft['p99'] or 0:,.1f} ms, "
+                   f"{c['throughput_tokens_per_s']:,.0f} output tokens/s")
+    return out
 
 
 def measure_lines(r: dict) -> list[str]:
@@ -282,6 +322,12 @@ def serve(
                                           "method and model, where there is one."),
     draft_model: str | None = typer.Option(None, "--draft-model", help="With --spec draft: "
                                            "the draft model (a built-in name)."),
+    kv_tier: str | None = typer.Option(None, "--kv-tier", help="Prefix caching over KV "
+                                       "cache tiers beyond HBM, NAME:SIZE[@GBps] per GPU, "
+                                       "comma-separated: host:512GiB,nvme:4TiB,"
+                                       "remote:16TiB@25 (hbm alone: HBM only). Needs a "
+                                       "--trace naming its prefixes (hash_ids or "
+                                       "session_id)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     profile: str | None = profile_option(),
 ) -> None:
@@ -337,7 +383,8 @@ def serve(
                       gpu_memory_utilization=gpu_memory_utilization,
                       scheduler_steps=scheduler_steps, measure=measure, client=client,
                       spec=spec, spec_tokens=spec_tokens, acceptance=acceptance,
-                      draft_model=draft_model)
+                      draft_model=draft_model,
+                      kv_tiers=tuple(kv_tier.split(",")) if kv_tier is not None else ())
     if client is not None:
         from gpufabric.workloads.inference import clients
         clients.check_load(clients.get(client), rate, concurrency)

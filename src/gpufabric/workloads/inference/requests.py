@@ -33,8 +33,19 @@ from gpufabric.fileio import check_key, csv_rows, read_text
 
 #: Column names a trace may use, first match wins (Azure LLM inference traces use the last ones).
 ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "time_s", "timestamp", "TIMESTAMP")
-ISL_KEYS = ("isl", "input_len", "input_tokens", "prompt_tokens", "prompt_len", "ContextTokens")
-OSL_KEYS = ("osl", "output_len", "output_tokens", "completion_tokens", "GeneratedTokens")
+ISL_KEYS = ("isl", "input_len", "input_tokens", "prompt_tokens", "prompt_len", "ContextTokens",
+            "input_length")
+OSL_KEYS = ("osl", "output_len", "output_tokens", "completion_tokens", "GeneratedTokens",
+            "output_length")
+#: Columns that say which earlier prompts a request's prompt starts with (prefix caching,
+#: :mod:`gpufabric.workloads.inference.kvcache`): Mooncake's ``hash_ids`` (one id per block of
+#: :data:`MOONCAKE_BLOCK` tokens, a JSON list), or a session a multi-turn conversation's turns
+#: share (each turn's prompt starts with the previous turn's prompt and answer).
+HASH_KEY = "hash_ids"
+SESSION_KEYS = ("session_id", "conversation_id", "session")
+#: Tokens per ``hash_ids`` block of Mooncake's traces (FAST25-release/README.md: "block_size
+#: ... 512"); their ``timestamp`` is in milliseconds.
+MOONCAKE_BLOCK = 512
 
 #: Most requests one run takes (memory stays bounded: a few arrays of this length).
 MAX_REQUESTS = 5_000_000
@@ -72,9 +83,25 @@ class Requests:
     ramp_s: float = 0.0     # closed loop: the users' first requests spread over this time
     phase_seed: int = 0     # and the seed of their random phases
     release: str = "user"   # closed loop: user | paced | round (see above)
+    #: a trace's prefix information (:class:`Prefix`), None where it carries none
+    prefix: Prefix | None = None
 
     def __len__(self) -> int:
         return int(self.isl.shape[0])
+
+
+@dataclass
+class Prefix:
+    """What a trace says of its prompts' shared prefixes: ``ids[i]``, the ids of request
+    ``i``'s prompt blocks of ``block`` tokens (a block's id stands for its content after the
+    same earlier blocks), ``session``: whether they come from multi-turn sessions (a turn's
+    blocks then run over its prompt and answer). ``ids`` covers the whole stream a run was
+    dealt from; ``mine`` marks this instance's requests (None: all of them)."""
+
+    ids: list[tuple]
+    block: int
+    session: bool = False
+    mine: np.ndarray | None = None
 
 
 def _lengths(value, n: int, field: str, least: int = 1) -> np.ndarray:
@@ -227,15 +254,60 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
         width = len(header)              # a short row's missing fields are None, as csv's
         records = ((i + 2, dict(zip(header, r + [None] * (width - len(r)), strict=False)))
                    for i, r in enumerate(rows))
-    t, isl, osl = _rows(records, path)
+    t, isl, osl, pre, ka = _rows(records, path)
     if not t:
         raise InputError("no requests in trace", file=path)
     arrival = np.frombuffer(t, dtype=np.float64)
+    hashed = any(isinstance(x, tuple) for x in pre)
+    if hashed and ka == "timestamp":        # Mooncake's format: milliseconds
+        arrival = arrival * 1e-3
     order = np.argsort(arrival, kind="stable")[:limit]
     arrival = arrival[order]
-    return Requests(arrival - arrival[0], np.frombuffer(isl, dtype=np.int64)[order],
+    reqs = Requests(arrival - arrival[0], np.frombuffer(isl, dtype=np.int64)[order],
                     np.frombuffer(osl, dtype=np.int64)[order], source=f"trace {p.name}",
                     rows=len(t))
+    if any(x is not None for x in pre):
+        reqs.prefix = _prefix([pre[i] for i in order.tolist()], reqs, hashed)
+    return reqs
+
+
+def _prefix(pre: list, reqs: Requests, hashed: bool) -> Prefix:
+    """The trace's prefix information in arrival order: its ``hash_ids``, or each session's
+    turns numbered as one stream of blocks (turn after turn, the earlier ones' prompt and
+    answer first); a request with neither shares nothing."""
+    if hashed:
+        return Prefix([x if isinstance(x, tuple) else () for x in pre], MOONCAKE_BLOCK)
+    B = MOONCAKE_BLOCK
+    ids: list[tuple] = []
+    new = 0                      # requests of no session: blocks nobody else has
+    for x, i, o in zip(pre, reqs.isl.tolist(), reqs.osl.tolist(), strict=True):
+        if x is None:
+            new -= 1
+            ids.append(tuple((new, j) for j in range((i + o) // B)))
+        else:
+            ids.append(tuple((x, j) for j in range((i + o) // B)))
+    return Prefix(ids, B, session=True)
+
+
+def _prefix_of(rec: dict, path: str, where: str) -> tuple | str | None:
+    """A row's ``hash_ids`` (a tuple of whole numbers) or session (a string), else None."""
+    if HASH_KEY in rec and rec[HASH_KEY] not in (None, ""):
+        v = rec[HASH_KEY]
+        if isinstance(v, str):          # a CSV cell: the JSON list as text
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError:
+                v = None
+        if not isinstance(v, list) or not all(
+                isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in v):
+            raise InputError(f"got {clip(repr(rec[HASH_KEY]))}; expected a list of whole "
+                             "numbers from 0 up (one id per block of 512 prompt tokens)",
+                             file=path, field=f"{where}.{HASH_KEY}")
+        return tuple(v)
+    k = _pick(rec, SESSION_KEYS)
+    if k is not None and rec[k] not in (None, ""):
+        return str(rec[k])
+    return None
 
 
 def _json_row(line: str, path: str, lineno: int) -> dict:
@@ -251,9 +323,11 @@ def _json_row(line: str, path: str, lineno: int) -> dict:
     return rec
 
 
-def _rows(records, path: str) -> tuple[array, array, array]:
-    """Arrival (s), isl and osl of each record, checked (at most :data:`MAX_REQUESTS`)."""
+def _rows(records, path: str) -> tuple[array, array, array, list, str | None]:
+    """Arrival (s), isl and osl of each record, checked (at most :data:`MAX_REQUESTS`), its
+    prefix information (:func:`_prefix_of`) and the arrival column's name."""
     t, isl, osl = array("d"), array("q"), array("q")
+    pre: list = []
     keys: tuple[str | None, str | None, str | None] | None = None
     form = first = ""
     for lineno, rec in records:
@@ -280,4 +354,5 @@ def _rows(records, path: str) -> tuple[array, array, array]:
         t.append(arrival)
         isl.append(_tokens(rec[ki], path, where, ki))
         osl.append(_tokens(rec[ko], path, where, ko))
-    return t, isl, osl
+        pre.append(_prefix_of(rec, path, where))
+    return t, isl, osl, pre, keys[0] if keys else None

@@ -96,6 +96,9 @@ class ServeConfig:
     spec_tokens: int | None = None
     acceptance: str | tuple[float, ...] | None = None
     draft_model: str | None = None
+    #: KV cache tiers beyond HBM with prefix caching (``--kv-tier``, ``NAME:SIZE[@GBps]``;
+    #: :mod:`~gpufabric.workloads.inference.kvcache`): needs a trace that names its prefixes
+    kv_tiers: tuple[str, ...] = ()
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -207,6 +210,13 @@ def check_config(cfg: ServeConfig) -> None:
         if v is not None and not (math.isfinite(v) and v > 0):
             raise InputError(f"must be a positive number of milliseconds, got {v!r}",
                              field="--" + name.replace("_ms", "").replace("_", "-"))
+    if cfg.kv_tiers:
+        from gpufabric.workloads.inference.kvcache import parse_tiers
+        parse_tiers(cfg.kv_tiers)
+        if not cfg.trace:
+            raise InputError("applies only with --trace (a trace whose requests name their "
+                             "shared prefixes: Mooncake's hash_ids, or a session_id column)",
+                             field="--kv-tier")
 
 
 def unloaded_ms(sm: StepModel, isl: int, chunk: int) -> tuple[float, float]:
@@ -239,8 +249,9 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
     if cfg.trace:
         full = R.load_trace(cfg.trace, limit=cfg.requests)
         keep = np.arange(len(full)) % share == 0          # round-robin over the instances
+        pre = None if full.prefix is None else replace(full.prefix, mine=keep)
         return R.Requests(full.arrival[keep], full.isl[keep], full.osl[keep],
-                          source=full.source, total=len(full), rows=full.rows)
+                          source=full.source, total=len(full), rows=full.rows, prefix=pre)
     n = max(1, -(-int(cfg.requests or DEFAULT_REQUESTS) // share))
     isl: int | np.ndarray = cfg.isl
     osl: int | np.ndarray = cfg.osl
@@ -433,6 +444,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
            "max_concurrency": sm.max_concurrency(int(res.isl.mean()), int(res.osl.mean())),
            "scheduler": asdict(sched)}
     out.update(s)
+    if cfg.kv_tiers:
+        s["kv_tiers"]["compare"] = tier_compare(sm, cfg, share, sched, steady, s)
     out["measure"] = "steady" if "steady" in s else "run"
     bd = typical_breakdown(sm, res)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
@@ -460,9 +473,60 @@ def _run(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig, st
     give_up = None
     if stop_below is not None and not reqs.concurrency:
         give_up = slo_out_of_reach(cfg.slo_ttft_ms, cfg.slo_tpot_ms, stop_below)
-    res = simulate_with_front_end(reqs, sm, sched, progress=progress, give_up=give_up)
-    return reqs, res, summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms,
-                                slo_tpot_ms=cfg.slo_tpot_ms, steady=steady)
+    plan, tiers = prefix_plan(sm, cfg, reqs) if cfg.kv_tiers else (None, None)
+    res = simulate_with_front_end(reqs, sm, sched, progress=progress, give_up=give_up,
+                                  prefix=None if plan is None else
+                                  (plan.hit_tokens, plan.load_s))
+    s = summarize(res, gpus=1, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
+                  steady=steady)
+    if plan is not None:
+        s["kv_tiers"] = tiers
+    return reqs, res, s
+
+
+def prefix_plan(sm: StepModel, cfg: ServeConfig, reqs: R.Requests) -> tuple:
+    """Prefix caching over ``cfg.kv_tiers`` for this instance's requests: the
+    :class:`~gpufabric.workloads.inference.kvcache.Plan` and its summary
+    (:func:`~gpufabric.workloads.inference.kvcache.summary`). A block's bytes are its tokens'
+    KV on one GPU; a prefill recomputed costs its chunks of the token budget, each alone."""
+    from gpufabric.workloads.inference import kvcache as K
+    pre = reqs.prefix
+    if pre is None:
+        raise InputError("the trace names no shared prefixes; --kv-tier needs requests with "
+                         "hash_ids (Mooncake's format) or a session_id column", field="--kv-tier")
+    bb = sm.kv_bytes_per_token * pre.block
+    tiers = K.resolve(K.parse_tiers(cfg.kv_tiers), sm.topo,
+                      float(sm.kv_blocks * sm.block_size * sm.kv_bytes_per_token))
+    M = max(int(sm.max_tokens), 1)
+
+    def recompute_s(isl: int, start: np.ndarray) -> np.ndarray:
+        c = np.maximum(isl - start, 1).astype(np.float64)
+        q = np.ceil(c / M)                 # chunks of the token budget
+        return q * sm(c / q, c * (start + (c + 1) / 2) / q, start + c, 0, 0)
+    p = K.plan(pre.ids, reqs.isl, tiers, pre.block, bb, recompute_s, pre.mine)
+    return p, K.summary(p, tiers, pre.block, bb)
+
+
+def tier_compare(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig,
+                 steady: bool, last: dict) -> list[dict]:
+    """The run again without prefix caching, then with HBM alone and each further tier of
+    ``cfg.kv_tiers`` added in lookup order (``last``: the run with all of them): each row's
+    tiers, hit rate, TTFT, TPOT and throughput (whole deployment)."""
+    from gpufabric.workloads.inference.kvcache import parse_tiers
+    names = [t.name for t in parse_tiers(cfg.kv_tiers)]
+    given = {t.split(":")[0].split("@")[0].strip().lower(): t for t in cfg.kv_tiers}
+    rows = []
+    for k in range(len(names) + 1):
+        use = tuple(given.get(n, "hbm") for n in names[:k])
+        s = last if k == len(names) else _run(sm, replace(cfg, kv_tiers=use), share, sched,
+                                               steady, None)[2]
+        per = 1 if k == len(names) else share      # (``last`` counts the deployment already)
+        rows.append({"tiers": "+".join(names[:k]) or "none",
+                     "hit_rate": s["kv_tiers"]["hit_rate"] if k else 0.0,
+                     "ttft_ms": s["ttft_ms"], "tpot_ms": s["tpot_ms"],
+                     "throughput_tokens_per_s": s["throughput_tokens_per_s"] * per,
+                     "total_tokens_per_s": s["total_tokens_per_s"] * per})
+    return rows
 
 
 def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig) -> dict:

@@ -214,7 +214,8 @@ class BatchState:
     def __init__(self, reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
                  prefilled: bool = False,
                  progress: Callable[[int, int], None] | None = None,
-                 front_end_s: float = 0.0):
+                 front_end_s: float = 0.0,
+                 prefix: tuple[np.ndarray, np.ndarray] | None = None):
         check_fits(reqs, cfg)
         self.cost, self.cfg, self.progress = cost, cfg, progress
         self.policy = POLICIES[cfg.order]
@@ -270,6 +271,7 @@ class BatchState:
             self.g_gen[:] = 1
             self.swapped[:] = True
             self.arrives_in[:] = True
+        self.load_s = None if prefix is None else self._cached(*prefix)
         self.free = int(cfg.num_blocks)
         self.wm = int(cfg.watermark * cfg.num_blocks)
         self.reserved = 0                     # blocks promised to running requests (reserve_full)
@@ -295,6 +297,12 @@ class BatchState:
         self.told, self.tell_every = 0, max(1, n // 100)
         self.decoding = True        # every running request is past its prefill
         self.lines: dict[int, tuple[float, float] | None] = {}    # decode lines by batch size
+
+    def _cached(self, tokens: np.ndarray, load_s: np.ndarray) -> np.ndarray:
+        """Prefix caching (:mod:`.kvcache`): each prompt starts with ``tokens`` in its KV cache;
+        the seconds each takes to load (the iteration that admits it waits for them)."""
+        self.g_kv[:] = tokens
+        return np.array(load_s, np.float64)
 
     # -- phases --------------------------------------------------------------------------------
     def arrive(self) -> None:
@@ -446,9 +454,10 @@ class BatchState:
             if cfg.reserve_full and self.reserved + int(self.need_max[i]) > cfg.num_blocks:
                 break               # the request's whole KV (prompt + output) must fit
             if cfg.chunked_prefill:
-                c = min(rem, it.budget, (self.free - floor) * B)
+                c = min(rem, it.budget, (self.free - floor) * B - kv_i)
             else:
-                c = rem if rem <= it.budget and _ceil_div(rem, B) <= self.free - floor else 0
+                c = rem if rem <= it.budget and _ceil_div(kv_i + rem, B) <= self.free - floor \
+                    else 0
             if c <= 0:
                 break
             waiting.popleft()
@@ -457,6 +466,9 @@ class BatchState:
             nb = _ceil_div(kv_i + c, B)
             self.free -= nb
             it.budget -= c
+            if kv_i and self.load_s is not None:    # a cached prefix: the batch waits for it
+                it.swap_t += self.load_s.item(i)
+                self.load_s[i] = 0.0
             it.chunks.append((nrun + len(it.adm), kv_i, c))
             it.adm.append(i)
             it.adm_bl.append(nb)
@@ -896,7 +908,8 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
              max_iterations: int = 50_000_000, prefilled: bool = False,
              progress: Callable[[int, int], None] | None = None,
              front_end_s: float = 0.0,
-             give_up: Callable[[BatchState], float | None] | None = None) -> SimResult:
+             give_up: Callable[[BatchState], float | None] | None = None,
+             prefix: tuple[np.ndarray, np.ndarray] | None = None) -> SimResult:
     """Run ``reqs`` through one serving instance whose iterations cost ``cost``
     (a :class:`BatchState` stepped to the end).
 
@@ -911,10 +924,14 @@ def simulate(reqs: Requests, cost: StepCost, cfg: SchedulerConfig,
     ``give_up``: see :meth:`BatchState.run` (:func:`slo_out_of_reach`); raises
     :class:`GaveUp` when it stops the run.
 
+    ``prefix``: prefix caching's (tokens each request finds cached, seconds to load them)
+    (:func:`gpufabric.workloads.inference.kvcache.plan`): a request starts with those tokens
+    in its KV cache, and the iteration that admits it waits for the load.
+
     Raises :class:`InputError` when a single request cannot fit in the KV cache.
     """
     return BatchState(reqs, cost, cfg, prefilled=prefilled, progress=progress,
-                      front_end_s=front_end_s).run(max_iterations, give_up)
+                      front_end_s=front_end_s, prefix=prefix).run(max_iterations, give_up)
 
 
 def percentiles(x: np.ndarray) -> dict:

@@ -177,3 +177,41 @@ def test_synthetic_shapes_are_exactly_the_real_traces():
     assert shape(real) == shape(synth)
     real_nodes = load_nodes("all_node")
     assert real_nodes.summary() == synthetic_nodes("all_node").summary()
+
+
+def test_mooncake_traces_are_fetched_checked_and_found_by_their_short_name(server, tmp_path,
+                                                                           monkeypatch, cli):
+    """`data fetch mooncake` keeps the pinned files (served here from a loopback stand-in of the
+    repository with the pinned hashes swapped for our own files'), and `serve --trace
+    mooncake-conversation` reads the one in the cache."""
+    www, url = server
+    body = ('{"timestamp": 0, "input_length": 600, "output_length": 8, "hash_ids": [0, 1]}\n'
+            '{"timestamp": 500, "input_length": 600, "output_length": 8, "hash_ids": [0, 1]}\n')
+    (www / "conversation_trace.jsonl").write_text(body)
+    files = {"conversation_trace.jsonl": hashlib.sha256(body.encode()).hexdigest()}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUFABRIC_DATA_DIR", raising=False)
+    got = D.fetch(base_url=url, files=files, name="mooncake")
+    assert got == [tmp_path / "cache" / "gpufabric" / "mooncake" / "conversation_trace.jsonl"]
+    assert D.trace_path("mooncake-conversation") == str(got[0])
+    code, out, _ = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--trace",
+                       "mooncake-conversation", "--json")
+    assert code == 0 and json.loads(out)["requests"] == 2
+    # the real set's pins: every file of the repository folder at the commit, by name
+    assert sorted(D.SETS["mooncake"].files) == ["conversation_trace.jsonl",
+                                                "synthetic_trace.jsonl"]
+    assert D.SETS["mooncake"].url == ("https://raw.githubusercontent.com/kvcache-ai/Mooncake/"
+                                      "3b5a594133958449a1feaf1c9e0fc1b553e34a28/"
+                                      "FAST25-release/traces/")
+
+
+def test_a_missing_mooncake_trace_says_how_to_get_it_and_an_unknown_set_is_refused(
+        cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("GPUFABRIC_DATA_DIR", raising=False)
+    code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--trace",
+                         "mooncake-synthetic")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "get it with `gpufabric data fetch mooncake`" in err
+    code, _, err = cli("data", "fetch", "mooncak")
+    assert code == 2 and "unknown data set 'mooncak'; did you mean 'mooncake'?" in err

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from gpufabric.cli.common import app, emit_json
-from gpufabric.errors import InputError
+from gpufabric.errors import unknown_name
 
 data_app = typer.Typer(no_args_is_help=True, help="Data sets gpufabric reads but does not ship.")
 app.add_typer(data_app, name="data")
@@ -16,18 +16,21 @@ app.add_typer(data_app, name="data")
 @data_app.command("fetch")
 def fetch(
     name: str = typer.Argument(..., help="The data set: openb (the Alibaba GPU cluster trace "
-                               "of the FGD paper)."),
+                               "of the FGD paper, for schedule) or mooncake (Mooncake's "
+                               "FAST'25 serving traces with prefix hash ids, for serve --trace "
+                               "mooncake-conversation --kv-tier)."),
     dest: str | None = typer.Option(None, "--dest", help="Directory to fill (default: the "
-                                    "cache, ~/.cache/gpufabric/openb)."),
+                                    "cache, ~/.cache/gpufabric/NAME)."),
     url: str | None = typer.Option(None, "--url", help="Base URL to download from (default: "
-                                   "alibaba/clusterdata at the pinned commit)."),
+                                   "the set's repository at the pinned commit)."),
     json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Download a data set's files, check their sha256 and keep them for `schedule`."""
+    """Download a data set's files, check their sha256 and keep them for `schedule` (openb) or
+    `serve --trace` (mooncake)."""
     from gpufabric.scheduler import datasets as data
 
-    if name != "openb":
-        raise InputError(f"unknown data set '{name}' (known: openb)", field="NAME")
+    if name not in data.SETS:
+        raise unknown_name("data set", name, sorted(data.SETS), field="NAME")
     last: dict[str, int] = {}
 
     def progress(file: str, done: int, total: int) -> None:
@@ -39,7 +42,7 @@ def fetch(
             print(f"  {file}: {done / 1e6:.0f} of {total / 1e6:.1f} MB" if total else
                   f"  {file}: {done / 1e6:.0f} MB", file=sys.stderr)
 
-    got = data.fetch(dest, base_url=url or data.OPENB_URL, progress=progress)
+    got = data.fetch(dest, base_url=url, progress=progress, name=name)
     if json:
         emit_json({"dir": str(got[0].parent), "files": [str(p) for p in got]})
         return

@@ -258,7 +258,9 @@ def serve(
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
     osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
     trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
-                                     "input and output lengths per request."),
+                                     "input and output lengths per request; or "
+                                     "mooncake-conversation / mooncake-synthetic (`gpufabric "
+                                     "data fetch mooncake`)."),
     dataset: str | None = typer.Option(None, "--dataset", help="Draw each request's input "
                                        "and output lengths from a named dataset (see "
                                        "`gpufabric datasets`); synthetic ones centre on "

@@ -1,16 +1,18 @@
-"""Where the openb trace comes from: a path, a data directory, or a cache filled by a download.
+"""Where the data sets gpufabric reads but does not ship come from: a path, a data directory,
+or a cache filled by a download (:data:`SETS`: the openb cluster trace, Mooncake's serving
+traces).
 
-gpufabric ships no file of the openb trace (it belongs to the ``alibaba/clusterdata``
-repository). A short name such as ``default`` or ``gpu_node`` is looked up, in this order, in
+gpufabric ships no file of them (they belong to their repositories). A short name such as
+``default`` or ``gpu_node`` (openb) is looked up, in this order, in
 
 1. the data directory given by the caller (``--data-dir``);
 2. the directory in the environment variable :data:`ENV_VAR` (``GPUFABRIC_DATA_DIR``);
-3. the cache that :func:`fetch` fills (``$XDG_CACHE_HOME/gpufabric/openb``, by default
-   ``~/.cache/gpufabric/openb``).
+3. the cache that :func:`fetch` fills (``$XDG_CACHE_HOME/gpufabric/SET``, by default
+   ``~/.cache/gpufabric/openb`` for openb).
 
-A directory may hold the CSV files directly or in an ``openb/`` folder. :func:`fetch` downloads
-the files of :data:`OPENB_FILES` from the repository at the pinned commit :data:`OPENB_COMMIT`
-and keeps a file only when its sha256 is the pinned one.
+A directory may hold the files directly or in a folder named after the set (``openb/``).
+:func:`fetch` downloads a set's files from its repository at the pinned commit and keeps a file
+only when its sha256 is the pinned one.
 
 Examples
 --------
@@ -28,6 +30,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpufabric.errors import InputError
@@ -58,10 +61,55 @@ OPENB_FILES = {
         "d9ec6f6c74fb980cc0b81239470c6353fceea077ea9abd610003b604c7cc2b01",
 }
 
+MOONCAKE_REPO = "kvcache-ai/Mooncake"
+#: The commit of ``kvcache-ai/Mooncake`` whose FAST'25 traces the figures in docs/inference.md
+#: were read from.
+MOONCAKE_COMMIT = "3b5a594133958449a1feaf1c9e0fc1b553e34a28"
+MOONCAKE_DIR = "FAST25-release/traces"
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """A data set gpufabric downloads on demand: its repository, the commit and folder its
+    files are pinned at, each file's sha256, and what it is for."""
+
+    name: str
+    repo: str
+    commit: str
+    folder: str
+    files: dict[str, str]
+    what: str
+
+    @property
+    def url(self) -> str:
+        """The base URL of its files at the pinned commit."""
+        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.folder}/"
+
+
+#: Every data set ``gpufabric data fetch`` knows, by name.
+SETS: dict[str, DataSet] = {
+    "openb": DataSet("openb", OPENB_REPO, OPENB_COMMIT, OPENB_DIR, OPENB_FILES,
+                     "the Alibaba GPU cluster trace of the FGD paper (ATC'23), for `schedule`"),
+    "mooncake": DataSet(
+        "mooncake", MOONCAKE_REPO, MOONCAKE_COMMIT, MOONCAKE_DIR,
+        {"conversation_trace.jsonl":   # sha256 of the file at the commit (git show | sha256sum)
+         "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df",
+         "synthetic_trace.jsonl":
+         "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131"},
+        "Mooncake's FAST'25 request traces with prefix hash ids (Kimi conversation, synthetic), "
+        "for `serve --trace NAME --kv-tier`"),
+}
+
+#: Serving traces by short name (``serve --trace NAME``): the data set and file they are.
+TRACES: dict[str, tuple[str, str]] = {
+    "mooncake-conversation": ("mooncake", "conversation_trace.jsonl"),
+    "mooncake-synthetic": ("mooncake", "synthetic_trace.jsonl"),
+}
+
 #: Environment variable naming a data directory.
 ENV_VAR = "GPUFABRIC_DATA_DIR"
 
-#: Largest file :func:`fetch` accepts (the largest openb file is 0.6 MB).
+#: Largest file :func:`fetch` accepts (the largest openb file is 0.6 MB, Mooncake's 3 MB).
 MAX_BYTES = 64 * 2**20
 
 
@@ -69,41 +117,59 @@ class DataMissing(InputError):
     """A named data file is in none of the places :func:`find` looks."""
 
 
-def cache_dir() -> Path:
-    """Where :func:`fetch` puts the openb files by default."""
+def cache_dir(name: str = "openb") -> Path:
+    """Where :func:`fetch` puts the files of data set ``name`` by default."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpufabric" / "openb"
+    return Path(base) / "gpufabric" / name
 
 
-def search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
-    """The directories :func:`find` looks in, in order (see the module doc)."""
+def search_dirs(data_dir: str | os.PathLike | None = None, name: str = "openb") -> list[Path]:
+    """The directories :func:`find` looks in for data set ``name``, in order (see the module
+    doc)."""
     dirs = []
     if data_dir:
         dirs.append(Path(data_dir))
     if os.environ.get(ENV_VAR):
         dirs.append(Path(os.environ[ENV_VAR]))
-    dirs.append(cache_dir())
+    dirs.append(cache_dir(name))
     return dirs
 
 
-def find(filename: str, data_dir: str | os.PathLike | None = None) -> Path | None:
-    """The first ``filename`` in :func:`search_dirs` (or its ``openb/`` folder), or None."""
-    for d in search_dirs(data_dir):
-        for p in (d / filename, d / "openb" / filename):
+def find(filename: str, data_dir: str | os.PathLike | None = None,
+         name: str = "openb") -> Path | None:
+    """The first ``filename`` in :func:`search_dirs` (or its folder named after the set), or
+    None."""
+    for d in search_dirs(data_dir, name):
+        for p in (d / filename, d / name / filename):
             if p.is_file():
                 return p
     return None
 
 
-def require(filename: str, what: str, data_dir: str | os.PathLike | None = None) -> Path:
+def require(filename: str, what: str, data_dir: str | os.PathLike | None = None,
+            name: str = "openb") -> Path:
     """:func:`find`, or a :class:`DataMissing` that says where it looked and how to get it."""
-    p = find(filename, data_dir)
+    p = find(filename, data_dir, name)
     if p is None:
-        where = ", ".join(str(d) for d in search_dirs(data_dir))
+        where = ", ".join(str(d) for d in search_dirs(data_dir, name))
+        ds = SETS[name]
         raise DataMissing(f"{what} is not in {where}; get it with `gpufabric data fetch "
-                          f"openb`, or point --data-dir or {ENV_VAR} at a copy of "
-                          f"{OPENB_REPO}/{OPENB_DIR}", field=filename)
+                          f"{name}`, or point --data-dir or {ENV_VAR} at a copy of "
+                          f"{ds.repo}/{ds.folder}", field=filename)
     return p
+
+
+def trace_path(text: str) -> str:
+    """A serving trace's path: ``text`` itself, or for a short name of :data:`TRACES` (not a
+    file here) the file where :func:`require` finds it.
+
+    >>> trace_path("my_trace.csv")
+    'my_trace.csv'
+    """
+    if text not in TRACES or Path(text).exists():
+        return text
+    name, filename = TRACES[text]
+    return str(require(filename, f"the {text} trace", None, name))
 
 
 def sha256(path: Path) -> str:
@@ -114,11 +180,12 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch(dest: str | os.PathLike | None = None, *, base_url: str = OPENB_URL,
+def fetch(dest: str | os.PathLike | None = None, *, base_url: str | None = None,
           files: dict[str, str] | None = None,
           progress: Callable[[str, int, int], None] | None = None,
-          timeout_s: float = 30.0) -> list[Path]:
-    """Download ``files`` (name -> sha256; default :data:`OPENB_FILES`) from ``base_url``.
+          timeout_s: float = 30.0, name: str = "openb") -> list[Path]:
+    """Download ``files`` (name -> sha256; default: data set ``name``'s, :data:`SETS`) from
+    ``base_url`` (default: the set's repository at its pinned commit).
 
     A file already in ``dest`` (default :func:`cache_dir`) with the right sha256 is kept as
     is. Each download goes to a temporary file and is moved into place only when its sha256
@@ -132,8 +199,10 @@ def fetch(dest: str | os.PathLike | None = None, *, base_url: str = OPENB_URL,
         The server cannot be reached (offline), answers with an error, sends more than
         :data:`MAX_BYTES`, or sends a file whose sha256 is not the pinned one.
     """
-    files = OPENB_FILES if files is None else files
-    out = Path(dest) if dest is not None else cache_dir()
+    ds = SETS[name]
+    files = ds.files if files is None else files
+    base_url = ds.url if base_url is None else base_url
+    out = Path(dest) if dest is not None else cache_dir(name)
     made = [d for d in (out, *out.parents) if not d.exists()]   # deepest first
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -198,8 +267,8 @@ def _download(url: str, fh, h, name: str, progress, timeout_s: float) -> None:
                     break
                 done += len(block)
                 if done > MAX_BYTES:
-                    raise InputError(f"more than {MAX_BYTES} bytes; not an openb file",
-                                     file=url)
+                    raise InputError(f"more than {MAX_BYTES} bytes; not a file of the data "
+                                     "set", file=url)
                 h.update(block)
                 fh.write(block)
                 if progress:

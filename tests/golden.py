@@ -1,6 +1,7 @@
 """Golden outputs of the main commands, to show a refactor changes none of them.
 
     .venv/bin/python tests/golden.py          # rewrite tests/data/golden/*.json
+    .venv/bin/python tests/golden.py advise   # or only the cases named
 
 Run it when a change of the model is meant to change the figures (and say so in the commit);
 ``tests/test_golden.py`` compares the commands' ``--json`` output with these files. Each case
@@ -66,13 +67,16 @@ def same(a: object, b: object, where: str = "") -> list[str]:
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]
 
 
-def main() -> int:
+def main(names: list[str] | None = None) -> int:
+    """Rewrite every case's file, or only those of ``names`` (the command line's arguments)."""
     GOLDEN.mkdir(parents=True, exist_ok=True)
     for name, args in CASES.items():
+        if names and name not in names:
+            continue
         (GOLDEN / f"{name}.json").write_text(json.dumps(run(args), indent=1, sort_keys=True))
         print(f"wrote tests/data/golden/{name}.json", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -93,6 +93,8 @@ def _twin(spec: dict) -> dict:
         return {k: clean(v) if isinstance(v, dict) else v for k, v in d.items()
                 if v is not None}
     s = clean(spec)
+    if not s.get("nvlink_links"):      # a card without NVLink: 0 is the builder's, not a choice
+        s.pop("nvlink_links", None)
     s["nodes"] = 2
     if not s.get("nics_per_node"):
         s["nics_per_node"] = s["gpus_per_node"]

@@ -144,6 +144,8 @@ def advise(scenario: str | None = typer.Argument(
         console.print("   " + " | ".join(money), highlight=False)
         console.print("   " + _workload(c, sc), highlight=False)
         console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
+        if c.metrics.get("serve", {}).get("pools"):
+            console.print(f"   pools: {c.metrics['serve']['pools']}", highlight=False)
         if c.equivalents:
             console.print(f"   same figure with {len(c.equivalents)} other network(s): "
                           + "; ".join(c.equivalents[:4])

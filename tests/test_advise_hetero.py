@@ -157,3 +157,14 @@ def test_the_builtin_mixed_scenario_names_compute_and_memory_pools():
     # the decode kinds hold more than the prefill kind (catalog: 141 and 192 GB against 80)
     assert all(catalog.gpu(g).memory_GB > catalog.gpu("H100-SXM").memory_GB
                for g in sc.space.pd_decode)
+
+
+def test_a_disaggregated_unit_on_several_servers_is_described_without_a_fabric_plan():
+    # a PD pool's servers carry the NICs its KV cache crosses, but no planned fabric
+    spec = {**parse_inline("gpu=H200-SXM,gpus_per_node=8,nic=roce-400,nics_per_node=8"),
+            "nodes": 2}
+    c = core.Candidate(gpu="H200-SXM", gpus_per_node=8, nodes=2, spec=spec,
+                       deployment="on-prem", pd=(2, 1),
+                       metrics={"serve": {"layout": {"tp": 4}}})
+    assert core.describe(c) == ("disaggregated 2P1D (tp4) inside each of 2x 8-GPU H200-SXM "
+                                "server (default, 8x roce-400)")

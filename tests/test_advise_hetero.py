@@ -168,3 +168,14 @@ def test_a_disaggregated_unit_on_several_servers_is_described_without_a_fabric_p
                        metrics={"serve": {"layout": {"tp": 4}}})
     assert core.describe(c) == ("disaggregated 2P1D (tp4) inside each of 2x 8-GPU H200-SXM "
                                 "server (default, 8x roce-400)")
+
+
+def test_disaggregation_is_tried_when_no_colocated_design_meets_the_load():
+    # one L40S serves 2.8 requests/s within the SLO co-located (prefill stalls its decode);
+    # 5 are asked and the space has one-GPU servers only: a 1P1D unit of two serves 7.2
+    sc = scenario.parse({"workloads": {"serve": {**SERVE, "rate": 5}},
+                         "constraints": {"deployment": "on-prem", "gpus": ["L40S"]},
+                         "space": {"gpus_per_node": [1], "nodes": [1]}}, "five.yaml")
+    adv = core.advise(sc, prices.load(), top=1)
+    assert [(c.pd, c.gpus) for c in adv.ranked] == [((1, 1), 2)]
+    assert adv.ranked[0].metrics["serve"]["capacity"] >= 5

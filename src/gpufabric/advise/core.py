@@ -728,11 +728,11 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
 def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,
                   *, designs: int = 3, ray: bool = False,
                   runner: Runner | None = None) -> list[Candidate]:
-    """xPyD deployments on the server designs of the best co-located ones: every (prefill,
-    decode) pair of them, so prefill and decode may run on different GPUs, and, where the
-    scenario names pool GPU kinds (``space.pd_gpus``), every pair of a prefill kind's and a
-    decode kind's best design; one unit of x prefill and y decode servers, as many units as
-    the load needs, priced whole (both pools)."""
+    """xPyD deployments on the server designs of the best co-located ones (:func:`_pd_pairs`:
+    every (prefill, decode) pair of them, so prefill and decode may run on different GPUs,
+    or, where the scenario names the pools' GPU kinds, each on itself and each named prefill
+    kind's with each named decode kind's); one unit of x prefill and y decode servers, as many
+    units as the load needs, priced whole (both pools)."""
     assert sc.serve is not None and sc.serve.rate
     jobs, meta = _pd_jobs(_pd_pairs(ranked, sc, prices, designs), sc)
     runner = runner or Runner(ray=ray)
@@ -1079,7 +1079,7 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
             if not c.violations and c.objective is not None:
                 feasible.append(c)
     pruned = len(priced) - len(done) - dominated
-    if sc.serve and sc.serve.pd and sc.serve.rate and feasible:
+    if sc.serve and sc.serve.pd and sc.serve.rate:
         pds = _pd_kind_designs(ok, done, sc, runner)
         pool = sorted((c for c in done + pds if "serve" in c.metrics
                        and c.objective is not None), key=lambda c: c.objective or 0.0)

@@ -8,7 +8,10 @@ co-located designs, the uniform and the mixed disaggregated units) takes about a
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from gpufabric import catalog
 from gpufabric.advise import core, prices, scenario
@@ -179,3 +182,13 @@ def test_disaggregation_is_tried_when_no_colocated_design_meets_the_load():
     adv = core.advise(sc, prices.load(), top=1)
     assert [(c.pd, c.gpus) for c in adv.ranked] == [((1, 1), 2)]
     assert adv.ranked[0].metrics["serve"]["capacity"] >= 5
+
+
+def test_json_names_the_decode_pools_gpu(advice, tmp_path, cli):
+    p = tmp_path / "mixed.yaml"
+    p.write_text(yaml.safe_dump(MIXED))
+    code, out, _ = cli("advise", str(p), "--top", "8", "--json", "--jobs", "1")
+    rows = json.loads(out)["designs"]
+    mixed = [r for r in rows if r["decode_gpu"] not in (None, r["gpu"])]
+    assert code == 0 and [(r["gpu"], r["decode_gpu"]) for r in mixed] == [("L40S", "A100-PCIe")]
+    assert mixed[0]["metrics"]["serve"]["kv_link"].startswith("RDMA NICs")

@@ -862,9 +862,9 @@ def pool_roles(pre: Candidate, dec: Candidate, sc: Scenario, held: int | None = 
 def _pd_kind_designs(ok: list[Candidate], done: list[Candidate], sc: Scenario,
                      runner: Runner) -> list[Candidate]:
     """The pool GPU kinds of ``space.pd_gpus`` that no single-server design was run for yet
-    (the branch and bound stopped before them): the widest server design of each of the space,
-    buildable and priced, run through the models now so that its layout is known. They rank
-    as co-located designs too."""
+    (the branch and bound stopped before them): the widest on-premises server design of each
+    of the space, buildable and priced, run through the models now so that its layout is
+    known. They rank as co-located designs too."""
     kinds = dict.fromkeys(sc.space.pd_prefill + sc.space.pd_decode)
     have = {c.gpu for c in done if "serve" in c.metrics and c.nodes == 1 and c.decode is None}
     new: list[Candidate] = []

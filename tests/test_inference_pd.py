@@ -125,3 +125,18 @@ def test_one_pcie_card_per_server_sends_its_kv_cache_over_its_nic():
                  "1P1D", dec)
     assert r["pd"]["kv_link"] == "RDMA NICs (ConnectX-7)"
     assert (r["pd"]["prefill"]["gpu"], r["pd"]["decode"]["gpu"]) == ("L40S", "A100-PCIe")
+
+
+def test_the_kv_transfer_goes_at_the_pace_of_the_slower_end():
+    # a decode system behind 100G NICs: the cache crosses them whatever the prefill side has
+    def kv_ms(pre_nic, dec_nic):
+        pre = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nic": pre_nic})
+        dec = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nic": dec_nic})
+        r = serve_pd("llama3-8b", pre, ServeConfig(rate=0.5, requests=10, isl=4000, osl=10),
+                     "1P1D", dec)
+        return r["pd"]["kv_transfer_ms"]["p50"], r["pd"]["kv_link"]
+    fast, _ = kv_ms("roce-400", "roce-400")
+    mixed, link = kv_ms("roce-400", "roce-100")
+    slow, _ = kv_ms("roce-100", "roce-100")
+    assert mixed == pytest.approx(slow) and mixed > 2 * fast     # 100G against 400G
+    assert link.startswith("RDMA NICs (") and link.count(",") == 1   # both ends' NIC models

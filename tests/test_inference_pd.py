@@ -114,3 +114,29 @@ def test_pd_with_attention_data_parallelism():
     assert r["gpus"] == 24 and r["requests"] == 400 and r["pd"]["kv_link"] == "NVLink"
     assert r["pd"]["kv_bytes_per_request_mean"] == 2000 * 61 * 576
     assert r["ttft_ms"]["p50"] < 1000 and r["tpot_ms"]["p50"] < 20
+
+
+def test_one_pcie_card_per_server_sends_its_kv_cache_over_its_nic():
+    # a card without NVLink (the builder records nvlink_links 0) still gets its twin server
+    # across the network: the transfer crosses the 400G NIC both servers have
+    pre = from_spec({"gpu": "L40S", "gpus_per_node": 1, "nic": "roce-400"})
+    dec = from_spec({"gpu": "A100-PCIe", "gpus_per_node": 1, "nic": "roce-400"})
+    r = serve_pd("llama3-8b", pre, ServeConfig(rate=1.0, requests=20, isl=2000, osl=20),
+                 "1P1D", dec)
+    assert r["pd"]["kv_link"] == "RDMA NICs (ConnectX-7)"
+    assert (r["pd"]["prefill"]["gpu"], r["pd"]["decode"]["gpu"]) == ("L40S", "A100-PCIe")
+
+
+def test_the_kv_transfer_goes_at_the_pace_of_the_slower_end():
+    # a decode system behind 100G NICs: the cache crosses them whatever the prefill side has
+    def kv_ms(pre_nic, dec_nic):
+        pre = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nic": pre_nic})
+        dec = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8, "nic": dec_nic})
+        r = serve_pd("llama3-8b", pre, ServeConfig(rate=0.5, requests=10, isl=4000, osl=10),
+                     "1P1D", dec)
+        return r["pd"]["kv_transfer_ms"]["p50"], r["pd"]["kv_link"]
+    fast, _ = kv_ms("roce-400", "roce-400")
+    mixed, link = kv_ms("roce-400", "roce-100")
+    slow, _ = kv_ms("roce-100", "roce-100")
+    assert mixed == pytest.approx(slow) and mixed > 2 * fast     # 100G against 400G
+    assert link.startswith("RDMA NICs (") and link.count(",") == 1   # both ends' NIC models

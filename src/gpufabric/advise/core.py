@@ -717,36 +717,79 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
         lo, best = highest_passing(ok, 0.05 * (job.x + job.y), steps=3)
     except InputError as exc:
         return {"error": exc.message}
-    return _capacity("per_unit", lo, best, "rate")
+    out = _capacity("per_unit", lo, best, "rate")
+    if best is not None:            # the KV cache's path between the pools, as modelled
+        out.update(kv_link=best["pd"]["kv_link"],
+                   kv_transfer_ms_p50=best["pd"]["kv_transfer_ms"]["p50"],
+                   decode_max_concurrency=best["max_concurrency"])
+    return out
 
 
 def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float,
                   *, designs: int = 3, ray: bool = False,
                   runner: Runner | None = None) -> list[Candidate]:
-    """xPyD deployments on the server designs of the best co-located ones: every (prefill,
-    decode) pair of them, so prefill and decode may run on different GPUs; one unit of x
-    prefill and y decode servers, as many units as the load needs."""
+    """xPyD deployments on the server designs of the best co-located ones (:func:`_pd_pairs`:
+    every (prefill, decode) pair of them, so prefill and decode may run on different GPUs,
+    or, where the scenario names the pools' GPU kinds, each on itself and each named prefill
+    kind's with each named decode kind's); one unit of x prefill and y decode servers, as many
+    units as the load needs, priced whole (both pools)."""
     assert sc.serve is not None and sc.serve.rate
-    s = sc.serve
+    jobs, meta = _pd_jobs(_pd_pairs(ranked, sc, prices, designs), sc)
+    runner = runner or Runner(ray=ray)
+    runner.run(jobs)
+    out = []
+    for job, (a, b) in zip(jobs, meta, strict=True):
+        r = runner[job]
+        if "error" in r or not r["per_unit"]:
+            continue
+        out.append(_pd_candidate(job, a, b, r, sc, prices, kwh_usd))
+    return out
+
+
+def _pd_pairs(ranked: list[Candidate], sc: Scenario, prices: Prices,
+              designs: int) -> list[tuple[Candidate, Candidate]]:
+    """(prefill, decode) design pairs of the best co-located designs of the first ``designs``
+    GPU kinds: every pair of them, or, where the scenario names the pools' GPU kinds
+    (``space.pd_gpus``), each on itself and then each pair of a prefill and a decode kind
+    named (the best design of each); both pools in one place (on premises, or one cloud
+    provider)."""
+    best: dict[tuple[str, str], Candidate] = {}     # the best design of each kind and place
+    for c in ranked:
+        if c.decode is None and "serve" in c.metrics and c.nodes == 1:
+            best.setdefault((c.gpu, c.deployment), c)
     seen: dict[str, Candidate] = {}
-    kinds: set[tuple[str, str]] = set()
-    for c in ranked:                         # the best design of each GPU kind, per deployment
-        if c.decode is None and "serve" in c.metrics and c.nodes == 1 \
-                and (c.gpu, c.deployment) not in kinds and len(seen) < designs:
-            seen[c.design] = c
-            kinds.add((c.gpu, c.deployment))
+    for c in list(best.values())[:designs]:
+        seen[c.design] = c
+    sp = sc.space
+    if not sp.pd_prefill:
+        pairs = [(a, b) for a in seen.values() for b in seen.values()]
+    else:
+        pairs = [(a, a) for a in seen.values()]
+        pairs += [(a, b) for a in best.values() if a.gpu in sp.pd_prefill
+                  for b in best.values() if b.gpu in sp.pd_decode]
     provider = {str(i["instance"]): str(i.get("provider", "")) for i in prices.cloud()}
-    jobs, meta = [], []
-    for a in seen.values():
-        for b in seen.values():
-            if a.deployment != b.deployment or provider.get(a.instance) != \
-                    provider.get(b.instance):
-                continue                     # both pools in one place
-            lay = a.metrics["serve"]["layout"]
+    ids = {(id(a), id(b)): (a, b) for a, b in pairs}          # each pair once, in order
+    return [(a, b) for a, b in ids.values() if a.deployment == b.deployment
+            and provider.get(a.instance) == provider.get(b.instance)]
+
+
+def _pd_jobs(pairs: list[tuple[Candidate, Candidate]], sc: Scenario
+             ) -> tuple[list[_PDJob], list[tuple[Candidate, Candidate]]]:
+    """The xPyD units (1P1D, 1P2D, 2P1D) of each pair that fit its servers, in the layout of
+    the prefill design's best co-located run (and, GPUs differing, the decode design's)."""
+    s = sc.serve
+    assert s is not None
+    jobs: list[_PDJob] = []
+    meta: list[tuple[Candidate, Candidate]] = []
+    for a, b in pairs:
+        lays = [a.metrics["serve"]["layout"]]
+        if a.gpu != b.gpu and b.metrics["serve"]["layout"] != lays[0]:
+            lays.append(b.metrics["serve"]["layout"])
+        one_a, one_b = _one_server(a), _one_server(b)
+        for lay in lays:
             w = lay.get("tp", 1)
             if w > a.gpus_per_node or w > b.gpus_per_node:
                 continue
-            one_a, one_b = _one_server(a), _one_server(b)
             for x, y in ((1, 1), (1, 2), (2, 1)):
                 shared = a.design == b.design and (x + y) * w <= a.gpus_per_node
                 if not shared and (x * w > a.gpus_per_node or y * w > b.gpus_per_node):
@@ -754,41 +797,90 @@ def disaggregated(ranked: list[Candidate], sc: Scenario, prices: Prices, kwh_usd
                 jobs.append(_PDJob(s.model, one_a, one_b, tuple(sorted(lay.items())), x, y,
                                    s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
                                    shared))
-                meta.append((a, b, x, y))
-    runner = runner or Runner(ray=ray)
-    runner.run(jobs)
-    res = [runner[j] for j in jobs]
-    out = []
-    for job, (a, b, x, y), r in zip(jobs, meta, res, strict=True):
-        if "error" in r or not r["per_unit"]:
+                meta.append((a, b))
+    return jobs, meta
+
+
+def _pd_candidate(job: _PDJob, a: Candidate, b: Candidate, r: dict[str, Any], sc: Scenario,
+                  prices: Prices, kwh_usd: float) -> Candidate:
+    """The disaggregated design of a unit's result: as many units as the load needs, each
+    pool priced by :func:`price` and the design's cost their sum."""
+    from gpufabric.topology.build import parse_inline
+    x, y = job.x, job.y
+    units = max(1, math.ceil(float(sc.serve.rate or 0 if sc.serve else 0) / r["per_unit"]))
+    pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
+    dec = replace(b if not job.shared else a, nodes=0 if job.shared else units, decode=None,
+                  metrics={}, cost={})
+    pre.spec = {**parse_inline(job.prefill), "nodes": units}
+    dec.spec = {**parse_inline(job.decode), "nodes": max(dec.nodes, 1)}
+    for part in (pre, dec):
+        if part.nodes:
+            price(part, prices, kwh_usd, sc.constraints.amortize_years,
+                  sc.constraints.cloud_term)
+    c = replace(pre, decode=dec if dec.nodes else None, pd=(x, y), evaluated=True)
+    c.cost = _sum_costs(pre, dec)
+    c.power_kW = sum(p.power_kW or 0.0 for p in (pre, dec) if p.nodes) or None
+    c.metrics = {"serve": {"layout": dict(job.layout), "instances": units,
+                           "capacity": r["per_unit"] * units, "per_instance": r["per_unit"],
+                           "tokens_per_s_capacity": r["tokens_per_s"] * units,
+                           "ttft_ms_p90": r["ttft_ms_p90"], "tpot_ms_p90": r["tpot_ms_p90"],
+                           "bottleneck": r["bottleneck"], "pd": f"{x}P{y}D",
+                           "decode_system": spec_string(dec.spec) if dec.nodes else None,
+                           "kv_link": r.get("kv_link"),
+                           "kv_transfer_ms_p50": r.get("kv_transfer_ms_p50")}}
+    if c.decode is not None and c.decode.gpu != c.gpu:
+        c.metrics["serve"]["pools"] = pool_roles(pre, dec, sc, r.get("decode_max_concurrency"))
+    c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
+    c.objective = figure(c, sc)
+    return c
+
+
+def pool_roles(pre: Candidate, dec: Candidate, sc: Scenario, held: int | None = None) -> str:
+    """Which pool has which GPU and why, in the figures that bound each phase, per $/hour of
+    the pool as priced: prefill is compute-bound (dense TFLOPS at the scenario's precision);
+    decode reads the weights and the KV cache every token (HBM bandwidth) and holds the
+    caches (HBM capacity: ``held``, the requests one decode instance's cache holds)."""
+    assert sc.serve is not None
+    from gpufabric.workloads.compute import gpu_spec
+    prec = sc.serve.precision
+    gp, gd = catalog.gpu(pre.gpu), catalog.gpu(dec.gpu)
+    per_h = {p.gpu: (hourly(p) or 0.0) / max(p.gpus, 1) for p in (pre, dec)}
+
+    def ratio(a: float, ga: catalog.GPU, b: float, gb: catalog.GPU) -> str:
+        if not (per_h[ga.name] and per_h[gb.name] and b):
+            return ""
+        return f", {a / per_h[ga.name] / (b / per_h[gb.name]):.2f}x the {gb.name}'s per $"
+
+    tf_p, tf_d = gpu_spec(gp.name).peak_tflops(prec), gpu_spec(gd.name).peak_tflops(prec)
+    room = f"; its cache holds {held:,} requests" if held else ""
+    return (f"prefill on {gp.name} (compute-bound: {tf_p:,.0f} dense {prec} TFLOPS"
+            f"{ratio(tf_p, gp, tf_d, gd)}), decode on {gd.name} (memory-bound: "
+            f"{gd.memory_GB:g} GB of HBM at {gd.mem_bw_GBps / 1e3:.2f} TB/s"
+            f"{ratio(gd.mem_bw_GBps, gd, gp.mem_bw_GBps, gp)}{room})")
+
+
+def _pd_kind_designs(ok: list[Candidate], done: list[Candidate], sc: Scenario,
+                     runner: Runner) -> list[Candidate]:
+    """The pool GPU kinds of ``space.pd_gpus`` that no single-server design was run for yet
+    (the branch and bound stopped before them): the widest on-premises server design of each
+    of the space, buildable and priced, run through the models now so that its layout is
+    known. They rank as co-located designs too."""
+    kinds = dict.fromkeys(sc.space.pd_prefill + sc.space.pd_decode)
+    have = {c.gpu for c in done if "serve" in c.metrics and c.nodes == 1 and c.decode is None}
+    new: list[Candidate] = []
+    for g in kinds:
+        if g in have:
             continue
-        units = max(1, math.ceil(float(s.rate or 0) / r["per_unit"]))
-        if job.shared:                    # both pools share servers
-            pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
-            dec = replace(a, nodes=0, decode=None, metrics={}, cost={})
-        else:
-            pre = replace(a, nodes=units, decode=None, metrics={}, cost={})
-            dec = replace(b, nodes=units, decode=None, metrics={}, cost={})
-        from gpufabric.topology.build import parse_inline
-        pre.spec = {**parse_inline(_one_server(a)), "nodes": units}
-        dec.spec = {**parse_inline(_one_server(b)), "nodes": max(dec.nodes, 1)}
-        for part in (pre, dec):
-            if part.nodes:
-                price(part, prices, kwh_usd, sc.constraints.amortize_years,
-                      sc.constraints.cloud_term)
-        c = replace(pre, decode=dec if dec.nodes else None, pd=(x, y), evaluated=True)
-        c.cost = _sum_costs(pre, dec)
-        c.power_kW = sum(p.power_kW or 0.0 for p in (pre, dec) if p.nodes) or None
-        c.metrics = {"serve": {"layout": dict(job.layout), "instances": units,
-                               "capacity": r["per_unit"] * units, "per_instance": r["per_unit"],
-                               "tokens_per_s_capacity": r["tokens_per_s"] * units,
-                               "ttft_ms_p90": r["ttft_ms_p90"], "tpot_ms_p90": r["tpot_ms_p90"],
-                               "bottleneck": r["bottleneck"], "pd": f"{x}P{y}D",
-                               "decode_system": spec_string(dec.spec) if dec.nodes else None}}
+        mine = [c for c in ok if c.gpu == g and c.nodes == 1 and c.deployment == "on-prem"
+                and not c.evaluated and c.cost.get("usd_per_hour") is not None]
+        if mine:
+            new.append(max(mine, key=lambda c: c.gpus_per_node))   # the first of the widest
+    if new:
+        evaluate(new, sc, runner=runner)
+    for c in new:
         c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
         c.objective = figure(c, sc)
-        out.append(c)
-    return out
+    return new
 
 
 def _spec_one(c: Candidate) -> dict[str, Any]:
@@ -987,11 +1079,11 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
             if not c.violations and c.objective is not None:
                 feasible.append(c)
     pruned = len(priced) - len(done) - dominated
-    if sc.serve and sc.serve.pd and sc.serve.rate and feasible:
-        feasible.sort(key=lambda c: (c.objective, c.gpus))
-        pool = sorted((c for c in done if "serve" in c.metrics and c.objective is not None),
-                      key=lambda c: c.objective or 0.0)
-        pds = disaggregated(pool, sc, prices, kwh_usd, designs=4, runner=runner)
+    if sc.serve and sc.serve.pd and sc.serve.rate:
+        pds = _pd_kind_designs(ok, done, sc, runner)
+        pool = sorted((c for c in done + pds if "serve" in c.metrics
+                       and c.objective is not None), key=lambda c: c.objective or 0.0)
+        pds += disaggregated(pool, sc, prices, kwh_usd, designs=4, runner=runner)
         done += pds
         feasible += [c for c in pds if not c.violations and c.objective is not None]
     feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
@@ -1127,8 +1219,9 @@ def _describe_one(c: Candidate) -> str:
         return f"{c.nodes}x {c.instance} ({c.gpus}x {c.gpu})"
     up = c.spec.get("scale_up") or ("rack NVLink" if c.rack_scale else "default")
     host = c.spec.get("host", {}).get("switch_layout", "")
-    net = (f", {c.spec['nics_per_node']}x {c.spec['nic']} {c.spec['fabric']['topology']}"
-           f" {c.spec['fabric']['oversubscription']:g}:1") if c.nodes > 1 else ""
+    f = c.spec.get("fabric") or {}        # a PD pool's servers carry NICs, no fabric plan
+    net = (f", {c.spec['nics_per_node']}x {c.spec['nic']}" + (
+        f" {f['topology']} {f['oversubscription']:g}:1" if f else "")) if c.nodes > 1 else ""
     return (f"{c.nodes}x {c.gpus_per_node}-GPU {c.gpu} server ({up}"
             f"{', ' + host + ' PCIe switches' if host else ''}{net})")
 

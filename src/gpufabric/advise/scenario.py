@@ -40,7 +40,9 @@ SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
                    "amortize_years", "cloud_term")
-SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud")
+SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud",
+              "pd_gpus")
+PD_GPUS_KEYS = ("prefill", "decode")
 
 # The largest value each number may take: past these a scenario is a typo, and sums and products
 # of it would overflow or run for ever. Each is far above any real plan.
@@ -72,6 +74,8 @@ MAX_CAPEX_USD, MAX_USD_PER_HOUR, MAX_POWER_KW, MAX_GPUS = 1e13, 1e9, 1e7, 10_000
 MAX_AMORTIZE_YEARS = 100.0
 #: Servers of a design in the space (the largest cluster built holds about 25,000 8-GPU ones).
 MAX_SPACE_NODES = 100_000
+#: GPU kinds of one pool list in ``space.pd_gpus``: 4 x 4 pairs, each a few PD simulations.
+MAX_PD_KINDS = 4
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,10 @@ class Space:
     fabrics: tuple[str, ...] = ("rail-optimized", "fat-tree")
     oversubscription: tuple[float, ...] = (1.0, 2.0)
     cloud: bool = True
+    #: mixed-GPU disaggregation: GPU kinds the prefill pool and the decode pool may use; every
+    #: (prefill, decode) pair of them is tried beside the pairs of the best co-located designs
+    pd_prefill: tuple[str, ...] = ()
+    pd_decode: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -451,13 +459,46 @@ def _space(d: Any, file: str) -> Space:
     if not isinstance(cloud, bool):
         raise InputError(f"expected true or false, got {cloud!r}", file=file,
                          field=f"{w}.cloud")
+    pre, dec = _pd_gpus(d.get("pd_gpus"), file, f"{w}.pd_gpus")
     return Space(gpus_per_node=_int_list(d.get("gpus_per_node"), file, f"{w}.gpus_per_node",
                                          base.gpus_per_node, MAX_GPUS_PER_DOMAIN),
                  nodes=_int_list(d.get("nodes"), file, f"{w}.nodes", base.nodes,
                                  MAX_SPACE_NODES),
                  nics=nics or (), fabrics=tuple(fabrics or base.fabrics),
                  oversubscription=tuple(float(x) for x in (over or base.oversubscription)),
-                 cloud=cloud)
+                 cloud=cloud, pd_prefill=pre, pd_decode=dec)
+
+
+def _pd_gpus(v: Any, file: str, w: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``space.pd_gpus: {prefill: [...], decode: [...]}``: GPU kinds of each pool (1 to
+    :data:`MAX_PD_KINDS` each, catalog names)."""
+    if v is None:
+        return (), ()
+    d = _section(v, PD_GPUS_KEYS, file, w)
+    out = []
+    for k in PD_GPUS_KEYS:
+        names = d.get(k)
+        if not isinstance(names, list) or not 1 <= len(names) <= MAX_PD_KINDS:
+            raise InputError(f"expected a list of 1 to {MAX_PD_KINDS} GPU names, got {names!r}",
+                             file=file, field=f"{w}.{k}")
+        out.append(tuple(dict.fromkeys(_gpu_names(names, file, f"{w}.{k}"))))
+    return out[0], out[1]
+
+
+def _check_pd_gpus(sc: Scenario) -> None:
+    """Mixed pools need a disaggregated serve workload, and kinds the constraints allow."""
+    sp, k, w = sc.space, sc.constraints, "space.pd_gpus"
+    if not sp.pd_prefill:
+        return
+    if sc.serve is None or not sc.serve.pd:
+        raise InputError("mixed prefill/decode pools need a serve workload with pd: true",
+                         file=sc.file, field=w)
+    for pool, names in (("prefill", sp.pd_prefill), ("decode", sp.pd_decode)):
+        for i, g in enumerate(names):
+            if (k.gpus and g not in k.gpus) or g in k.exclude_gpus or \
+                    (k.vendors and catalog.gpu(g).vendor not in k.vendors):
+                raise InputError(f"{g} is not allowed by the constraints (gpus, exclude_gpus, "
+                                 "vendors)", file=sc.file, field=f"{w}.{pool}[{i}]")
 
 
 def parse(data: Any, file: str) -> Scenario:
@@ -475,10 +516,12 @@ def parse(data: Any, file: str) -> Scenario:
     if obj not in OBJECTIVES:
         raise InputError(f"got {obj!r}; allowed: {', '.join(OBJECTIVES)}", file=file,
                          field="objective")
-    return Scenario(name=str(data.get("name", file)), description=str(data.get("description", "")),
-                    train=train, serve=serve, services=_services(wl.get("services"), file),
-                    constraints=_constraints(data.get("constraints"), file), objective=obj,
-                    space=_space(data.get("space"), file), file=file)
+    sc = Scenario(name=str(data.get("name", file)), description=str(data.get("description", "")),
+                  train=train, serve=serve, services=_services(wl.get("services"), file),
+                  constraints=_constraints(data.get("constraints"), file), objective=obj,
+                  space=_space(data.get("space"), file), file=file)
+    _check_pd_gpus(sc)
+    return sc
 
 
 def objective_shown(objective: str, value: float | None, train: bool) -> tuple[float | None, str]:

@@ -17,6 +17,7 @@ def _row_dict(c, sc) -> dict:
     m = {k: v for k, v in c.metrics.items()}
     return {"system": c.system, "design": core.describe(c), "deployment": c.deployment,
             "instance": c.instance or None, "gpu": c.gpu, "gpus": c.gpus, "nodes": c.nodes,
+            "decode_gpu": c.decode.gpu if c.decode is not None else None,
             "rack_scale": c.rack_scale, "cost": {**c.cost, "hourly_usd": core.hourly(c),
                                                   "run_usd": core.run_cost(c, sc)},
             "power_kW": c.power_kW, "objective": {"name": sc.objective, "value": c.objective},
@@ -141,6 +142,8 @@ def advise(scenario: str | None = typer.Argument(
         console.print("   " + " | ".join(money), highlight=False)
         console.print("   " + _workload(c, sc), highlight=False)
         console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
+        if c.metrics.get("serve", {}).get("pools"):
+            console.print(f"   pools: {c.metrics['serve']['pools']}", highlight=False)
         if c.equivalents:
             console.print(f"   same figure with {len(c.equivalents)} other network(s): "
                           + "; ".join(c.equivalents[:4])

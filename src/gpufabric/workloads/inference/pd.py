@@ -11,7 +11,8 @@ from there, as SGLang and Dynamo do).
 The transfer is timed by :func:`gpufabric.collectives.predict` as a send/receive between a
 prefill GPU and a decode GPU with all ``tp x pp`` ranks of the instance sending their shard at
 once (``concurrent``), over NVLink when both pools sit in one NVLink domain and over the NICs
-otherwise; transfers from one prefill instance queue behind each other on its links, and
+otherwise (pools on two systems: timed on each system's servers, NICs and PCIe, and the slower
+taken); transfers from one prefill instance queue behind each other on its links, and
 transfers into one decode instance (from all ``x`` prefill instances) on the decode side's
 links: a transfer ends when both ends have carried it (``kv_wait_ms``: the time spent
 queueing on either end). With attention data parallelism each instance is ``dp_attention``
@@ -93,6 +94,8 @@ def _twin(spec: dict) -> dict:
         return {k: clean(v) if isinstance(v, dict) else v for k, v in d.items()
                 if v is not None}
     s = clean(spec)
+    if not s.get("nvlink_links"):      # a card without NVLink: 0 is the builder's, not a choice
+        s.pop("nvlink_links", None)
     s["nodes"] = 2
     if not s.get("nics_per_node"):
         s["nics_per_node"] = s["gpus_per_node"]
@@ -101,23 +104,31 @@ def _twin(spec: dict) -> dict:
 
 
 def _kv_path(topo: Topology, decode_topo: Topology | None, x: int, y: int, per_inst: int
-             ) -> tuple[Topology, int, str]:
-    """The topology the transfer runs on, ranks per node (2: one node, 1: across) and a name."""
+             ) -> tuple[list[Topology], int, str]:
+    """The topologies the transfer runs on, ranks per node (2: one node, 1: across) and a
+    name. Across the network, each end's servers as at least two nodes: the prefill system's,
+    and the decode system's when it is another (a transfer goes at the slower end's pace)."""
     total, per_node = gpu_count(topo)
     if decode_topo is None and (x + y) * per_inst <= per_node:
-        return topo, 2, "NVLink" if any(ln.kind == "nvlink" for ln in topo.links) else "PCIe"
+        return [topo], 2, "NVLink" if any(ln.kind == "nvlink" for ln in topo.links) else "PCIe"
     if decode_topo is None and (x + y) * per_inst > total:
         raise InputError(f"{x}P{y}D of {per_inst} GPUs each needs {(x + y) * per_inst} GPUs; "
                          f"the system has {total}", field="--pd")
-    t = topo
-    if gpu_count(topo)[0] <= per_node:     # one node: the pools talk over its NICs to a twin
-        spec = topo.meta.get("spec")
-        if not isinstance(spec, dict):
-            raise InputError("the KV transfer to another system needs the system as a spec "
-                             "(gpu, gpus_per_node, nic) so its NICs are known", field="SYSTEM")
-        t = from_spec(_twin(spec))
-    nics = {n.model for n in t.nics()} if hasattr(t, "nics") else set()
-    return t, 1, "RDMA NICs (" + ", ".join(sorted(str(n) for n in nics if n)) + ")"
+    ends = [_across(t) for t in ([topo] if decode_topo is None else [topo, decode_topo])]
+    nics = {str(n.model) for t in ends for n in t.nics() if n.model}
+    return ends, 1, "RDMA NICs (" + ", ".join(sorted(nics)) + ")"
+
+
+def _across(t: Topology) -> Topology:
+    """``t`` with at least two nodes: one node talks over its NICs to a twin of itself."""
+    total, per_node = gpu_count(t)
+    if total > per_node:
+        return t
+    spec = t.meta.get("spec")
+    if not isinstance(spec, dict):
+        raise InputError("the KV transfer to another system needs the system as a spec "
+                         "(gpu, gpus_per_node, nic) so its NICs are known", field="SYSTEM")
+    return from_spec(_twin(spec))
 
 
 def decode_link_bytes(sm: StepModel, local: int) -> tuple[float, float]:
@@ -234,7 +245,7 @@ class _PdRun:
     sm_p: StepModel
     sm_d: StepModel
     per: int                     # GPUs per instance
-    link_topo: Topology
+    link_topo: Topology          # the decode end's servers (the pool's collectives share them)
     per_node: int
     link: str
     full: R.Requests
@@ -247,6 +258,7 @@ class _PdRun:
     res_p: SimResult | None = None
     xfer: np.ndarray = field(default_factory=lambda: np.zeros(0))
     xfer_all: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ends: list[Topology] = field(default_factory=list)   # each end's servers (a transfer's pace)
 
 
 def serve_pd(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int, int],
@@ -277,7 +289,7 @@ def _pd_setup(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int,
             if k * per > gpu_count(t)[0]:
                 raise InputError(f"{k} {name} instances of {per} GPUs need {k * per}; "
                                  f"{t.name} has {gpu_count(t)[0]}", field="--pd")
-    link_topo, per_node, link = _kv_path(topo, decode_topo, x, y, per)
+    ends, per_node, link = _kv_path(topo, decode_topo, x, y, per)
     full = build_requests(cfg, 1)
     if full.concurrency:
         raise InputError("--pd runs take --rate or a trace (open loop), not --concurrency",
@@ -289,7 +301,7 @@ def _pd_setup(model: str, topo: Topology, cfg: ServeConfig, pd: str | tuple[int,
     # with attention-DP each instance runs dp_attention request streams (its attention ranks,
     # each with its own requests and KV cache): the pools have x and y times that many
     dpa = cfg.dp_attention
-    return _PdRun(cfg, x, y, sm_p, sm_d, per, link_topo, per_node, link, full,
+    return _PdRun(cfg, x, y, sm_p, sm_d, per, ends[-1], per_node, link, full, ends=ends,
                   xs=x * dpa, ys=y * dpa, senders=per // dpa)
 
 
@@ -305,9 +317,10 @@ def _prefill_pool(run: _PdRun) -> None:
     run.res_p = simulate_with_front_end(pre_req, sm_p, scheduler_config(sm_p, run.cfg),
                                         disaggregated=True)
     sizes = np.unique(full.isl * sm_p.kv_bytes_per_token)
-    t_of = {int(s): KV_SETUP_S.value + collectives.predict(
-        run.link_topo, "send_recv", int(s), 2, per_node=run.per_node,
-        concurrent=run.senders).time_us * 1e-6 / KV_EFF.value for s in sizes}
+    t_of = {int(s): KV_SETUP_S.value + max(collectives.predict(
+        t, "send_recv", int(s), 2, per_node=run.per_node,
+        concurrent=run.senders).time_us for t in run.ends) * 1e-6 / KV_EFF.value
+        for s in sizes}
     run.xfer = np.array([t_of[int(s)] for s in full.isl[run.idx_p] * sm_p.kv_bytes_per_token])
     run.pos = np.minimum(np.arange(n) // run.xs, run.idx_p.size - 1)
     run.idx_d = np.arange(0, n, run.ys)

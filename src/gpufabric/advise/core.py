@@ -1001,9 +1001,46 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
             batch: int, max_evaluations: int,
             progress: Callable[[int, int], None] | None) -> Advice:
     t0 = time.perf_counter()
-    ray = runner.ray
     cands = generate(sc, prices, runner.jobs if not runner.ray else 1)
-    generated = len(cands)
+    ok, priced, live, dead = _screen(cands, sc, prices, kwh_usd)
+    queue, strongest = _queue(live, sc)
+    run = _search(queue, strongest, sc, top=top, runner=runner, batch=batch,
+                  max_evaluations=max_evaluations, progress=progress)
+    done, feasible = run.done, run.feasible
+    pruned = len(priced) - len(done) - run.dominated
+    if sc.serve and sc.serve.pd and sc.serve.rate:
+        pds = _pd_kind_designs(ok, done, sc, runner)
+        pool = sorted((c for c in done + pds if "serve" in c.metrics
+                       and c.objective is not None), key=lambda c: c.objective or 0.0)
+        pds += disaggregated(pool, sc, prices, kwh_usd, designs=4, runner=runner)
+        done += pds
+        feasible += [c for c in pds if not c.violations and c.objective is not None]
+    feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
+                                 _net_rank(c)))
+    feasible = _fold_equivalents(feasible)
+    adv = Advice(scenario=sc, ranked=feasible, generated=len(cands),
+                 refused=len(cands) - len(ok), unpriced=len(ok) - len(priced), pruned=pruned,
+                 evaluated=len(done), dominated=run.dominated,
+                 budget_left=len(done) < max_evaluations or run.next >= len(queue),
+                 elapsed_s=time.perf_counter() - t0, pareto=pareto(feasible, sc),
+                 candidates=cands)
+    if not feasible:
+        adv.infeasible = binding(done + dead, sc)
+        if not adv.budget_left:
+            adv.infeasible["message"] += (f" (after {len(done)} model runs; "
+                                          f"{len(queue) - run.next} designs not run: raise "
+                                          "--max-evaluations)")
+    else:
+        adv.changes = what_would_change(feasible, sc)
+    adv.elapsed_s = time.perf_counter() - t0
+    return adv
+
+
+def _screen(cands: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float
+            ) -> tuple[list[Candidate], list[Candidate], list[Candidate], list[Candidate]]:
+    """(the candidates the rules allow, those of them priced where the objective or a budget
+    needs a price, those of them whose bounds break no constraint, those whose bounds do):
+    each priced and bounded on the way."""
     ok = [c for c in cands if not c.refused]
     for c in ok:
         price(c, prices, kwh_usd, sc.constraints.amortize_years, sc.constraints.cloud_term)
@@ -1012,16 +1049,22 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
         except InputError as exc:           # the GPU lacks the precision asked
             c.refused = exc.message
     ok = [c for c in ok if not c.refused]
-    refused = generated - len(ok)
     needs_price = sc.objective in ("lowest-cost", "cost-per-million-tokens") or \
         sc.constraints.budget_capex_usd or sc.constraints.budget_usd_per_hour
     priced = [c for c in ok if c.cost.get("usd_per_hour") is not None or not needs_price]
-    unpriced = len(ok) - len(priced)
     live: list[Candidate] = []
     dead: list[Candidate] = []
     for c in priced:
         c.violations = _bound_violations(c, sc)
         (dead if c.violations else live).append(c)
+    return ok, priced, live, dead
+
+
+def _queue(live: list[Candidate], sc: Scenario
+           ) -> tuple[list[Candidate], dict[tuple, Candidate]]:
+    """The order the models run the designs in (by bound for lowest-cost, small first
+    otherwise), each group's fastest network first (:func:`_interleave`), and that network's
+    design per group of designs that differ only in their network."""
     keyed = [(_bound_figure(c, sc), c) for c in live]
     order = sorted(keyed, key=lambda x: (x[0] is None, x[0] if x[0] is not None else 0.0,
                                          -(x[1].bound.get("train_hours") or 0), x[1].gpus,
@@ -1035,75 +1078,77 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
     strongest: dict[tuple, Candidate] = {}
     for c in sorted(queue, key=_net_rank):
         strongest.setdefault(_group(c), c)
-    queue = _interleave(queue, strongest, sc)
-    done: list[Candidate] = []
-    feasible: list[Candidate] = []
-    failed: set[tuple] = set()
-    dominated = 0
-    i = 0
-    while i < len(queue) and len(done) < max_evaluations:
-        if sc.objective == "lowest-cost" and len(feasible) >= top:
-            worst = sorted(f.objective for f in feasible if f.objective is not None)[top - 1]
-            nxt = _bound_figure(queue[i], sc)
-            if nxt is not None and nxt >= worst:
-                break                              # no later bound can enter the top N
-        chunk: list[Candidate] = []
-        while i < len(queue) and len(chunk) < batch:
-            c = queue[i]
-            i += 1
-            if _group(c) in failed:
-                dominated += 1
-                c.violations = {"dominated": 2.0}
-                continue
-            chunk.append(c)
-            if strongest.get(_group(c)) is c:
-                break                  # judge a group's fastest network before its siblings
+    return _interleave(queue, strongest, sc), strongest
+
+
+@dataclass
+class _Search:
+    """Where the branch and bound got to: the designs run, those feasible, those skipped as
+    dominated, and the queue position it stopped at."""
+
+    done: list[Candidate] = field(default_factory=list)
+    feasible: list[Candidate] = field(default_factory=list)
+    failed: set[tuple] = field(default_factory=set)
+    dominated: int = 0
+    next: int = 0
+
+    def limit(self, sc: Scenario, top: int) -> float | None:
+        """The top-N-th feasible figure for lowest-cost once N are feasible (a design whose
+        bound is not below it cannot enter), else None."""
+        if sc.objective != "lowest-cost" or len(self.feasible) < top:
+            return None
+        return sorted(f.objective for f in self.feasible if f.objective is not None)[top - 1]
+
+
+def _search(queue: list[Candidate], strongest: dict[tuple, Candidate], sc: Scenario, *,
+            top: int, runner: Runner, batch: int, max_evaluations: int,
+            progress: Callable[[int, int], None] | None) -> _Search:
+    """Run the models on ``queue`` in batches until the bound of the next design cannot enter
+    the top ``top`` (lowest-cost) or ``max_evaluations`` designs ran; a group whose fastest
+    network misses a performance constraint has its other designs skipped as dominated."""
+    st = _Search()
+    while st.next < len(queue) and len(st.done) < max_evaluations:
+        worst = st.limit(sc, top)
+        nxt = _bound_figure(queue[st.next], sc) if worst is not None else None
+        if nxt is not None and worst is not None and nxt >= worst:
+            break                              # no later bound can enter the top N
+        chunk = _chunk(queue, st, strongest, batch)
         if not chunk:
             continue
-        if runner.jobs > 1 or ray:
-            limit = None
-            if sc.objective == "lowest-cost" and len(feasible) >= top:
-                limit = sorted(f.objective for f in feasible if f.objective is not None)[top - 1]
-            width = LOOK_AHEAD * runner.jobs if not ray else 4 * batch
-            runner.run(_look_ahead(chunk, queue[i:i + batch * width], failed, strongest, limit,
-                                   sc, runner, width))
+        if runner.jobs > 1 or runner.ray:
+            width = LOOK_AHEAD * runner.jobs if not runner.ray else 4 * batch
+            runner.run(_look_ahead(chunk, queue[st.next:st.next + batch * width], st.failed,
+                                   strongest, st.limit(sc, top), sc, runner, width))
         evaluate(chunk, sc, runner=runner)
         if progress:
             progress(len(chunk), min(len(queue), max_evaluations))
         for c in chunk:
             c.violations = {k: v for k, v in check(c, sc).items() if v > 1}
             c.objective = figure(c, sc)
-            done.append(c)
+            st.done.append(c)
             if strongest.get(_group(c)) is c and set(c.violations) & PERFORMANCE:
-                failed.add(_group(c))
+                st.failed.add(_group(c))
             if not c.violations and c.objective is not None:
-                feasible.append(c)
-    pruned = len(priced) - len(done) - dominated
-    if sc.serve and sc.serve.pd and sc.serve.rate:
-        pds = _pd_kind_designs(ok, done, sc, runner)
-        pool = sorted((c for c in done + pds if "serve" in c.metrics
-                       and c.objective is not None), key=lambda c: c.objective or 0.0)
-        pds += disaggregated(pool, sc, prices, kwh_usd, designs=4, runner=runner)
-        done += pds
-        feasible += [c for c in pds if not c.violations and c.objective is not None]
-    feasible.sort(key=lambda c: (c.objective, c.gpus, c.cost.get("usd_per_hour") or 0,
-                                 _net_rank(c)))
-    feasible = _fold_equivalents(feasible)
-    adv = Advice(scenario=sc, ranked=feasible, generated=generated, refused=refused,
-                 unpriced=unpriced, pruned=pruned, evaluated=len(done), dominated=dominated,
-                 budget_left=len(done) < max_evaluations or i >= len(queue),
-                 elapsed_s=time.perf_counter() - t0, pareto=pareto(feasible, sc),
-                 candidates=cands)
-    if not feasible:
-        adv.infeasible = binding(done + dead, sc)
-        if not adv.budget_left:
-            adv.infeasible["message"] += (f" (after {len(done)} model runs; "
-                                          f"{len(queue) - i} designs not run: raise "
-                                          "--max-evaluations)")
-    else:
-        adv.changes = what_would_change(feasible, sc)
-    adv.elapsed_s = time.perf_counter() - t0
-    return adv
+                st.feasible.append(c)
+    return st
+
+
+def _chunk(queue: list[Candidate], st: _Search, strongest: dict[tuple, Candidate],
+           batch: int) -> list[Candidate]:
+    """The next batch of ``queue`` to run: at most ``batch`` designs, ending at a group's
+    fastest network (judged before its siblings), skipping designs of failed groups."""
+    chunk: list[Candidate] = []
+    while st.next < len(queue) and len(chunk) < batch:
+        c = queue[st.next]
+        st.next += 1
+        if _group(c) in st.failed:
+            st.dominated += 1
+            c.violations = {"dominated": 2.0}
+            continue
+        chunk.append(c)
+        if strongest.get(_group(c)) is c:
+            break                  # judge a group's fastest network before its siblings
+    return chunk
 
 
 def _look_ahead(chunk: list[Candidate], rest: list[Candidate], failed: set[tuple],

@@ -305,76 +305,11 @@ def design_cost(gpu: str, gpus_per_node: int, nodes: int, system: str, prices: P
         w = float(srv["watts"]) if srv.get("watts") else None
         bom.append(_line("servers", f"{gpus_per_node}x {gpu} server", nodes, srv, watts=w))
     else:
-        g_row = prices.entries["gpus"].get((gpu,))
-        g_w = prices.gpu_watts(gpu)
-        bom.append(_line("gpus", gpu, gpus, g_row, watts=g_w,
-                         source=None if g_row else "no published price"))
-        if g_row is None:
-            notes.append(f"{gpu} has no published price: add one with --prices")
-        if g_w is None:
-            notes.append(f"{gpu} board power not recorded: add power with --prices")
-        host = prices.part("hosts", d.form)
-        if host is None:
-            notes.append(f"no host price for {d.form} servers: capex counts the GPUs only")
-        else:
-            cpu_row = prices.part("cpus", d.cpu)
-            per_socket = float(cpu_row["usd"]) if cpu_row and cpu_row.get("usd") is not None \
-                else host.get("cpu_usd_per_socket")
-            src = str((cpu_row or host).get("source", ""))
-            h_w = float(host.get("watts") or 0) + float(host.get("watts_per_gpu") or 0) * \
-                gpus_per_node
-            inc = host.get("included_in")
-            bom.append(_line("host", f"{d.cpu} CPU", d.sockets * nodes, None,
-                             unit_usd=None if per_socket is None else float(per_socket),
-                             watts=0.0, source=src))
-            for part, label in (("memory_usd", "memory"), ("storage_usd", "storage"),
-                                ("chassis_usd", "chassis, board, cooling, power supplies")):
-                size = (f" ({host['memory_GB']:g} GB)" if part == "memory_usd" and
-                        host.get("memory_GB") else f" ({host['storage_TB']:g} TB)"
-                        if part == "storage_usd" and host.get("storage_TB") else "")
-                bom.append(_line("host", f"{d.form} host {label}{size}", nodes, host, part,
-                                 watts=(h_w or None) if part == "chassis_usd" else 0.0))
-            if inc:
-                bom[-1]["included_in"] = str(inc)
-            if host.get("lacks"):
-                notes.append(str(host["lacks"]))
-    net_row = prices.network(d.speed) if d.speed else None
-    if d.speed and nodes > 1 and net_row is not None:
-        # a user's whole-network row: NIC ports, switch ports and one cable per NIC port
-        usd = (d.end_ports * float(net_row.get("nic_usd") or 0)
-               + d.switch_ports * float(net_row.get("switch_port_usd") or 0)
-               + sum(n for _, n in d.cables) * float(net_row.get("cable_usd") or 0))
-        sw_w = net_row.get("switch_port_watts")
-        bom.append(_line("network", f"{d.speed} network (per-port prices)", 1, net_row,
-                         unit_usd=usd, watts=None if sw_w is None else
-                         float(sw_w) * d.switch_ports))
-    elif d.speed and nodes > 1:
-        nic = catalog.nic(str(d.nic_model))
-        adapters = math.ceil(d.end_ports / max(1, nic.ports))
-        if whole and srv is not None and srv.get("includes_nics"):
-            bom.append(_line("nics", f"{nic.name} (in the server price)", adapters, None,
-                             unit_usd=0.0, watts=0.0, source=str(srv.get("source", ""))))
-        else:
-            bom.append(_line("nics", nic.name, adapters, prices.part("nics", nic.name)))
-        for tier, model, n in d.tiers:
-            bom.append(_line("switches", f"{model} ({tier})", n,
-                             prices.part("switches", model)))
-        gbps = catalog.net_speed(d.speed).gbps
-        for cable, n in d.cables:
-            kind = _link_kind(cable)
-            bom.append(_line("links", f"{cable} link ({kind})", n,
-                             prices.part("links", kind, gbps)))
+        _parts_lines(bom, notes, gpu, gpus_per_node, nodes, d, prices)
+    if d.speed and nodes > 1:
+        _network_lines(bom, d, prices, srv if whole else None)
     _racks(bom, d, prices, notes)
-    for ln in bom:
-        what = ln["item"]
-        if ln["unit_usd"] is None and ln["category"] != "gpus":
-            notes.append(f"{what} not priced (no published price): capex leaves out "
-                         f"{ln['count']:g} of them; add it with --prices")
-        if ln["lacks"]:
-            notes.append(ln["lacks"])
-        elif ln["unit_watts"] is None and ln["category"] not in ("gpus", "racks"):
-            notes.append(f"{what.split(' (')[0]} power not recorded: left out of the power "
-                         "figure")
+    _bom_notes(bom, notes)
     watts = sum(ln["watts"] or 0.0 for ln in bom)
     power_kW = watts / 1000 if watts > 0 else None
     if deployment == "cloud":
@@ -399,6 +334,92 @@ def design_cost(gpu: str, gpus_per_node: int, nodes: int, system: str, prices: P
     if cost["usd_per_hour"] is not None:
         cost["usd_per_gpu_hour"] = (cost["usd_per_hour"] + cost["opex_usd_per_hour"]) / gpus
     return cost, power_kW
+
+
+def _parts_lines(bom: list[dict[str, Any]], notes: list[str], gpu: str, gpus_per_node: int,
+                 nodes: int, d: _Design, prices: Prices) -> None:
+    """A server bought as parts: its GPUs, and its host (CPUs, memory, storage, chassis) by
+    form, each line with its price, power and source."""
+    g_row = prices.entries["gpus"].get((gpu,))
+    g_w = prices.gpu_watts(gpu)
+    bom.append(_line("gpus", gpu, gpus_per_node * nodes, g_row, watts=g_w,
+                     source=None if g_row else "no published price"))
+    if g_row is None:
+        notes.append(f"{gpu} has no published price: add one with --prices")
+    if g_w is None:
+        notes.append(f"{gpu} board power not recorded: add power with --prices")
+    host = prices.part("hosts", d.form)
+    if host is None:
+        notes.append(f"no host price for {d.form} servers: capex counts the GPUs only")
+        return
+    cpu_row = prices.part("cpus", d.cpu)
+    per_socket = float(cpu_row["usd"]) if cpu_row and cpu_row.get("usd") is not None \
+        else host.get("cpu_usd_per_socket")
+    src = str((cpu_row or host).get("source", ""))
+    h_w = float(host.get("watts") or 0) + float(host.get("watts_per_gpu") or 0) * \
+        gpus_per_node
+    inc = host.get("included_in")
+    bom.append(_line("host", f"{d.cpu} CPU", d.sockets * nodes, None,
+                     unit_usd=None if per_socket is None else float(per_socket),
+                     watts=0.0, source=src))
+    for part, label in (("memory_usd", "memory"), ("storage_usd", "storage"),
+                        ("chassis_usd", "chassis, board, cooling, power supplies")):
+        size = (f" ({host['memory_GB']:g} GB)" if part == "memory_usd" and
+                host.get("memory_GB") else f" ({host['storage_TB']:g} TB)"
+                if part == "storage_usd" and host.get("storage_TB") else "")
+        bom.append(_line("host", f"{d.form} host {label}{size}", nodes, host, part,
+                         watts=(h_w or None) if part == "chassis_usd" else 0.0))
+    if inc:
+        bom[-1]["included_in"] = str(inc)
+    if host.get("lacks"):
+        notes.append(str(host["lacks"]))
+
+
+def _network_lines(bom: list[dict[str, Any]], d: _Design, prices: Prices,
+                   srv: dict[str, Any] | None) -> None:
+    """The scale-out network of a design of several servers: a user's whole-network row
+    where one is given for its speed, else its NICs (``srv``: the whole server's price row,
+    which may include them), switches and links with their transceivers."""
+    net_row = prices.network(d.speed) if d.speed else None
+    if net_row is not None:
+        # a user's whole-network row: NIC ports, switch ports and one cable per NIC port
+        usd = (d.end_ports * float(net_row.get("nic_usd") or 0)
+               + d.switch_ports * float(net_row.get("switch_port_usd") or 0)
+               + sum(n for _, n in d.cables) * float(net_row.get("cable_usd") or 0))
+        sw_w = net_row.get("switch_port_watts")
+        bom.append(_line("network", f"{d.speed} network (per-port prices)", 1, net_row,
+                         unit_usd=usd, watts=None if sw_w is None else
+                         float(sw_w) * d.switch_ports))
+        return
+    nic = catalog.nic(str(d.nic_model))
+    adapters = math.ceil(d.end_ports / max(1, nic.ports))
+    if srv is not None and srv.get("includes_nics"):
+        bom.append(_line("nics", f"{nic.name} (in the server price)", adapters, None,
+                         unit_usd=0.0, watts=0.0, source=str(srv.get("source", ""))))
+    else:
+        bom.append(_line("nics", nic.name, adapters, prices.part("nics", nic.name)))
+    for tier, model, n in d.tiers:
+        bom.append(_line("switches", f"{model} ({tier})", n,
+                         prices.part("switches", model)))
+    gbps = catalog.net_speed(str(d.speed)).gbps
+    for cable, n in d.cables:
+        kind = _link_kind(cable)
+        bom.append(_line("links", f"{cable} link ({kind})", n,
+                         prices.part("links", kind, gbps)))
+
+
+def _bom_notes(bom: list[dict[str, Any]], notes: list[str]) -> None:
+    """What each line lacks: a part with no price, a part whose power is not recorded."""
+    for ln in bom:
+        what = ln["item"]
+        if ln["unit_usd"] is None and ln["category"] != "gpus":
+            notes.append(f"{what} not priced (no published price): capex leaves out "
+                         f"{ln['count']:g} of them; add it with --prices")
+        if ln["lacks"]:
+            notes.append(ln["lacks"])
+        elif ln["unit_watts"] is None and ln["category"] not in ("gpus", "racks"):
+            notes.append(f"{what.split(' (')[0]} power not recorded: left out of the power "
+                         "figure")
 
 
 def _racks(bom: list[dict[str, Any]], d: _Design, prices: Prices, notes: list[str]) -> None:

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import typer
 from rich.console import Console
 
+from gpufabric import sweep
+from gpufabric.advise import core
+from gpufabric.advise import prices as P
+from gpufabric.advise import scenario as S
+from gpufabric.advise.interactivity import sweep as run_sweep
 from gpufabric.cli.common import Progress, above, app, emit_json, whole
+from gpufabric.collectives import Model
+from gpufabric.errors import InputError
+from gpufabric.fileio import check_output, write_output
+from gpufabric.topology.build import load
 
 console = Console()
 LABEL = {"lowest-cost": "cost", "fastest": "speed", "tokens-per-watt": "efficiency",
@@ -13,7 +25,6 @@ LABEL = {"lowest-cost": "cost", "fastest": "speed", "tokens-per-watt": "efficien
 
 
 def _row_dict(c, sc) -> dict:
-    from gpufabric.advise import core
     m = {k: v for k, v in c.metrics.items()}
     return {"system": c.system, "design": core.describe(c), "deployment": c.deployment,
             "instance": c.instance or None, "gpu": c.gpu, "gpus": c.gpus, "nodes": c.nodes,
@@ -62,60 +73,28 @@ def advise(scenario: str | None = typer.Argument(
                     "interactivity, with the crossovers."),
            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
-    from gpufabric.advise import core
-    from gpufabric.advise import prices as P
-    from gpufabric.advise import scenario as S
-    from gpufabric.errors import InputError
     if list_:
-        rows = [(n, S.builtin(n).description) for n in S.builtin_names()]
-        if json:
-            emit_json([{"name": n, "description": d} for n, d in rows])
-            return
-        for n, d in rows:
-            console.print(f"[bold]{n}[/bold]: {d}", highlight=False)
-        return
+        return _list(json)
     if scenario is None:
         raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
                          field="SCENARIO")
-    from gpufabric import sweep
     sc = S.load(scenario)
     pr = P.load(prices)
     if output:
-        from gpufabric.fileio import check_output
         check_output(output, field="--output")
-    targets = sc.serve.interactivity if sc.serve else ()
-    if interactivity is not None:
-        if sc.serve is None:
-            raise InputError("applies only to a scenario with a serve workload",
-                             field="--interactivity")
-        targets = S.interactivity_targets(
-            [_number(x) for x in interactivity.split(",")], None, "--interactivity")
-        from dataclasses import replace
-        sc = replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / targets[0],
-                                       interactivity=targets))
+    sc, targets = _targets(sc, interactivity)
+    run: dict[str, Any] = {"top": top, "kwh_usd": kwh_price, "ray": ray,
+                           "max_evaluations": max_evaluations,
+                           "jobs": jobs if jobs is not None else sweep.cores()}
     if len(targets) > 1:
-        _sweep(sc, pr, targets, json, output, top=top, kwh_usd=kwh_price, ray=ray,
-               jobs=jobs if jobs is not None else sweep.cores(),
-               max_evaluations=max_evaluations)
-        return
+        return _sweep(sc, pr, targets, json, output, **run)
     with Progress("advise") as progress:
-        adv = core.advise(sc, pr, top=top, kwh_usd=kwh_price, ray=ray,
-                          jobs=jobs if jobs is not None else sweep.cores(),
-                          max_evaluations=max_evaluations, progress=progress.told("models"))
+        adv = core.advise(sc, pr, progress=progress.told("models"), **run)
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
               "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
-              "network_dominated": adv.dominated,
-              "evaluated_with_models": adv.evaluated}
+              "network_dominated": adv.dominated, "evaluated_with_models": adv.evaluated}
     if adv.infeasible:
-        msg = adv.infeasible["message"]
-        if json:
-            cl = adv.infeasible.get("closest")
-            emit_json({"scenario": sc.name, "designs": [], "infeasible": {
-                "constraint": adv.infeasible["constraint"], "message": msg,
-                "closest": _row_dict(cl, sc) if cl is not None else None},
-                "candidates_evaluated": adv.evaluated, **counts,
-                "elapsed_s": adv.elapsed_s})
-        raise InputError(msg, file=sc.file, field=f"constraints ({adv.infeasible['constraint']})")
+        _infeasible(adv, sc, counts, json)
     designs = [_row_dict(c, sc) for c in adv.ranked[:top]]
     if output:
         _write_html(output, sc, adv, designs, counts)
@@ -125,29 +104,57 @@ def advise(scenario: str | None = typer.Argument(
                    "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated,
                    **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
         return
+    _print_advice(adv, sc, counts, top)
+
+
+def _list(json: bool) -> None:
+    """`advise --list`: the built-in scenarios with their descriptions."""
+    rows = [(n, S.builtin(n).description) for n in S.builtin_names()]
+    if json:
+        emit_json([{"name": n, "description": d} for n, d in rows])
+        return
+    for n, d in rows:
+        console.print(f"[bold]{n}[/bold]: {d}", highlight=False)
+
+
+def _targets(sc, interactivity: str | None) -> tuple:
+    """The scenario at the first interactivity target and every target asked (the
+    scenario's own, or --interactivity's)."""
+    targets = sc.serve.interactivity if sc.serve else ()
+    if interactivity is None:
+        return sc, targets
+    if sc.serve is None:
+        raise InputError("applies only to a scenario with a serve workload",
+                         field="--interactivity")
+    targets = S.interactivity_targets(
+        [_number(x) for x in interactivity.split(",")], None, "--interactivity")
+    return replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / targets[0],
+                                     interactivity=targets)), targets
+
+
+def _infeasible(adv, sc, counts: dict, json: bool) -> None:
+    """No design meets the scenario: the JSON says which constraint binds and the closest
+    design; the error (exit 2) says it in one line."""
+    msg = adv.infeasible["message"]
+    if json:
+        cl = adv.infeasible.get("closest")
+        emit_json({"scenario": sc.name, "designs": [], "infeasible": {
+            "constraint": adv.infeasible["constraint"], "message": msg,
+            "closest": _row_dict(cl, sc) if cl is not None else None},
+            "candidates_evaluated": adv.evaluated, **counts,
+            "elapsed_s": adv.elapsed_s})
+    raise InputError(msg, file=sc.file, field=f"constraints ({adv.infeasible['constraint']})")
+
+
+def _print_advice(adv, sc, counts: dict, top: int) -> None:
+    """The ranked designs as the terminal shows them (:func:`_print_design`), then the
+    winner's system and notes, what would change the answer, the Pareto front and the
+    counts."""
     console.print(f"[bold]{sc.name}[/bold]" + (f": {sc.description}" if sc.description else ""),
                   highlight=False)
     console.print(f"objective: {sc.objective}", highlight=False)
     for i, c in enumerate(adv.ranked[:top], 1):
-        console.print(f"{i}. {core.describe(c)}", highlight=False)
-        money = [f"{LABEL[sc.objective]} {core._fmt_obj(c, sc)}"]
-        if c.cost.get("capex_usd") is not None:
-            money.append(f"capex ${c.cost['capex_usd']:,.0f}")
-        if core.hourly(c) is not None:
-            money.append(f"${core.hourly(c):,.2f}/h")
-        if c.power_kW is not None:
-            money.append(f"{c.power_kW:,.1f} kW")
-        if c.cost.get("energy_usd_per_day") is not None:
-            money.append(f"energy ${c.cost['energy_usd_per_day']:,.0f}/day")
-        console.print("   " + " | ".join(money), highlight=False)
-        console.print("   " + _workload(c, sc), highlight=False)
-        console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
-        if c.metrics.get("serve", {}).get("pools"):
-            console.print(f"   pools: {c.metrics['serve']['pools']}", highlight=False)
-        if c.equivalents:
-            console.print(f"   same figure with {len(c.equivalents)} other network(s): "
-                          + "; ".join(c.equivalents[:4])
-                          + ("; ..." if len(c.equivalents) > 4 else ""), highlight=False)
+        _print_design(i, c, sc)
     best = adv.ranked[0]
     console.print(f"system: {best.system}", highlight=False, soft_wrap=True)
     for n in dict.fromkeys(best.cost.get("notes", [])):
@@ -161,6 +168,29 @@ def advise(scenario: str | None = typer.Argument(
                   + f"; {adv.elapsed_s:.1f} s", highlight=False)
 
 
+def _print_design(i: int, c, sc) -> None:
+    """One ranked design: its money, workload, bottleneck, pools and equivalent networks."""
+    console.print(f"{i}. {core.describe(c)}", highlight=False)
+    money = [f"{LABEL[sc.objective]} {core._fmt_obj(c, sc)}"]
+    if c.cost.get("capex_usd") is not None:
+        money.append(f"capex ${c.cost['capex_usd']:,.0f}")
+    if core.hourly(c) is not None:
+        money.append(f"${core.hourly(c):,.2f}/h")
+    if c.power_kW is not None:
+        money.append(f"{c.power_kW:,.1f} kW")
+    if c.cost.get("energy_usd_per_day") is not None:
+        money.append(f"energy ${c.cost['energy_usd_per_day']:,.0f}/day")
+    console.print("   " + " | ".join(money), highlight=False)
+    console.print("   " + _workload(c, sc), highlight=False)
+    console.print(f"   bottleneck: {_bottleneck(c)}", highlight=False)
+    if c.metrics.get("serve", {}).get("pools"):
+        console.print(f"   pools: {c.metrics['serve']['pools']}", highlight=False)
+    if c.equivalents:
+        console.print(f"   same figure with {len(c.equivalents)} other network(s): "
+                      + "; ".join(c.equivalents[:4])
+                      + ("; ..." if len(c.equivalents) > 4 else ""), highlight=False)
+
+
 def _number(text: str) -> object:
     """A number from the command line (left as text when it is none, for the range check's
     message)."""
@@ -171,12 +201,10 @@ def _number(text: str) -> object:
 
 
 def _sweep(sc, pr, targets: tuple[float, ...], json: bool, output: str | None, **kw) -> None:
-    from gpufabric.advise.interactivity import sweep as run_sweep
     with Progress("advise --interactivity") as progress:
         res = run_sweep(sc, pr, targets, on_target=progress.told("interactivity targets"),
                         **kw)
     if output:
-        from gpufabric.fileio import write_output
         from gpufabric.report.advice import sweep_page
         write_output(output, sweep_page(res), field="--output")
     if json:
@@ -215,16 +243,11 @@ def _workload(c, sc) -> str:
 
 
 def core_demand(sc) -> float:
-    from gpufabric.advise import core
     return core._demand(sc)
 
 
 def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
-    from gpufabric.advise import core
-    from gpufabric.collectives import Model
-    from gpufabric.fileio import write_output
     from gpufabric.report.advice import render
-    from gpufabric.topology.build import load
     points = [{"design": core.describe(c), "hourly_usd": core.hourly(c),
                "tokens_per_s": core._tokens_per_s(c, sc)} for c in adv.ranked]
     data = {"scenario": sc.name, "objective": sc.objective, "train": sc.train is not None,

@@ -79,11 +79,14 @@ def test_the_validator_runs_a_few_entries(tmp_path):
                                "reason": "no figure the model predicts"}]
 
 
-def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path):
+def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path, monkeypatch):
     """LoadGen's Offline query holds enough samples for its minimum duration (the log's
-    samples_per_query over min_duration): an entry stating them is run long (up to
-    MAX_STEADY_REQUESTS), so its throughput is a long run's, not one dominated by the ramp-up
-    and drain of the first 1000 requests; a bad duration refuses the entry with its field."""
+    samples_per_query over min_duration): an entry stating them is run long (at least
+    STEADY_BATCHES full batches of each engine), so its throughput is a long run's, not one
+    dominated by the ramp-up and drain of the first 1000 requests, nor by those of 20,000
+    (under three batches of each of these eight engines of 896); a bad duration refuses the
+    entry with its field."""
+    from gpufabric.workloads.inference import validate as V
     from gpufabric.workloads.inference.validate import MAX_SIM_REQUESTS
     eid = "mlperf-v4.1-nvidia-dgx-h100-h100-sxm-80gbx8-trt-mixtral-8x7b-offline"
     e = next(x for x in yaml.safe_load(DATA.read_text()) if x["id"] == eid)
@@ -96,6 +99,15 @@ def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path):
         return res["points"][0]["predicted"] if res["points"] else res["skipped"]
 
     long_run = predicted(e)
+    # half the batches lose a little more to the ramp-up and drain (their share doubles): the
+    # run is long enough that its throughput has nearly settled
+    monkeypatch.setattr(V, "STEADY_BATCHES", V.STEADY_BATCHES // 2)
+    assert long_run / 1.05 < predicted(e) < long_run
+    monkeypatch.undo()
+    # 20,000 requests in all leave most of the run to the ramp-up and drain
+    monkeypatch.setattr(V, "STEADY_BATCHES", 0)
+    assert predicted(e) < 0.85 * long_run
+    monkeypatch.undo()
     short = json.loads(json.dumps(e))
     del short["workload"]["duration_s"]
     # 1000 requests over 8 engines of 896 never fill one batch: a fraction of the long run's

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpufabric import catalog
@@ -116,3 +117,29 @@ def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path, 
     bad["workload"]["duration_s"] = "long"
     skipped = predicted(bad)
     assert "workload.duration_s" in skipped[0]["reason"] and "refused" in skipped[0]["reason"]
+
+
+def _nearcap_tool():
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "tools" / "nearcap_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("nearcap_sensitivity", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_near_capacity_a_server_run_amplifies_an_error_of_the_step_cost():
+    """Supermicro's H100 TP2 Server run offers the rate its submitter chose, about nine tenths
+    of what its engines serve: there 3% more cost per step lengthens the predicted TPOT by far
+    more than 3% (the steady batch rate a / (1 - rate b) grows as the capacity 1/b nears the
+    rate), while the throughput stays the offered one (tools/nearcap_sensitivity.py)."""
+    tool = _nearcap_tool()
+    eid = "mlperf-v4.1-supermicro-sys-821ge-tnhr-h100-sxm-80gbx8-trt-llama2-70b-99-server"
+    e = next(x for x in entries() if x["id"] == eid)
+    base, slower = tool.predict(e, 1.0), tool.predict(e, 1.03)
+    assert slower["tpot_ms"]["mean"] > 1.03 ** 3 * base["tpot_ms"]["mean"]
+    assert slower["throughput_tokens_per_s"] == pytest.approx(base["throughput_tokens_per_s"])
+    # the step cost is restored after each prediction
+    from gpufabric.workloads.inference import serve
+    assert serve.step_model is tool._STEP_MODEL

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpufabric import catalog
@@ -79,11 +80,14 @@ def test_the_validator_runs_a_few_entries(tmp_path):
                                "reason": "no figure the model predicts"}]
 
 
-def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path):
+def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path, monkeypatch):
     """LoadGen's Offline query holds enough samples for its minimum duration (the log's
-    samples_per_query over min_duration): an entry stating them is run long (up to
-    MAX_STEADY_REQUESTS), so its throughput is a long run's, not one dominated by the ramp-up
-    and drain of the first 1000 requests; a bad duration refuses the entry with its field."""
+    samples_per_query over min_duration): an entry stating them is run long (at least
+    STEADY_BATCHES full batches of each engine), so its throughput is a long run's, not one
+    dominated by the ramp-up and drain of the first 1000 requests, nor by those of 20,000
+    (under three batches of each of these eight engines of 896); a bad duration refuses the
+    entry with its field."""
+    from gpufabric.workloads.inference import validate as V
     from gpufabric.workloads.inference.validate import MAX_SIM_REQUESTS
     eid = "mlperf-v4.1-nvidia-dgx-h100-h100-sxm-80gbx8-trt-mixtral-8x7b-offline"
     e = next(x for x in yaml.safe_load(DATA.read_text()) if x["id"] == eid)
@@ -96,6 +100,15 @@ def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path):
         return res["points"][0]["predicted"] if res["points"] else res["skipped"]
 
     long_run = predicted(e)
+    # half the batches lose a little more to the ramp-up and drain (their share doubles): the
+    # run is long enough that its throughput has nearly settled
+    monkeypatch.setattr(V, "STEADY_BATCHES", V.STEADY_BATCHES // 2)
+    assert long_run / 1.05 < predicted(e) < long_run
+    monkeypatch.undo()
+    # 20,000 requests in all leave most of the run to the ramp-up and drain
+    monkeypatch.setattr(V, "STEADY_BATCHES", 0)
+    assert predicted(e) < 0.85 * long_run
+    monkeypatch.undo()
     short = json.loads(json.dumps(e))
     del short["workload"]["duration_s"]
     # 1000 requests over 8 engines of 896 never fill one batch: a fraction of the long run's
@@ -104,3 +117,29 @@ def test_an_offline_run_of_a_stated_duration_runs_its_stated_requests(tmp_path):
     bad["workload"]["duration_s"] = "long"
     skipped = predicted(bad)
     assert "workload.duration_s" in skipped[0]["reason"] and "refused" in skipped[0]["reason"]
+
+
+def _nearcap_tool():
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "tools" / "nearcap_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("nearcap_sensitivity", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_near_capacity_a_server_run_amplifies_an_error_of_the_step_cost():
+    """Supermicro's H100 TP2 Server run offers the rate its submitter chose, about nine tenths
+    of what its engines serve: there 3% more cost per step lengthens the predicted TPOT by far
+    more than 3% (the steady batch rate a / (1 - rate b) grows as the capacity 1/b nears the
+    rate), while the throughput stays the offered one (tools/nearcap_sensitivity.py)."""
+    tool = _nearcap_tool()
+    eid = "mlperf-v4.1-supermicro-sys-821ge-tnhr-h100-sxm-80gbx8-trt-llama2-70b-99-server"
+    e = next(x for x in entries() if x["id"] == eid)
+    base, slower = tool.predict(e, 1.0), tool.predict(e, 1.03)
+    assert slower["tpot_ms"]["mean"] > 1.03 ** 3 * base["tpot_ms"]["mean"]
+    assert slower["throughput_tokens_per_s"] == pytest.approx(base["throughput_tokens_per_s"])
+    # the step cost is restored after each prediction
+    from gpufabric.workloads.inference import serve
+    assert serve.step_model is tool._STEP_MODEL

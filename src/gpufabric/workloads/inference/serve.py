@@ -397,6 +397,19 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
         more = replace(cfg, requests=2 * tried[-1]["requests"])
         reqs, res, s = _run(sm, more, share, sched, steady, progress)
         tried.append(_converging(s, reqs, share))
+    _deployment_figures(s, res, reqs, cfg, share, cap, over)
+    if auto:
+        s["convergence"] = {"tolerance": CONVERGED, "tolerance_p99": 2 * CONVERGED,
+                            "converged": _converged(tried),
+                            "requests": [t["requests"] for t in tried]}
+    return _report(sm, topo, cfg, reqs, res, s, share, reps, sched, steady)
+
+
+def _deployment_figures(s: dict, res: SimResult, reqs: R.Requests, cfg: ServeConfig,
+                        share: int, cap: dict, over: bool) -> None:
+    """``s`` (one simulated instance's summary) turned into the deployment's figures, in
+    place: an overloaded run serves its capacity, a stable open loop what is offered (flow
+    conservation), and the rates count every instance."""
     if "steady" in s:
         s["steady"]["measured_tokens_per_s"] = s["throughput_tokens_per_s"] * share
     if over:
@@ -424,10 +437,14 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     if cap:
         s["capacity_requests_per_s"] = cap["requests_per_s"] * share
         s["overloaded"] = over
-    if auto:
-        s["convergence"] = {"tolerance": CONVERGED, "tolerance_p99": 2 * CONVERGED,
-                            "converged": _converged(tried),
-                            "requests": [t["requests"] for t in tried]}
+
+
+def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
+            res: SimResult, s: dict, share: int, reps: int, sched: SchedulerConfig,
+            steady: bool) -> dict:
+    """The JSON-ready answer of :func:`serve`: the deployment, its workload, memory and
+    scheduler, the figures ``s``, the iteration breakdown and the bottleneck."""
+    gpus_inst = cfg.layout().gpus / cfg.dp_attention / cfg.pp
     out = {"model": sm.model.name, "system": topo.name, "gpu": sm.gpu.name,
            "gpus": int(round(share * gpus_inst)), "replicas": reps,
            "layout": asdict(cfg.layout()), "precision": sm.precision, "kv_dtype": sm.kv_dtype,

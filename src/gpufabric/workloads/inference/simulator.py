@@ -229,30 +229,7 @@ class BatchState:
         self.osl = reqs.osl.astype(np.int64)
         self.need_max = _ceil_div(self.isl + self.osl, B)
         self.closed = reqs.concurrency > 0
-        # arrival: when a request reaches the scheduler, after the engine's front end
-        self.front_end_s = fe = float(front_end_s)
-        self.release = reqs.release
-        if self.closed:
-            self.arrival = np.full(n, np.inf)
-            c = self.users = min(reqs.concurrency, n)
-            ramp = float(reqs.ramp_s)
-            if self.release == "paced":
-                # scheduled sends, at most c in flight: the first c go at their times
-                self.sched = reqs.arrival.astype(np.float64)
-                self.arrival[:c] = self.sched[:c] + fe
-            else:
-                # users' phases are random, as a steady state's are: iteration times jitter,
-                # so the order in which users' requests meet is not kept from cycle to cycle
-                rng = np.random.default_rng(reqs.phase_seed)
-                self.arrival[:c] = (np.sort(rng.uniform(0.0, ramp, c)) if ramp > 0
-                                    else np.zeros(c)) + fe
-            self.released = c
-            # each user's first request is its warm-up (a closed loop's steady state follows)
-            self.warmup = c if ramp > 0 and n > c and self.release == "user" else 0
-        else:
-            self.arrival = reqs.arrival.astype(np.float64) + fe
-            self.released = n
-            self.warmup = 0
+        self._arrivals(reqs, front_end_s)
         # per-request state (read when a request is admitted, written back when it leaves);
         # a request without a prompt (pure generation) prefills its start token
         self.g_pt = np.maximum(self.isl, 1)   # tokens to prefill (prompt; + output on recompute)
@@ -297,6 +274,36 @@ class BatchState:
         self.told, self.tell_every = 0, max(1, n // 100)
         self.decoding = True        # every running request is past its prefill
         self.lines: dict[int, tuple[float, float] | None] = {}    # decode lines by batch size
+
+    def _arrivals(self, reqs: Requests, front_end_s: float) -> None:
+        """When each request reaches the scheduler (after the engine's front end): an open
+        loop's arrivals; a closed loop's first ``concurrency`` sends (paced at their times, or
+        users at random phases over the ramp, each user's first request a warm-up)."""
+        n = self.n
+        # arrival: when a request reaches the scheduler, after the engine's front end
+        self.front_end_s = fe = float(front_end_s)
+        self.release = reqs.release
+        if self.closed:
+            self.arrival = np.full(n, np.inf)
+            c = self.users = min(reqs.concurrency, n)
+            ramp = float(reqs.ramp_s)
+            if self.release == "paced":
+                # scheduled sends, at most c in flight: the first c go at their times
+                self.sched = reqs.arrival.astype(np.float64)
+                self.arrival[:c] = self.sched[:c] + fe
+            else:
+                # users' phases are random, as a steady state's are: iteration times jitter,
+                # so the order in which users' requests meet is not kept from cycle to cycle
+                rng = np.random.default_rng(reqs.phase_seed)
+                self.arrival[:c] = (np.sort(rng.uniform(0.0, ramp, c)) if ramp > 0
+                                    else np.zeros(c)) + fe
+            self.released = c
+            # each user's first request is its warm-up (a closed loop's steady state follows)
+            self.warmup = c if ramp > 0 and n > c and self.release == "user" else 0
+        else:
+            self.arrival = reqs.arrival.astype(np.float64) + fe
+            self.released = n
+            self.warmup = 0
 
     def _cached(self, tokens: np.ndarray, load_s: np.ndarray) -> np.ndarray:
         """Prefix caching (:mod:`.kvcache`): each prompt starts with ``tokens`` in its KV cache;

@@ -260,14 +260,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         return _run_pd(e, pt, par, wl)
     if mode in (None, "bulk-transfer"):
         raise Skip(f"no serving workload (mode {mode})")
-    isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
-    dataset = None
-    if isl is None or not osl:
-        dataset, isl, osl = dataset_lengths(wl)
-    if dataset:
-        isl_n, osl_n = max(1, round(isl)), max(1, round(osl))
-    else:    # isl 0: pure generation without a prompt (llama.cpp's tg tests)
-        isl_n, osl_n = (_int(isl, "isl") if isl else 0), _int(osl, "osl")
+    dataset, isl, osl, isl_n, osl_n = _lengths(wl)
     gpu = pt.get("gpu") or sysd.get("gpu")
     if not gpu:
         raise Skip("GPU not stated")
@@ -292,9 +285,8 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         spec["scale_up"] = sysd["scale_up"]
     topo = from_spec(spec)
     n_req = _int(wl.get("num_requests"), "num_requests", 1000)
-    rate = _num(wl.get("request_rate"))
-    conc = _num(wl.get("concurrency"))
-    batch = _num(wl.get("batch_size"))
+    rate, conc, batch = (_num(wl.get(k)) for k in ("request_rate", "concurrency",
+                                                     "batch_size"))
     # a benchmark client's figures are over its whole run (its requests from the first send
     # to the last answer); a stated duration's are its steady state (below)
     cfg = ServeConfig(measure="run", tp=tp, pp=pp, ep=ep, dp_attention=adp, replicas=reps,
@@ -307,6 +299,40 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.scheduler_steps = _int(steps, "engine.num_scheduler_steps")
     if wl.get("max_batch_per_rank"):
         cfg.max_num_seqs = _int(wl["max_batch_per_rank"], "max_batch_per_rank")
+    _load(cfg, wl, mode, n_req, reps, isl)
+    if par.get("mtp"):
+        # multi-token prediction: the entry's acceptance where it states one, else the
+        # sourced default for the model (speculative.DEFAULTS)
+        cfg.spec, cfg.spec_tokens = "mtp", _int(par["mtp"], "mtp")
+        acc = par.get("mtp_acceptance")
+        cfg.acceptance = tuple(acc) if isinstance(acc, list) else acc
+    r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
+    r.update(_llama_bench(r, isl_n, osl_n))
+    return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
+               "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
+               "batch": batch, "precision": prec, "dataset": dataset}
+
+
+def _lengths(wl: dict) -> tuple[str | None, float, float, int, int]:
+    """(the dataset the lengths come from, or None; mean input and output lengths; the same
+    as whole tokens for the run) of a point's workload: its stated isl/osl, else its
+    dataset's."""
+    isl, osl = _num(wl.get("isl")), _num(wl.get("osl"))
+    dataset = None
+    if isl is None or not osl:
+        dataset, isl, osl = dataset_lengths(wl)
+    if dataset:
+        return dataset, isl, osl, max(1, round(isl)), max(1, round(osl))
+    # isl 0: pure generation without a prompt (llama.cpp's tg tests)
+    return None, isl, osl, (_int(isl, "isl") if isl else 0), _int(osl, "osl")
+
+
+def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int, reps: int, isl: float) -> None:
+    """The run's load as the entry's client and mode apply it, set on ``cfg``: a static
+    batch (one synchronized round where the client fires at once), a closed loop, an open
+    loop at a rate (a stated duration to its steady state), or offline."""
+    rate, conc, batch = (_num(wl.get(k)) for k in ("request_rate", "concurrency",
+                                                     "batch_size"))
     client = None
     if wl.get("client") is not None:
         # the entry names its benchmark client: its load's shape and how its figures were
@@ -319,11 +345,13 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.max_batched_tokens = b * max(int(isl), 1)
         if client is not None and client.arrivals == "synchronized":
             cfg.concurrency = b * reps     # one round of the static batch per instance
-    elif mode in ("closed-loop", "single-stream"):
+        return
+    if mode in ("closed-loop", "single-stream"):
         c = _int(conc or batch, "concurrency")
         cfg.concurrency = c
         cfg.requests = min(n_req, max(MAX_SIM_REQUESTS, 3 * c))
-    elif mode == "online" and rate is not None and math.isfinite(rate):
+        return
+    if mode == "online" and rate is not None and math.isfinite(rate):
         cfg.rate = rate
         dur = _duration(wl)
         # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
@@ -333,23 +361,10 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
             min(int(rate * dur), MAX_STEADY_REQUESTS)
         if client is None:
             cfg.measure = "steady" if dur else "run"
-        if batch:
-            cfg.max_num_seqs = _int(batch, "batch_size")
     else:                                   # offline, or online at an infinite rate
         cfg.requests = _offline_requests(wl, n_req, batch, reps)
-        if batch:
-            cfg.max_num_seqs = _int(batch, "batch_size")
-    if par.get("mtp"):
-        # multi-token prediction: the entry's acceptance where it states one, else the
-        # sourced default for the model (speculative.DEFAULTS)
-        cfg.spec, cfg.spec_tokens = "mtp", _int(par["mtp"], "mtp")
-        acc = par.get("mtp_acceptance")
-        cfg.acceptance = tuple(acc) if isinstance(acc, list) else acc
-    r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
-    r.update(_llama_bench(r, isl_n, osl_n))
-    return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
-               "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
-               "batch": batch, "precision": prec, "dataset": dataset}
+    if batch:
+        cfg.max_num_seqs = _int(batch, "batch_size")
 
 
 def _offline_requests(wl: dict, n_req: int, batch: float | None, engines: int) -> int:

@@ -190,38 +190,11 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
     name = d["name"]
     if not isinstance(name, str) or not name.strip():
         raise _err("must be a non-empty name", file, "name")
-    sch = d["scheduler"]
-    if not isinstance(sch, dict) or not sch.get("source"):
-        raise _err("expected policy, chunked_prefill, admission and source", file, "scheduler")
-    if sch.get("policy") not in POLICIES:
-        raise _err(f"unknown policy {sch.get('policy')!r}; allowed: {', '.join(POLICIES)}",
-                   file, "scheduler.policy")
-    if sch.get("admission") not in ("on-demand", "reserve-full"):
-        raise _err(f"unknown admission {sch.get('admission')!r}; allowed: on-demand, "
-                   "reserve-full", file, "scheduler.admission")
-    if not isinstance(sch.get("chunked_prefill"), bool):
-        raise _err("must be true or false", file, "scheduler.chunked_prefill")
-    from gpufabric.workloads.inference.policies import POLICIES as ORDERS
-    order = sch.get("order", "decode-first")
-    if order not in ORDERS:
-        raise _err(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}", file,
-                   "scheduler.order")
+    sch, order = _scheduler(d["scheduler"], file)
     seqs, _, _ = _sourced(d, "max_num_seqs", file, int)
     if seqs < 1:
         raise _err(f"must be at least 1, got {seqs}", file, "max_num_seqs.value")
-    rules = []
-    mbt = d["max_batched_tokens"]
-    if not isinstance(mbt, list) or not mbt:
-        raise _err("expected a list of rules {value, source[, min_GiB, not_gpu]}, first "
-                   "match wins", file, "max_batched_tokens")
-    for i, r in enumerate(mbt):
-        where = f"max_batched_tokens[{i}]"
-        if not isinstance(r, dict) or not r.get("source") or not isinstance(r.get("value"), int) \
-                or isinstance(r.get("value"), bool) or r["value"] < 1:
-            raise _err("expected a whole value >= 1 and a source", file, where)
-        rules.append(TokenRule(int(r["value"]), " ".join(str(r["source"]).split()),
-                               float(r.get("min_GiB", 0.0)),
-                               tuple(str(g).lower() for g in r.get("not_gpu") or ())))
+    rules = _token_rules(d["max_batched_tokens"], file)
     mu = d["gpu_memory_utilization"]
     util, _, _ = _sourced(d, "gpu_memory_utilization", file)
     if not 0 < util <= 1:
@@ -268,6 +241,45 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
                          sch["admission"] == "reserve-full", " ".join(str(sch["source"]).split()),
                          int(seqs), tuple(rules), float(util), str(mu["of"]), int(bs), graphs,
                          over, req, lay, file, pdr, tuple(extra), register, str(order))
+
+
+def _scheduler(sch: Any, file: str) -> tuple[dict, str]:
+    """A profile's ``scheduler`` mapping checked (policy, admission, chunked prefill, source)
+    and its order (default decode-first)."""
+    if not isinstance(sch, dict) or not sch.get("source"):
+        raise _err("expected policy, chunked_prefill, admission and source", file, "scheduler")
+    if sch.get("policy") not in POLICIES:
+        raise _err(f"unknown policy {sch.get('policy')!r}; allowed: {', '.join(POLICIES)}",
+                   file, "scheduler.policy")
+    if sch.get("admission") not in ("on-demand", "reserve-full"):
+        raise _err(f"unknown admission {sch.get('admission')!r}; allowed: on-demand, "
+                   "reserve-full", file, "scheduler.admission")
+    if not isinstance(sch.get("chunked_prefill"), bool):
+        raise _err("must be true or false", file, "scheduler.chunked_prefill")
+    from gpufabric.workloads.inference.policies import POLICIES as ORDERS
+    order = sch.get("order", "decode-first")
+    if order not in ORDERS:
+        raise _err(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}", file,
+                   "scheduler.order")
+    return sch, str(order)
+
+
+def _token_rules(mbt: Any, file: str) -> list[TokenRule]:
+    """The ``max_batched_tokens`` rules, first match wins: each a whole value >= 1 with its
+    source, optionally for GPUs of at least ``min_GiB`` or not of ``not_gpu``."""
+    if not isinstance(mbt, list) or not mbt:
+        raise _err("expected a list of rules {value, source[, min_GiB, not_gpu]}, first "
+                   "match wins", file, "max_batched_tokens")
+    rules = []
+    for i, r in enumerate(mbt):
+        where = f"max_batched_tokens[{i}]"
+        if not isinstance(r, dict) or not r.get("source") or not isinstance(r.get("value"), int) \
+                or isinstance(r.get("value"), bool) or r["value"] < 1:
+            raise _err("expected a whole value >= 1 and a source", file, where)
+        rules.append(TokenRule(int(r["value"]), " ".join(str(r["source"]).split()),
+                               float(r.get("min_GiB", 0.0)),
+                               tuple(str(g).lower() for g in r.get("not_gpu") or ())))
+    return rules
 
 
 @functools.cache

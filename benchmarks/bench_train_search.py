@@ -24,7 +24,8 @@ def main() -> None:
     print(f"  best: tp {b['tp']} pp {b['pp']} dp {b['dp']} cp {b['cp']} vpp {b['vpp']} "
           f"mb {b['micro_batch']} zero {b['zero']}{' fsdp ' + b['fsdp'] if b['fsdp'] else ''} "
           f"recompute {b['recompute']} sp {b['sp']} offload {b['offload']} tp_overlap "
-          f"{b['tp_overlap']} dp_overlap {b['dp_overlap']}: {rs[0].step_time_s:.2f} s/step, "
+          f"{b['tp_overlap']} tp_bwd_overlap {b['tp_bwd_overlap']} dp_overlap "
+          f"{b['dp_overlap']} order {b['order']}: {rs[0].step_time_s:.2f} s/step, "
           f"MFU {rs[0].mfu:.1%}")
 
 

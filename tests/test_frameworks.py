@@ -42,6 +42,12 @@ def test_framework_defaults_are_the_documented_ones():
     assert (tt.defaults["fsdp"], tt.defaults["attention"], tt.defaults["fused_kernels"],
             tt.defaults["sac"]) == ("full", "sdpa", False, "op")
     assert load_profile("deepspeed").defaults["zero3_overlap"] is True
+    # Megatron-Core r0.8.0: the asynchronous TP backward is on, the pipeline scatter/gather
+    # (Megatron-LM 2021-2023) is gone; NeMo runs Megatron-Core's layers
+    assert (mg.defaults["tp_bwd_overlap"], mg.defaults["pp_scatter_gather"]) == (True, False)
+    assert load_profile("nemo").defaults["tp_bwd_overlap"] is True
+    assert step_options({"tp_bwd_overlap": True, "pp_scatter_gather": True}) == {
+        "tp_bwd_overlap": True, "pp_scatter_gather": True}
     assert normalise("NeMo 24.04") == "nemo"
 
 

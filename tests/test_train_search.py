@@ -12,7 +12,7 @@ from gpufabric.workloads.training import OFFLOAD_B, host_link_GBps, predict_step
 
 ONE_NODE = "gpu=H100-SXM,gpus_per_node=8,nodes=1"
 AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "fsdp", "sp",
-        "recompute", "offload", "tp_overlap", "dp_overlap")
+        "recompute", "offload", "tp_overlap", "dp_overlap", "tp_bwd_overlap", "order")
 
 
 def _layout(r):
@@ -53,9 +53,18 @@ def test_search_covers_every_axis():
     assert {(s.zero, s.fsdp) for s in sts} == {(0, ""), (1, ""), (2, ""), (3, ""),
                                                (3, "hybrid")}
     assert {s.offload for s in sts} == {True, False}
-    assert {s.tp_overlap for s in sts} == {True, False}
+    # TP overlap: full (userbuffers), the backward only (Megatron's asynchronous
+    # column-parallel backward) or none
+    assert {(s.tp_overlap, s.tp_bwd_overlap) for s in sts} == {(True, False), (False, True),
+                                                               (False, False)}
     assert {s.dp_overlap for s in sts} == {True, False}
-    assert len(sts) == 3 * 2 * 5 * 2 * 2 * 2
+    assert len(sts) == 3 * 2 * 5 * 2 * 3 * 2
+    # with pipeline and data parallelism where tp leaves room in a node: which of the two
+    # runs inside the node (over NVLink) and which over the NICs
+    piped = S.settings(S.Shape(2, 1, 2, 4, 1, 0, 1, 1), 8, ax, 4096)
+    assert {s.order for s in piped} == {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}
+    full = S.settings(S.Shape(8, 1, 2, 4, 1, 0, 1, 1), 8, ax, 4096)
+    assert {s.order for s in full} == {"tp-cp-ep-dp-pp"}       # tp fills the node
     # settings a shape cannot tell apart take one value: no sp or TP overlap at tp 1, no
     # sharding or DP overlap without a data-parallel group; ZeRO-3 / HSDP only without pp
     one = S.settings(S.Shape(1, 1, 8, 1, 1, 0, 1, 1), 8, ax, 4096)

@@ -262,4 +262,49 @@ def test_korthikanti_rows_run_from_the_file():
     r = validate(str(DATA.parent / "training_korthikanti.yaml"))
     s = r.summary
     assert (s["points"], s["fitted"]["points"], s["looked_at"]["points"]) == (8, 0, 0)
-    assert s["max_abs_pct"] <= 15, s
+    # with Megatron-LM's 2022 mechanisms stated (asynchronous TP backward, pipeline
+    # scatter/gather, its unfused softmax's traffic), nothing fitted on these rows: the mean
+    # stays within Calculon's 3.65 % on the same rows with a margin for later changes elsewhere
+    errs = [abs(p["error_pct"]) for p in r.points]
+    assert sum(errs) / len(errs) <= 5, errs
+    assert s["max_abs_pct"] <= 10, s
+
+
+A100_NODE = "gpu=A100-SXM4-80GB,gpus_per_node=8,nodes=1,scale_up=nvswitch"
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_megatron_async_tp_backward_hides_the_input_gradient_collective(sp):
+    # Megatron-LM's column-parallel backward launches the input-gradient all-reduce (with
+    # sequence parallelism: the input all-gather and the reduce-scatter) ahead of the GEMM it
+    # runs under; the forward's collectives stay exposed
+    par = Parallel(tp=8, micro_batch=4, global_batch=4, sp=sp)
+    kw = dict(precision="fp16", flash=False)
+    off = predict_step("gpt3-175b", A100_NODE, par, 2048, tp_bwd_overlap=False, **kw)
+    on = predict_step("gpt3-175b", A100_NODE, par, 2048, tp_bwd_overlap=True, **kw)
+    assert on.breakdown_s["compute"] == off.breakdown_s["compute"]
+    # half of the TP time is the backward's; with sequence parallelism the row-parallel
+    # output's backward all-gather stays exposed, so less than half is hidden
+    saved = 1 - on.breakdown_s["tp_comm"] / off.breakdown_s["tp_comm"]
+    assert (0.45 < saved <= 0.5) if not sp else (0.2 < saved < 0.5), saved
+    # the re-gather of the sharded input is extra traffic with sequence parallelism only
+    assert (on.comm_s["tp"] > off.comm_s["tp"]) is sp
+    # userbuffers overlap (tp_overlap) takes precedence: same step either way
+    ub = [predict_step("gpt3-175b", A100_NODE, par, 2048, tp_overlap=True, tp_bwd_overlap=b,
+                       **kw).step_time_s for b in (False, True)]
+    assert ub[0] == ub[1]
+
+
+def test_pipeline_scatter_gather_sends_one_tp_slice_per_rank():
+    # Megatron-LM 2021-2023 without sequence parallelism: each TP rank sends 1/tp of the
+    # boundary activations over its own NIC and the next stage all-gathers them over NVLink
+    sys2 = "gpu=A100-SXM4-80GB,gpus_per_node=8,nodes=2,scale_up=nvswitch,nic=ib-hdr"
+    par = Parallel(tp=8, pp=2, micro_batch=1, global_batch=8, sp=False)
+    plain, sg = (predict_step("gpt3-175b", sys2, par, 2048, precision="fp16",
+                              pp_scatter_gather=b).breakdown_s["pp_comm"] for b in (False, True))
+    # an eighth of the bytes over the NICs, plus the NVLink gather and each send's latency
+    assert plain / 8 < sg < plain / 3
+    # with sequence parallelism the activations are already split: the option changes nothing
+    par = par.with_(sp=True)
+    assert len({predict_step("gpt3-175b", sys2, par, 2048, precision="fp16",
+                             pp_scatter_gather=b).step_time_s for b in (False, True)}) == 1

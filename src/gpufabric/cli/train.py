@@ -50,8 +50,11 @@ def _run_words(p: dict) -> str:
         return " offload" if p.get("offload") else ""
     words = [("sp" if p["sp"] else "no sp") if p["tp"] > 1 else ""]
     words += ["offload" if p.get("offload") else ""]
-    words += ["tp-overlap" if p["tp_overlap"] and p["tp"] > 1 else ""]
+    words += ["tp-overlap" if p["tp_overlap"] and p["tp"] > 1 else
+              "tp-bwd-overlap" if p.get("tp_bwd_overlap") and p["tp"] > 1 else ""]
     words += ["dp-overlap" if p["dp_overlap"] else "no dp-overlap"]
+    words += [f"order {p['order']}" if p.get("order", "tp-cp-ep-dp-pp") != "tp-cp-ep-dp-pp"
+              else ""]
     return "".join(f" {w}" for w in words if w)
 
 

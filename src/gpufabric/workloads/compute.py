@@ -305,6 +305,18 @@ class Heads(NamedTuple):
     v_dim: int
 
 
+#: HBM bytes per attention score without flash-attention, as Megatron-LM runs it: QK^T writes
+#: the 16-bit scores (2), the fused scale-mask-softmax kernel reads them and writes the 16-bit
+#: probabilities (2 + 2; FP32 only in registers), attention dropout reads them and writes the
+#: dropped probabilities and a 1-byte mask (2 + 2 + 1), the PV GEMM reads them (2)
+UNFUSED_SCORE_BYTES = record(
+    "UNFUSED_SCORE_BYTES", 13, "B per score", "attention without flash-attention",
+    "physical: Megatron-LM megatron/model/fused_softmax.py (FusedScaleMaskSoftmax: "
+    "scaled_upper_triang_masked_softmax_cuda takes and returns fp16/bf16) and "
+    "megatron/model/transformer.py (attention dropout, 0.1 by default) at commit 285068c8; "
+    "2 + 2 + 2 + 2 + 2 + 1 + 2 bytes; not fitted")
+
+
 def attention(name: str, batch: int, q_len: int, kv_len: int, shape: Heads,
               elem_bytes: float, *, causal: bool = True, flash: bool = True,
               balanced_chunks: bool = False) -> Op:
@@ -324,10 +336,10 @@ def attention(name: str, batch: int, q_len: int, kv_len: int, shape: Heads,
     if flash:
         return Op(name, "attn", flops * frac, io * elem_bytes, q_len, kv_len, qk_dim)
     scores = batch * heads * q_len * kv_len
-    # scores written, softmax read+write, PV reads them: 4 passes of 2 B, plus the fp32 softmax;
-    # one (q_len x kv_len) GEMM per sequence and head, run as a batched GEMM
-    return Op(name, "gemm", flops, io * elem_bytes + scores * (4 * 2 + 2 * 4), q_len, kv_len,
-              qk_dim, count=max(batch * heads, 1))
+    # one (q_len x kv_len) GEMM per sequence and head, run as a batched GEMM, with the scores
+    # through HBM in between (UNFUSED_SCORE_BYTES per score)
+    return Op(name, "gemm", flops, io * elem_bytes + scores * UNFUSED_SCORE_BYTES.value, q_len,
+              kv_len, qk_dim, count=max(batch * heads, 1))
 
 
 def elementwise(name: str, elems: float, passes: float, elem_bytes: float) -> Op:

@@ -50,6 +50,15 @@ SETTINGS: dict[str, tuple[Any, str]] = {
                             "prefetched under compute (DeepSpeed overlap_comm)"),
     "tp_comm_overlap": (bool, "tensor-parallel collectives overlapped with the GEMMs "
                               "(TE userbuffers, PyTorch AsyncTP)"),
+    "tp_bwd_overlap": (bool, "in the backward pass, the column-parallel linears' input-gradient "
+                             "collective (all-reduce; with sequence parallelism the input "
+                             "all-gather and the reduce-scatter) runs under their GEMMs "
+                             "(Megatron-LM's asynchronous tensor-parallel all-reduce, on by "
+                             "default since September 2021)"),
+    "pp_scatter_gather": (bool, "without sequence parallelism, each tensor-parallel rank sends "
+                                "its 1/tp slice of a stage's boundary activations and the next "
+                                "stage all-gathers them over NVLink (Megatron-LM's scatter/gather "
+                                "optimisation, February 2021 to March 2023)"),
     "ep_comm_overlap": (bool, "expert all-to-all overlapped with another micro-batch's "
                               "compute (DualPipe, Megatron EP overlap)"),
     "attention": (("flash", "sdpa", "unfused"), "attention kernel: flash (the framework's "
@@ -203,7 +212,8 @@ def step_options(settings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, arg in (("tp_comm_overlap", "tp_overlap"), ("ep_comm_overlap", "ep_overlap"),
                      ("overlap_grad_reduce", "dp_overlap"), ("zero3_overlap", "zero3_overlap"),
-                     ("sac", "sac")):
+                     ("sac", "sac"), ("tp_bwd_overlap", "tp_bwd_overlap"),
+                     ("pp_scatter_gather", "pp_scatter_gather")):
         if key in settings:
             out[arg] = settings[key]
     for key in ("nccl_algo", "nccl_proto"):

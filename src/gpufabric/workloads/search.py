@@ -5,9 +5,13 @@ A layout is a *shape* -- tensor (``tp``, dividing the heads, inside a node), con
 pipeline (``pp``), data (``dp``, the rest of the GPUs) and expert (``ep``, with the experts
 split by ``tp`` or whole, ``etp`` 1, folded over ``tp x cp x dp``) sizes, virtual stages
 (``vpp``) and the micro-batch -- with its *settings*: recomputation none / selective / full,
-sequence parallelism on or off (with ``tp > 1``), ZeRO stage 0-3 or hybrid FSDP (ZeRO-3 and
-HSDP without pipelining), optimizer-state offload to host memory, and TP and DP
-communication overlap on or off. Every combination that divides evenly is *considered*:
+sequence parallelism on or off (with ``tp > 1``: the TP collectives as all-reduces or as
+all-gathers and reduce-scatters), ZeRO stage 0-3 or hybrid FSDP (ZeRO-3 and HSDP without
+pipelining), optimizer-state offload to host memory, TP overlap full (userbuffers / AsyncTP),
+of the backward only (Megatron's asynchronous column-parallel backward) or none, DP
+communication overlap on or off, and, where pipeline and data parallelism share a node with
+room left by ``tp x cp``, which of the two runs inside the node (the rank order: the other
+one crosses the network). Every combination that divides evenly is *considered*:
 
 1. Shapes are ordered by a lower bound on their step time from compute alone (forward and
    backward of the slowest pipeline stage without recomputation, times the micro-batches,
@@ -50,11 +54,16 @@ from gpufabric.workloads.compute import (
 )
 from gpufabric.workloads.memory import stage_layers, training_memory
 from gpufabric.workloads.models import ModelSpec, load_model
-from gpufabric.workloads.parallel import RECOMPUTE, Parallel
+from gpufabric.workloads.parallel import DEFAULT_ORDER, RECOMPUTE, Parallel
+
 from gpufabric.workloads.training import (
     BWD_ATTN, BWD_GEMM, COLL_CACHE, LAYER_OVERHEAD_US, TP_OVERLAP_EXPOSED, StepResult,
     _check_divisible, _coll_time, check_seq_len, predict_step,
 )
+
+#: the other rank order the search tries: pipeline stages inside a node before data-parallel
+#: ranks (Megatron's ``--use-tp-pp-dp-mapping``), where the default puts data parallel inside
+PP_INSIDE = "tp-cp-ep-pp-dp"
 
 #: relative slack on the bounds: a bound is only used to prune above ``(1 + SLACK) x`` the
 #: threshold, so that floating-point summation order never prunes a layout that ties
@@ -90,6 +99,8 @@ class Setting:
     offload: bool
     tp_overlap: bool
     dp_overlap: bool
+    tp_bwd_overlap: bool = False
+    order: str = DEFAULT_ORDER
 
 
 @dataclass
@@ -119,6 +130,7 @@ class _Job:
     precision: str
     tp_overlap: bool
     dp_overlap: bool = True
+    tp_bwd_overlap: bool = False
 
 
 @cache
@@ -132,10 +144,12 @@ def _evaluate(job: _Job) -> StepResult | None:
     try:
         r = predict_step(job.model, _topology(job.system), job.par, job.seq,
                          precision=job.precision, tp_overlap=job.tp_overlap,
-                         dp_overlap=job.dp_overlap, zero3_overlap=job.dp_overlap)
+                         tp_bwd_overlap=job.tp_bwd_overlap, dp_overlap=job.dp_overlap,
+                         zero3_overlap=job.dp_overlap)
     except InputError:
         return None
     r.parallel["tp_overlap"], r.parallel["dp_overlap"] = job.tp_overlap, job.dp_overlap
+    r.parallel["tp_bwd_overlap"] = job.tp_bwd_overlap
     return r
 
 
@@ -154,7 +168,9 @@ class Axes:
     hybrid: bool = True
     offloads: tuple[bool, ...] = (False, True)
     tp_overlaps: tuple[bool, ...] = (True, False)
+    tp_bwd_overlaps: tuple[bool, ...] = (True, False)
     dp_overlaps: tuple[bool, ...] = (True, False)
+    orders: tuple[str, ...] = (DEFAULT_ORDER, PP_INSIDE)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -208,9 +224,18 @@ def _factors(shape: Shape, gpn: int, axes: Axes, seq: int) -> tuple[Any, ...]:
         shards.append((3, "hybrid"))
     if not has_dp:
         shards = shards[:1]
-    tpo = axes.tp_overlaps if s.tp > 1 else axes.tp_overlaps[:1]
+    # TP overlap: full (userbuffers), backward only (Megatron's asynchronous column-parallel
+    # backward) or none
+    tpo = [(True, False)] if True in axes.tp_overlaps else []
+    if False in axes.tp_overlaps:
+        tpo += [(False, b) for b in axes.tp_bwd_overlaps]
+    tpo = tpo if s.tp > 1 else tpo[:1]
     dpo = axes.dp_overlaps if has_dp else axes.dp_overlaps[:1]
-    return (axes.recomputes, sps, shards, axes.offloads, tpo, dpo)
+    # which network the pipeline and the data-parallel groups use: the data-parallel ranks
+    # next to each other (inside a node where tp x cp leaves room) or the pipeline stages
+    orders = [o for o in axes.orders if o == axes.orders[0] or (
+        s.pp > 1 and s.dp > 1 and s.tp * s.cp < gpn and s.etp in (0, s.tp))]
+    return (axes.recomputes, sps, shards, axes.offloads, tpo, dpo, orders)
 
 
 def settings(shape: Shape, gpn: int, axes: Axes, seq: int = 0) -> list[Setting]:
@@ -218,16 +243,16 @@ def settings(shape: Shape, gpn: int, axes: Axes, seq: int = 0) -> list[Setting]:
     offload, overlap on). Axes a shape cannot tell apart take one value: sequence parallelism
     at tp 1, sharding and DP overlap with no data-parallel group, TP overlap at tp 1. With
     ``seq``, sequence parallelism only where tp divides a micro-batch's tokens."""
-    rcs, sps, shards, offs, tpo, dpo = _factors(shape, gpn, axes, seq)
-    return [Setting(rc, sp, z, f, off, t, d) for rc in rcs for sp in sps
-            for z, f in shards for off in offs for t in tpo for d in dpo]
+    rcs, sps, shards, offs, tpo, dpo, orders = _factors(shape, gpn, axes, seq)
+    return [Setting(rc, sp, z, f, off, t, d, tb, o) for rc in rcs for sp in sps
+            for z, f in shards for off in offs for t, tb in tpo for d in dpo for o in orders]
 
 
 def _parallel(shape: Shape, st: Setting, global_batch: int) -> Parallel:
     return Parallel(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, ep=shape.ep,
                     etp=shape.etp, vpp=shape.vpp, micro_batch=shape.micro_batch,
                     global_batch=global_batch, recompute=st.recompute, sp=st.sp,
-                    zero=st.zero, fsdp=st.fsdp, offload=st.offload)
+                    zero=st.zero, fsdp=st.fsdp, offload=st.offload, order=st.order)
 
 
 def _rank_key(r: StepResult) -> tuple:
@@ -237,7 +262,8 @@ def _rank_key(r: StepResult) -> tuple:
     p = r.parallel
     return (r.step_time_s, p["tp"] * p["pp"], p["micro_batch"], p["vpp"], p["tp"], p["pp"],
             p["dp"], p["cp"], p["ep"], p["etp"], RECOMPUTE.index(p["recompute"]), not p["sp"],
-            p["zero"], p["fsdp"], p["offload"], not p["tp_overlap"], not p["dp_overlap"])
+            p["zero"], p["fsdp"], p["offload"], not p["tp_overlap"], not p["dp_overlap"],
+            not p.get("tp_bwd_overlap"), p["order"] != DEFAULT_ORDER)
 
 
 class _Bounds:
@@ -274,11 +300,25 @@ class _Bounds:
                 t1 *= TP_OVERLAP_EXPOSED.value
         t1 *= 1 if m.parallel_block else 2
         p2p = 0.0
-        if par.pp > 1:
-            gp = par.group("pp", self.gpn)
+        if par.pp > 1:       # over the rank orders the axes allow (the pipeline's network)
+            gps = []
+            for o in self.axes.orders:
+                try:
+                    gps.append(par.with_(order=o).group("pp", self.gpn))
+                except InputError:
+                    continue
             p2p = min(_coll_time(self.topo, "send_recv", act / (par.tp if sp else 1), gp)
-                      for sp in sps)
+                      for sp in sps for gp in gps)
         return t1, p2p
+
+    @property
+    def bwd_free(self) -> bool:
+        """Whether the backward's TP collectives may all hide (Megatron's asynchronous
+        backward searched without userbuffers overlap): the bound then counts only the
+        forward passes' TP time."""
+        ax = self.axes
+        return True not in ax.tp_overlaps and False in ax.tp_overlaps and \
+            True in ax.tp_bwd_overlaps
 
     def _pass(self, moe: bool, i: int, par: Parallel) -> tuple[float, float, float]:
         key = (moe, par.tp, par.cp, par.ep, par.expert_tp, par.micro_batch)
@@ -339,7 +379,8 @@ class _Bounds:
             # per micro-batch: compute and the exposed TP time of the stage's blocks
             # (+ the expert all-to-alls, dispatch and combine forward and backward, never
             # overlapped in the search: it does not try --ep-overlap)
-            fb = min(x + tp1 * n * (3 if rc == "full" else 2)
+            passes = (3 if rc == "full" else 2) - (1 if self.bwd_free else 0)
+            fb = min(x + tp1 * n * passes
                      + a2a * k * (6 if rc == "full" else 4)
                      for x, n, k in zip(v, per_stage_n, per_stage_moe, strict=True))
             out[rc] = par.micro_batches * fb + ((par.pp - 1) / par.vpp * fb if par.pp > 1
@@ -352,7 +393,9 @@ def _dominators(st: Setting) -> list[Setting]:
     instead of off, no offload instead of offload, less recomputation."""
     out = []
     if not st.tp_overlap:
-        out.append(replace(st, tp_overlap=True))
+        out.append(replace(st, tp_overlap=True, tp_bwd_overlap=False))
+    if not st.tp_overlap and not st.tp_bwd_overlap and not st.sp:
+        out.append(replace(st, tp_bwd_overlap=True))
     if not st.dp_overlap:
         out.append(replace(st, dp_overlap=True))
     if st.offload:
@@ -543,7 +586,8 @@ def _search(model: ModelSpec | str, system: str, global_batch: int, seq_len: int
             if not fits(st, par):
                 counts.pruned_memory += 1
                 continue
-            job = _Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap)
+            job = _Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap,
+                       st.tp_bwd_overlap)
             if ray or ray_address:
                 batch.append((st, job))
                 continue
@@ -595,7 +639,8 @@ def brute_force(model: ModelSpec | str, system: str, *, global_batch: int,
                 if not training_memory(m, par, seq, gpu, precision=prec,
                                        gpus_per_node=gpn).fits:
                     continue
-                r = _evaluate(_Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap))
+                r = _evaluate(_Job(m, system, par, seq, prec, st.tp_overlap, st.dp_overlap,
+                                   st.tp_bwd_overlap))
                 if r is not None:
                     out.append(r)
     out.sort(key=_rank_key)

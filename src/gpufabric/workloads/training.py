@@ -255,6 +255,8 @@ class Software:
     precision: str = "bf16"
     flash: bool = True
     tp_overlap: bool = False
+    tp_bwd_overlap: bool = False
+    pp_scatter_gather: bool = False
     dp_overlap: bool = True
     fused: bool = True
     attn_kernel: str = "native"
@@ -321,17 +323,8 @@ def _layer_pass(c: _Step, i: int, comm: dict[str, float]) -> _Pass:
     tokens = par.micro_batch * seq / par.cp
     act = tokens * m.hidden * eb
     if par.tp > 1:
-        if par.sp:
-            t1 = _coll_time(topo, "all_gather", act, groups["tp"]) + _coll_time(
-                topo, "reduce_scatter", act, groups["tp"])
-        else:
-            t1 = _coll_time(topo, "all_reduce", act, groups["tp"])
-        # two reductions per block and pass (after attention, after the MLP); one where the
-        # two run side by side; fwd, bwd (+ the recomputed forward)
-        syncs = 1 if m.parallel_block else 2
-        tp_all = syncs * t1 * (2 if par.recompute != "full" else 3)
+        tp_all, res.tp = _tp_times(c, act, ops, times)
         comm["tp"] += tp_all
-        res.tp = tp_all * (TP_OVERLAP_EXPOSED.value if c.o.tp_overlap else 1.0)
     if par.cp > 1:
         kvw = (m.kv_lora_rank + m.qk_rope_head_dim if m.attention == "mla"
                else 2 * max(m.kv_heads // par.tp, 1) * m.head_dim)
@@ -349,6 +342,51 @@ def _layer_pass(c: _Step, i: int, comm: dict[str, float]) -> _Pass:
         comm["ep"] += t_a * n
         res.ep = t_a * n
     return res
+
+
+#: the column-parallel GEMMs of a block, per tensor-parallel synchronisation (attention, MLP):
+#: their backward hides the input-gradient collective with ``tp_bwd_overlap``
+COLUMN_GEMMS = (("qkv", "qkv_mlp_up", "q_proj", "q_down", "kv_down"),
+                ("mlp_up", "shared_up"))
+
+
+def _tp_times(c: _Step, act: float, ops: list[Any], times: list[float]) -> tuple[float, float]:
+    """(every TP collective of one block's passes, the part of it exposed).
+
+    Two synchronisations per block and pass (after attention, after the MLP; one where the
+    two run side by side): an all-reduce, or with sequence parallelism an all-gather and a
+    reduce-scatter, in the forward, the backward and a recomputed forward. With TP overlap
+    (userbuffers / AsyncTP) ``TP_OVERLAP_EXPOSED`` of all of it stays exposed. With
+    ``tp_bwd_overlap`` (Megatron's asynchronous column-parallel backward) the backward's
+    input-gradient all-reduce runs under the weight-gradient GEMM of the same linear (as long
+    as the forward GEMM); with sequence parallelism the backward re-gathers the linear's input
+    under its input-gradient GEMM and reduce-scatters under the weight-gradient GEMM, while the
+    all-gather that is the row-parallel output's backward stays exposed.
+    """
+    m, par, topo, g = c.m, c.par, c.topo, c.groups["tp"]
+    if par.sp:
+        ag = _coll_time(topo, "all_gather", act, g)
+        rs = _coll_time(topo, "reduce_scatter", act, g)
+        t1 = ag + rs
+    else:
+        t1 = _coll_time(topo, "all_reduce", act, g)
+    syncs = 1 if m.parallel_block else 2
+    fwd_passes = 1 if par.recompute != "full" else 2
+    if c.o.tp_overlap or not c.o.tp_bwd_overlap:
+        tp_all = syncs * t1 * (fwd_passes + 1)
+        return tp_all, tp_all * (TP_OVERLAP_EXPOSED.value if c.o.tp_overlap else 1.0)
+    names = [o.name for o in ops]
+    windows = [sum(t for n, t in zip(names, times, strict=True) if n in grp)
+               for grp in COLUMN_GEMMS]
+    windows = [sum(windows)] if m.parallel_block else windows
+    if par.sp:
+        bwd_all = syncs * (2 * ag + rs)
+        bwd_e = sum(ag + max(0.0, ag - w) + max(0.0, rs - w) for w in windows)
+    else:
+        bwd_all = syncs * t1
+        bwd_e = sum(max(0.0, t1 - w) for w in windows)
+    fwd_all = syncs * t1 * fwd_passes
+    return fwd_all + bwd_all, fwd_all + bwd_e
 
 
 def check_seq_len(seq_len: int | None, m: ModelSpec) -> int:
@@ -491,9 +529,14 @@ def _pipeline_send(c: _Step) -> float:
     par, m = c.par, c.m
     if par.pp <= 1:
         return 0.0
-    act = par.micro_batch * c.seq / par.cp * m.hidden * ACT_BYTES[c.prec] / (
-        par.tp if par.sp else 1)
-    t_p2p = _coll_time(c.topo, "send_recv", act, c.groups["pp"])
+    act = par.micro_batch * c.seq / par.cp * m.hidden * ACT_BYTES[c.prec]
+    if par.sp or par.tp == 1:
+        t_p2p = _coll_time(c.topo, "send_recv", act / par.tp, c.groups["pp"])
+    elif c.o.pp_scatter_gather:     # 1/tp slice per rank, gathered over the TP group
+        t_p2p = (_coll_time(c.topo, "send_recv", act / par.tp, c.groups["pp"])
+                 + _coll_time(c.topo, "all_gather", act, c.groups["tp"]))
+    else:
+        t_p2p = _coll_time(c.topo, "send_recv", act, c.groups["pp"])
     mbs, v = par.micro_batches, par.vpp
     c.comm["pp"] = 2 * t_p2p * mbs * v
     return 2 * t_p2p * ((par.pp - 1) * v if v > 1 else mbs + par.pp - 1)

@@ -93,7 +93,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    from gpufabric.scheduler.datasets import find
+    from gpufabric.downloads import find
     if find("openb_pod_list_default.csv") is not None:
         return
     skip = pytest.mark.skip(reason=f"needs the real openb trace: {OPENB} is absent and "

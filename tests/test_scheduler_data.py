@@ -18,7 +18,7 @@ import pytest
 
 from gpufabric.errors import InputError
 from gpufabric.scheduler import load_jobs, load_nodes
-from gpufabric.scheduler import datasets as D
+from gpufabric import downloads as D
 from gpufabric.scheduler.cluster import synthetic_nodes
 from gpufabric.scheduler.jobs import synthetic_jobs
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpufabric.errors import InputError
-from gpufabric.scheduler import datasets
+from gpufabric import downloads as datasets
 from gpufabric.scheduler.arrival import run_arrival
 from gpufabric.scheduler.cluster import load_nodes
 from gpufabric.scheduler.jobs import Job, JobSet, load_jobs

@@ -134,7 +134,8 @@ def test_layer_flops_are_twice_the_parameters_per_token_plus_attention():
 def test_attention_without_flash_moves_the_score_matrix():
     fl = attention("a", 1, 4096, 4096, Heads(32, 8, 128, 128), 2, flash=True)
     no = attention("a", 1, 4096, 4096, Heads(32, 8, 128, 128), 2, flash=False)
-    assert no.bytes - fl.bytes == 32 * 4096 * 4096 * 16
+    # Megatron's fused softmax and dropout move 13 bytes per score through HBM
+    assert no.bytes - fl.bytes == 32 * 4096 * 4096 * 13
     g = gpu_spec("A100-SXM4-80GB")
     assert op_time_s(no, g, "bf16") > op_time_s(fl, g, "bf16")
 

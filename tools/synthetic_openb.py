@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gpufabric.scheduler.datasets import OPENB_COMMIT, OPENB_DIR, OPENB_FILES, OPENB_REPO
+from gpufabric.downloads import OPENB_COMMIT, OPENB_DIR, OPENB_FILES, OPENB_REPO
 
 
 def main(src: Path) -> None:

@@ -1,4 +1,4 @@
-"""CLI: data command (see gpufabric.scheduler.datasets)."""
+"""CLI: data command (see gpufabric.downloads)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def fetch(
 ) -> None:
     """Download a data set's files, check their sha256 and keep them for `schedule` (openb) or
     `serve --trace` (mooncake)."""
-    from gpufabric.scheduler import datasets as data
+    from gpufabric import downloads as data
 
     if name not in data.SETS:
         raise unknown_name("data set", name, sorted(data.SETS), field="NAME")

@@ -132,7 +132,7 @@ def _load(nodes: str, trace: str, data_dir: str | None):
     synthetic twin, with a note on stderr (explicit paths and --data-dir never fall back)."""
     from gpufabric.scheduler import load_jobs, load_nodes
     from gpufabric.scheduler.cluster import NODE_LISTS
-    from gpufabric.scheduler.datasets import DataMissing
+    from gpufabric.downloads import DataMissing
     from gpufabric.scheduler.jobs import TRACES
     from gpufabric.scheduler.synthetic import NAME
 

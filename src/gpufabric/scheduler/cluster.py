@@ -7,7 +7,7 @@ node model (:mod:`gpufabric.scheduler.nodetopo`) or taken from a system preset.
 ``NODES`` in the CLI is one of
 
 - ``gpu_node`` / ``all_node``: the openb node lists (1,213 GPU nodes; plus 310 CPU nodes), found
-  as :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` their node configurations
+  as :mod:`gpufabric.downloads` says; ``synthetic-openb`` their node configurations
   without the files;
 - a path to a CSV with the openb node columns ``sn,cpu_milli,memory_mib,gpu,model``
   (an optional ``pool`` column: ``gpu``, ``tpu`` or ``cpu``);
@@ -317,7 +317,7 @@ def load_nodes(nodes: str, data_dir: str | os.PathLike | None = None) -> Cluster
     """A cluster from a node-list name, a CSV path or a synthetic spec (see the module doc).
 
     ``gpu_node`` and ``all_node`` are looked up in ``data_dir``, then as
-    :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` (or ``synthetic-openb:all_node``)
+    :mod:`gpufabric.downloads` says; ``synthetic-openb`` (or ``synthetic-openb:all_node``)
     are their node configurations without the files (:mod:`gpufabric.scheduler.synthetic`).
 
     Raises

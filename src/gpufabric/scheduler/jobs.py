@@ -209,9 +209,9 @@ def _check_request(num_gpu: int, gpu_milli: int, file: str | None, where: str) -
 
 def bundled_path(kind: str, short: str, data_dir: str | os.PathLike | None = None) -> Path:
     """Path of an openb CSV (``kind`` is ``pod_list`` or ``node_list``), found as
-    :func:`gpufabric.scheduler.datasets.find` looks (``--data-dir``, ``GPUFABRIC_DATA_DIR``, the
-    cache); :class:`~gpufabric.scheduler.datasets.DataMissing` says how to get it if absent."""
-    from gpufabric.scheduler import datasets as data
+    :func:`gpufabric.downloads.find` looks (``--data-dir``, ``GPUFABRIC_DATA_DIR``, the
+    cache); :class:`~gpufabric.downloads.DataMissing` says how to get it if absent."""
+    from gpufabric import downloads as data
     what = f"openb {'trace' if kind == 'pod_list' else 'node list'} '{short}'"
     return data.require(f"openb_{kind}_{short}.csv", what, data_dir)
 
@@ -281,7 +281,7 @@ def load_jobs(trace: str | os.PathLike, data_dir: str | os.PathLike | None = Non
     """Read a pod list with the openb columns (a short name or a path).
 
     A short name (:data:`TRACES`) is looked up in ``data_dir``, then as
-    :mod:`gpufabric.scheduler.datasets` says; ``synthetic-openb`` is the synthetic openb-like
+    :mod:`gpufabric.downloads` says; ``synthetic-openb`` is the synthetic openb-like
     workload of :mod:`gpufabric.scheduler.synthetic`.
 
     Jobs get kind ``service`` when they ask no GPU and ``training`` otherwise, unless a ``kind``

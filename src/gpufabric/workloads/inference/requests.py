@@ -236,7 +236,7 @@ def load_trace(path: str, limit: int | None = None) -> Requests:
     >>> r.arrival.tolist(), r.isl.tolist(), r.rows
     ([0.0, 0.5], [200, 100], 3)
     """
-    from gpufabric.scheduler.datasets import trace_path
+    from gpufabric.downloads import trace_path
     path = trace_path(path)
     p = Path(path)
     text = read_text(path, what="a serving trace (CSV or JSON lines)")

@@ -46,7 +46,7 @@ MAX_SIM_REQUESTS = 1000
 MAX_STEADY_REQUESTS = 20000
 #: Full batches of each engine an offline run of a stated duration simulates at least. The
 #: throughput over the whole run approaches a long run's as the batches grow: against all the
-#: stated samples of mlperf-v4.1-nvidia-dgx-h100-h100-sxm-80gbx8-trt-mixtral-8x7b-offline
+#: stated samples of NVIDIA's MLPerf v4.1 DGX H100 Mixtral 8x7B Offline run
 #: (896 on eight engines) -9.7% at 8 batches, -3.2% at 24; of the H200 entry's 1,119,360
 #: (3072 on eight) -2.2% and -0.5%; 20,000 requests in all, under one batch per engine, gave
 #: -24% and -21%.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from typing import Any
 
 import typer
 
@@ -213,155 +214,206 @@ def model_and_system(model: str | None, system: str | None,
     return model, system
 
 
-@app.command()
-def serve(
-    ctx: typer.Context,
-    model: str | None = typer.Argument(None, help="A model name (see `gpufabric models`) or "
-                                       "model file; with --model-file, leave it out."),
-    system: str | None = typer.Argument(None, help=SYSTEM_HELP),
-    model_file: str | None = typer.Option(None, "--model-file", help="A Hugging Face "
-                                          "config.json, or a YAML file giving the model by "
-                                          "its shape (layers, hidden, heads, kv_heads, ffn, "
-                                          "vocab, experts, ...)."),
-    tp: int = typer.Option(1, "--tp", callback=whole(1),
-                           help="Tensor parallelism of one instance."),
-    ep: int = typer.Option(1, "--ep", callback=whole(1),
-                           help="Expert parallelism inside the TP group (MoE)."),
-    pp: int = typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
-    dp_attention: int = typer.Option(1, "--dp-attention", callback=whole(1),
-                                     help="Attention data-parallel ranks inside the TP group."),
-    replicas: int | None = typer.Option(None, "--replicas", callback=whole(1),
-                                        help="Instances (default: all the system holds)."),
-    rate: float | None = typer.Option(None, "--rate", help="Requests/s (Poisson); default "
-                                      "offline: every request queued at once."),
-    burst_cv: float | None = typer.Option(None, "--burst-cv", help="Bursty arrivals: gamma "
-                                          "gaps with this coefficient of variation."),
-    concurrency: int | None = typer.Option(None, "--concurrency", callback=whole(1),
-                                           help="Closed loop with this many users; with "
-                                           "--rate, at most this many requests in flight "
-                                           "(vLLM's --max-concurrency)."),
-    client: str | None = typer.Option(None, "--client", help="Apply the load and take the "
-                                      "figures as this benchmark client does: "
-                                      "vllm-bench-serve, sglang-bench-serving, "
-                                      "mlperf-server, mlperf-interactive, mlperf-offline, "
-                                      "trtllm-bench, genai-perf, static-batch (see "
-                                      "docs/inference.md)."),
-    requests: int | None = typer.Option(None, "--requests", help="Requests to simulate "
-                                        "(default: 1000, doubled while the steady-state "
-                                        "figures move by over 5%, up to 16,000); with "
-                                        "--trace, the trace's first N arrivals (default: all "
-                                        "of them)."),
-    measure: str | None = typer.Option(None, "--measure", help="How an online run's "
-                                       "figures are taken: steady (its steady state: warm-up "
-                                       "and drain left out; the default) or run (over the "
-                                       "whole run); with --client, the client's way."),
-    isl: int = typer.Option(1024, "--isl", help="Input tokens per request."),
-    osl: int = typer.Option(256, "--osl", help="Output tokens per request."),
-    trace: str | None = typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
-                                     "input and output lengths per request; or "
-                                     "mooncake-conversation / mooncake-synthetic (`gpufabric "
-                                     "data fetch mooncake`)."),
-    dataset: str | None = typer.Option(None, "--dataset", help="Draw each request's input "
-                                       "and output lengths from a named dataset (see "
-                                       "`gpufabric datasets`); synthetic ones centre on "
-                                       "--isl / --osl."),
-    dataset_spread: float | None = typer.Option(None, "--dataset-spread", help="Synthetic "
-                                                "datasets: trtllm-normal's stdev as a fraction "
-                                                "of the length, vllm-random's range ratio."),
-    slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
-    slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
-    precision: str = typer.Option("bf16", "--precision",
-                                  help="Weights: fp16, bf16, fp8, fp8-per-channel, w8a8-int8, "
-                                  "int8-weight-only, int4, int4-awq, int4-gptq-g128, fp4 "
-                                  "(NVFP4), mxfp4, or an engine's spelling (awq, W4A16_AWQ, "
-                                  "nvfp4...)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8 "
-                                        "(fp8_e4m3, fp8_e5m2), fp4 (NVFP4), int8, int4 (default "
-                                        "fp8 with fp8/fp4 weights, else bf16)."),
-    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, tensorrt-llm "
-                               "(PyTorch backend), tensorrt-llm-tensorrt (TensorRT engines), "
-                               "lmdeploy, llama.cpp, fastertransformer (or an alias), or an "
-                               "engine profile file (.yaml)."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", callback=whole(1),
-                                            help="Batch limit."),
-    max_batched_tokens: int | None = typer.Option(None, "--max-batched-tokens",
-                                                  callback=whole(1),
-                                                  help="Token budget of an iteration."),
-    preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
-    scheduler_steps: int = typer.Option(1, "--scheduler-steps", callback=whole(1),
-                                        help="Multi-step scheduling: decode in rounds of N "
-                                        "steps (vLLM 0.6 --num-scheduler-steps)."),
-    gpu_memory_utilization: float | None = typer.Option(
+#: The options of `serve` (its signature reads them from here, one per parameter).
+OPT: dict[str, Any] = {
+    "model": typer.Argument(None, help="A model name (see `gpufabric models`) or "
+        "model file; with --model-file, leave it out."),
+    "system": typer.Argument(None, help=SYSTEM_HELP),
+    "model_file": typer.Option(None, "--model-file", help="A Hugging Face "
+        "config.json, or a YAML file giving the model by "
+        "its shape (layers, hidden, heads, kv_heads, ffn, "
+        "vocab, experts, ...)."),
+    "tp": typer.Option(1, "--tp", callback=whole(1),
+        help="Tensor parallelism of one instance."),
+    "ep": typer.Option(1, "--ep", callback=whole(1),
+        help="Expert parallelism inside the TP group (MoE)."),
+    "pp": typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
+    "dp_attention": typer.Option(1, "--dp-attention", callback=whole(1),
+        help="Attention data-parallel ranks inside the TP group."),
+    "replicas": typer.Option(None, "--replicas", callback=whole(1),
+        help="Instances (default: all the system holds)."),
+    "rate": typer.Option(None, "--rate", help="Requests/s (Poisson); default "
+        "offline: every request queued at once."),
+    "burst_cv": typer.Option(None, "--burst-cv", help="Bursty arrivals: gamma "
+        "gaps with this coefficient of variation."),
+    "concurrency": typer.Option(None, "--concurrency", callback=whole(1),
+        help="Closed loop with this many users; with "
+        "--rate, at most this many requests in flight "
+        "(vLLM's --max-concurrency)."),
+    "client": typer.Option(None, "--client", help="Apply the load and take the "
+        "figures as this benchmark client does: "
+        "vllm-bench-serve, sglang-bench-serving, "
+        "mlperf-server, mlperf-interactive, mlperf-offline, "
+        "trtllm-bench, genai-perf, static-batch (see "
+        "docs/inference.md)."),
+    "requests": typer.Option(None, "--requests", help="Requests to simulate "
+        "(default: 1000, doubled while the steady-state "
+        "figures move by over 5%, up to 16,000); with "
+        "--trace, the trace's first N arrivals (default: all "
+        "of them)."),
+    "measure": typer.Option(None, "--measure", help="How an online run's "
+        "figures are taken: steady (its steady state: warm-up "
+        "and drain left out; the default) or run (over the "
+        "whole run); with --client, the client's way."),
+    "isl": typer.Option(1024, "--isl", help="Input tokens per request."),
+    "osl": typer.Option(256, "--osl", help="Output tokens per request."),
+    "trace": typer.Option(None, "--trace", help="CSV or JSONL trace: arrival time, "
+        "input and output lengths per request; or "
+        "mooncake-conversation / mooncake-synthetic (`gpufabric "
+        "data fetch mooncake`)."),
+    "dataset": typer.Option(None, "--dataset", help="Draw each request's input "
+        "and output lengths from a named dataset (see "
+        "`gpufabric datasets`); synthetic ones centre on "
+        "--isl / --osl."),
+    "dataset_spread": typer.Option(None, "--dataset-spread", help="Synthetic "
+        "datasets: trtllm-normal's stdev as a fraction "
+        "of the length, vllm-random's range ratio."),
+    "slo_ttft": typer.Option(None, "--slo-ttft", help="TTFT target (ms)."),
+    "slo_tpot": typer.Option(None, "--slo-tpot", help="TPOT target (ms)."),
+    "precision": typer.Option("bf16", "--precision",
+        help="Weights: fp16, bf16, fp8, fp8-per-channel, w8a8-int8, "
+        "int8-weight-only, int4, int4-awq, int4-gptq-g128, fp4 "
+        "(NVFP4), mxfp4, or an engine's spelling (awq, W4A16_AWQ, "
+        "nvfp4...)."),
+    "kv_dtype": typer.Option(None, "--kv-dtype", help="KV cache: fp16, bf16, fp8 "
+        "(fp8_e4m3, fp8_e5m2), fp4 (NVFP4), int8, int4 (default "
+        "fp8 with fp8/fp4 weights, else bf16)."),
+    "engine": typer.Option("vllm", "--engine", help="vllm, sglang, tensorrt-llm "
+        "(PyTorch backend), tensorrt-llm-tensorrt (TensorRT engines), "
+        "lmdeploy, llama.cpp, fastertransformer (or an alias), or an "
+        "engine profile file (.yaml)."),
+    "max_num_seqs": typer.Option(None, "--max-num-seqs", callback=whole(1),
+        help="Batch limit."),
+    "max_batched_tokens": typer.Option(None, "--max-batched-tokens",
+        callback=whole(1),
+        help="Token budget of an iteration."),
+    "preemption": typer.Option("recompute", "--preemption", help="recompute or swap."),
+    "scheduler_steps": typer.Option(1, "--scheduler-steps", callback=whole(1),
+        help="Multi-step scheduling: decode in rounds of N "
+        "steps (vLLM 0.6 --num-scheduler-steps)."),
+    "gpu_memory_utilization": typer.Option(
         None, "--gpu-memory-utilization", help="Fraction of GPU memory the engine uses "
         "(default: the engine profile's, vLLM 0.9 of the total)."),
-    seed: int = typer.Option(0, "--seed", callback=whole(0, 2**63 - 1),
-                             help="Random seed of the arrivals."),
-    eplb: bool = typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
-                              "(32 redundant experts even out the EP ranks' mean loads)."),
-    pd: str | None = typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
-                                  "instances of the layout (e.g. 2P1D)."),
-    decode_system: str | None = typer.Option(None, "--decode-system", help="Run the decode "
-                                             "pool on this system (another GPU kind)."),
-    two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", help="With --pd: "
-                                           "the pool figures with two micro-batches, one's "
-                                           "all-to-all under the other's computation."),
-    search: bool = typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
-                                "of the system's GPUs by goodput per GPU under the SLO."),
-    ray: bool = typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
-    versus: str | None = typer.Option(None, "--versus", help="Compare SYSTEM with this one "
-                                      "(a supernode against 8-GPU servers, say) at equal "
-                                      "GPU count: "
-                                      "tokens/s per GPU within the SLO, each at its best "
-                                      "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
-    spec: str | None = typer.Option(None, "--spec", help="Speculative decoding: mtp (the "
-                                    "model's MTP module), eagle (a one-layer draft head) or "
-                                    "draft (a draft model, --draft-model)."),
-    spec_tokens: int | None = typer.Option(None, "--spec-tokens", help="Draft tokens per "
-                                           "step (K; default 1 for mtp)."),
-    acceptance: str | None = typer.Option(None, "--acceptance", help="Acceptance rate of "
-                                          "the draft tokens: one (0.8) or one per position "
-                                          "(0.9,0.8,0.7); default: the sourced one for the "
-                                          "method and model, where there is one."),
-    draft_model: str | None = typer.Option(None, "--draft-model", help="With --spec draft: "
-                                           "the draft model (a built-in name)."),
-    kv_tier: str | None = typer.Option(None, "--kv-tier", help="Prefix caching over KV "
-                                       "cache tiers beyond HBM, NAME:SIZE[@GBps] per GPU, "
-                                       "comma-separated: host:512GiB,nvme:4TiB,"
-                                       "remote:16TiB@25 (hbm alone: HBM only). Needs a "
-                                       "--trace naming its prefixes (hash_ids or "
-                                       "session_id)."),
-    json: bool = typer.Option(False, "--json", help="Print JSON."),
-    profile: str | None = profile_option(),
-) -> None:
+    "seed": typer.Option(0, "--seed", callback=whole(0, 2**63 - 1),
+        help="Random seed of the arrivals."),
+    "eplb": typer.Option(False, "--eplb", help="MoE: expert-parallel load balancing "
+        "(32 redundant experts even out the EP ranks' mean loads)."),
+    "pd": typer.Option(None, "--pd", help="Disaggregated: xPyD prefill and decode "
+        "instances of the layout (e.g. 2P1D)."),
+    "decode_system": typer.Option(None, "--decode-system", help="Run the decode "
+        "pool on this system (another GPU kind)."),
+    "two_batch_overlap": typer.Option(False, "--two-batch-overlap", help="With --pd: "
+        "the pool figures with two micro-batches, one's "
+        "all-to-all under the other's computation."),
+    "search": typer.Option(False, "--search", help="Rank co-located and xPyD layouts "
+        "of the system's GPUs by goodput per GPU under the SLO."),
+    "ray": typer.Option(False, "--ray", help="Run the --search candidates on Ray."),
+    "versus": typer.Option(None, "--versus", help="Compare SYSTEM with this one "
+        "(a supernode against 8-GPU servers, say) at equal "
+        "GPU count: "
+        "tokens/s per GPU within the SLO, each at its best "
+        "layout (default SLO: TTFT 2 s, TPOT 50 ms)."),
+    "spec": typer.Option(None, "--spec", help="Speculative decoding: mtp (the "
+        "model's MTP module), eagle (a one-layer draft head) or "
+        "draft (a draft model, --draft-model)."),
+    "spec_tokens": typer.Option(None, "--spec-tokens", help="Draft tokens per "
+        "step (K; default 1 for mtp)."),
+    "acceptance": typer.Option(None, "--acceptance", help="Acceptance rate of "
+        "the draft tokens: one (0.8) or one per position "
+        "(0.9,0.8,0.7); default: the sourced one for the "
+        "method and model, where there is one."),
+    "draft_model": typer.Option(None, "--draft-model", help="With --spec draft: "
+        "the draft model (a built-in name)."),
+    "kv_tier": typer.Option(None, "--kv-tier", help="Prefix caching over KV "
+        "cache tiers beyond HBM, NAME:SIZE[@GBps] per GPU, "
+        "comma-separated: host:512GiB,nvme:4TiB,"
+        "remote:16TiB@25 (hbm alone: HBM only). Needs a "
+        "--trace naming its prefixes (hash_ids or "
+        "session_id)."),
+    "json": typer.Option(False, "--json", help="Print JSON."),
+    "profile": profile_option(),
+}
+
+
+@app.command()
+def serve(ctx: typer.Context, model: str | None = OPT["model"],
+          system: str | None = OPT["system"],
+          model_file: str | None = OPT["model_file"], tp: int = OPT["tp"],
+          ep: int = OPT["ep"], pp: int = OPT["pp"],
+          dp_attention: int = OPT["dp_attention"],
+          replicas: int | None = OPT["replicas"],
+          rate: float | None = OPT["rate"],
+          burst_cv: float | None = OPT["burst_cv"],
+          concurrency: int | None = OPT["concurrency"],
+          client: str | None = OPT["client"],
+          requests: int | None = OPT["requests"],
+          measure: str | None = OPT["measure"], isl: int = OPT["isl"],
+          osl: int = OPT["osl"], trace: str | None = OPT["trace"],
+          dataset: str | None = OPT["dataset"],
+          dataset_spread: float | None = OPT["dataset_spread"],
+          slo_ttft: float | None = OPT["slo_ttft"],
+          slo_tpot: float | None = OPT["slo_tpot"],
+          precision: str = OPT["precision"],
+          kv_dtype: str | None = OPT["kv_dtype"], engine: str = OPT["engine"],
+          max_num_seqs: int | None = OPT["max_num_seqs"],
+          max_batched_tokens: int | None = OPT["max_batched_tokens"],
+          preemption: str = OPT["preemption"],
+          scheduler_steps: int = OPT["scheduler_steps"],
+          gpu_memory_utilization: float | None = OPT["gpu_memory_utilization"],
+          seed: int = OPT["seed"], eplb: bool = OPT["eplb"],
+          pd: str | None = OPT["pd"],
+          decode_system: str | None = OPT["decode_system"],
+          two_batch_overlap: bool = OPT["two_batch_overlap"],
+          search: bool = OPT["search"], ray: bool = OPT["ray"],
+          versus: str | None = OPT["versus"], spec: str | None = OPT["spec"],
+          spec_tokens: int | None = OPT["spec_tokens"],
+          acceptance: str | None = OPT["acceptance"],
+          draft_model: str | None = OPT["draft_model"],
+          kv_tier: str | None = OPT["kv_tier"], json: bool = OPT["json"],
+          profile: str | None = OPT["profile"]) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
-    from gpufabric.topology.build import load
+    o = {k: v for k, v in locals().items() if k != "ctx"}
+    model, system = model_and_system(model, system, model_file, ctx)
+    _check_serve(ctx, o)
+    cfg = _serve_config(o)
+    if versus:
+        return _versus(model, system, versus, cfg, json)
+    if search:
+        return _search(model, system, cfg, decode_system, ray, json)
+    _serve_one(model, system, cfg, o)
+
+
+def _check_serve(ctx: typer.Context, o: dict[str, Any]) -> None:
+    """`serve`'s options checked together: conflicts, options that need another, a dataset
+    against --isl/--osl, users against requests, the engine and the formats (``o["dataset"]``
+    set to the dataset's own name)."""
+    from gpufabric.cli.common import given
     from gpufabric.workloads.inference.engines import check as check_engine
     from gpufabric.workloads.inference.precisions import lookup as check_format
-    from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
-    model, system = model_and_system(model, system, model_file, ctx)
+    from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS
     refuse_together(ctx, CONFLICTS)
     refuse_alone(ctx, (
-        ("burst_cv", rate is not None, "applies only with --rate (the gaps between its "
+        ("burst_cv", o["rate"] is not None, "applies only with --rate (the gaps between its "
          "arrivals)"),
-        ("ray", search, "applies only with --search (where its candidates run)"),
-        ("dataset_spread", dataset is not None, "applies only with --dataset (a synthetic "
-         "dataset's spread)"),
-        ("two_batch_overlap", bool(pd or decode_system),
+        ("ray", o["search"], "applies only with --search (where its candidates run)"),
+        ("dataset_spread", o["dataset"] is not None, "applies only with --dataset (a "
+         "synthetic dataset's spread)"),
+        ("two_batch_overlap", bool(o["pd"] or o["decode_system"]),
          "applies only with --pd or --decode-system (the pool figures)")))
-    if dataset is not None:
-        from gpufabric.cli.common import given
+    if o["dataset"] is not None:
         from gpufabric.workloads.inference.datasets import get as get_dataset
-        ds = get_dataset(dataset)
+        ds = get_dataset(o["dataset"])
         for opt in ("isl", "osl"):
             if not ds.synthetic and given(ctx, opt):
                 raise InputError(f"cannot be used with --dataset {ds.name} (the dataset gives "
                                  "the lengths; only the synthetic ones, trtllm-fixed, "
                                  "trtllm-normal and vllm-random, centre on --isl / --osl)",
                                  field=f"--{opt}")
-        if dataset_spread is not None and ds.synthetic in (None, "fixed"):
+        if o["dataset_spread"] is not None and ds.synthetic in (None, "fixed"):
             raise InputError(f"applies only to trtllm-normal and vllm-random, not {ds.name}",
                              field="--dataset-spread")
-        dataset = ds.name
+        o["dataset"] = ds.name
+    requests, concurrency = o["requests"], o["concurrency"]
     if concurrency is not None and (requests is None or requests >= 1):
         from gpufabric.errors import check_range    # users who would never send a request
         by_default = "" if requests is not None else f", {DEFAULT_REQUESTS:,} unless given"
@@ -369,80 +421,95 @@ def serve(
                     integer=True, field="--concurrency",
                     why=f" (at most --requests{by_default}: each user of the closed loop "
                         "sends one request at least)")
-    check_engine(engine)
-    check_format(precision, "weights")
-    if kv_dtype is not None:
-        check_format(kv_dtype, "kv")
-    from gpufabric.workloads.inference.serve import serve as run
-    cfg = ServeConfig(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention, replicas=replicas,
-                      precision=precision, kv_dtype=kv_dtype, engine=engine, rate=rate,
-                      burst_cv=burst_cv, concurrency=concurrency, isl=isl,
-                      requests=requests if requests is not None or trace else DEFAULT_REQUESTS,
-                      osl=osl, trace=trace, dataset=dataset, dataset_spread=dataset_spread,
-                      slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
-                      max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                      preemption=preemption, seed=seed, eplb=eplb,
-                      gpu_memory_utilization=gpu_memory_utilization,
-                      scheduler_steps=scheduler_steps, measure=measure, client=client,
-                      spec=spec, spec_tokens=spec_tokens, acceptance=acceptance,
-                      draft_model=draft_model,
-                      kv_tiers=tuple(kv_tier.split(",")) if kv_tier is not None else ())
-    if client is not None:
+    check_engine(o["engine"])
+    check_format(o["precision"], "weights")
+    if o["kv_dtype"] is not None:
+        check_format(o["kv_dtype"], "kv")
+    if o["client"] is not None:
         from gpufabric.workloads.inference import clients
-        clients.check_load(clients.get(client), rate, concurrency)
-    if measure is not None and measure not in ("steady", "run"):
-        raise InputError(f"got {measure!r}; allowed: steady, run", field="--measure")
-    if versus:
-        from gpufabric.workloads.inference.pd import gpu_count
-        from gpufabric.workloads.inference.supernode import supernode_vs_servers
-        a, b = load(system), load(versus)
-        if slo_ttft is None and slo_tpot is None:     # a comparison needs an SLO to meet
-            cfg = replace(cfg, slo_ttft_ms=VERSUS_SLO_MS[0], slo_tpot_ms=VERSUS_SLO_MS[1])
-        gpus = min(gpu_count(a)[0], gpu_count(b)[0])
-        gpus = gpus // 8 * 8 or gpus
-        with Progress("serve --versus") as progress:
-            res = supernode_vs_servers(model, a, b, cfg, gpus,
-                                       progress=progress.told("layouts of both systems"))
-        if json:
-            emit_json(res)
-            return
-        typer.echo(f"# {model} on {gpus} GPUs, isl {cfg.isl}, osl {cfg.osl}, SLO TTFT "
-                   f"{cfg.slo_ttft_ms} ms, TPOT {cfg.slo_tpot_ms} ms; best layout of each")
-        for key in ("supernode", "servers"):
-            r = res[key]
-            typer.echo(f"{r['system']:<40} {r['layout']:<16} {r['tokens_per_s_per_gpu']:>8.0f} "
-                       f"tokens/s per GPU at {r['rate']:.1f} requests/s")
-        typer.echo(f"ratio {res['ratio']:.2f}: {res['reason']}")
+        clients.check_load(clients.get(o["client"]), o["rate"], concurrency)
+    if o["measure"] is not None and o["measure"] not in ("steady", "run"):
+        raise InputError(f"got {o['measure']!r}; allowed: steady, run", field="--measure")
+
+
+#: ServeConfig's fields that `serve` takes as options of the same name.
+_SAME = ("tp", "ep", "pp", "dp_attention", "replicas", "precision", "kv_dtype", "engine",
+         "rate", "burst_cv", "concurrency", "isl", "osl", "trace", "dataset", "dataset_spread",
+         "max_num_seqs", "max_batched_tokens", "preemption", "seed", "eplb",
+         "gpu_memory_utilization", "scheduler_steps", "measure", "client", "spec",
+         "spec_tokens", "acceptance", "draft_model")
+
+
+def _serve_config(o: dict[str, Any]) -> Any:
+    """The library's one options value (:class:`ServeConfig`) of `serve`'s options."""
+    from gpufabric.workloads.inference.serve import DEFAULT_REQUESTS, ServeConfig
+    given = o["requests"] is not None or o["trace"]
+    return ServeConfig(**{k: o[k] for k in _SAME},
+                       requests=o["requests"] if given else DEFAULT_REQUESTS,
+                       slo_ttft_ms=o["slo_ttft"], slo_tpot_ms=o["slo_tpot"],
+                       kv_tiers=tuple(o["kv_tier"].split(",")) if o["kv_tier"] is not None
+                       else ())
+
+
+def _versus(model: str, system: str, versus: str, cfg: Any, json: bool) -> None:
+    """`serve --versus`: each system at its best layout and highest rate within the SLO."""
+    from gpufabric.topology.build import load
+    from gpufabric.workloads.inference.pd import gpu_count
+    from gpufabric.workloads.inference.supernode import supernode_vs_servers
+    a, b = load(system), load(versus)
+    if cfg.slo_ttft_ms is None and cfg.slo_tpot_ms is None:  # a comparison needs an SLO
+        cfg = replace(cfg, slo_ttft_ms=VERSUS_SLO_MS[0], slo_tpot_ms=VERSUS_SLO_MS[1])
+    gpus = min(gpu_count(a)[0], gpu_count(b)[0])
+    gpus = gpus // 8 * 8 or gpus
+    with Progress("serve --versus") as progress:
+        res = supernode_vs_servers(model, a, b, cfg, gpus,
+                                   progress=progress.told("layouts of both systems"))
+    if json:
+        emit_json(res)
         return
-    if search:
-        from gpufabric.workloads.inference.search import search as run_search
-        with Progress("serve --search") as progress:
-            res = run_search(model, system, cfg, decode_system=decode_system, ray=ray,
-                             progress=progress.told("layouts"))
-        if json:
-            emit_json(res)
-        else:
-            print_search(res)
-        note(res["note"])
-        return
-    topo = load(system)
-    if pd or decode_system:
-        from gpufabric.workloads.inference.pd import serve_pd
-        r = serve_pd(model, topo, cfg, pd or "1P1D",
-                     load(decode_system) if decode_system else None,
-                     overlap=two_batch_overlap)
+    typer.echo(f"# {model} on {gpus} GPUs, isl {cfg.isl}, osl {cfg.osl}, SLO TTFT "
+               f"{cfg.slo_ttft_ms} ms, TPOT {cfg.slo_tpot_ms} ms; best layout of each")
+    for key in ("supernode", "servers"):
+        r = res[key]
+        typer.echo(f"{r['system']:<40} {r['layout']:<16} {r['tokens_per_s_per_gpu']:>8.0f} "
+                   f"tokens/s per GPU at {r['rate']:.1f} requests/s")
+    typer.echo(f"ratio {res['ratio']:.2f}: {res['reason']}")
+
+
+def _search(model: str, system: str, cfg: Any, decode_system: str | None, ray: bool,
+            json: bool) -> None:
+    """`serve --search`: co-located and xPyD layouts ranked by goodput per GPU."""
+    from gpufabric.workloads.inference.search import search as run_search
+    with Progress("serve --search") as progress:
+        res = run_search(model, system, cfg, decode_system=decode_system, ray=ray,
+                         progress=progress.told("layouts"))
+    if json:
+        emit_json(res)
     else:
-        # no count given: the steady state's figures pick it (doubling until they converge)
-        once = cfg if requests is not None or trace else replace(cfg, requests=None)
+        print_search(res)
+    note(res["note"])
+
+
+def _serve_one(model: str, system: str, cfg: Any, o: dict[str, Any]) -> None:
+    """One deployment simulated: co-located (no request count given: the steady state's
+    figures pick it, doubling until they converge) or disaggregated (--pd, --decode-system)."""
+    from gpufabric.topology.build import load
+    topo = load(system)
+    if o["pd"] or o["decode_system"]:
+        from gpufabric.workloads.inference.pd import serve_pd
+        r = serve_pd(model, topo, cfg, o["pd"] or "1P1D",
+                     load(o["decode_system"]) if o["decode_system"] else None,
+                     overlap=o["two_batch_overlap"])
+    else:
+        from gpufabric.workloads.inference.serve import serve as run
+        once = cfg if o["requests"] is not None or o["trace"] else replace(cfg, requests=None)
         with Progress("serve") as progress:
             r = run(model, topo, once, progress=progress.told("requests of one instance"))
-    if json:
+    if o["json"]:
         emit_json(r)
     else:
         print_summary(r)
     note(r["workload"].get("note", ""))
-
-
 
 @app.command()
 def datasets(json: bool = typer.Option(False, "--json", help="Print JSON."),

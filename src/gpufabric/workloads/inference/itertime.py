@@ -166,8 +166,8 @@ def check_dtype(dtype: str, field: str, use: str = "weights") -> str:
 
 
 def linear_s(gpu: C.GPUSpec, prec: str, T: int, n: float, k: float, *, wb: float,
-             ab: float, rate: float = 1.0, count: int = 1, weight_count: float | None = None,
-             name: str = "linear") -> tuple[float, float]:
+             ab: float, rate: float = 1.0, count: int = 1,
+             weight_count: float | None = None) -> tuple[float, float]:
     """(compute-limited, memory-limited) seconds of ``count`` serving GEMMs (T x k) @ (k x n)
     on ``gpu`` computing at tensor precision ``prec`` (times ``rate``): ``wb`` bytes per stored
     weight (with its scales), ``ab`` per input activation, a 16-bit output; ``weight_count``
@@ -184,7 +184,7 @@ def linear_s(gpu: C.GPUSpec, prec: str, T: int, n: float, k: float, *, wb: float
     wc = count if weight_count is None else weight_count
     flops = 2.0 * T * n * k * count
     byts = n * k * wb * wc + T * (k * ab + n * 2.0) * count
-    op = C.Op(name, "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
+    op = C.Op("linear", "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
     eff = max(C.gemm_efficiency(op, gpu, prec), skinny_eff(gpu, prec, T, k))
     if prec == "fp4":
         eff *= FP4_EFF.value
@@ -438,8 +438,7 @@ class StepModel:
                 weight_count: float | None = None) -> tuple[float, float]:
         """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n)."""
         return linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
-                        rate=self.compute_rate, count=count, weight_count=weight_count,
-                        name=name)
+                        rate=self.compute_rate, count=count, weight_count=weight_count)
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""

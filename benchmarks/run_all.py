@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 #: the arguments of each benchmark's quick mode (a bounded run that still shows its figures);
 #: a benchmark not named here runs with none
 QUICK: dict[str, list[str]] = {
+    "aic_side_by_side": ["--quick"],
     "inference": ["--quick"],
     "k8s": ["--requests", "1000", "--seconds", "15"],
     "k8s_chaos": ["--seconds", "15"],

@@ -4,7 +4,8 @@ Each module registers its commands on :data:`gpufabric.cli.common.app` when impo
 ``topo`` (systems, show, p2p, topo, import, compare), ``collective`` (collective, validate,
 params), ``serve`` (serve, datasets), ``train`` (train, models), ``schedule`` (schedule),
 ``catalog`` (catalog), ``measure`` (discover), ``bench`` (bench), ``calibrate`` (calibrate),
-``advise`` (advise), ``data`` (data), ``k8s`` (k8s), ``generate`` (generate).
+``advise`` (advise), ``data`` (data), ``k8s`` (k8s), ``generate`` (generate),
+``kernels`` (kernels).
 
 A run imports only the module of the command it runs (:data:`COMMANDS`), so that a command
 pays for nothing it does not use; ``--version`` imports no more than this file, and

@@ -16,7 +16,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "calibrate", "catalog": "catalog", "discover": "measure",
     "schedule": "schedule", "systems": "topo", "show": "topo", "p2p": "topo", "topo": "topo",
     "compare": "topo", "models": "train", "train": "train", "data": "data", "k8s": "k8s",
-    "import": "topo", "generate": "generate",
+    "import": "topo", "generate": "generate", "kernels": "kernels",
 }
 
 

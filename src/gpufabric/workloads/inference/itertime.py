@@ -165,6 +165,56 @@ def check_dtype(dtype: str, field: str, use: str = "weights") -> str:
     return P.lookup(str(dtype), use, field).name
 
 
+def linear_s(gpu: C.GPUSpec, prec: str, T: int, n: float, k: float, *, wb: float,
+             ab: float, rate: float = 1.0, count: int = 1,
+             weight_count: float | None = None) -> tuple[float, float]:
+    """(compute-limited, memory-limited) seconds of ``count`` serving GEMMs (T x k) @ (k x n)
+    on ``gpu`` computing at tensor precision ``prec`` (times ``rate``): ``wb`` bytes per stored
+    weight (with its scales), ``ab`` per input activation, a 16-bit output; ``weight_count``
+    weight matrices read (default ``count``). The efficiency is the better of the shared
+    model's tiled GEMM and a split-K kernel over every SM (:func:`skinny_eff`).
+
+    >>> g = C.gpu_spec("H100-SXM")
+    >>> c, m = linear_s(g, "bf16", 8192, 8192, 8192, wb=2, ab=2)
+    >>> round(c * 1e3, 3), c > m
+    (1.421, True)
+    """
+    if T <= 0:
+        return 0.0, 0.0
+    wc = count if weight_count is None else weight_count
+    flops = 2.0 * T * n * k * count
+    byts = n * k * wb * wc + T * (k * ab + n * 2.0) * count
+    op = C.Op("linear", "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
+    eff = max(C.gemm_efficiency(op, gpu, prec), skinny_eff(gpu, prec, T, k))
+    if prec == "fp4":
+        eff *= FP4_EFF.value
+    peak = gpu.peak_tflops(prec) * rate * 1e12
+    return flops / (peak * max(eff, 1e-6)), byts / (gpu.hbm_GBps * 1e9 * C.HBM_EFF.value)
+
+
+def skinny_eff(gpu: C.GPUSpec, prec: str, T: int, k: float) -> float:
+    """Efficiency of a split-K / stream-K kernel, the kind engines run for a few rows: every
+    SM busy (the shared model's GEMM of one full wave, same depth ``k``), rows padded to the
+    MMA instruction's M (:data:`MMA_M`)."""
+    tm, tn = C.TILE.get(gpu.arch, (128, 128))
+    full = C.Op("wave", "gemm", 0.0, 0.0, tm, tn * max(gpu.sms, 1), int(max(k, 1)))
+    mm = MMA_M.get(gpu.arch, 16)
+    return C.gemm_efficiency(full, gpu, prec) * T / (-(-T // mm) * mm)
+
+
+def attention_flops_per_s(gpu: C.GPUSpec) -> float:
+    """FLOP/s of a serving engine's attention core on ``gpu`` (16-bit, the generation's GEMM
+    ceiling times :data:`~gpufabric.workloads.compute.ATTN_EFF`): prefill's query-key pairs
+    and decode's reads of the cache are timed against it and against HBM.
+
+    >>> round(attention_flops_per_s(C.gpu_spec("H100-SXM")) / 1e12)
+    593
+    """
+    prec = "bf16" if gpu.tflops.get("bf16") else "fp16"
+    eff = C.GEMM_EFF.get(gpu.arch, C.GEMM_EFF_DEFAULT).value * C.ATTN_EFF.value
+    return gpu.peak_tflops(prec) * 1e12 * eff
+
+
 @dataclass(frozen=True)
 class ServeLayout:
     """How one serving instance splits the model over ``tp x pp`` GPUs.
@@ -387,27 +437,8 @@ class StepModel:
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
                 weight_count: float | None = None) -> tuple[float, float]:
         """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n)."""
-        if T <= 0:
-            return 0.0, 0.0
-        wc = count if weight_count is None else weight_count
-        flops = 2.0 * T * n * k * count
-        byts = n * k * self.wb * wc + T * (k * self.ab + n * 2.0) * count
-        op = C.Op(name, "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
-        eff = max(C.gemm_efficiency(op, self.gpu, self.compute_prec), self._skinny_eff(T, k))
-        if self.compute_prec == "fp4":
-            eff *= FP4_EFF.value
-        peak = self.gpu.peak_tflops(self.compute_prec) * self.compute_rate * 1e12
-        return flops / (peak * max(eff, 1e-6)), byts / (self.gpu.hbm_GBps * 1e9 *
-                                                        C.HBM_EFF.value)
-
-    def _skinny_eff(self, T: int, k: float) -> float:
-        """Efficiency of a split-K / stream-K kernel, the kind engines run for a few rows:
-        every SM busy (the shared model's GEMM of one full wave, same depth ``k``), rows padded
-        to the MMA instruction's M (:data:`MMA_M`)."""
-        tm, tn = C.TILE.get(self.gpu.arch, (128, 128))
-        full = C.Op("wave", "gemm", 0.0, 0.0, tm, tn * max(self.gpu.sms, 1), int(max(k, 1)))
-        mm = MMA_M.get(self.gpu.arch, 16)
-        return C.gemm_efficiency(full, self.gpu, self.compute_prec) * T / (-(-T // mm) * mm)
+        return linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
+                        rate=self.compute_rate, count=count, weight_count=weight_count)
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""
@@ -548,9 +579,7 @@ class StepModel:
         else:
             self._pre_flops_pair = self._dec_flops_tok = 2.0 * a * 2 * m.head_dim
         self._kv_layer_bytes = self.kv_bytes_per_token * lay.pp / m.layers
-        attn_prec = "bf16" if self.gpu.tflops.get("bf16") else "fp16"
-        eff = C.GEMM_EFF.get(self.gpu.arch, C.GEMM_EFF_DEFAULT).value * C.ATTN_EFF.value
-        self._attn_flops_s = 1.0 / (self.gpu.peak_tflops(attn_prec) * 1e12 * eff)
+        self._attn_flops_s = 1.0 / attention_flops_per_s(self.gpu)
         self._hbm_s = 1.0 / (self.gpu.hbm_GBps * 1e9 * C.HBM_EFF.value)
         self._elem = self._grid * self.elementwise_bytes_per_token * self._hbm_s
 

@@ -1,0 +1,126 @@
+"""Measured kernel tables as calibration data (gpufabric.kerneldb, `gpufabric kernels`).
+
+The tables are tests/data/kerneldb: a few hand-written rows in the layout and columns of NVIDIA
+AIConfigurator's database, so none of these tests needs the aiconfigurator package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufabric.errors import InputError
+from gpufabric.kerneldb import compare as K
+from gpufabric.kerneldb import db as D
+from gpufabric.workloads import compute as C
+from gpufabric.workloads.inference import itertime as IT
+
+FX = Path(__file__).parent / "data" / "kerneldb"
+H100 = C.gpu_spec("H100-SXM")
+
+
+@pytest.fixture(autouse=True)
+def no_env_db(monkeypatch):
+    monkeypatch.delenv(D.ENV, raising=False)
+
+
+def test_each_backend_is_read_at_its_newest_version_unless_every_version_is_asked_for():
+    gemm = D.tables(FX, gpu="H100-SXM", family="gemm")
+    assert [(t.backend, t.version) for t in gemm] == [("vllm", "0.24.0")]
+    every = D.tables(FX, gpu="H100-SXM", family="gemm", latest=False)
+    assert [t.version for t in every] == ["0.14.0", "0.24.0"]
+
+
+def test_coverage_lists_every_system_and_names_those_the_catalog_lacks():
+    cov = {r["system"]: r for r in D.coverage(FX)}
+    assert cov["a30"]["gpu"] is None
+    assert cov["h100_sxm"]["gpu"] == "H100-SXM"
+    assert cov["h100_sxm"]["families"]["gemm"] == {"vllm": ["0.14.0", "0.24.0"]}
+    assert set(cov["h100_sxm"]["families"]) == set(D.FAMILIES)
+
+
+def test_a_csv_table_reads_as_the_parquet_columns_would():
+    row = D.read(D.tables(FX, family="gemm", gpu="H100-SXM")[0])[0]
+    assert row["m"] == 8192 and isinstance(row["m"], int)
+    assert row["latency"] == 1.5 and row["gemm_dtype"] == "bfloat16"
+
+
+def test_a_gemm_is_timed_as_the_serving_model_times_it():
+    pts = K.points(D.tables(FX, family="gemm", gpu="H100-SXM")[0])
+    # the row of a format gpufabric does not know is left out, the six others are timed
+    assert len(pts) == 6
+    big = pts[0]
+    c, m = IT.linear_s(H100, "bf16", 8192, 8192, 8192, wb=2, ab=2)
+    assert big["parts"] == [(c, m)]
+    assert K.errors([big]) == [pytest.approx(max(c, m) / 1.5e-3 - 1)]
+
+
+def test_decode_attention_reads_the_cache_at_the_hbm_rate_and_skips_windowed_rows():
+    pts = K.points(D.tables(FX, family="attention-decode")[0])
+    assert len(pts) == 3                    # the sliding-window row is left out
+    first = pts[0]
+    kv_bytes = 64 * 8192 * 2 * 8 * 128 * 2  # sequences x cached tokens x K and V x heads x dim
+    assert first["parts"][0][1] == pytest.approx(kv_bytes / (3350e9 * C.HBM_EFF.value))
+    # an FP8 cache is half the bytes
+    assert pts[2]["parts"][0][1] == pytest.approx(first["parts"][0][1] / 2)
+
+
+def test_moe_rows_of_skewed_routing_are_left_out():
+    pts = K.points(D.tables(FX, family="moe")[0])
+    assert [p["precision"] for p in pts] == ["bfloat16", "fp8"]
+    assert all(len(p["parts"]) == 2 for p in pts)     # up and down GEMMs
+
+
+def test_allreduce_rows_are_nccl_all_reduces_timed_by_the_collective_model():
+    pts = K.points(D.tables(FX, family="allreduce")[0])
+    assert [p["shape"] for p in pts] == [(8,), (8,), (4,)]   # the all_gather row is not one
+    # a larger message takes longer, in the model as on the machine
+    assert K.time_s(pts[0]["parts"]) > K.time_s(pts[1]["parts"])
+
+
+def test_compare_summarises_each_table_and_the_fit_holds_shapes_out():
+    res = {r["family"]: r for r in K.compare(FX, gpu="H100-SXM")}
+    assert set(res) == set(D.FAMILIES)
+    assert res["gemm"]["rows"] == 6 and res["gemm"]["version"] == "0.24.0"
+    # the large kernels (0.1 ms or longer) are a subset
+    assert res["gemm"]["large_rows"] == 4
+    fits = K.fit(FX, gpu="H100-SXM", family="gemm")
+    assert {f["precision"] for f in fits} == {"bfloat16", "fp8"}
+    for f in fits:
+        assert 0 < f["fitted"] <= 1.0             # a fraction of the peak
+        assert f["fit_rows"] + f["held_out_rows"] >= 2
+
+
+def test_split_by_shape_never_puts_one_shape_on_both_sides():
+    pts = [{"shape": (n, 1)} for n in (3, 1, 2, 1, 3, 4)]
+    fit_on, held = K.split_by_shape(pts)
+    assert {p["shape"] for p in fit_on}.isdisjoint({p["shape"] for p in held})
+    assert len(fit_on) + len(held) == len(pts)
+
+
+def test_a_table_without_latencies_is_refused(tmp_path):
+    f = tmp_path / "h100_sxm" / "gemm" / "vllm" / "1.0" / "gemm_perf.csv"
+    f.parent.mkdir(parents=True)
+    f.write_text("m,n,k\n1,2,3\n")
+    with pytest.raises(InputError, match="no latency column"):
+        D.read(D.tables(tmp_path)[0])
+
+
+def test_without_the_extra_the_command_says_how_to_install_it(cli, monkeypatch):
+    monkeypatch.setattr(D, "package_data", lambda: None)
+    code, out, err = cli("kernels", "compare")
+    assert code == 2 and out == ""
+    assert err.strip() == ("gpufabric: error: --db: the kernel database is not installed: "
+                           f"{D.INSTALL}")
+
+
+def test_the_command_prints_a_row_per_family_and_refuses_unknown_names(cli):
+    code, out, _ = cli("kernels", "compare", "--db", str(FX), "--gpu", "H100-SXM")
+    assert code == 0
+    assert [ln.split()[1] for ln in out.splitlines() if ln.startswith("  H100-SXM")] == \
+        ["allreduce", "attention-decode", "attention-prefill", "gemm", "moe"]
+    code, _, err = cli("kernels", "compare", "--db", str(FX), "--family", "gemmm")
+    assert code == 2 and "did you mean 'gemm'" in err
+    code, _, err = cli("kernels", "fit", "--db", str(FX / "nowhere"))
+    assert code == 2 and err.startswith("gpufabric: error: --db: not a folder")

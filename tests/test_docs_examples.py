@@ -5,8 +5,9 @@ Every fenced ``console`` block of docs/*.md whose command lines all start with
 repository root, and its output compared with the lines after each command. A line ``...``
 stands for any lines (and ``...`` inside a line for any text), as doctest's ELLIPSIS. Blocks
 that only list commands (no output), and commands that write files (``-o``, ``--output``),
-read the machine they run on (``discover``, ``bench``, ``measure``) or the network (``data``)
-are not run: their output is not the same everywhere. Neither is an ``advise --interactivity``
+read the machine they run on (``discover``, ``bench``, ``measure``), the network (``data``) or
+an optional install (``kernels``: AIConfigurator's database) are not run: their output is not
+the same everywhere. Neither is an ``advise --interactivity``
 sweep of several targets (the whole ranking once per target, about a minute on 2 cores):
 tests/test_advise_interactivity.py runs the sweep on a narrowed space.
 """
@@ -22,8 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```console[^\n]*\n(.*?)^```", re.M | re.S)
-#: subcommands whose output depends on this machine or the network
-NOT_RUN = {"discover", "bench", "measure", "data"}
+#: subcommands whose output depends on this machine, the network or an optional install
+NOT_RUN = {"discover", "bench", "measure", "data", "kernels"}
 #: terminal width the examples are printed at (rich tables wrap to it)
 COLUMNS = "100"
 

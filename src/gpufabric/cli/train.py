@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from gpufabric.cli.common import (Progress, above, app, emit_json, profile_option, refuse_alone,
@@ -77,76 +79,90 @@ def _print_result(r, rank: int | None = None) -> None:
     typer.echo(f"  bottleneck       {r.bottleneck}")
 
 
+#: The options of `train` (its signature reads them from here, one per parameter).
+OPT: dict[str, Any] = {
+    "model": typer.Argument(None, help="A model name (see `gpufabric models`) or a "
+        "YAML file of the same shape; with --model-file, leave "
+        "it out."),
+    "system": typer.Argument(None, help=SYSTEM_HELP),
+    "model_file": typer.Option(None, "--model-file", help="A Hugging Face "
+        "config.json, or a YAML file giving the model by "
+        "its shape (layers, hidden, heads, kv_heads, ffn, "
+        "vocab, experts, ...)."),
+    "tp": typer.Option(1, "--tp", callback=whole(1),
+        help="Tensor-parallel size (inside a node)."),
+    "pp": typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
+    "dp": typer.Option(None, "--dp", callback=whole(1), help="Data-parallel size "
+        "(default: the rest of the GPUs)."),
+    "cp": typer.Option(1, "--cp", callback=whole(1), help="Context-parallel size."),
+    "ep": typer.Option(1, "--ep", callback=whole(1), help="Expert-parallel size (MoE)."),
+    "etp": typer.Option(0, "--etp", callback=whole(0), help="Tensor parallelism inside "
+        "each expert (MoE; 0: as --tp). Other than --tp, experts fold over "
+        "tp x cp x dp (Megatron-Core MoE parallel folding)."),
+    "vpp": typer.Option(1, "--vpp", callback=whole(1),
+        help="Virtual pipeline stages per rank (interleaved)."),
+    "zero": typer.Option(1, "--zero", callback=whole(0, 3),
+        help="ZeRO stage 0-3 (1: distributed optimizer)."),
+    "fsdp": typer.Option("", "--fsdp", help="FSDP: full or hybrid (overrides --zero)."),
+    "micro_batch": typer.Option(1, "--micro-batch", callback=whole(1),
+        help="Sequences per micro-batch."),
+    "global_batch": typer.Option(None, "--global-batch", callback=whole(1),
+        help="Sequences per optimizer step."),
+    "seq_len": typer.Option(None, "--seq-len", help="Tokens per sequence "
+        "(default: the model's)."),
+    "precision": typer.Option("bf16", "--precision",
+        help="fp32, tf32, fp16, bf16, fp8, mxfp8 or fp4."),
+    "recompute": typer.Option("none", "--recompute", help="none, selective or full."),
+    "no_sp": typer.Option(False, "--no-sp", help="Tensor parallel without sequence "
+        "parallelism (all-reduce instead of reduce-scatter/all-gather)."),
+    "tp_overlap": typer.Option(False, "--tp-overlap", help="TP communication overlapped "
+        "with GEMMs (TE userbuffers / async TP)."),
+    "ep_overlap": typer.Option(False, "--ep-overlap", help="Expert all-to-all overlapped "
+        "with another micro-batch's compute (DualPipe)."),
+    "order": typer.Option("tp-cp-ep-dp-pp", "--order", help="Rank order, innermost "
+        "first."),
+    "sac": typer.Option("attention", "--sac", help="What --recompute selective "
+        "recomputes: attention (Megatron) or op (torchtitan's op policy)."),
+    "power_cap": typer.Option(None, "--power-cap", callback=above(0),
+        help="Board power limit in W below the GPU's TDP "
+        "(slower tensor clock)."),
+    "framework": typer.Option(None, "--framework", help="Run with a framework's "
+        "defaults (megatron, nemo, torchtitan, deepspeed, "
+        "pytorch-fsdp, composer, maxtext; or a profile YAML "
+        "file): sequence parallelism, ZeRO/FSDP, overlaps, "
+        "attention kernel, fusion, recomputation. Options "
+        "given on the command line override it."),
+    "search_": typer.Option(False, "--search", help="Rank the valid layouts by "
+        "throughput instead of timing one."),
+    "top": typer.Option(5, "--top", callback=whole(1, 100),
+        help="Layouts to print with --search."),
+    "ray": typer.Option(False, "--ray", help="Run the search on a local Ray instance."),
+    "ray_address": typer.Option(None, "--ray-address",
+        help="Run the search on this Ray cluster."),
+    "json": typer.Option(False, "--json", help="Print JSON."),
+    "profile": profile_option(),
+}
+
+
 @app.command()
-def train(
-    ctx: typer.Context,
-    model: str | None = typer.Argument(None, help="A model name (see `gpufabric models`) or a "
-                                       "YAML file of the same shape; with --model-file, leave "
-                                       "it out."),
-    system: str | None = typer.Argument(None, help=SYSTEM_HELP),
-    model_file: str | None = typer.Option(None, "--model-file", help="A Hugging Face "
-                                          "config.json, or a YAML file giving the model by "
-                                          "its shape (layers, hidden, heads, kv_heads, ffn, "
-                                          "vocab, experts, ...)."),
-    tp: int = typer.Option(1, "--tp", callback=whole(1),
-                           help="Tensor-parallel size (inside a node)."),
-    pp: int = typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),
-    dp: int | None = typer.Option(None, "--dp", callback=whole(1), help="Data-parallel size "
-                                  "(default: the rest of the GPUs)."),
-    cp: int = typer.Option(1, "--cp", callback=whole(1), help="Context-parallel size."),
-    ep: int = typer.Option(1, "--ep", callback=whole(1), help="Expert-parallel size (MoE)."),
-    etp: int = typer.Option(0, "--etp", callback=whole(0), help="Tensor parallelism inside "
-                            "each expert (MoE; 0: as --tp). Other than --tp, experts fold over "
-                            "tp x cp x dp (Megatron-Core MoE parallel folding)."),
-    vpp: int = typer.Option(1, "--vpp", callback=whole(1),
-                            help="Virtual pipeline stages per rank (interleaved)."),
-    zero: int = typer.Option(1, "--zero", callback=whole(0, 3),
-                             help="ZeRO stage 0-3 (1: distributed optimizer)."),
-    fsdp: str = typer.Option("", "--fsdp", help="FSDP: full or hybrid (overrides --zero)."),
-    micro_batch: int = typer.Option(1, "--micro-batch", callback=whole(1),
-                                    help="Sequences per micro-batch."),
-    global_batch: int | None = typer.Option(None, "--global-batch", callback=whole(1),
-                                            help="Sequences per optimizer step."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence "
-                                       "(default: the model's)."),
-    precision: str = typer.Option("bf16", "--precision",
-                                  help="fp32, tf32, fp16, bf16, fp8, mxfp8 or fp4."),
-    recompute: str = typer.Option("none", "--recompute", help="none, selective or full."),
-    no_sp: bool = typer.Option(False, "--no-sp", help="Tensor parallel without sequence "
-                               "parallelism (all-reduce instead of reduce-scatter/all-gather)."),
-    tp_overlap: bool = typer.Option(False, "--tp-overlap", help="TP communication overlapped "
-                                    "with GEMMs (TE userbuffers / async TP)."),
-    ep_overlap: bool = typer.Option(False, "--ep-overlap", help="Expert all-to-all overlapped "
-                                    "with another micro-batch's compute (DualPipe)."),
-    order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Rank order, innermost "
-                              "first."),
-    sac: str = typer.Option("attention", "--sac", help="What --recompute selective "
-                            "recomputes: attention (Megatron) or op (torchtitan's op policy)."),
-    power_cap: float | None = typer.Option(None, "--power-cap", callback=above(0),
-                                           help="Board power limit in W below the GPU's TDP "
-                                           "(slower tensor clock)."),
-    framework: str | None = typer.Option(None, "--framework", help="Run with a framework's "
-                                         "defaults (megatron, nemo, torchtitan, deepspeed, "
-                                         "pytorch-fsdp, composer, maxtext; or a profile YAML "
-                                         "file): sequence parallelism, ZeRO/FSDP, overlaps, "
-                                         "attention kernel, fusion, recomputation. Options "
-                                         "given on the command line override it."),
-    search_: bool = typer.Option(False, "--search", help="Rank the valid layouts by "
-                                 "throughput instead of timing one."),
-    top: int = typer.Option(5, "--top", callback=whole(1, 100),
-                            help="Layouts to print with --search."),
-    ray: bool = typer.Option(False, "--ray", help="Run the search on a local Ray instance."),
-    ray_address: str | None = typer.Option(None, "--ray-address",
-                                           help="Run the search on this Ray cluster."),
-    json: bool = typer.Option(False, "--json", help="Print JSON."),
-    profile: str | None = profile_option(),
-) -> None:
+def train(ctx: typer.Context, model: str | None = OPT["model"], system: str | None = OPT["system"],
+          model_file: str | None = OPT["model_file"], tp: int = OPT["tp"], pp: int = OPT["pp"],
+          dp: int | None = OPT["dp"], cp: int = OPT["cp"], ep: int = OPT["ep"],
+          etp: int = OPT["etp"], vpp: int = OPT["vpp"], zero: int = OPT["zero"],
+          fsdp: str = OPT["fsdp"], micro_batch: int = OPT["micro_batch"],
+          global_batch: int | None = OPT["global_batch"], seq_len: int | None = OPT["seq_len"],
+          precision: str = OPT["precision"], recompute: str = OPT["recompute"],
+          no_sp: bool = OPT["no_sp"], tp_overlap: bool = OPT["tp_overlap"],
+          ep_overlap: bool = OPT["ep_overlap"], order: str = OPT["order"], sac: str = OPT["sac"],
+          power_cap: float | None = OPT["power_cap"], framework: str | None = OPT["framework"],
+          search_: bool = OPT["search_"], top: int = OPT["top"], ray: bool = OPT["ray"],
+          ray_address: str | None = OPT["ray_address"], json: bool = OPT["json"],
+          profile: str | None = OPT["profile"]) -> None:
     """Step time of a training job with its breakdown, tokens/s, MFU, memory, bottleneck."""
-    from gpufabric.workloads.models import load_model
-    from gpufabric.workloads.parallel import Parallel
-    from gpufabric.workloads.search import _topology, search_layouts
-    from gpufabric.workloads.training import Software, check_seq_len, predict_step
     from gpufabric.cli.serve import model_and_system
+    from gpufabric.workloads.models import load_model
+    from gpufabric.workloads.training import check_seq_len
+    o = {k: v for k, v in locals().items() if k != "ctx"}
     model, system = model_and_system(model, system, model_file, ctx)
     refuse_together(ctx, [("search_", LAYOUT_OPTIONS, "--search tries the layouts itself")])
     refuse_alone(ctx, [(name, search_, f"applies only with --search ({what})")
@@ -156,74 +172,87 @@ def train(
     m = load_model(model)
     seq = check_seq_len(seq_len, m)
     if search_:
-        topo = _topology(system)
-        per_domain, domains = topo.scale_up()
-        gpus = per_domain * domains
-        gb = global_batch or gpus
-        with Progress("train --search") as progress:
-            # TP overlap is searched (on and off) unless --tp-overlap fixes it on
-            rs, counts = search_layouts(m, system, global_batch=gb, seq_len=seq,
-                                        precision=precision, top=top,
-                                        tp_overlap=True if tp_overlap else None, ray=ray,
-                                        ray_address=ray_address,
-                                        progress=progress.told("shapes"))
-        if json:
-            best = rs[0]
-            emit_json({"step_time_s": best.step_time_s,
-                       "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
-                       "memory_GiB_per_gpu": best.memory_GiB_per_gpu,
-                       "search": counts.to_dict(),
-                       "layouts": [r.to_dict() for r in rs]})
-            return
-        typer.echo(f"# best {len(rs)} layouts of {m.name} on {system} (global batch {gb}, "
-                   f"seq {seq}, {precision})")
-        typer.echo(f"# considered {counts.considered:,} layouts ({counts.shapes:,} shapes): "
-                   f"{counts.pruned_bound:,} pruned by bound, {counts.pruned_memory:,} by "
-                   f"memory, {counts.timed:,} timed")
-        for i, r in enumerate(rs, 1):
-            _print_result(r, i)
-            for w in _warnings(r, m):
-                typer.echo(f"  warning          {w}")
+        return _search(m, system, seq, o)
+    _one(ctx, m, system, seq, o)
+
+
+def _search(m: Any, system: str, seq: int, o: dict[str, Any]) -> None:
+    """`train --search`: the valid layouts ranked by throughput, the best ``--top`` printed
+    with what the search considered and pruned."""
+    from gpufabric.workloads.search import _topology, search_layouts
+    per_domain, domains = _topology(system).scale_up()
+    gb = o["global_batch"] or per_domain * domains
+    with Progress("train --search") as progress:
+        # TP overlap is searched (on and off) unless --tp-overlap fixes it on
+        rs, counts = search_layouts(m, system, global_batch=gb, seq_len=seq,
+                                    precision=o["precision"], top=o["top"],
+                                    tp_overlap=True if o["tp_overlap"] else None, ray=o["ray"],
+                                    ray_address=o["ray_address"],
+                                    progress=progress.told("shapes"))
+    if o["json"]:
+        best = rs[0]
+        emit_json({"step_time_s": best.step_time_s,
+                   "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
+                   "memory_GiB_per_gpu": best.memory_GiB_per_gpu,
+                   "search": counts.to_dict(),
+                   "layouts": [r.to_dict() for r in rs]})
         return
+    typer.echo(f"# best {len(rs)} layouts of {m.name} on {system} (global batch {gb}, "
+               f"seq {seq}, {o['precision']})")
+    typer.echo(f"# considered {counts.considered:,} layouts ({counts.shapes:,} shapes): "
+               f"{counts.pruned_bound:,} pruned by bound, {counts.pruned_memory:,} by "
+               f"memory, {counts.timed:,} timed")
+    for i, r in enumerate(rs, 1):
+        _print_result(r, i)
+        for w in _warnings(r, m):
+            typer.echo(f"  warning          {w}")
+
+
+def _one(ctx: typer.Context, m: Any, system: str, seq: int, o: dict[str, Any]) -> None:
+    """One layout's step: the data-parallel size filling the system unless --dp gives it, the
+    framework's settings where --framework names one, the prediction printed or as JSON."""
+    from gpufabric.workloads.parallel import Parallel
+    from gpufabric.workloads.search import _topology
+    from gpufabric.workloads.training import Software, predict_step
     topo = _topology(system)
-    if power_cap is not None:        # a limit above the TDP would cap nothing, silently
+    if o["power_cap"] is not None:      # a limit above the TDP would cap nothing, silently
         from gpufabric.workloads.compute import gpu_spec, power_capped
-        power_capped(gpu_spec(topo.gpus()[0].model), power_cap, field="--power-cap")
-    per_domain, domains = topo.scale_up()
-    gpus = per_domain * domains
+        power_capped(gpu_spec(topo.gpus()[0].model), o["power_cap"], field="--power-cap")
+    tp, pp, cp, dp = o["tp"], o["pp"], o["cp"], o["dp"]
     if dp is None:
+        per_domain, domains = topo.scale_up()
         Parallel(tp=tp, pp=pp, cp=cp)     # refuses a tp, pp or cp below 1 before it divides
-        if gpus % (tp * pp * cp):
-            raise InputError(f"tp x pp x cp = {tp * pp * cp} does not divide the {gpus} GPUs",
-                             field="--tp")
-        dp = gpus // (tp * pp * cp)
-    opts: dict = {"tp_overlap": tp_overlap, "ep_overlap": ep_overlap, "sac": sac}
-    if framework:
-        run = _framework_settings(ctx, framework, no_sp=no_sp, zero=zero, fsdp=fsdp,
-                                  tp_overlap=tp_overlap, ep_overlap=ep_overlap,
-                                  recompute=recompute, sac=sac)
+        if (per_domain * domains) % (tp * pp * cp):
+            raise InputError(f"tp x pp x cp = {tp * pp * cp} does not divide the "
+                             f"{per_domain * domains} GPUs", field="--tp")
+        dp = per_domain * domains // (tp * pp * cp)
+    opts: dict = {k: o[k] for k in ("tp_overlap", "ep_overlap", "sac")}
+    no_sp, zero, fsdp, recompute = o["no_sp"], o["zero"], o["fsdp"], o["recompute"]
+    if o["framework"]:
+        run = _framework_settings(ctx, o["framework"], no_sp=no_sp, zero=zero, fsdp=fsdp,
+                                  tp_overlap=o["tp_overlap"], ep_overlap=o["ep_overlap"],
+                                  recompute=recompute, sac=o["sac"])
         from gpufabric.workloads.frameworks import step_options
         no_sp = not run.get("sp", not no_sp)
         zero = int(run.get("zero", zero))
         fsdp = str(run.get("fsdp", fsdp))
         recompute = str(run.get("recompute", recompute))
         opts.update(step_options(run))
-    par = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero, fsdp=fsdp,
-                   sp=not no_sp, micro_batch=micro_batch,
-                   global_batch=global_batch or dp * micro_batch, recompute=recompute,
-                   order=order, etp=etp)
+    par = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=o["ep"], vpp=o["vpp"], zero=zero, fsdp=fsdp,
+                   sp=not no_sp, micro_batch=o["micro_batch"],
+                   global_batch=o["global_batch"] or dp * o["micro_batch"],
+                   recompute=recompute, order=o["order"], etp=o["etp"])
     # the job's software from the flags and the framework's profile, beside its layout
-    software = Software(precision=precision, power_cap_W=power_cap, check_memory=True,
-                        **opts)
+    software = Software(precision=o["precision"], power_cap_W=o["power_cap"],
+                        check_memory=True, **opts)
     r = predict_step(m, topo, par, seq, software)
     warnings = _warnings(r, m)
-    if json:
+    if o["json"]:
         emit_json({**r.to_dict(), "warnings": warnings})
         return
     _print_result(r)
     for w in warnings:
         typer.echo(f"  warning          {w}")
-
 
 def _warnings(r, m) -> list[str]:
     """What makes a prediction implausible (:mod:`gpufabric.workloads.plausibility`)."""

@@ -488,21 +488,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     # projections run as one GEMM
     fuse_up = model.parallel_block and not model.moe_layer(layer) and model.attention != "mla"
     ops: list[Op] = [elementwise("norm1", T * h, ps["norm"], eb)]
-    if model.attention == "mla":
-        qd, vd = model.q_head_dim, model.v_head_dim
-        if model.q_lora_rank:
-            ops.append(gemm("q_down", T, model.q_lora_rank, h, eb))
-            ops.append(gemm("q_up", T, a * qd, model.q_lora_rank, eb))
-        else:
-            ops.append(gemm("q_proj", T, a * qd, h, eb))
-        ops.append(gemm("kv_down", T, model.kv_lora_rank + model.qk_rope_head_dim, h, eb))
-        ops.append(gemm("kv_up", T, a * (model.qk_nope_head_dim + vd), model.kv_lora_rank, eb))
-    else:
-        qd = vd = model.head_dim
-        if fuse_up:      # PaLM (Chowdhery et al. 2022, Sec. 2): one GEMM for both inputs
-            ops.append(gemm("qkv_mlp_up", T, (a + 2 * kvh) * qd + up, h, eb))
-        else:
-            ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
+    qd, vd = _qkv_ops(ops, model, T, a, kvh, eb, up if fuse_up else 0)
     if ps["rope"]:
         ops.append(elementwise("rope", T * (a + kvh) * qd, ps["rope"], eb))
     ops.append(attention("attn_core", batch, q_loc, kv_len, Heads(a, kvh, qd, vd), eb,
@@ -516,28 +502,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
     else:
         ops.append(elementwise("residual_norm2", T * h, ps["residual_norm"], eb))
     if model.moe_layer(layer):
-        E, k = model.experts, model.top_k
-        fe = model.expert_ffn
-        fe_up = fe * (2 if model.gated else 1)
-        et = tp if etp is None else etp
-        held = T / tp                 # tokens this GPU routes (sequence parallel)
-        ops.append(gemm("router", math.ceil(held), E, h, eb))
-        local = max(E // ep, 1)
-        tok = held * k * ep * et / E  # tokens per local expert, balanced routing
-        ops.append(gemm("expert_up", math.ceil(tok), max(fe_up // et, 1), h, eb, count=local,
-                        streams=GROUPED_STREAMS))
-        ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local,
-                        streams=GROUPED_STREAMS))
-        ops.append(elementwise("expert_act", tok * local * fe / et,
-                               ps["act_gated"] if model.gated else ps["act"], eb))
-        ops.append(elementwise("permute", tok * local * h, 4, eb))
-        if quant:
-            ops.append(elementwise("expert_cast", tok * local * (h + fe / et),
-                                   FP8_CAST_PASSES, eb))
-        if model.shared_experts:
-            fs = fe * model.shared_experts // tp
-            ops.append(gemm("shared_up", T, fs * (2 if model.gated else 1), h, eb))
-            ops.append(gemm("shared_down", T, h, fs, eb))
+        _moe_ops(ops, model, T, split, eb, ps, quant)
     else:
         if not fuse_up:
             ops.append(gemm("mlp_up", T, up, h, eb))
@@ -548,6 +513,62 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         ops.append(gemm("mlp_down", T, h, f, eb))
     ops.append(elementwise("residual", T * h, ps["residual"], eb))
     return ops
+
+
+def _qkv_ops(ops: list[Op], model: ModelSpec, T: int, a: int, kvh: int, eb: float,
+             fused_up: int) -> tuple[int, int]:
+    """Append the attention's input projections for ``T`` tokens and ``a`` query heads (``kvh``
+    KV heads) on one GPU: MLA's low-rank down and up projections, else one QKV GEMM (with the
+    MLP's ``fused_up`` columns where a parallel block fuses them); the query/key and value head
+    dimensions."""
+    h = model.hidden
+    if model.attention == "mla":
+        qd, vd = model.q_head_dim, model.v_head_dim
+        if model.q_lora_rank:
+            ops.append(gemm("q_down", T, model.q_lora_rank, h, eb))
+            ops.append(gemm("q_up", T, a * qd, model.q_lora_rank, eb))
+        else:
+            ops.append(gemm("q_proj", T, a * qd, h, eb))
+        ops.append(gemm("kv_down", T, model.kv_lora_rank + model.qk_rope_head_dim, h, eb))
+        ops.append(gemm("kv_up", T, a * (model.qk_nope_head_dim + vd), model.kv_lora_rank, eb))
+        return qd, vd
+    qd = model.head_dim
+    if fused_up:      # PaLM (Chowdhery et al. 2022, Sec. 2): one GEMM for both inputs
+        ops.append(gemm("qkv_mlp_up", T, (a + 2 * kvh) * qd + fused_up, h, eb))
+    else:
+        ops.append(gemm("qkv", T, (a + 2 * kvh) * qd, h, eb))
+    return qd, qd
+
+
+def _moe_ops(ops: list[Op], model: ModelSpec, T: int, split: Split, eb: float,
+             ps: dict, quant: bool) -> None:
+    """Append an MoE block's operations on one GPU: the router over the tokens it holds, the
+    local experts' grouped GEMMs (balanced routing), activation, permutation, casts and the
+    shared experts."""
+    tp, ep, _, etp = split
+    h = model.hidden
+    E, k = model.experts, model.top_k
+    fe = model.expert_ffn
+    fe_up = fe * (2 if model.gated else 1)
+    et = tp if etp is None else etp
+    held = T / tp                 # tokens this GPU routes (sequence parallel)
+    ops.append(gemm("router", math.ceil(held), E, h, eb))
+    local = max(E // ep, 1)
+    tok = held * k * ep * et / E  # tokens per local expert, balanced routing
+    ops.append(gemm("expert_up", math.ceil(tok), max(fe_up // et, 1), h, eb, count=local,
+                    streams=GROUPED_STREAMS))
+    ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local,
+                    streams=GROUPED_STREAMS))
+    ops.append(elementwise("expert_act", tok * local * fe / et,
+                           ps["act_gated"] if model.gated else ps["act"], eb))
+    ops.append(elementwise("permute", tok * local * h, 4, eb))
+    if quant:
+        ops.append(elementwise("expert_cast", tok * local * (h + fe / et),
+                               FP8_CAST_PASSES, eb))
+    if model.shared_experts:
+        fs = fe * model.shared_experts // tp
+        ops.append(gemm("shared_up", T, fs * (2 if model.gated else 1), h, eb))
+        ops.append(gemm("shared_down", T, h, fs, eb))
 
 
 def head_ops(model: ModelSpec, batch: int, q_len: int, *, tp: int = 1, cp: int = 1,

@@ -441,6 +441,35 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
               or m.seq_len)
     if not m.is_transformer:
         seq = 1
+    gpus = int(sysd.get("gpus") or 0) or (int(sysd.get("nodes", 1)) *
+                                         int(sysd.get("gpus_per_node", 8)))
+    p = _parallel(e, par, run, m, gpus)
+    if isinstance(p, str):
+        return p
+    prec = _precision(par.get("precision"))
+    spec = _spec(sysd, gpus)
+    key = repr(sorted(spec.items()))
+    if key not in topo_cache:
+        from gpufabric.collectives import Model
+        from gpufabric.topology.build import from_spec
+        topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
+    topo = topo_cache[key]
+    r = predict_step(m, topo, p, seq, precision=prec, power_cap_W=power_cap(e["system"]),
+                     **step_options(run))
+    if "mfu" in res:
+        from gpufabric.workloads.compute import gpu_spec
+        res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)
+    got = _measured(res, p.world, seq, p.global_batch, m)
+    if got is None and not memory_figures(e, pt):
+        return "no measured throughput or memory the model can compare with"
+    return got, r
+
+
+def _parallel(e: dict[str, Any], par: dict[str, Any], run: dict[str, Any], m: ModelSpec,
+              gpus: int) -> Parallel | str:
+    """The entry's parallel layout on ``gpus`` GPUs: its stated sizes (or those derived from
+    them), data parallelism filling the rest, the batch in whole micro-batches per rank, and
+    the run's settings; or why it cannot be run."""
     derived = e.get("derived") or {}
     tp = int(par.get("tp") or _num(derived.get("tp")) or 1)
     pp = int(par.get("pp") or _num(derived.get("pp")) or 1)
@@ -449,8 +478,6 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         tp = min(8, mp)
         pp = mp // tp
     cp = int(par.get("cp") or 1)
-    gpus = int(sysd.get("gpus") or 0) or (int(sysd.get("nodes", 1)) *
-                                         int(sysd.get("gpus_per_node", 8)))
     dp = int(par.get("dp") or _num(derived.get("dp")) or 0) or gpus // (tp * pp * cp)
     if dp * tp * pp * cp != gpus:
         dp = gpus // (tp * pp * cp)
@@ -473,7 +500,6 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
     layers = m.layers if m.is_transformer else 1
     if pp * vpp > layers:
         vpp = 1
-    prec = _precision(par.get("precision"))
     ep = int(par.get("ep") or 1)
     etp = int(par.get("etp") or 0)
     if not etp and (dp * cp) % ep and (tp * dp * cp) % ep == 0:
@@ -481,26 +507,10 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         # its performance recipes fold with expert TP 1 (Megatron-Bridge
         # scripts/performance/configs/qwen/qwen3_workload_base_configs.py)
         etp = 1
-    p = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
-                 fsdp=fsdp if fsdp in ("full", "hybrid") else "", micro_batch=mb,
-                 global_batch=gb, recompute=str(run.get("recompute") or "none"), etp=etp,
-                 sp=bool(run.get("sp", True)))
-    spec = _spec(sysd, gpus)
-    key = repr(sorted(spec.items()))
-    if key not in topo_cache:
-        from gpufabric.collectives import Model
-        from gpufabric.topology.build import from_spec
-        topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
-    topo = topo_cache[key]
-    r = predict_step(m, topo, p, seq, precision=prec, power_cap_W=power_cap(e["system"]),
-                     **step_options(run))
-    if "mfu" in res:
-        from gpufabric.workloads.compute import gpu_spec
-        res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)
-    got = _measured(res, p.world, seq, gb, m)
-    if got is None and not memory_figures(e, pt):
-        return "no measured throughput or memory the model can compare with"
-    return got, r
+    return Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
+                    fsdp=fsdp if fsdp in ("full", "hybrid") else "", micro_batch=mb,
+                    global_batch=gb, recompute=str(run.get("recompute") or "none"), etp=etp,
+                    sp=bool(run.get("sp", True)))
 
 
 __all__ = ["validate", "is_training_file", "Report", "resolve_model", "power_cap",

@@ -1,5 +1,6 @@
 """An online run's figures come from its steady state: the same throughput at any request
-count, a rate above capacity said to be one, and a request count that converges."""
+count, a rate above capacity said to be one, and a request count that converges; an offline
+run of no stated count runs enough full batches to be the deployment's sustained figure."""
 
 from __future__ import annotations
 
@@ -47,6 +48,22 @@ def test_a_rate_above_capacity_says_so():
     assert long["ttft_ms"]["p50"] > 2 * short["ttft_ms"]["p50"]
     # below capacity the same deployment is not overloaded
     assert _run(0.5 * short["capacity_requests_per_s"], None)["overloaded"] is False
+
+
+def test_an_offline_run_of_no_stated_count_is_the_deployments_sustained_throughput():
+    """Offline (every request queued at once) with a batch of 64: no stated count runs 24
+    full batches (1,536 requests), whose throughput a run four times as long matches within
+    3%; 100 requests (under two batches) are mostly ramp-up and drain."""
+    from gpufabric.workloads.inference.serve import OFFLINE_BATCHES
+
+    def offline(requests: int | None) -> dict:
+        return serve("llama3-8b", from_spec(ONE_H100),
+                     ServeConfig(requests=requests, isl=1000, osl=200, max_num_seqs=64))
+    auto, long, short = offline(None), offline(4 * OFFLINE_BATCHES * 64), offline(100)
+    assert auto["workload"]["simulated_requests"] == OFFLINE_BATCHES * 64 == 1536
+    assert auto["throughput_tokens_per_s"] == pytest.approx(long["throughput_tokens_per_s"],
+                                                            rel=0.03)
+    assert short["throughput_tokens_per_s"] < 0.9 * auto["throughput_tokens_per_s"]
 
 
 def test_no_stated_count_doubles_until_the_figures_converge():

@@ -247,10 +247,9 @@ OPT: dict[str, Any] = {
         "trtllm-bench, genai-perf, static-batch (see "
         "docs/inference.md)."),
     "requests": typer.Option(None, "--requests", help="Requests to simulate "
-        "(default: 1000, doubled while the steady-state "
-        "figures move by over 5%, up to 16,000); with "
-        "--trace, the trace's first N arrivals (default: all "
-        "of them)."),
+        "(default online: 1000, doubled while the steady-state "
+        "figures move by over 5%, up to 16,000; offline: 24 full batches of each instance); "
+        "with --trace, the trace's first N arrivals (default: all of them)."),
     "measure": typer.Option(None, "--measure", help="How an online run's "
         "figures are taken: steady (its steady state: warm-up "
         "and drain left out; the default) or run (over the "

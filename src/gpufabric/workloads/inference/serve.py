@@ -109,6 +109,14 @@ class ServeConfig:
 DEFAULT_REQUESTS = 1000
 #: Most requests a steady-state run of no stated count simulates while its figures converge.
 MAX_AUTO_REQUESTS = 16000
+#: Full batches of each instance an offline run of no stated count simulates (at most
+#: :data:`MAX_OFFLINE_REQUESTS` per instance): each instance fills its batch, runs it and
+#: drains, and the throughput over the whole run approaches a long run's as the batches grow
+#: (MLPerf's Mixtral 8x7B Offline runs of 896 and 3,072 sequences per engine: -9.7% and
+#: -2.2% at 8 batches, -3.2% and -0.5% at 24, against every stated sample).
+OFFLINE_BATCHES = 24
+#: Most requests per instance an offline run of no stated count simulates.
+MAX_OFFLINE_REQUESTS = 50000
 #: A steady state whose requests in the system grow by more than this share of its arrivals
 #: shows a queue that builds: the run's capacity is then measured (a stable queue wanders by
 #: less)
@@ -349,7 +357,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
           sm: StepModel | None = None, stop_below: float | None = None) -> dict:
     """Simulate ``model`` served on ``topo`` as ``cfg`` says; a JSON-ready summary.
 
-    An online run (a rate or a concurrency) reports its steady state (``cfg.measure``,
+    An offline run of no stated count simulates :data:`OFFLINE_BATCHES` full batches of each
+    instance. An online run (a rate or a concurrency) reports its steady state (``cfg.measure``,
     :func:`~gpufabric.workloads.inference.simulator.summarize`); with no request count
     stated it simulates :data:`DEFAULT_REQUESTS`, then twice as many, until the figures of two
     runs agree within :data:`CONVERGED` (at most :data:`MAX_AUTO_REQUESTS`), and says so in
@@ -374,6 +383,11 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     sched = scheduler_config(sm, cfg)
     online = cfg.rate is not None or bool(cfg.concurrency)
+    if not online and cfg.requests is None and not cfg.trace:
+        # an offline run of no stated count: the deployment's sustained throughput, not one
+        # batch's ramp-up and drain
+        cfg = replace(cfg, requests=max(DEFAULT_REQUESTS, share * min(
+            OFFLINE_BATCHES * sched.max_num_seqs, MAX_OFFLINE_REQUESTS)))
     steady = cfg.measure == "steady" and online
     auto = steady and cfg.requests is None and not cfg.trace
     try:

@@ -35,7 +35,7 @@ from gpufabric.sweep import each
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference import clients
 from gpufabric.workloads.inference.itertime import engine_key
-from gpufabric.workloads.inference.serve import ServeConfig, serve
+from gpufabric.workloads.inference.serve import OFFLINE_BATCHES, ServeConfig, serve
 from gpufabric.workloads.models import (ModelSpec, gives_shape, load_model, load_model_file,
                                         model_from_shape, with_model_file)
 from gpufabric.workloads.models import find_model
@@ -44,13 +44,9 @@ from gpufabric.workloads.models import find_model
 MAX_SIM_REQUESTS = 1000
 #: Most requests simulated for a run of a stated duration (``workload.duration_s``).
 MAX_STEADY_REQUESTS = 20000
-#: Full batches of each engine an offline run of a stated duration simulates at least. The
-#: throughput over the whole run approaches a long run's as the batches grow: against all the
-#: stated samples of NVIDIA's MLPerf v4.1 DGX H100 Mixtral 8x7B Offline run
-#: (896 on eight engines) -9.7% at 8 batches, -3.2% at 24; of the H200 entry's 1,119,360
-#: (3072 on eight) -2.2% and -0.5%; 20,000 requests in all, under one batch per engine, gave
-#: -24% and -21%.
-STEADY_BATCHES = 24
+#: Full batches of each engine an offline run of a stated duration simulates at least (as an
+#: offline `serve` of no stated count does: serve.OFFLINE_BATCHES, where the figures are).
+STEADY_BATCHES = OFFLINE_BATCHES
 #: Measured keys compared, and the key of the prediction each is compared with.
 METRICS = {
     "output_tokens_per_s": ("throughput_tokens_per_s", None),

@@ -150,6 +150,14 @@ def _use_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | No
     return value
 
 
+def model_file_option() -> Any:
+    """The ``--model-file FILE`` option of `train` and `serve`: the model by a Hugging Face
+    config or its shape instead of a name."""
+    return typer.Option(None, "--model-file", help="A Hugging Face config.json, or a YAML "
+                        "file giving the model by its shape (layers, hidden, heads, kv_heads, "
+                        "ffn, vocab, experts, ...).")
+
+
 def profile_option() -> Any:
     """The ``--profile FILE`` option of every prediction command (or ``GPUFABRIC_PROFILE``):
     a calibration profile (``gpufabric calibrate``) whose parameter values the command's

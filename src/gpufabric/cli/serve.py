@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Progress, app, emit_json, note, profile_option, refuse_alone,
-                                  refuse_together, whole)
-from gpufabric.cli.common import Col, print_table, print_validation_summary, wide_option
+from gpufabric.cli.common import (Col, Progress, app, emit_json, model_file_option, note,
+                                  print_table, print_validation_summary, profile_option,
+                                  refuse_alone, refuse_together, whole, wide_option)
 from gpufabric.errors import InputError
 
 #: Options of `serve` that exclude each other: (option, options, why).
@@ -219,10 +219,7 @@ OPT: dict[str, Any] = {
     "model": typer.Argument(None, help="A model name (see `gpufabric models`) or "
         "model file; with --model-file, leave it out."),
     "system": typer.Argument(None, help=SYSTEM_HELP),
-    "model_file": typer.Option(None, "--model-file", help="A Hugging Face "
-        "config.json, or a YAML file giving the model by "
-        "its shape (layers, hidden, heads, kv_heads, ffn, "
-        "vocab, experts, ...)."),
+    "model_file": model_file_option(),
     "tp": typer.Option(1, "--tp", callback=whole(1),
         help="Tensor parallelism of one instance."),
     "ep": typer.Option(1, "--ep", callback=whole(1),
@@ -414,7 +411,7 @@ def _check_serve(ctx: typer.Context, o: dict[str, Any]) -> None:
         o["dataset"] = ds.name
     requests, concurrency = o["requests"], o["concurrency"]
     if concurrency is not None and (requests is None or requests >= 1):
-        from gpufabric.errors import check_range    # users who would never send a request
+        from gpufabric.errors import check_range  # users who would never send a request
         by_default = "" if requests is not None else f", {DEFAULT_REQUESTS:,} unless given"
         check_range(concurrency, 1, DEFAULT_REQUESTS if requests is None else requests,
                     integer=True, field="--concurrency",

@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Progress, above, app, emit_json, profile_option, refuse_alone,
-                                  refuse_together, whole)
-from gpufabric.cli.common import Col, print_table, print_validation_summary
+from gpufabric.cli.common import (Col, Progress, above, app, emit_json, model_file_option,
+                                  print_table, print_validation_summary, profile_option,
+                                  refuse_alone, refuse_together, whole)
 from gpufabric.errors import InputError
 
 #: Options of `train` that --search would ignore (it tries the layouts itself).
@@ -85,10 +85,7 @@ OPT: dict[str, Any] = {
         "YAML file of the same shape; with --model-file, leave "
         "it out."),
     "system": typer.Argument(None, help=SYSTEM_HELP),
-    "model_file": typer.Option(None, "--model-file", help="A Hugging Face "
-        "config.json, or a YAML file giving the model by "
-        "its shape (layers, hidden, heads, kv_heads, ffn, "
-        "vocab, experts, ...)."),
+    "model_file": model_file_option(),
     "tp": typer.Option(1, "--tp", callback=whole(1),
         help="Tensor-parallel size (inside a node)."),
     "pp": typer.Option(1, "--pp", callback=whole(1), help="Pipeline stages."),

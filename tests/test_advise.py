@@ -332,3 +332,29 @@ def test_the_page_gives_the_objective_with_its_unit_and_the_caveats_the_cli_prin
     assert "candidates generated 12, evaluated with models 3" in page
     assert "{&quot;" not in page and '{"candidates' not in page      # no raw JSON dict
 
+
+
+def test_the_serving_memory_floor_counts_the_kv_cache_of_the_requests_in_flight():
+    """Llama 3 70B at 2 requests/s, 1,000 tokens in and 8,000 out: each answer takes at least
+    7,999 decode steps of at least the weights (141 GB) over the design's HBM bandwidth, so by
+    Little's law that many sequences are in flight, each holding 1,000 + 3,999.5 tokens of KV
+    (327,680 B each in 16 bits): 8 L40S cannot hold it and are refused before any model runs;
+    8 H100 can."""
+    from gpufabric import catalog
+    from gpufabric.workloads.models import load_model
+    s = scenario.Serve(model="llama3-70b", rate=2, isl=1000, osl=8000, slo_tpot_ms=40)
+    m = load_model("llama3-70b")
+    for gpu, ok in (("H100-SXM", True), ("L40S", False)):
+        step = m.active_params() * 2 / (8 * catalog.gpu(gpu).mem_bw_GBps * 1e9)
+        want = (m.params() * 2 + 2 * 7999 * step * 327680 * 4999.5) / 1e9
+        got = core._serve_memory_floor_GB(s, gpu, 8)
+        assert got == pytest.approx(want)
+        assert (got <= 8 * catalog.gpu(gpu).memory_GB * 2**30 / 1e9) is ok
+    assert core._serve_memory_floor_GB(replace_serve(s, concurrency=10, rate=None), "L40S",
+                                       8) == pytest.approx((m.params() * 2 + 10 * 327680 *
+                                                            4999.5) / 1e9)
+
+
+def replace_serve(s, **kw):
+    from dataclasses import replace
+    return replace(s, **kw)

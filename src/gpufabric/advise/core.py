@@ -310,9 +310,38 @@ def _weights_gpus_floor(model: str, gpu: str, precision: str) -> int:
     return max(1, math.ceil(load_model(model).params() * byts / mem)) if mem else 10 ** 9
 
 
+def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
+    """GB of GPU memory a serving load needs at least on ``gpus`` GPUs of ``gpu``: the weights
+    at the scenario's precision and the KV cache of the sequences in flight (Little's law).
+
+    At ``rate`` requests/s each request stays at least ``osl - 1`` decode steps, and no step
+    is shorter than reading the active weights once at the HBM bandwidth of every GPU of the
+    design; a sequence in flight is on average halfway through its answer, so it holds
+    ``isl + (osl - 1) / 2`` tokens of KV at the least KV bytes the precision runs with (16
+    bits, 8 with 8- or 4-bit weights, the engines' default). A closed loop holds its
+    ``concurrency``. Speculative decoding takes several tokens a step, so no step bound is
+    taken with it."""
+    from gpufabric.workloads.memory import kv_cache_bytes_per_token
+    from gpufabric.workloads.models import load_model
+    m = load_model(s.model)
+    wb = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}[s.precision]
+    g = catalog.gpu(gpu)
+    weights = m.params() * wb
+    if s.concurrency:
+        flight = float(s.concurrency)
+    elif s.rate and not s.speculative and g.mem_bw_GBps > 0:
+        step_s = m.active_params() * wb / (gpus * g.mem_bw_GBps * 1e9)
+        flight = s.rate * (s.osl - 1) * step_s
+    else:
+        flight = 0.0
+    kv = kv_cache_bytes_per_token(m, elem_bytes=2 if wb == 2 else 1) * (s.isl + (s.osl - 1) / 2)
+    return (weights + flight * kv) / 1e9
+
+
 def bound(cand: Candidate, sc: Scenario) -> None:
     """Sound optimistic figures: the fastest training and the fewest GPUs that hold the
-    weights (training in 16 bits, serving at its precision)."""
+    weights (training in 16 bits, serving at its precision); for serving, also the memory the
+    load's KV cache needs at the least (:func:`_serve_memory_floor_GB`)."""
     if sc.train:
         t = sc.train
         tps = cand.gpus * _tokens_per_s_per_gpu_bound(t.model, t.seq_len, cand.gpu, t.precision)
@@ -321,6 +350,7 @@ def bound(cand: Candidate, sc: Scenario) -> None:
     if sc.serve:
         s = sc.serve
         cand.bound["serve_min_gpus"] = _weights_gpus_floor(s.model, cand.gpu, s.precision)
+        cand.bound["serve_memory_GB"] = _serve_memory_floor_GB(s, cand.gpu, cand.gpus)
 
 
 @dataclass(frozen=True)
@@ -664,6 +694,12 @@ def _bound_violations(c: Candidate, sc: Scenario) -> dict[str, float]:
         v["fits"] = c.bound["train_min_gpus"] / c.gpus
     if sc.serve and c.bound["serve_min_gpus"] > c.gpus:
         v["slo"] = c.bound["serve_min_gpus"] / c.gpus
+    if sc.serve and not sc.serve.pd:
+        # (a disaggregated unit adds a decode pool's memory: its designs are not bounded so;
+        # an "80 GB" part holds 80 GiB, as the serving model counts it)
+        have = c.gpus * catalog.gpu(c.gpu).memory_GB * 2**30 / 1e9
+        if c.bound["serve_memory_GB"] > have:
+            v["slo"] = max(v.get("slo", 0.0), c.bound["serve_memory_GB"] / have)
     if k.power_kW and c.power_kW is not None and c.power_kW > k.power_kW:
         v["power"] = c.power_kW / k.power_kW
     if k.budget_capex_usd and (c.cost.get("capex_usd") or 0) > k.budget_capex_usd:

@@ -476,7 +476,7 @@ def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
            "scheduler": asdict(sched)}
     out.update(s)
     if cfg.kv_tiers:
-        s["kv_tiers"]["compare"] = tier_compare(sm, cfg, share, sched, steady, s)
+        s["kv_tiers"]["compare"] = tier_compare(sm, cfg, share, sched, steady, s, reqs)
     out["measure"] = "steady" if "steady" in s else "run"
     bd = typical_breakdown(sm, res)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
@@ -490,12 +490,12 @@ def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
 
 
 def _run(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig, steady: bool,
-         progress: Callable[[int, int], None] | None, stop_below: float | None = None
-         ) -> tuple[R.Requests, SimResult, dict]:
+         progress: Callable[[int, int], None] | None, stop_below: float | None = None,
+         reqs: R.Requests | None = None) -> tuple[R.Requests, SimResult, dict]:
     """One simulated instance's run of ``cfg`` and its summary (figures of one stream);
     :class:`~gpufabric.workloads.inference.simulator.GaveUp` where ``stop_below`` stops it
-    (see :func:`serve`)."""
-    reqs = build_requests(cfg, share)
+    (see :func:`serve`). ``reqs``: the requests of ``cfg`` where the caller built them."""
+    reqs = build_requests(cfg, share) if reqs is None else reqs
     check_fits(reqs, sched)           # before anything costs time in the request's length
     check_slo_possible(sm, cfg, int(reqs.isl.max()))
     if reqs.concurrency and reqs.release == "user":
@@ -539,18 +539,19 @@ def prefix_plan(sm: StepModel, cfg: ServeConfig, reqs: R.Requests) -> tuple:
 
 
 def tier_compare(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig,
-                 steady: bool, last: dict) -> list[dict]:
+                 steady: bool, last: dict, reqs: R.Requests) -> list[dict]:
     """The run again without prefix caching, then with HBM alone and each further tier of
-    ``cfg.kv_tiers`` added in lookup order (``last``: the run with all of them): each row's
-    tiers, hit rate, TTFT, TPOT and throughput (whole deployment)."""
-    from gpufabric.workloads.inference.kvcache import parse_tiers
+    ``cfg.kv_tiers`` added in lookup order (``last``: the run with all of them), on the same
+    requests ``reqs`` (the trace read once): each row's tiers, hit rate, TTFT, TPOT and
+    throughput (whole deployment)."""
+    from gpufabric.workloads.inference.kvcache import parse_tier, parse_tiers
     names = [t.name for t in parse_tiers(cfg.kv_tiers)]
-    given = {t.split(":")[0].split("@")[0].strip().lower(): t for t in cfg.kv_tiers}
+    given = {parse_tier(t).name: t for t in cfg.kv_tiers}
     rows = []
     for k in range(len(names) + 1):
         use = tuple(given.get(n, "hbm") for n in names[:k])
         s = last if k == len(names) else _run(sm, replace(cfg, kv_tiers=use), share, sched,
-                                               steady, None)[2]
+                                               steady, None, reqs=reqs)[2]
         per = 1 if k == len(names) else share      # (``last`` counts the deployment already)
         rows.append({"tiers": "+".join(names[:k]) or "none",
                      "hit_rate": s["kv_tiers"]["hit_rate"] if k else 0.0,

@@ -160,18 +160,15 @@ def sweep_page(res: dict[str, Any]) -> str:
     per = {k: [r for r in res["rows"] if r["kind"] == k] for k in kinds}
     x = charts.Axis("interactivity (output tokens/s per user)", log=True,
                     ticks=tuple((t, f"{t:g}") for t in res["targets"]))
-    cost = charts.lines({k: [(r["interactivity"], r["usd_per_mtok"]) for r in rs]
-                         for k, rs in per.items()}, x,
-                        charts.Axis("$ per million output tokens (log)", log=True),
-                        title="Cost per million output tokens at capacity",
-                        hover="<b>%{fullData.name}</b><br>%{x:g} tokens/s per user: "
-                              "$%{y:.3f} per million tokens<extra></extra>")
-    thr = charts.lines({k: [(r["interactivity"], r["tokens_per_s_per_gpu"]) for r in rs]
-                        for k, rs in per.items()}, x,
-                       charts.Axis("output tokens/s per GPU (log)", log=True),
-                       title="Throughput per GPU at capacity",
-                       hover="<b>%{fullData.name}</b><br>%{x:g} tokens/s per user: "
-                             "%{y:,.0f} tokens/s per GPU<extra></extra>")
+    figs = [charts.lines({k: [(r["interactivity"], r[key]) for r in rs] for k, rs in per.items()},
+                         x, charts.Axis(y_title, log=True), title=title,
+                         hover="<b>%{fullData.name}</b><br>%{x:g} tokens/s per user: "
+                               f"{y_fmt}<extra></extra>")
+            for key, y_title, title, y_fmt in (
+                ("usd_per_mtok", "$ per million output tokens (log)",
+                 "Cost per million output tokens at capacity", "$%{y:.3f} per million tokens"),
+                ("tokens_per_s_per_gpu", "output tokens/s per GPU (log)",
+                 "Throughput per GPU at capacity", "%{y:,.0f} tokens/s per GPU"))]
     rows = "".join(
         f"<tr><td>{r['interactivity']:g}</td><td>{r['tpot_ms']:.1f}</td><td>{_e(r['kind'])}"
         f"</td><td>{r['gpus']}</td><td>{_num(r['tokens_per_s_per_gpu'], ',.0f')}</td>"
@@ -191,7 +188,7 @@ def sweep_page(res: dict[str, Any]) -> str:
             "<p>Each system kind's cheapest design that meets the scenario's load at each "
             "target (time per output token = 1000 / target ms), costed at its capacity.</p>"
             f"<h2>Crossovers</h2><ul>{cross}{missing}</ul>"
-            f"{charts.figure_div(cost)}{charts.figure_div(thr)}"
+            + "".join(charts.figure_div(f) for f in figs) +
             f"<h2>Designs</h2><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>"
             "</table>")
     return charts.page(f"gpufabric advise: {res['scenario']} (interactivity)", css, body)

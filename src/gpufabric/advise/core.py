@@ -301,11 +301,15 @@ def _tokens_per_s_per_gpu_bound(model: str, seq_len: int, gpu: str, precision: s
     return peak * ceiling / model_flops_per_token(load_model(model), seq_len)
 
 
+#: Bytes of one weight at a scenario's precision, for the bounds (scales left out: a floor).
+_WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+
+
 @cache
 def _weights_gpus_floor(model: str, gpu: str, precision: str) -> int:
     """GPUs whose memory holds the model's weights at ``precision`` (a floor on any layout)."""
     from gpufabric.workloads.models import load_model
-    byts = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}[precision]
+    byts = _WEIGHT_BYTES[precision]
     mem = catalog.gpu(gpu).memory_GB * 1e9
     return max(1, math.ceil(load_model(model).params() * byts / mem)) if mem else 10 ** 9
 
@@ -324,7 +328,7 @@ def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
     from gpufabric.workloads.memory import kv_cache_bytes_per_token
     from gpufabric.workloads.models import load_model
     m = load_model(s.model)
-    wb = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}[s.precision]
+    wb = _WEIGHT_BYTES[s.precision]
     g = catalog.gpu(gpu)
     weights = m.params() * wb
     if s.concurrency:

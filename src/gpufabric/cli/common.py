@@ -170,6 +170,27 @@ def profile_option() -> Any:
                              "parameter values.")
 
 
+def _use_kernel_times(ctx: typer.Context, param: typer.CallbackParam,
+                      value: str | None) -> Any:
+    """Time GEMMs from the chosen source for the rest of the command."""
+    if value and value != "model":
+        from gpufabric.kerneldb import timing
+        ctx.with_resource(timing.use(value))
+    return value
+
+
+def kernel_times_option() -> Any:
+    """The ``--kernel-times SOURCE`` option of the serving predictions: ``model`` (gpufabric's
+    roofline, the default) or ``aic`` (dense GEMMs measured by NVIDIA AIConfigurator's
+    kernel database where it covers the GPU, engine and shape; ``pip install
+    'gpufabric[aic]'``). Add it as ``kernel_times: str = kernel_times_option()``."""
+    return typer.Option("model", "--kernel-times", callback=_use_kernel_times,
+                        metavar="SOURCE",
+                        help="GEMM times: model (gpufabric's roofline) or aic (measured "
+                             "kernels of AIConfigurator's database where it covers the GPU, "
+                             "engine and shape; needs the [aic] extra).")
+
+
 def flag_name(param: Any) -> str:
     """The long form of an option as the user types it (``--max-num-seqs``), else its name."""
     opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]

@@ -8,9 +8,10 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Col, Progress, app, emit_json, model_file_option, note,
-                                  print_table, print_validation_summary, profile_option,
-                                  refuse_alone, refuse_together, whole, wide_option)
+from gpufabric.cli.common import (Col, Progress, app, emit_json, kernel_times_option,
+                                  model_file_option, note, print_table,
+                                  print_validation_summary, profile_option, refuse_alone,
+                                  refuse_together, whole, wide_option)
 from gpufabric.errors import InputError
 
 #: Options of `serve` that exclude each other: (option, options, why).
@@ -111,6 +112,9 @@ def print_summary(r: dict) -> None:
     typer.echo(f"KV cache         peak {kv['peak_use']:.0%}, mean {kv['mean_use']:.0%}; "
                f"{r['preemptions']} preemptions; mean decode batch {r['mean_batch']:.1f}")
     typer.echo(f"bottleneck       {r['bottleneck']}")
+    if r.get("kernel_times"):
+        from gpufabric.kerneldb.timing import describe
+        typer.echo(f"kernel times     {describe(r['kernel_times'])}")
 
 
 def _bytes(b: float) -> str:
@@ -328,6 +332,7 @@ OPT: dict[str, Any] = {
         "session_id)."),
     "json": typer.Option(False, "--json", help="Print JSON."),
     "profile": profile_option(),
+    "kernel_times": kernel_times_option(),
 }
 
 
@@ -366,7 +371,8 @@ def serve(ctx: typer.Context, model: str | None = OPT["model"],
           acceptance: str | None = OPT["acceptance"],
           draft_model: str | None = OPT["draft_model"],
           kv_tier: str | None = OPT["kv_tier"], json: bool = OPT["json"],
-          profile: str | None = OPT["profile"]) -> None:
+          profile: str | None = OPT["profile"],
+          kernel_times: str = OPT["kernel_times"]) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
     o = {k: v for k, v in locals().items() if k != "ctx"}
     model, system = model_and_system(model, system, model_file, ctx)

@@ -52,6 +52,7 @@ from statistics import NormalDist
 import numpy as np
 
 from gpufabric.errors import InputError
+from gpufabric.kerneldb import timing as kernel_times
 from gpufabric.params import Param
 from gpufabric.topology.model import Topology
 from gpufabric.workloads import compute as C
@@ -368,6 +369,9 @@ class StepModel:
         self.mem_util = self.profile.mem_utilization if mem_utilization is None \
             else mem_utilization
         self._memory()
+        #: GEMM seconds over the tables by where they came from: ``measured`` (a kernel
+        #: database, :mod:`gpufabric.kerneldb.timing`) or ``model`` (gpufabric's roofline)
+        self.gemm_sources: dict[str, float] = {}
         self._tables()
 
     # -- set-up --------------------------------------------------------------------------------
@@ -436,9 +440,24 @@ class StepModel:
 
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
                 weight_count: float | None = None) -> tuple[float, float]:
-        """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n)."""
-        return linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
-                        rate=self.compute_rate, count=count, weight_count=weight_count)
+        """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n):
+        gpufabric's roofline, or a dense GEMM's measured time where a measured timing source
+        is in use and covers it (:mod:`gpufabric.kerneldb.timing`), split in the roofline's
+        proportions so the bottleneck keeps its name."""
+        c, mem = linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
+                          rate=self.compute_rate, count=count, weight_count=weight_count)
+        src, model_s = kernel_times.current(), max(c, mem)
+        t = None
+        if src is not None and count == 1 and weight_count is None and self.compute_rate == 1:
+            be = kernel_times.backend_of(self.engine)
+            if be is not None:
+                t = src.gemm_s(self.gpu.name, be, self.compute_prec, T, n, k)
+        tally = self.gemm_sources
+        if t is None or model_s <= 0:
+            tally["model"] = tally.get("model", 0.0) + model_s
+            return c, mem
+        tally["measured"] = tally.get("measured", 0.0) + t
+        return c * t / model_s, mem * t / model_s
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""

@@ -28,6 +28,7 @@ from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import clients
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
+from gpufabric.kerneldb import timing as kernel_times
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
 from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
                                                      check_fits, saturated, simulate,
@@ -406,10 +407,15 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     over = bool(cap) and rate is not None and rate / share > cap["requests_per_s"]
     tried = [_converging(s, reqs, share)]
     # an overloaded run's latencies grow with its length: its capacity is the answer
+    done = 0
     while auto and not over and len(tried[-1]) and not _converged(tried) and \
             2 * tried[-1]["requests"] <= MAX_AUTO_REQUESTS:
         more = replace(cfg, requests=2 * tried[-1]["requests"])
-        reqs, res, s = _run(sm, more, share, sched, steady, progress)
+        # the progress goes on from the runs before: their requests count in its total
+        done += int(res.osl.size)
+        tell = None if progress is None else \
+            (lambda n, total, d=done: progress(n, d + total))
+        reqs, res, s = _run(sm, more, share, sched, steady, tell)
         tried.append(_converging(s, reqs, share))
     _deployment_figures(s, res, reqs, cfg, share, cap, over)
     if auto:
@@ -486,6 +492,9 @@ def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
         ctx = float(res.isl.mean() + res.osl.mean() / 2)
         out["speculative"] = sm.summary(n, n * ctx)  # type: ignore[attr-defined]
     out["bottleneck"] = bottleneck(sm, s, bd, res)
+    kt = kernel_times.report(getattr(sm, "gemm_sources", {}), sm.gpu.name, sm.engine)
+    if kt is not None:
+        out["kernel_times"] = kt
     return out
 
 

@@ -42,7 +42,7 @@ def test_the_network_records_its_constants_where_it_defines_them():
     from gpufabric.params import REGISTRY
     assert REGISTRY["SHM_EFFICIENCY"] is SHM_EFFICIENCY and SHM_EFFICIENCY.value == 0.73
     for name in ("DRAM_EFFICIENCY", "INTERSOCKET_EFFICIENCY", "OTHER_EFFICIENCY",
-                 "NVLINK_FALLBACK", "PCIE_FALLBACK", "USABLE_RATE_SCALE"):
+                 "NVLINK_FALLBACK", "PCIE_FALLBACK", "USABLE_RATE_SCALE", "NET_FALLBACK"):
         assert REGISTRY[name] is getattr(capacity, name)        # the record itself
         assert REGISTRY[name].layer == "collectives" and not hasattr(P, name)
 

@@ -36,8 +36,8 @@ from typing import Any
 
 # the network's constants are recorded where they are defined (gpufabric.network and
 # gpufabric.network.capacity: SHM_EFFICIENCY, DRAM_EFFICIENCY, INTERSOCKET_EFFICIENCY,
-# OTHER_EFFICIENCY, NVLINK_FALLBACK, PCIE_FALLBACK, USABLE_RATE_SCALE); importing them here
-# records them with this layer's constants (first)
+# OTHER_EFFICIENCY, NVLINK_FALLBACK, PCIE_FALLBACK, USABLE_RATE_SCALE, NET_FALLBACK);
+# importing them here records them with this layer's constants (first)
 import gpufabric.network.capacity  # noqa: F401
 from gpufabric import catalog as _catalog
 from gpufabric import params as _shared
@@ -303,10 +303,6 @@ record(
     "trees alike (the catalog's efa-v1 efficiency, read from there)",
     "fitted: 2 p4dn.24xlarge all_reduce 1 GiB (NVIDIA/nccl issue 527); its 3- and 4-node "
     "points are held out. NVIDIA/nccl issue 235 (p3dn) gives 50-60 Gb/s per card on 8-32 nodes")
-
-record(
-    "NET_FALLBACK", 0.95, "share of raw rate", "a network port whose speed is not in the catalog",
-    "estimate (network.capacity: net links of unknown speed)")
 
 # -- CPU ranks on one host (gpufabric.collectives.host) ---------------------------------------
 HOST_TRANSPORTS = ("shm", "tcp")

@@ -7,7 +7,8 @@ The rule is one per link *type*, never per machine:
 - ``pcie``: the generation's ``PCIeGen.nccl_x16_GBps`` x lanes / 16;
 - ``cpu`` (UPI / xGMI between sockets): the raw rate x :data:`INTERSOCKET_EFFICIENCY`, never
   below the CPU's ``nccl_intersocket_GBps``;
-- ``net``: the raw rate x the fabric speed's ``NetSpeed.efficiency`` (headers, flow control);
+- ``net``: the raw rate x the fabric speed's ``NetSpeed.efficiency`` (headers, flow control;
+  :data:`NET_FALLBACK` for a speed the catalog lacks);
 - ``c2c`` and links with no catalog rate: the raw rate x :data:`OTHER_EFFICIENCY`;
 - ``sli`` / ``crossfire``: 0 (graphics bridges carry no compute traffic).
 
@@ -139,9 +140,15 @@ def net_speed_of(link: Link, topo: Topology) -> catalog.NetSpeed | None:
         return None
 
 
+#: Share of the raw rate of a network port whose speed is not in the catalog.
+NET_FALLBACK = record(
+    "NET_FALLBACK", 0.95, "share of raw rate", "a network port whose speed is not in the catalog",
+    "estimate (network.capacity: net links of unknown speed)")
+
+
 def _net(link: Link, topo: Topology) -> float:
     speed = net_speed_of(link, topo)
-    return link.bw_GBps * (speed.efficiency if speed is not None else 0.95)
+    return link.bw_GBps * (speed.efficiency if speed is not None else NET_FALLBACK.value)
 
 
 def usable_GBps(link: Link, topo: Topology) -> float:

@@ -1,4 +1,4 @@
-"""Calibration profiles: parameter overrides for one machine, applied reversibly.
+"""Calibration profiles: parameter values for one machine, used as a new parameter value.
 
 A profile is a YAML file (``gpufabric calibrate`` writes them) whose ``params`` map names of
 :data:`gpufabric.params.REGISTRY` to values. A name is a whole parameter

@@ -73,6 +73,15 @@ def test_a_topology_kept_across_profiles_answers_each_with_its_own():
     assert len(set(seen)) == 3 and shipped not in seen
     with profile.overrides({"HOP_LAT_US.nvlink.Simple": 6.8, "USABLE_RATE_SCALE.nvlink": 0.8}):
         assert times() == seen[0]
+    # the NVLS tree's inter-node rate (its NICs' usable rate) across 4 servers, asked first
+    # under a profile
+    pods = load("hgx-h100-4node-ndr")
+
+    def nvls_tree(topo) -> float:
+        return predict(topo, "all_reduce", 2**30, algo="nvls_tree").time_us
+    with profile.overrides({"USABLE_RATE_SCALE.net": 0.5}):
+        slower = nvls_tree(pods)
+    assert slower > nvls_tree(pods) == nvls_tree(load("hgx-h100-4node-ndr"))
 
 
 def test_two_profiles_in_two_threads_at_once(profiles):

@@ -315,6 +315,8 @@ class Params(Mapping[str, Any]):
     __slots__ = ("_over", "key", "_facets")
 
     def __init__(self, overrides: Mapping[str, Any] | None = None):
+        # overrides by parameter name, as they are (Params() is the shipped value; values
+        # from a user go through replace(), which checks them)
         self._over: dict[str, Any] = {k: freeze(v) for k, v in (overrides or {}).items()}
         self.key = ("shipped" if not self._over else hashlib.sha1(
             repr(_canon(self._over)).encode()).hexdigest()[:16])
@@ -392,7 +394,8 @@ def current() -> Params:
 @contextlib.contextmanager
 def use(p: Params) -> Iterator[Params]:
     """Make ``p`` the current :class:`Params` for the ``with`` block (this thread and
-    context only; the previous value comes back on exit)."""
+    context only: a thread started inside reads the shipped values unless it uses ``p``
+    itself; the previous value comes back on exit)."""
     token = _CURRENT.set(p)
     try:
         yield p

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
-from gpufabric import catalog, sweep
+from gpufabric import catalog, params, sweep
 from gpufabric.advise.prices import Prices
 from gpufabric.advise.scenario import Scenario
 from gpufabric.errors import InputError
@@ -286,7 +286,7 @@ def price(cand: Candidate, prices: Prices, kwh_usd: float, amortize_years: float
 # --------------------------------------------------------------------------------------------
 # bounds and models
 # --------------------------------------------------------------------------------------------
-@cache
+@params.cache
 def _tokens_per_s_per_gpu_bound(model: str, seq_len: int, gpu: str, precision: str) -> float:
     """The most training tokens/s one GPU can reach in the model: every FLOP at the dense peak
     times the generation's GEMM ceiling (``compute.GEMM_EFF``, which bounds every GEMM's and
@@ -366,7 +366,7 @@ class _TrainJob:
     precision: str
 
 
-@cache
+@params.cache
 def _train_eval(job: _TrainJob) -> dict[str, Any]:
     from gpufabric.workloads.search import search
     try:
@@ -404,7 +404,7 @@ class _ServeJob:
 SERVE_REQUESTS, SERVE_DURATION_S = 200, 20.0
 
 
-@cache
+@params.cache
 def _serve_eval(job: _ServeJob) -> dict[str, Any]:
     from gpufabric.topology.build import from_spec, parse_inline
     from gpufabric.workloads.inference.serve import ServeConfig
@@ -733,7 +733,7 @@ class _PDJob:
     shared: bool               # both pools inside one server
 
 
-@cache
+@params.cache
 def _pd_eval(job: _PDJob) -> dict[str, Any]:
     """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
     from gpufabric.topology.build import from_spec, parse_inline

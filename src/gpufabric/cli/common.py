@@ -142,8 +142,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 
 def _use_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
-    """Apply the profile for the rest of the command (undone when the command ends); its
-    changes are kept in ``ctx.meta['profile']`` (``gpufabric params`` shows them)."""
+    """Use the profile's parameter value for the rest of the command (the models read it
+    until the command ends); its changes are kept in ``ctx.meta['profile']``
+    (``gpufabric params`` shows them)."""
     if value:
         from gpufabric.measure import profile
         ctx.meta["profile"] = (value, ctx.with_resource(profile.apply(value)))

@@ -341,7 +341,7 @@ def eval_overhead(par: dict[str, Any], r: Any) -> float:
     gb = int(r.parallel["global_batch"])
     steps = math.ceil(every / gb)
     b = r.breakdown_s
-    fwd_share = 1 / ((2 if r.parallel.get("recompute") == "full" else 1) + BWD_GEMM)
+    fwd_share = 1 / ((2 if r.parallel.get("recompute") == "full" else 1) + BWD_GEMM.value)
     per_step = r.step_time_s - b.get("dp_comm", 0.0) - b.get("optimizer", 0.0)
     return float(n / gb * per_step * fwd_share / (steps * r.step_time_s))
 

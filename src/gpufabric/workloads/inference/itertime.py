@@ -108,7 +108,7 @@ EXPERT_LOAD_CV = record("EXPERT_LOAD_CV", 2.5, "coefficient of variation of expe
 EPLB_REDUNDANT_EXPERTS = record("EPLB_REDUNDANT_EXPERTS", 32, "experts",
                                 "MoE serving with EPLB: redundant expert copies",
                                 "DeepSeek-V3 Technical Report, section 3.4 (prefilling and "
-                                "decoding)").value
+                                "decoding)")
 
 #: Per-iteration engine overhead (CPU scheduling, sampling, CUDA-graph launch), the per-request
 #: front end (HTTP or gRPC server, tokenizer, queue hand-off: it adds to TTFT and end-to-end
@@ -343,7 +343,7 @@ class StepModel:
         per, domains = topo.scale_up()
         # expert slots: an EP degree that does not divide the experts places EPLB's
         # redundant copies too (DeepSeek's EP144 decode: 288 slots, 2 per GPU)
-        red = EPLB_REDUNDANT_EXPERTS if self.eplb else 0
+        red = EPLB_REDUNDANT_EXPERTS.value if self.eplb else 0
         layout.check(m, len(gpus) if "nodes" not in topo.meta else per * domains, red)
         self.expert_slots = m.experts if not m.is_moe or m.experts % layout.ep == 0 \
             else m.experts + red
@@ -396,7 +396,7 @@ class StepModel:
         if self.eplb:
             g = 3 if m.gated else 2
             per_expert = g * m.hidden * m.expert_ffn * self.wb / (lay.tp // lay.ep) / lay.pp
-            self.weights_bytes += (math.ceil(EPLB_REDUNDANT_EXPERTS / lay.ep) * m.moe_layers
+            self.weights_bytes += (math.ceil(EPLB_REDUNDANT_EXPERTS.value / lay.ep) * m.moe_layers
                                    * per_expert)
         # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
         self.kv_bytes_per_token = M.kv_cache_bytes_per_token(

@@ -113,7 +113,7 @@ def print_summary(r: dict) -> None:
                f"{r['preemptions']} preemptions; mean decode batch {r['mean_batch']:.1f}")
     typer.echo(f"bottleneck       {r['bottleneck']}")
     if r.get("kernel_times"):
-        from gpufabric.kerneldb.timing import describe
+        from gpufabric.workloads.inference.kerneltimes import describe
         typer.echo(f"kernel times     {describe(r['kernel_times'])}")
 
 

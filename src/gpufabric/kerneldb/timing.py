@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import contextvars
 import math
 import os
 from collections.abc import Iterator
@@ -49,6 +48,7 @@ from typing import Any
 
 from gpufabric.errors import InputError
 from gpufabric.kerneldb import db as D
+from gpufabric.workloads.inference import kerneltimes
 
 #: A neighbouring measured shape stands in for an unmeasured one within this factor in each of
 #: ``n`` and ``k`` (beyond it the tiling, and so the efficiency, can differ a lot).
@@ -97,12 +97,12 @@ class Source:
             self._tables[key] = curves
         return self._tables[key]
 
-    def gemm_s(self, gpu: str, backend: str, prec: str, T: int, n: float,
+    def gemm_s(self, gpu: str, engine: str, prec: str, T: int, n: float,
                k: float) -> float | None:
         """Seconds of one GEMM ``(T x k) @ (k x n)`` at tensor precision ``prec`` as the
-        database measured it on ``gpu`` through ``backend`` (None: not covered)."""
-        dtype = DTYPES.get(prec)
-        curves = self._curves(gpu, backend) if dtype else None
+        database measured it on ``gpu`` through ``engine``'s backend (None: not covered)."""
+        dtype, backend = DTYPES.get(prec), backend_of(engine)
+        curves = self._curves(gpu, backend) if dtype and backend else None
         if dtype is None or not curves or T <= 0:
             return None
         n, k = int(round(n)), int(round(k))
@@ -116,6 +116,20 @@ class Source:
             (_, n2, k2), curve = near
             t = _at(curve, T) * (n * k) / (n2 * k2)
         return t if t >= MIN_KERNEL_S else None
+
+    def table(self, gpu: str, engine: str) -> str:
+        """The GEMM table read for ``gpu`` and ``engine`` ('' if none)."""
+        be = backend_of(engine)
+        if be is None:
+            return ""
+        self._curves(gpu, be)
+        return self.versions.get((gpu, be), "")
+
+    def missing(self, gpu: str, engine: str) -> str:
+        """Why there is no table for ``gpu`` and ``engine``."""
+        if backend_of(engine) is None:
+            return f"the database measured no kernels of the {engine} engine"
+        return f"the database has no GEMM table of {gpu}"
 
 
 def _at(curve: _Curve, T: int) -> float:
@@ -145,62 +159,19 @@ def _nearest(curves: dict, dtype: str, n: int, k: int) -> tuple[Any, _Curve] | N
     return best
 
 
-_CURRENT: contextvars.ContextVar[Source | None] = contextvars.ContextVar(
-    "gpufabric_kernel_times", default=None)
-
-
-def current() -> Source | None:
-    """The measured timing source in use (None: gpufabric's model alone, the default)."""
-    return _CURRENT.get()
-
-
 @contextlib.contextmanager
 def use(name: str | None, db: str | os.PathLike[str] | None = None,
         field_name: str = "--kernel-times") -> Iterator[Source | None]:
     """Time GEMMs from ``name``'s source for the ``with`` block: ``aic`` (the database at
-    ``db``, see :func:`db.root`), ``model`` or None (gpufabric's own model)."""
+    ``db``, see :func:`db.root`), ``model`` or None (gpufabric's own roofline)."""
     if name not in (None, *CHOICES):
         raise InputError(f"got {name!r}; allowed: {', '.join(CHOICES)}", field=field_name)
     src = None
     if name == "aic":
         D.root(db, field=field_name)            # installed, or one line saying how
         src = Source(db)
-    token = _CURRENT.set(src)
-    try:
+    with kerneltimes.use(src):
         yield src
-    finally:
-        _CURRENT.reset(token)
-
-
-def report(gemm_sources: dict[str, float], gpu: str, engine: str) -> dict[str, Any] | None:
-    """Where a run's GEMM times came from (None without a measured source in use): the
-    share of the GEMM seconds the tables hold that were measured, and the table read.
-
-    >>> report({"measured": 3.0, "model": 1.0}, "H100-SXM", "vllm") is None
-    True
-    """
-    src = current()
-    if src is None:
-        return None
-    meas, model = gemm_sources.get("measured", 0.0), gemm_sources.get("model", 0.0)
-    be = backend_of(engine)
-    table = src.versions.get((gpu, be or ""), "")
-    why = "" if table else (f"the database has no GEMM table of {gpu}" if be else
-                            f"the database measured no kernels of the {engine} engine")
-    return {"source": "aic", "measured_share": meas / (meas + model) if meas + model else 0.0,
-            "table": table, "note": why}
-
-
-def describe(rep: dict[str, Any]) -> str:
-    """One line of :func:`report`'s answer.
-
-    >>> describe({"measured_share": 0.8, "table": "h100_sxm vllm 0.24.0", "note": ""})[:52]
-    "80% of the GEMM time measured (AIConfigurator's h100"
-    """
-    if not rep["table"]:
-        return f"gpufabric's roofline for every GEMM: {rep['note']}"
-    return (f"{rep['measured_share']:.0%} of the GEMM time measured (AIConfigurator's "
-            f"{rep['table']} kernels), the rest gpufabric's roofline")
 
 
 def backend_of(engine: str) -> str | None:

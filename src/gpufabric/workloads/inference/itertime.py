@@ -52,13 +52,13 @@ from statistics import NormalDist
 import numpy as np
 
 from gpufabric.errors import InputError
-from gpufabric.kerneldb import timing as kernel_times
 from gpufabric.params import Param
 from gpufabric.topology.model import Topology
 from gpufabric.workloads import compute as C
 from gpufabric.workloads import memory as M
 from gpufabric.workloads.compute import record
 from gpufabric.workloads.inference import engines as E
+from gpufabric.workloads.inference import kerneltimes
 from gpufabric.workloads.inference import precisions as P
 from gpufabric.workloads.models import ModelSpec, load_model
 
@@ -446,12 +446,10 @@ class StepModel:
         proportions so the bottleneck keeps its name."""
         c, mem = linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
                           rate=self.compute_rate, count=count, weight_count=weight_count)
-        src, model_s = kernel_times.current(), max(c, mem)
+        src, model_s = kerneltimes.current(), max(c, mem)
         t = None
         if src is not None and count == 1 and weight_count is None and self.compute_rate == 1:
-            be = kernel_times.backend_of(self.engine)
-            if be is not None:
-                t = src.gemm_s(self.gpu.name, be, self.compute_prec, T, n, k)
+            t = src.gemm_s(self.gpu.name, self.engine, self.compute_prec, T, n, k)
         tally = self.gemm_sources
         if t is None or model_s <= 0:
             tally["model"] = tally.get("model", 0.0) + model_s

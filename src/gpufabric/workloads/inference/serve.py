@@ -25,10 +25,9 @@ import numpy as np
 
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
-from gpufabric.workloads.inference import clients
+from gpufabric.workloads.inference import clients, kerneltimes
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
-from gpufabric.kerneldb import timing as kernel_times
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
 from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
                                                      check_fits, saturated, simulate,
@@ -492,7 +491,7 @@ def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
         ctx = float(res.isl.mean() + res.osl.mean() / 2)
         out["speculative"] = sm.summary(n, n * ctx)  # type: ignore[attr-defined]
     out["bottleneck"] = bottleneck(sm, s, bd, res)
-    kt = kernel_times.report(getattr(sm, "gemm_sources", {}), sm.gpu.name, sm.engine)
+    kt = kerneltimes.report(getattr(sm, "gemm_sources", {}), sm.gpu.name, sm.engine)
     if kt is not None:
         out["kernel_times"] = kt
     return out

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufabric.errors import InputError
 from gpufabric.workloads.memory import (GiB, block_activation_bytes, params_per_gpu,
                                         training_memory)
 from gpufabric.workloads.models import load_model, model_from_shape
@@ -120,9 +121,82 @@ def test_memory_metric_on_published_figures():
     # biases the first stage also holds (1T: 11%)
     assert held["activations_GiB"]["points"] == 8 and held["activations_GiB"]["max_abs_pct"] < 0.01
     assert held["model_states_GiB"]["points"] == 8 and held["model_states_GiB"]["max_abs_pct"] < 12
-    assert r.summary["points"] == 16 and r.summary["median_abs_pct"] < 10
-    # torchtitan's peak reserved memory (looked at while the model gained op-level SAC and
-    # FSDP under a pipeline): within 10% median is the goal, 16% what the model gives (the
-    # allocator's reserve and the FP8 casts' buffers are priors, not fitted)
+    # torchtitan's peak reserved memory (looked at while the model gained op-level SAC, FSDP
+    # under a pipeline, FSDP's FP32 shards and root, the loss's buffers and what the allocator
+    # reports): the goal is within 10% median; nothing here is fitted, so a miss of a few
+    # GiB on an 80 GiB part is what the unmodelled allocator and FP8 casts leave
     mem = held["memory_GiB"]["looked_at"]
-    assert mem["points"] == 20 and mem["median_abs_pct"] < 20 and mem["max_abs_pct"] < 35
+    assert mem["points"] == 20 and mem["median_abs_pct"] < 10 and mem["max_abs_pct"] < 20
+
+
+LOGITS = 2 * 8192 * 128256          # micro-batch 2 x seq 8192 x Llama 3's vocabulary
+
+
+@pytest.mark.parametrize("kind, per_logit", [
+    ("eager", 12),              # FP32 log-probs, their gradient, the input gradient
+    ("vocab_parallel", 6),      # Megatron: FP32 softmax made the gradient in place + 16-bit
+    ("fused", 4),               # compiled: 16-bit logits saved + 16-bit gradient
+])
+def test_the_loss_holds_bytes_per_logit_by_how_it_is_computed(kind, per_logit):
+    par = Parallel(dp=8, fsdp="full", micro_batch=2, global_batch=16, recompute="full")
+    m = training_memory("llama3-8b", par, 8192, "H100-SXM", cross_entropy=kind)
+    none = training_memory("llama3-8b", par, 8192, "H100-SXM", cross_entropy="fused")
+    assert (m.buffers_GiB - none.buffers_GiB) * GiB == pytest.approx((per_logit - 4) * LOGITS)
+
+
+def test_eager_loss_on_vocabulary_sharded_logits_holds_four_fp32_copies():
+    # PyTorch's loss_parallel backward: log-probs, zeros_like, exp and their sum (16 B)
+    par = Parallel(tp=8, dp=8, fsdp="full", micro_batch=2, global_batch=16, recompute="full")
+    eager = training_memory("llama3-70b", par, 8192, "H100-SXM", cross_entropy="eager")
+    fused = training_memory("llama3-70b", par, 8192, "H100-SXM", cross_entropy="fused")
+    assert (eager.buffers_GiB - fused.buffers_GiB) * GiB == pytest.approx(12 * LOGITS / 8)
+
+
+def test_fsdp_keeps_an_fp32_shard_as_the_master_weight():
+    par = Parallel(dp=8, fsdp="full", micro_batch=1, global_batch=8)
+    m = training_memory("llama3-8b", par, 8192, "H100-SXM")
+    n = load_model("llama3-8b").params()
+    # FSDP2: FP32 sharded parameter (4 B), FP32 gradient (4 B), two FP32 moments (8 B)
+    assert (m.weights_GiB, m.grads_GiB, m.optimizer_GiB) == pytest.approx(
+        (4 * n / 8 / GiB, 4 * n / 8 / GiB, 8 * n / 8 / GiB))
+    zero3 = training_memory("llama3-8b", Parallel(dp=8, zero=3), 8192, "H100-SXM")
+    assert zero3.weights_GiB == pytest.approx(2 * n / 8 / GiB)      # DeepSpeed: 2 + 4 + 12
+
+
+def test_fsdp_keeps_the_root_modules_parameters_gathered():
+    # FSDP2 does not reshard the root (embedding, final norm, output layer) after forward
+    m = load_model("llama3-8b")
+    par = Parallel(dp=8, fsdp="full", micro_batch=1, global_batch=8)
+    fsdp = training_memory(m, par, 8192, "H100-SXM", cross_entropy="fused")
+    zero3 = training_memory(m, Parallel(dp=8, zero=3), 8192, "H100-SXM",
+                            cross_entropy="fused")
+    assert (fsdp.buffers_GiB - zero3.buffers_GiB) * GiB == pytest.approx(
+        2 * m.embedding_params())
+
+
+def test_interleaving_never_holds_more_than_the_steps_micro_batches():
+    # 8 micro-batches on 8 stages of 2 chunks: every chunk of every micro-batch is in flight
+    # before the first backward, 8 micro-batches' worth, as with 1F1B (torchtitan Table 5)
+    par = Parallel(tp=8, pp=8, dp=8, fsdp="full", micro_batch=4, global_batch=256,
+                   recompute="full")
+    one = training_memory("llama3-405b", par, 8192, "H100-SXM")
+    two = training_memory("llama3-405b", par.with_(vpp=2), 8192, "H100-SXM")
+    assert two.activations_GiB == pytest.approx(one.activations_GiB)
+
+
+def test_what_a_source_reports_is_the_device_total_less_what_it_does_not_count():
+    m = training_memory("llama3-8b", Parallel(dp=8, fsdp="full"), 8192, "H100-SXM")
+    assert m.reported_GiB("device") == m.total_GiB
+    # torch.cuda.max_memory_reserved: no CUDA context (0.5) nor NCCL / cuBLAS buffers (2.0)
+    assert m.total_GiB - m.reported_GiB("reserved") == pytest.approx(2.5)
+    assert m.reported_GiB("allocated") == pytest.approx(
+        m.weights_GiB + m.grads_GiB + m.optimizer_GiB + m.activations_GiB + m.buffers_GiB)
+
+
+def test_an_unknown_memory_count_is_one_line_naming_the_field(tmp_path):
+    text = MEMORY.read_text().replace("memory_reported: reserved", "memory_reported: smi", 1)
+    bad = tmp_path / "m.yaml"
+    bad.write_text(text)
+    with pytest.raises(InputError) as e:
+        validate(str(bad))
+    assert "memory_reported" in str(e.value) and "device, reserved, allocated" in str(e.value)

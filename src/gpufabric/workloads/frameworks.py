@@ -71,6 +71,11 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "sac": (("attention", "op"), "what selective recomputation recomputes: attention "
                                  "(Megatron: the attention core) or op (torchtitan's op-level "
                                  "policy)"),
+    "cross_entropy": (("eager", "vocab_parallel", "fused"),
+                      "how the loss over the logits is computed, which sets its memory: eager "
+                      "(PyTorch cross_entropy on an FP32 copy; loss_parallel with tensor "
+                      "parallelism), vocab_parallel (Megatron's fused vocabulary-parallel "
+                      "softmax, in place), fused (a compiled loss on 16-bit logits)"),
     "recompute_modules": (list, "what selective recomputation recomputes, as Megatron-Core's "
                                 "--recompute-modules names it: a list of core_attn, mlp, "
                                 "moe_act, moe, shared_experts, mla_up_proj, layernorm"),
@@ -212,7 +217,8 @@ def step_options(settings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, arg in (("tp_comm_overlap", "tp_overlap"), ("ep_comm_overlap", "ep_overlap"),
                      ("overlap_grad_reduce", "dp_overlap"), ("zero3_overlap", "zero3_overlap"),
-                     ("sac", "sac"), ("tp_bwd_overlap", "tp_bwd_overlap"),
+                     ("sac", "sac"), ("cross_entropy", "cross_entropy"),
+                     ("tp_bwd_overlap", "tp_bwd_overlap"),
                      ("pp_scatter_gather", "pp_scatter_gather")):
         if key in settings:
             out[arg] = settings[key]

@@ -68,6 +68,37 @@ FRAGMENTATION = record("FRAGMENTATION", 0.05, "fraction",
                        "~1.05 in steady-state training (torchtitan memory reports)")
 #: bytes per parameter: 16-bit weight, FP32 gradient, FP32 master + Adam moments
 WEIGHT_B, GRAD_B, OPT_B = 2, 4, 12
+#: PyTorch FSDP (FSDP2, ``MixedPrecisionPolicy``): the sharded parameter stays in FP32 and is
+#: the master weight (cast to 16 bits only when gathered), so a parameter's shard holds
+#: 4 B of weight and 8 B of Adam moments, not 2 + 12
+FSDP_WEIGHT_B, FSDP_OPT_B = 4, 8
+#: bytes per logit (token x vocabulary entry on this GPU) held at the loss's peak, by how the
+#: cross-entropy is computed (the ``cross_entropy`` run setting)
+LOSS_BYTES = record(
+    "LOSS_BYTES", {"eager": 12, "eager_tp": 16, "vocab_parallel": 6, "fused": 4},
+    "B per logit",
+    "GPU memory: the cross-entropy over the logits at its peak (the backward of the loss)",
+    "eager: F.cross_entropy(pred.float(), labels) (torchtitan train.py at 9dec370, loss_fn): "
+    "at log_softmax's backward the FP32 log-probabilities, their gradient (nll_loss backward) "
+    "and the input gradient are live, 3 x 4 B, the BF16 logits freed by `del pred`; "
+    "eager_tp: the same loss on vocabulary-sharded logits under PyTorch's loss_parallel "
+    "(torch/distributed/tensor/parallel/loss.py, _nll_loss_and_log_softmax_backward, as in "
+    "PyTorch 2.6): the saved FP32 log-probabilities, zeros_like(x), exp(x) and their sum, "
+    "4 x 4 B, at `(grad_input + torch.exp(x)) * grad_output`; "
+    "vocab_parallel: Megatron-Core tensor_parallel/cross_entropy.py "
+    "(_VocabParallelCrossEntropy): the FP32 softmax is saved and becomes the gradient in place, "
+    "4 B, beside the 16-bit logits or their gradient, 2 B; fused: a compiled or fused loss "
+    "(torch.compile of the loss, torchtitan components/loss.py at e7c0cae) saves the 16-bit "
+    "logits and writes a 16-bit gradient, 2 x 2 B; not fitted")
+#: the ``cross_entropy`` run setting's values (``eager`` on vocabulary-sharded logits, with
+#: tensor parallelism, counts as ``eager_tp``)
+CROSS_ENTROPY = ("eager", "vocab_parallel", "fused")
+#: what a published peak counts (an entry's ``memory_reported``): ``reserved``, the PyTorch
+#: caching allocator's peak reserved memory (``torch.cuda.max_memory_reserved``: tensors and
+#: the allocator's cached, fragmented blocks, without the CUDA context or NCCL's buffers);
+#: ``allocated``, the peak of live tensors (``max_memory_allocated``); ``device``, what the GPU
+#: holds in all (nvidia-smi), the default
+MEMORY_REPORTED = ("device", "reserved", "allocated")
 
 
 @dataclass
@@ -88,6 +119,25 @@ class MemoryBreakdown:
     @property
     def fits(self) -> bool:
         return self.total_GiB <= self.capacity_GiB
+
+    def reported_GiB(self, what: str = "device") -> float:
+        """The peak as a tool reports it (:data:`MEMORY_REPORTED`): ``device`` the total,
+        ``reserved`` the caching allocator's (the total less the CUDA context and NCCL and
+        cuBLAS workspaces, :func:`reserve_GiB`), ``allocated`` the tensors alone.
+
+        >>> from gpufabric.workloads.parallel import Parallel
+        >>> m = training_memory("llama3-8b", Parallel(dp=8, fsdp="full"), 8192, "H100-SXM")
+        >>> round(m.total_GiB - m.reported_GiB("reserved"), 2)
+        2.5
+        """
+        if what not in MEMORY_REPORTED:
+            raise InputError(f"got {what!r}; allowed: {', '.join(MEMORY_REPORTED)}",
+                             field="memory_reported")
+        if what == "device":
+            return self.total_GiB
+        if what == "reserved":
+            return self.total_GiB - reserve_GiB()
+        return self.total_GiB - self.reserve_GiB
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -209,10 +259,12 @@ def op_sac_block_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: int,
 
 def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     precision: str = "bf16", flash: bool = True,
-                    gpus_per_node: int = 8, sac: str = "attention") -> MemoryBreakdown:
+                    gpus_per_node: int = 8, sac: str = "attention",
+                    cross_entropy: str = "vocab_parallel") -> MemoryBreakdown:
     """Memory of the most loaded GPU for a training layout. ``sac``: what selective
     recomputation keeps (``attention``: Megatron's, Korthikanti's ``34 sbh``; ``op``:
-    torchtitan's op-level policy, :func:`op_sac_block_bytes`).
+    torchtitan's op-level policy, :func:`op_sac_block_bytes`). ``cross_entropy``: how the
+    loss is computed (:data:`LOSS_BYTES`: ``eager``, ``vocab_parallel``, ``fused``).
 
     Raises
     ------
@@ -227,10 +279,14 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
         raise InputError(f"must be at least 1, got {seq_len}", field="seq_len")
     if seq_len % par.cp:
         raise InputError(f"seq_len {seq_len} is not a multiple of cp {par.cp}", field="cp")
+    if cross_entropy not in CROSS_ENTROPY:
+        raise InputError(f"got {cross_entropy!r}; allowed: {', '.join(CROSS_ENTROPY)}",
+                         field="cross_entropy")
     best: MemoryBreakdown | None = None
     stages = sorted({0, par.pp - 1})
     for st in stages:
-        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, sac)
+        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, sac,
+                           cross_entropy)
         if best is None or mb.total_GiB > best.total_GiB:
             best = mb
     assert best is not None
@@ -244,33 +300,47 @@ def expert_shard(par: Parallel, shard: int) -> int:
     return max(shard // par.ep, 1) if par.fsdp == "hybrid" else par.edp
 
 
-def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
-                  gpn: int, stage: int, sac: str = "attention") -> MemoryBreakdown:
-    dense, expert = params_per_gpu(m, par, stage)
-    wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B
+def model_states(par: Parallel, dense: float, expert: float, prec: str, gpn: int
+                 ) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) in bytes on one GPU holding ``dense`` and
+    ``expert`` parameters before sharding. Megatron and DeepSpeed keep a 16-bit weight, an
+    FP32 gradient and FP32 master weight + moments (2 + 4 + 12 B), ZeRO sharding them by
+    stage; PyTorch FSDP keeps the FP32 shard as the master (4 + 4 + 8 B, all sharded:
+    :data:`FSDP_WEIGHT_B`)."""
     z = par.zero_stage
     shard = par.dp * par.cp
     if par.fsdp == "hybrid":
         shard = min(shard, max(gpn // (par.tp * par.cp), 1) * par.cp)
     eshard = expert_shard(par, shard)
-    opt = OPT_B * (dense / (shard if z >= 1 else 1) + expert / (eshard if z >= 1 else 1))
-    if par.offload:            # optimizer states in host memory (streamed by the step)
-        opt = 0.0
-    grads = GRAD_B * (dense / (shard if z >= 2 else 1) + expert / (eshard if z >= 2 else 1))
-    weights = wb * (dense / (shard if z >= 3 else 1) + expert / (eshard if z >= 3 else 1))
+
+    def sharded(stage: int) -> float:
+        return dense / (shard if z >= stage else 1) + expert / (eshard if z >= stage else 1)
+    fp32 = prec in ("fp32", "tf32")
+    wb, ob = (4 if fp32 else WEIGHT_B), OPT_B
+    if par.fsdp and not fp32:
+        wb, ob = FSDP_WEIGHT_B, FSDP_OPT_B
+    opt = 0.0 if par.offload else ob * sharded(1)   # offload: in host memory
+    return wb * sharded(3), GRAD_B * sharded(2), opt
+
+
+def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
+                  gpn: int, stage: int, sac: str = "attention",
+                  loss: str = "vocab_parallel") -> MemoryBreakdown:
+    dense, expert = params_per_gpu(m, par, stage)
+    wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B      # a gathered (working) weight
+    weights, grads, opt = model_states(par, dense, expert, prec, gpn)
     buffers = 0.0
     eb = ACT_BYTES[prec]
     layers = stage_layers(m, par, stage) if m.is_transformer else []
-    if z >= 3 and par.fsdp and par.pp > 1 and par.micro_batches > 1:
+    if par.zero_stage >= 3 and par.fsdp and par.pp > 1 and par.micro_batches > 1:
         # FSDP under a pipeline schedule: the stage's weights stay gathered and its gradients
         # unsharded (FP32, the reduce dtype) until the last micro-batch's backward (PyTorch
         # torch/distributed/pipelining/stage.py, backward_maybe_with_nosync:
         # set_reshard_after_backward(False), set_requires_gradient_sync(False); torchtitan
         # does not reshard after forward with pipelining)
         buffers += (wb + GRAD_B) * (dense + expert)
-    elif z >= 3 and layers:    # gathered weights of the layer in use and the one prefetched
-        per_layer = (dense + expert) / max(len(layers), 1)
-        buffers += 2 * wb * per_layer
+    elif par.zero_stage >= 3 and layers:
+        buffers += _gathered_bytes(m, par, dense + expert, len(layers), wb, stage)
     # activations
     if m.is_transformer:
         mb_, s = par.micro_batch, seq
@@ -290,11 +360,13 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
             act_one = sum(full)
             working = 0.0
         inflight: float = min(par.pp - stage, par.micro_batches) if par.pp > 1 else 1
-        if par.vpp > 1:
-            inflight = inflight * (1 + (par.pp - 1) / (par.pp * par.vpp))
+        if par.vpp > 1:     # never more than the step's micro-batches (all chunks in flight)
+            inflight = min(inflight * (1 + (par.pp - 1) / (par.pp * par.vpp)),
+                           par.micro_batches)
         acts = act_one * max(inflight, 1) + working
-        if stage == par.pp - 1:   # logits and their gradient in FP32
-            buffers += 2 * 4 * mb_ * s / par.cp * m.vocab / par.tp
+        if stage == par.pp - 1:   # the cross-entropy over the logits at its peak
+            kind = "eager_tp" if loss == "eager" and par.tp > 1 else loss
+            buffers += LOSS_BYTES.value[kind] * mb_ * s / par.cp * m.vocab / par.tp
         if par.pp > 1:
             buffers += 2 * mb_ * s / par.cp * m.hidden * eb
     else:
@@ -305,6 +377,16 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     return MemoryBreakdown(weights / GiB, grads / GiB, opt / GiB, acts / GiB, buffers / GiB,
                            reserve / GiB, total / GiB, capacity_GiB(spec.name), spec.name,
                            "first" if stage == 0 else "last")
+
+
+def _gathered_bytes(m: ModelSpec, par: Parallel, params: float, n_layers: int, wb: int,
+                    stage: int) -> float:
+    """Gathered 16-bit weights under ZeRO-3 / FSDP outside a pipeline: the layer in use and
+    the one prefetched; with PyTorch FSDP also the root module's parameters (the embedding,
+    final norm and output layer, which FSDP2 does not reshard after forward: the root's
+    ``post_forward_mesh_info`` is None, torch/distributed/_composable/fsdp/_fsdp_state.py)."""
+    root = m.embedding_params() / par.tp if par.fsdp and par.pp == 1 and stage == 0 else 0.0
+    return wb * (2 * params / max(n_layers, 1) + root)
 
 
 def capacity_GiB(gpu: str) -> float:
@@ -330,7 +412,7 @@ def fit_hint(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
 
     >>> from gpufabric.workloads.parallel import Parallel
     >>> fit_hint("llama3-8b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
-    'fits with --zero 2 (79.9 GiB)'
+    'fits with --zero 2 (77.9 GiB)'
     >>> fit_hint("llama3-405b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
     'no --zero, --recompute or --micro-batch setting fits this layout; try --search'
     """
@@ -360,7 +442,7 @@ def check_fits(mem: MemoryBreakdown, hint: str = "") -> None:
     >>> check_fits(training_memory("llama3-70b", Parallel(dp=8), 8192, "H100-SXM"))
     Traceback (most recent call last):
     ...
-    gpufabric.errors.InputError: memory: needs 1439.0 GiB per GPU, H100-SXM has 80
+    gpufabric.errors.InputError: memory: needs 1436.9 GiB per GPU, H100-SXM has 80
     """
     if not mem.fits:
         cap = f"{mem.capacity_GiB:g}"

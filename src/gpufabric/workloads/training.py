@@ -262,6 +262,7 @@ class Software:
     attn_kernel: str = "native"
     ep_overlap: bool = False
     sac: str = "attention"
+    cross_entropy: str = "vocab_parallel"
     recompute_modules: tuple[str, ...] = ()
     zero3_overlap: bool = True
     nccl_algo: str | None = None
@@ -478,7 +479,7 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
     mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn,
-                          sac=o.sac)
+                          sac=o.sac, cross_entropy=o.cross_entropy)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
                                  gpus_per_node=gpn))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 
@@ -32,6 +32,7 @@ from gpufabric.workloads.frameworks import (SETTINGS, check_setting, load_profil
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
 from gpufabric.workloads.models import (find_model, gives_shape, load_model_file,
                                         model_from_shape, with_model_file)
+from gpufabric.workloads.memory import MEMORY_REPORTED, MemoryBreakdown
 from gpufabric.workloads.parallel import Parallel
 from gpufabric.workloads.training import StepResult, predict_step
 
@@ -266,7 +267,7 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             status = validation.status(eid, str(e.get("looked_at") or ""), fitted_ids)
             lay = _layout(r)
             for metric, meas in memory_figures(e, pt):
-                pred = sum(r.memory[k] for k in MEMORY_METRICS[metric])
+                pred = memory_predicted(r.memory, metric, e, pt, path)
                 points.append(validation.point(
                     eid, j, metric, round(meas, 2), round(pred, 2), status,
                     error_pct=round((pred / meas - 1) * 100, 2), unit="GiB",
@@ -311,6 +312,23 @@ def memory_figures(e: dict[str, Any], pt: dict[str, Any]) -> list[tuple[str, flo
     """
     res = {**(e.get("result") or {}), **pt}
     return [(k, v) for k in MEMORY_METRICS if (v := _num(res.get(k))) is not None and v > 0]
+
+
+def memory_predicted(mem: dict[str, Any], metric: str, e: dict[str, Any],
+                     pt: dict[str, Any], path: str = "") -> float:
+    """The model's figure for one memory metric of a point, from its breakdown ``mem``:
+    ``memory_GiB`` as the entry says its source counted it (``memory_reported``, on the entry
+    or the point: ``device``, the default, ``reserved`` or ``allocated``;
+    :meth:`gpufabric.workloads.memory.MemoryBreakdown.reported_GiB`), the others the sum of
+    their parts (:data:`MEMORY_METRICS`)."""
+    if metric != "memory_GiB":
+        return float(sum(mem[k] for k in MEMORY_METRICS[metric]))
+    what = str(pt.get("memory_reported") or e.get("memory_reported") or "device")
+    if what not in MEMORY_REPORTED:
+        raise InputError(f"got {what!r}; allowed: {', '.join(MEMORY_REPORTED)}", file=path,
+                         field=f"{e.get('id')}.memory_reported")
+    names = [f.name for f in fields(MemoryBreakdown)]
+    return MemoryBreakdown(**{k: mem[k] for k in names}).reported_GiB(what)
 
 
 def _assumed(e: dict[str, Any]) -> dict[str, Any]:
@@ -514,4 +532,4 @@ def _parallel(e: dict[str, Any], par: dict[str, Any], run: dict[str, Any], m: Mo
 
 
 __all__ = ["validate", "is_training_file", "Report", "resolve_model", "power_cap",
-           "memory_figures", "MEMORY_METRICS"]
+           "memory_figures", "memory_predicted", "MEMORY_METRICS"]

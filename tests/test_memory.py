@@ -127,6 +127,14 @@ def test_memory_metric_on_published_figures():
     # GiB on an 80 GiB part is what the unmodelled allocator and FP8 casts leave
     mem = held["memory_GiB"]["looked_at"]
     assert mem["points"] == 20 and mem["median_abs_pct"] < 10 and mem["max_abs_pct"] < 20
+    # KempnerForge's peak allocated memory, added after the model changed (held out): BF16
+    # parameters, FSDP gradient accumulation without sync and its loss from its own profile;
+    # its largest misses (<= 20%) are the few-GPU runs where the unsharded FP32 gradients of
+    # the accumulation dominate
+    kf = [p for p in r.points if p["id"].startswith("kempnerforge")]
+    errs = sorted(abs(p["error_pct"]) for p in kf)
+    assert len(kf) == 14 and all(p["status"] == "held-out" for p in kf)
+    assert errs[len(errs) // 2] < 10 and errs[-1] < 25
 
 
 LOGITS = 2 * 8192 * 128256          # micro-batch 2 x seq 8192 x Llama 3's vocabulary
@@ -200,3 +208,32 @@ def test_an_unknown_memory_count_is_one_line_naming_the_field(tmp_path):
     with pytest.raises(InputError) as e:
         validate(str(bad))
     assert "memory_reported" in str(e.value) and "device, reserved, allocated" in str(e.value)
+
+
+def test_without_master_weights_a_parameter_holds_sixteen_bit_state_only():
+    # KempnerForge casts the model to BF16: BF16 gradient and AdamW moments in the same dtype
+    par = Parallel(dp=4, fsdp="full", micro_batch=1, global_batch=4)
+    m = training_memory("llama3-8b", par, 4096, "H200-SXM", master_weights=False)
+    n = load_model("llama3-8b").params()
+    assert (m.weights_GiB + m.grads_GiB + m.optimizer_GiB) * GiB == pytest.approx(8 * n / 4)
+
+
+def test_fsdp_accumulation_without_sync_holds_every_unsharded_fp32_gradient():
+    par = Parallel(dp=4, fsdp="full", micro_batch=1, global_batch=8)      # 2 micro-batches
+    kw = {"cross_entropy": "fused"}
+    synced = training_memory("llama3-8b", par, 4096, "H200-SXM", **kw)
+    held = training_memory("llama3-8b", par, 4096, "H200-SXM", grad_accum_no_sync=True, **kw)
+    one = training_memory("llama3-8b", par.with_(global_batch=4), 4096, "H200-SXM",
+                          grad_accum_no_sync=True, **kw)
+    assert (held.buffers_GiB - synced.buffers_GiB) * GiB == pytest.approx(
+        4 * load_model("llama3-8b").params())
+    assert one.buffers_GiB == synced.buffers_GiB        # nothing to accumulate
+
+
+def test_a_loss_on_gathered_logits_is_over_the_whole_vocabulary():
+    par = Parallel(tp=4, dp=1, fsdp="full", micro_batch=1, global_batch=1, recompute="full")
+    kw = {"cross_entropy": "eager_16bit"}
+    split = training_memory("llama3-8b", par, 4096, "H200-SXM", **kw)
+    whole = training_memory("llama3-8b", par, 4096, "H200-SXM", loss_parallel=False, **kw)
+    assert (whole.buffers_GiB - split.buffers_GiB) * GiB == pytest.approx(
+        8 * 4096 * 128256 * (1 - 1 / 4))

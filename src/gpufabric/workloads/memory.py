@@ -75,7 +75,8 @@ FSDP_WEIGHT_B, FSDP_OPT_B = 4, 8
 #: bytes per logit (token x vocabulary entry on this GPU) held at the loss's peak, by how the
 #: cross-entropy is computed (the ``cross_entropy`` run setting)
 LOSS_BYTES = record(
-    "LOSS_BYTES", {"eager": 12, "eager_tp": 16, "vocab_parallel": 6, "fused": 4},
+    "LOSS_BYTES", {"eager": 12, "eager_tp": 16, "eager_16bit": 8, "vocab_parallel": 6,
+                   "fused": 4},
     "B per logit",
     "GPU memory: the cross-entropy over the logits at its peak (the backward of the loss)",
     "eager: F.cross_entropy(pred.float(), labels) (torchtitan train.py at 9dec370, loss_fn): "
@@ -84,7 +85,10 @@ LOSS_BYTES = record(
     "eager_tp: the same loss on vocabulary-sharded logits under PyTorch's loss_parallel "
     "(torch/distributed/tensor/parallel/loss.py, _nll_loss_and_log_softmax_backward, as in "
     "PyTorch 2.6): the saved FP32 log-probabilities, zeros_like(x), exp(x) and their sum, "
-    "4 x 4 B, at `(grad_input + torch.exp(x)) * grad_output`; "
+    "4 x 4 B, at `(grad_input + torch.exp(x)) * grad_output`; eager_16bit: "
+    "F.cross_entropy on the 16-bit logits, which the training loop still holds "
+    "(KempnerForge scripts/train.py at 01b461a): the logits, log-probabilities, their "
+    "gradient and the input gradient, 4 x 2 B; "
     "vocab_parallel: Megatron-Core tensor_parallel/cross_entropy.py "
     "(_VocabParallelCrossEntropy): the FP32 softmax is saved and becomes the gradient in place, "
     "4 B, beside the 16-bit logits or their gradient, 2 B; fused: a compiled or fused loss "
@@ -92,13 +96,32 @@ LOSS_BYTES = record(
     "logits and writes a 16-bit gradient, 2 x 2 B; not fitted")
 #: the ``cross_entropy`` run setting's values (``eager`` on vocabulary-sharded logits, with
 #: tensor parallelism, counts as ``eager_tp``)
-CROSS_ENTROPY = ("eager", "vocab_parallel", "fused")
+CROSS_ENTROPY = ("eager", "eager_16bit", "vocab_parallel", "fused")
 #: what a published peak counts (an entry's ``memory_reported``): ``reserved``, the PyTorch
 #: caching allocator's peak reserved memory (``torch.cuda.max_memory_reserved``: tensors and
 #: the allocator's cached, fragmented blocks, without the CUDA context or NCCL's buffers);
 #: ``allocated``, the peak of live tensors (``max_memory_allocated``); ``device``, what the GPU
 #: holds in all (nvidia-smi), the default
 MEMORY_REPORTED = ("device", "reserved", "allocated")
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How a framework holds what the memory model counts (the run settings of
+    :data:`gpufabric.workloads.frameworks.SETTINGS` of the same names): ``sac`` what
+    selective recomputation keeps, ``cross_entropy`` how the loss is computed
+    (:data:`LOSS_BYTES`), ``loss_parallel`` whether the loss runs on the vocabulary-sharded
+    logits under tensor parallelism (false: the logits are gathered on every rank),
+    ``master_weights`` whether FP32 master weights and moments sit beside 16-bit parameters
+    (false: parameters, gradients and Adam moments all 16-bit, 2 + 2 + 4 B),
+    ``grad_accum_no_sync`` whether FSDP accumulates gradients unsharded until the last
+    micro-batch."""
+
+    sac: str = "attention"
+    cross_entropy: str = "vocab_parallel"
+    loss_parallel: bool = True
+    master_weights: bool = True
+    grad_accum_no_sync: bool = False
 
 
 @dataclass
@@ -260,11 +283,15 @@ def op_sac_block_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: int,
 def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     precision: str = "bf16", flash: bool = True,
                     gpus_per_node: int = 8, sac: str = "attention",
-                    cross_entropy: str = "vocab_parallel") -> MemoryBreakdown:
+                    cross_entropy: str = "vocab_parallel", loss_parallel: bool = True,
+                    master_weights: bool = True, grad_accum_no_sync: bool = False
+                    ) -> MemoryBreakdown:
     """Memory of the most loaded GPU for a training layout. ``sac``: what selective
     recomputation keeps (``attention``: Megatron's, Korthikanti's ``34 sbh``; ``op``:
     torchtitan's op-level policy, :func:`op_sac_block_bytes`). ``cross_entropy``: how the
-    loss is computed (:data:`LOSS_BYTES`: ``eager``, ``vocab_parallel``, ``fused``).
+    loss is computed (:data:`LOSS_BYTES`: ``eager``, ``eager_16bit``, ``vocab_parallel``,
+    ``fused``); ``loss_parallel``, ``master_weights``, ``grad_accum_no_sync``: see
+    :class:`Accounting`.
 
     Raises
     ------
@@ -282,11 +309,11 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
     if cross_entropy not in CROSS_ENTROPY:
         raise InputError(f"got {cross_entropy!r}; allowed: {', '.join(CROSS_ENTROPY)}",
                          field="cross_entropy")
+    acct = Accounting(sac, cross_entropy, loss_parallel, master_weights, grad_accum_no_sync)
     best: MemoryBreakdown | None = None
     stages = sorted({0, par.pp - 1})
     for st in stages:
-        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, sac,
-                           cross_entropy)
+        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, acct)
         if best is None or mb.total_GiB > best.total_GiB:
             best = mb
     assert best is not None
@@ -300,13 +327,15 @@ def expert_shard(par: Parallel, shard: int) -> int:
     return max(shard // par.ep, 1) if par.fsdp == "hybrid" else par.edp
 
 
-def model_states(par: Parallel, dense: float, expert: float, prec: str, gpn: int
-                 ) -> tuple[float, float, float]:
+def model_states(par: Parallel, dense: float, expert: float, prec: str, gpn: int,
+                 master_weights: bool = True) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) in bytes on one GPU holding ``dense`` and
     ``expert`` parameters before sharding. Megatron and DeepSpeed keep a 16-bit weight, an
     FP32 gradient and FP32 master weight + moments (2 + 4 + 12 B), ZeRO sharding them by
     stage; PyTorch FSDP keeps the FP32 shard as the master (4 + 4 + 8 B, all sharded:
-    :data:`FSDP_WEIGHT_B`)."""
+    :data:`FSDP_WEIGHT_B`). Without master weights (16-bit parameters, as KempnerForge
+    casts its model; PyTorch's AdamW keeps its moments in the parameter's dtype) a
+    parameter holds 2 + 2 + 4 B."""
     z = par.zero_stage
     shard = par.dp * par.cp
     if par.fsdp == "hybrid":
@@ -316,19 +345,20 @@ def model_states(par: Parallel, dense: float, expert: float, prec: str, gpn: int
     def sharded(stage: int) -> float:
         return dense / (shard if z >= stage else 1) + expert / (eshard if z >= stage else 1)
     fp32 = prec in ("fp32", "tf32")
-    wb, ob = (4 if fp32 else WEIGHT_B), OPT_B
-    if par.fsdp and not fp32:
+    wb, gb, ob = (4 if fp32 else WEIGHT_B), GRAD_B, OPT_B
+    if not master_weights and not fp32:
+        wb, gb, ob = WEIGHT_B, WEIGHT_B, 2 * WEIGHT_B
+    elif par.fsdp and not fp32:
         wb, ob = FSDP_WEIGHT_B, FSDP_OPT_B
     opt = 0.0 if par.offload else ob * sharded(1)   # offload: in host memory
-    return wb * sharded(3), GRAD_B * sharded(2), opt
+    return wb * sharded(3), gb * sharded(2), opt
 
 
 def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
-                  gpn: int, stage: int, sac: str = "attention",
-                  loss: str = "vocab_parallel") -> MemoryBreakdown:
+                  gpn: int, stage: int, acct: Accounting) -> MemoryBreakdown:
     dense, expert = params_per_gpu(m, par, stage)
     wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B      # a gathered (working) weight
-    weights, grads, opt = model_states(par, dense, expert, prec, gpn)
+    weights, grads, opt = model_states(par, dense, expert, prec, gpn, acct.master_weights)
     buffers = 0.0
     eb = ACT_BYTES[prec]
     layers = stage_layers(m, par, stage) if m.is_transformer else []
@@ -341,11 +371,17 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
         buffers += (wb + GRAD_B) * (dense + expert)
     elif par.zero_stage >= 3 and layers:
         buffers += _gathered_bytes(m, par, dense + expert, len(layers), wb, stage)
+        if par.fsdp and acct.grad_accum_no_sync and par.micro_batches > 1:
+            # FSDP2 without gradient sync until the last micro-batch keeps every parameter's
+            # unsharded gradient, upcast to the reduce dtype (FP32) to accumulate
+            # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+            # to_accumulated_grad_if_needed)
+            buffers += GRAD_B * (dense + expert)
     # activations
     if m.is_transformer:
         mb_, s = par.micro_batch, seq
         full = [block_activation_bytes(m, i, mb_, s, par, prec, flash) for i in layers]
-        if par.recompute == "selective" and sac == "op":
+        if par.recompute == "selective" and acct.sac == "op":
             full = [op_sac_block_bytes(m, i, mb_, s, par, prec) for i in layers]
         if par.recompute == "full":
             rep = par.tp if par.sp and par.tp > 1 else 1
@@ -365,8 +401,7 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
                            par.micro_batches)
         acts = act_one * max(inflight, 1) + working
         if stage == par.pp - 1:   # the cross-entropy over the logits at its peak
-            kind = "eager_tp" if loss == "eager" and par.tp > 1 else loss
-            buffers += LOSS_BYTES.value[kind] * mb_ * s / par.cp * m.vocab / par.tp
+            buffers += _loss_bytes(m, par, mb_ * s / par.cp, acct)
         if par.pp > 1:
             buffers += 2 * mb_ * s / par.cp * m.hidden * eb
     else:
@@ -377,6 +412,17 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     return MemoryBreakdown(weights / GiB, grads / GiB, opt / GiB, acts / GiB, buffers / GiB,
                            reserve / GiB, total / GiB, capacity_GiB(spec.name), spec.name,
                            "first" if stage == 0 else "last")
+
+
+def _loss_bytes(m: ModelSpec, par: Parallel, tokens: float, acct: Accounting) -> float:
+    """The cross-entropy's buffers at their peak (:data:`LOSS_BYTES`): over the vocabulary
+    shard of this tensor-parallel rank, or over the whole vocabulary where the logits are
+    gathered to every rank (``loss_parallel`` false)."""
+    kind = acct.cross_entropy
+    split = par.tp if acct.loss_parallel else 1
+    if kind == "eager" and split > 1:
+        kind = "eager_tp"
+    return float(LOSS_BYTES.value[kind] * tokens * m.vocab / split)
 
 
 def _gathered_bytes(m: ModelSpec, par: Parallel, params: float, n_layers: int, wb: int,
@@ -485,4 +531,5 @@ __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
            "params_per_gpu", "expert_shard", "stage_layers", "block_activation_bytes",
            "op_sac_block_bytes",
            "kv_cache_bytes_per_token", "weight_bytes", "reserve_GiB", "CUDA_CONTEXT_GiB",
-           "WORKSPACE_GiB", "FRAGMENTATION"]
+           "WORKSPACE_GiB", "FRAGMENTATION", "LOSS_BYTES", "Accounting", "model_states",
+           "MEMORY_REPORTED", "CROSS_ENTROPY"]

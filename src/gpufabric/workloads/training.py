@@ -263,6 +263,9 @@ class Software:
     ep_overlap: bool = False
     sac: str = "attention"
     cross_entropy: str = "vocab_parallel"
+    loss_parallel: bool = True
+    master_weights: bool = True
+    grad_accum_no_sync: bool = False
     recompute_modules: tuple[str, ...] = ()
     zero3_overlap: bool = True
     nccl_algo: str | None = None
@@ -479,7 +482,9 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
     mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn,
-                          sac=o.sac, cross_entropy=o.cross_entropy)
+                          sac=o.sac, cross_entropy=o.cross_entropy,
+                          loss_parallel=o.loss_parallel, master_weights=o.master_weights,
+                          grad_accum_no_sync=o.grad_accum_no_sync)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
                                  gpus_per_node=gpn))

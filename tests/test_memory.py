@@ -117,10 +117,11 @@ def test_memory_metric_on_published_figures():
     r = validate(str(MEMORY))
     held = r.summary["by_metric"]
     # Korthikanti's Figure 1 is its Table 2 equations, which the model implements: the
-    # activations are exact; its parameter figure counts 12 L h^2 without the embedding and
-    # biases the first stage also holds (1T: 11%)
+    # activations are exact; its parameter figure counts 12 L h^2 at 18 B (the blocks only:
+    # model_states_counted, the entries say so), which the model's blocks meet but for their
+    # biases and norms (13 h of 12 h^2 + 13 h a layer)
     assert held["activations_GiB"]["points"] == 8 and held["activations_GiB"]["max_abs_pct"] < 0.01
-    assert held["model_states_GiB"]["points"] == 8 and held["model_states_GiB"]["max_abs_pct"] < 12
+    assert held["model_states_GiB"]["points"] == 8 and held["model_states_GiB"]["max_abs_pct"] < 0.1
     # torchtitan's peak reserved memory (looked at while the model gained op-level SAC, FSDP
     # under a pipeline, FSDP's FP32 shards and root, the loss's buffers and what the allocator
     # reports): the goal is within 10% median; nothing here is fitted, so a miss of a few
@@ -201,13 +202,18 @@ def test_what_a_source_reports_is_the_device_total_less_what_it_does_not_count()
         m.weights_GiB + m.grads_GiB + m.optimizer_GiB + m.activations_GiB + m.buffers_GiB)
 
 
-def test_an_unknown_memory_count_is_one_line_naming_the_field(tmp_path):
-    text = MEMORY.read_text().replace("memory_reported: reserved", "memory_reported: smi", 1)
-    bad = tmp_path / "m.yaml"
-    bad.write_text(text)
+@pytest.mark.parametrize("key, good, bad, allowed", [
+    ("memory_reported", "reserved", "smi", "device, reserved, allocated"),
+    ("model_states_counted", "blocks", "layers", "all, blocks"),
+])
+def test_an_unknown_memory_count_is_one_line_naming_the_field(tmp_path, key, good, bad,
+                                                              allowed):
+    text = MEMORY.read_text().replace(f"\n  {key}: {good}", f"\n  {key}: {bad}", 1)
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
     with pytest.raises(InputError) as e:
-        validate(str(bad))
-    assert "memory_reported" in str(e.value) and "device, reserved, allocated" in str(e.value)
+        validate(str(path))
+    assert key in str(e.value) and allowed in str(e.value) and "m.yaml" in str(e.value)
 
 
 def test_without_master_weights_a_parameter_holds_sixteen_bit_state_only():

@@ -188,14 +188,27 @@ def params_per_gpu(model: ModelSpec, par: Parallel, stage: int = 0) -> tuple[flo
         else:
             dense += (model.attn_params() + model.mlp_params(model.ffn)) / par.tp
             dense += 2 * model.norm_params()
+    return dense + edge_params(model, par, stage), expert
+
+
+def edge_params(model: ModelSpec, par: Parallel, stage: int) -> float:
+    """Parameters of pipeline ``stage`` outside its transformer blocks, on one GPU: the word
+    (and position) embedding on the first stage, the final norm and the output layer on the
+    last (one copy when tied on a single stage).
+
+    >>> from gpufabric.workloads.models import load_model
+    >>> edge_params(load_model("llama3-8b"), Parallel(tp=8), 0)  # 2 x 128256 x 4096 / 8 + 4096
+    131338240.0
+    """
     emb = model.vocab * model.hidden / par.tp
+    out = 0.0
     if stage == 0:
-        dense += emb + model.positions * model.hidden
+        out += emb + model.positions * model.hidden
     if stage == par.pp - 1:
-        dense += model.norm_params()
+        out += model.norm_params()
         if not model.tied_embeddings or par.pp > 1:   # output layer (a copy when tied and split)
-            dense += emb
-    return dense, expert
+            out += emb
+    return out
 
 
 def stage_layers(model: ModelSpec, par: Parallel, stage: int) -> list[int]:
@@ -528,8 +541,8 @@ def weight_bytes(model: ModelSpec | str, *, tp: int = 1, pp: int = 1, ep: int = 
 
 
 __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
-           "params_per_gpu", "expert_shard", "stage_layers", "block_activation_bytes",
-           "op_sac_block_bytes",
+           "params_per_gpu", "edge_params", "expert_shard", "stage_layers",
+           "block_activation_bytes", "op_sac_block_bytes",
            "kv_cache_bytes_per_token", "weight_bytes", "reserve_GiB", "CUDA_CONTEXT_GiB",
            "WORKSPACE_GiB", "FRAGMENTATION", "LOSS_BYTES", "Accounting", "model_states",
            "MEMORY_REPORTED", "CROSS_ENTROPY"]

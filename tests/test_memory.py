@@ -128,13 +128,14 @@ def test_memory_metric_on_published_figures():
     # GiB on an 80 GiB part is what the unmodelled allocator and FP8 casts leave
     mem = held["memory_GiB"]["looked_at"]
     assert mem["points"] == 20 and mem["median_abs_pct"] < 10 and mem["max_abs_pct"] < 20
-    # KempnerForge's peak allocated memory, added after the model changed (held out): BF16
-    # parameters, FSDP gradient accumulation without sync and its loss from its own profile;
-    # its largest misses (<= 20%) are the few-GPU runs where the unsharded FP32 gradients of
-    # the accumulation dominate
+    # KempnerForge's peak allocated memory (two reports), added after the model changed (held
+    # out): BF16 parameters, FSDP gradient accumulation without sync and its loss from its own
+    # profile; its largest misses (<= 20%) are the few-GPU runs where the unsharded FP32
+    # gradients of the accumulation dominate, and one nvidia-smi reading (the allocator's
+    # cache over the 5% fragmentation prior)
     kf = [p for p in r.points if p["id"].startswith("kempnerforge")]
     errs = sorted(abs(p["error_pct"]) for p in kf)
-    assert len(kf) == 14 and all(p["status"] == "held-out" for p in kf)
+    assert len(kf) == 21 and all(p["status"] == "held-out" for p in kf)
     assert errs[len(errs) // 2] < 10 and errs[-1] < 25
 
 
@@ -243,3 +244,15 @@ def test_a_loss_on_gathered_logits_is_over_the_whole_vocabulary():
     whole = training_memory("llama3-8b", par, 4096, "H200-SXM", loss_parallel=False, **kw)
     assert (whole.buffers_GiB - split.buffers_GiB) * GiB == pytest.approx(
         8 * 4096 * 128256 * (1 - 1 / 4))
+
+
+def test_a_source_that_reads_rank_0_gets_the_first_stages_memory():
+    par = Parallel(tp=4, pp=2, dp=4, fsdp="full", micro_batch=4, global_batch=64,
+                   recompute="full", sp=False)
+    kw = {"cross_entropy": "eager_16bit", "loss_parallel": False}
+    most = training_memory("llama3-8b", par, 4096, "H200-SXM", **kw)
+    first = training_memory("llama3-8b", par, 4096, "H200-SXM", stage="first", **kw)
+    assert most.stage == "last" and first.stage == "first"      # the loss is on the last
+    assert first.total_GiB < most.total_GiB
+    with pytest.raises(InputError, match="memory_stage: got 'middle'; allowed: max, first"):
+        training_memory("llama3-8b", par, 4096, "H200-SXM", stage="middle")

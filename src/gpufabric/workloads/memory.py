@@ -94,6 +94,10 @@ LOSS_BYTES = record(
     "4 B, beside the 16-bit logits or their gradient, 2 B; fused: a compiled or fused loss "
     "(torch.compile of the loss, torchtitan components/loss.py at e7c0cae) saves the 16-bit "
     "logits and writes a 16-bit gradient, 2 x 2 B; not fitted")
+#: the pipeline stage whose memory a figure is: the most loaded (``max``, as torchtitan
+#: reports the maximum over its ranks), or the ``first`` or ``last`` (a source that reads
+#: rank 0, which holds the first stage)
+MEMORY_STAGES = ("max", "first", "last")
 #: the ``cross_entropy`` run setting's values (``eager`` on vocabulary-sharded logits, with
 #: tensor parallelism, counts as ``eager_tp``)
 CROSS_ENTROPY = ("eager", "eager_16bit", "vocab_parallel", "fused")
@@ -297,14 +301,15 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
                     precision: str = "bf16", flash: bool = True,
                     gpus_per_node: int = 8, sac: str = "attention",
                     cross_entropy: str = "vocab_parallel", loss_parallel: bool = True,
-                    master_weights: bool = True, grad_accum_no_sync: bool = False
-                    ) -> MemoryBreakdown:
+                    master_weights: bool = True, grad_accum_no_sync: bool = False,
+                    stage: str = "max") -> MemoryBreakdown:
     """Memory of the most loaded GPU for a training layout. ``sac``: what selective
     recomputation keeps (``attention``: Megatron's, Korthikanti's ``34 sbh``; ``op``:
     torchtitan's op-level policy, :func:`op_sac_block_bytes`). ``cross_entropy``: how the
     loss is computed (:data:`LOSS_BYTES`: ``eager``, ``eager_16bit``, ``vocab_parallel``,
     ``fused``); ``loss_parallel``, ``master_weights``, ``grad_accum_no_sync``: see
-    :class:`Accounting`.
+    :class:`Accounting`. ``stage``: the most loaded pipeline stage (``max``), or the
+    ``first`` or ``last`` (:data:`MEMORY_STAGES`).
 
     Raises
     ------
@@ -323,8 +328,11 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
         raise InputError(f"got {cross_entropy!r}; allowed: {', '.join(CROSS_ENTROPY)}",
                          field="cross_entropy")
     acct = Accounting(sac, cross_entropy, loss_parallel, master_weights, grad_accum_no_sync)
+    if stage not in MEMORY_STAGES:
+        raise InputError(f"got {stage!r}; allowed: {', '.join(MEMORY_STAGES)}",
+                         field="memory_stage")
     best: MemoryBreakdown | None = None
-    stages = sorted({0, par.pp - 1})
+    stages = {"max": sorted({0, par.pp - 1}), "first": [0], "last": [par.pp - 1]}[stage]
     for st in stages:
         mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, acct)
         if best is None or mb.total_GiB > best.total_GiB:
@@ -545,4 +553,4 @@ __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
            "block_activation_bytes", "op_sac_block_bytes",
            "kv_cache_bytes_per_token", "weight_bytes", "reserve_GiB", "CUDA_CONTEXT_GiB",
            "WORKSPACE_GiB", "FRAGMENTATION", "LOSS_BYTES", "Accounting", "model_states",
-           "MEMORY_REPORTED", "CROSS_ENTROPY"]
+           "MEMORY_REPORTED", "MEMORY_STAGES", "CROSS_ENTROPY"]

@@ -476,15 +476,31 @@ def _resolve(model: ModelSpec | str, system: Topology | str, par: Parallel,
     return _Step(m, par, seq, prec, g, topo, groups, o)
 
 
+def step_memory(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                seq_len: int | None = None, options: Software | None = None, *,
+                stage: str = "max", **kw: Any) -> MemoryBreakdown:
+    """The memory :func:`predict_step` reports for the same inputs (``StepResult.memory``):
+    of the most loaded pipeline stage, or of the ``first`` or ``last`` (a source that reads
+    one rank's memory, :func:`gpufabric.workloads.memory.training_memory`)."""
+    return _memory(_resolve(model, system, par, seq_len, replace(options or Software(), **kw)),
+                   stage)
+
+
+def _memory(c: _Step, stage: str = "max") -> MemoryBreakdown:
+    o, topo = c.o, c.topo
+    return training_memory(c.m, c.par, c.seq, topo.gpus()[0].model, precision=c.prec,
+                           flash=o.flash, gpus_per_node=topo.scale_up()[0], sac=o.sac,
+                           cross_entropy=o.cross_entropy, loss_parallel=o.loss_parallel,
+                           master_weights=o.master_weights,
+                           grad_accum_no_sync=o.grad_accum_no_sync, stage=stage)
+
+
 def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                   seq_len: int | None, o: Software) -> StepResult:
     c = _resolve(model, system, par, seq_len, o)
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
-    mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn,
-                          sac=o.sac, cross_entropy=o.cross_entropy,
-                          loss_parallel=o.loss_parallel, master_weights=o.master_weights,
-                          grad_accum_no_sync=o.grad_accum_no_sync)
+    mem = _memory(c)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
                                  gpus_per_node=gpn))
@@ -782,6 +798,7 @@ def _link_words(topo: Topology, grp: Group) -> str:
     return f"{nics}x {nic} per node" if nics and nic else "the scale-out network"
 
 
-__all__ = ["StepResult", "predict_step", "SAC_POLICIES", "RECOMPUTE_MODULES", "op_sac_recompute_s",
+__all__ = ["StepResult", "predict_step", "step_memory", "SAC_POLICIES", "RECOMPUTE_MODULES",
+           "op_sac_recompute_s",
            "model_flops_per_token", "bottleneck", "LAYER_OVERHEAD_US", "DP_OVERLAP",
            "TP_OVERLAP_EXPOSED", "OFFLOAD_B", "host_link_GBps", "MemoryBreakdown"]

@@ -35,7 +35,7 @@ from gpufabric.workloads.models import (find_model, gives_shape, load_model_file
 from gpufabric.workloads.memory import (MEMORY_REPORTED, MemoryBreakdown, edge_params,
                                         params_per_gpu)
 from gpufabric.workloads.parallel import Parallel
-from gpufabric.workloads.training import StepResult, predict_step
+from gpufabric.workloads.training import StepResult, predict_step, step_memory
 
 #: entry model names (lower case, first match wins) -> built-in model
 NAME_MAP = (
@@ -500,8 +500,11 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         from gpufabric.topology.build import from_spec
         topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
     topo = topo_cache[key]
-    r = predict_step(m, topo, p, seq, precision=prec, power_cap_W=power_cap(e["system"]),
-                     **step_options(run))
+    opts = {"precision": prec, "power_cap_W": power_cap(e["system"]), **step_options(run)}
+    r = predict_step(m, topo, p, seq, **opts)
+    stage = str(pt.get("memory_stage") or e.get("memory_stage") or "max")
+    if stage != "max" and memory_figures(e, pt):    # the source reads one stage's GPU
+        r.memory = step_memory(m, topo, p, seq, stage=stage, **opts).to_dict()
     if "mfu" in res:
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpufabric.errors import InputError
-from gpufabric.workloads.memory import (GiB, block_activation_bytes, params_per_gpu,
+from gpufabric.workloads.memory import (GiB, block_activation_bytes, fit_hint, params_per_gpu,
                                         training_memory)
 from gpufabric.workloads.models import load_model, model_from_shape
 from gpufabric.workloads.parallel import Parallel
@@ -256,3 +256,13 @@ def test_a_source_that_reads_rank_0_gets_the_first_stages_memory():
     assert first.total_GiB < most.total_GiB
     with pytest.raises(InputError, match="memory_stage: got 'middle'; allowed: max, first"):
         training_memory("llama3-8b", par, 4096, "H200-SXM", stage="middle")
+
+
+def test_the_fit_hint_counts_memory_as_the_framework_does():
+    # torchtitan's eager FP32 loss and op-level recomputation, for the check and for the hint
+    acct = {"sac": "op", "cross_entropy": "eager"}
+    par = Parallel(dp=8, fsdp="full", micro_batch=2, global_batch=16)
+    hint = fit_hint("llama3-8b", par, 8192, "H100-SXM", **acct)
+    fixed = training_memory("llama3-8b", par.with_(recompute="selective"), 8192, "H100-SXM",
+                            **acct)
+    assert hint == f"fits with --recompute selective ({fixed.total_GiB:.1f} GiB)"

@@ -472,10 +472,12 @@ FIT_TRIES: tuple[dict, ...] = (
 
 
 def fit_hint(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
-             precision: str = "bf16", flash: bool = True, gpus_per_node: int = 8) -> str:
+             precision: str = "bf16", flash: bool = True, gpus_per_node: int = 8,
+             **accounting: Any) -> str:
     """What would make a layout that does not fit fit, on the same GPUs: the first of
     :data:`FIT_TRIES` that fits (with ``--micro-batch 1`` when the micro-batch is larger and
-    that is needed), else ``--search`` (other tp, pp and cp).
+    that is needed), else ``--search`` (other tp, pp and cp). ``accounting``: the framework's
+    :func:`training_memory` keywords (``sac``, ``cross_entropy``, ...), kept for every try.
 
     >>> from gpufabric.workloads.parallel import Parallel
     >>> fit_hint("llama3-8b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
@@ -494,7 +496,8 @@ def fit_hint(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     k == "zero" and v < par.zero for k, v in change.items()):
                 continue
             mem = training_memory(model, replace(par, **change), seq_len, gpu,
-                                  precision=precision, flash=flash, gpus_per_node=gpus_per_node)
+                                  precision=precision, flash=flash, gpus_per_node=gpus_per_node,
+                                  **accounting)
             if mem.fits:
                 flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in change.items())
                 return f"fits with {flags} ({mem.total_GiB:.1f} GiB)"

@@ -486,13 +486,18 @@ def step_memory(model: ModelSpec | str, system: Topology | str, par: Parallel,
                    stage)
 
 
+def _accounting(o: Software) -> dict[str, Any]:
+    """How the job's framework holds its memory (:class:`gpufabric.workloads.memory.Accounting`
+    as :func:`training_memory` keywords)."""
+    return {"sac": o.sac, "cross_entropy": o.cross_entropy, "loss_parallel": o.loss_parallel,
+            "master_weights": o.master_weights, "grad_accum_no_sync": o.grad_accum_no_sync}
+
+
 def _memory(c: _Step, stage: str = "max") -> MemoryBreakdown:
     o, topo = c.o, c.topo
     return training_memory(c.m, c.par, c.seq, topo.gpus()[0].model, precision=c.prec,
-                           flash=o.flash, gpus_per_node=topo.scale_up()[0], sac=o.sac,
-                           cross_entropy=o.cross_entropy, loss_parallel=o.loss_parallel,
-                           master_weights=o.master_weights,
-                           grad_accum_no_sync=o.grad_accum_no_sync, stage=stage)
+                           flash=o.flash, gpus_per_node=topo.scale_up()[0], stage=stage,
+                           **_accounting(o))
 
 
 def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
@@ -503,7 +508,7 @@ def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
     mem = _memory(c)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
-                                 gpus_per_node=gpn))
+                                 gpus_per_node=gpn, **_accounting(o)))
     if m.is_transformer:
         fwd, bwd, tp_e, cp_e, ep_e = _stage_times(c)
     else:

@@ -26,7 +26,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from gpufabric.errors import InputError
@@ -299,17 +299,16 @@ def op_sac_block_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: int,
 
 def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     precision: str = "bf16", flash: bool = True,
-                    gpus_per_node: int = 8, sac: str = "attention",
-                    cross_entropy: str = "vocab_parallel", loss_parallel: bool = True,
-                    master_weights: bool = True, grad_accum_no_sync: bool = False,
-                    stage: str = "max") -> MemoryBreakdown:
-    """Memory of the most loaded GPU for a training layout. ``sac``: what selective
+                    gpus_per_node: int = 8, stage: str = "max",
+                    **accounting: Any) -> MemoryBreakdown:
+    """Memory of the most loaded GPU for a training layout. ``accounting``: how the framework
+    holds it, the fields of :class:`Accounting` as keywords: ``sac``, what selective
     recomputation keeps (``attention``: Megatron's, Korthikanti's ``34 sbh``; ``op``:
-    torchtitan's op-level policy, :func:`op_sac_block_bytes`). ``cross_entropy``: how the
+    torchtitan's op-level policy, :func:`op_sac_block_bytes`); ``cross_entropy``, how the
     loss is computed (:data:`LOSS_BYTES`: ``eager``, ``eager_16bit``, ``vocab_parallel``,
-    ``fused``); ``loss_parallel``, ``master_weights``, ``grad_accum_no_sync``: see
-    :class:`Accounting`. ``stage``: the most loaded pipeline stage (``max``), or the
-    ``first`` or ``last`` (:data:`MEMORY_STAGES`).
+    ``fused``); ``loss_parallel``, ``master_weights``, ``grad_accum_no_sync``. ``stage``:
+    the most loaded pipeline stage (``max``), or the ``first`` or ``last``
+    (:data:`MEMORY_STAGES`).
 
     Raises
     ------
@@ -324,10 +323,7 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
         raise InputError(f"must be at least 1, got {seq_len}", field="seq_len")
     if seq_len % par.cp:
         raise InputError(f"seq_len {seq_len} is not a multiple of cp {par.cp}", field="cp")
-    if cross_entropy not in CROSS_ENTROPY:
-        raise InputError(f"got {cross_entropy!r}; allowed: {', '.join(CROSS_ENTROPY)}",
-                         field="cross_entropy")
-    acct = Accounting(sac, cross_entropy, loss_parallel, master_weights, grad_accum_no_sync)
+    acct = accounting_of(accounting)
     if stage not in MEMORY_STAGES:
         raise InputError(f"got {stage!r}; allowed: {', '.join(MEMORY_STAGES)}",
                          field="memory_stage")
@@ -339,6 +335,29 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
             best = mb
     assert best is not None
     return best
+
+
+def accounting_of(kw: dict[str, Any]) -> Accounting:
+    """An :class:`Accounting` from keywords, each checked (an InputError names the key).
+
+    >>> accounting_of({"cross_entropy": "fused"}).cross_entropy
+    'fused'
+    >>> accounting_of({"loss": "fused"})
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: loss: unknown memory accounting key (known: sac, \
+cross_entropy, loss_parallel, master_weights, grad_accum_no_sync)
+    """
+    known = [f.name for f in fields(Accounting)]
+    for k in kw:
+        if k not in known:
+            raise InputError(f"unknown memory accounting key (known: {', '.join(known)})",
+                             field=k)
+    acct = Accounting(**kw)
+    if acct.cross_entropy not in CROSS_ENTROPY:
+        raise InputError(f"got {acct.cross_entropy!r}; allowed: {', '.join(CROSS_ENTROPY)}",
+                         field="cross_entropy")
+    return acct
 
 
 def expert_shard(par: Parallel, shard: int) -> int:
@@ -556,4 +575,4 @@ __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
            "block_activation_bytes", "op_sac_block_bytes",
            "kv_cache_bytes_per_token", "weight_bytes", "reserve_GiB", "CUDA_CONTEXT_GiB",
            "WORKSPACE_GiB", "FRAGMENTATION", "LOSS_BYTES", "Accounting", "model_states",
-           "MEMORY_REPORTED", "MEMORY_STAGES", "CROSS_ENTROPY"]
+           "MEMORY_REPORTED", "MEMORY_STAGES", "CROSS_ENTROPY", "accounting_of"]

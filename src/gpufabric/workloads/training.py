@@ -264,6 +264,10 @@ class Software:
     attn_kernel: str = "native"
     ep_overlap: bool = False
     sac: str = "attention"
+    cross_entropy: str = "vocab_parallel"
+    loss_parallel: bool = True
+    master_weights: bool = True
+    grad_accum_no_sync: bool = False
     recompute_modules: tuple[str, ...] = ()
     zero3_overlap: bool = True
     nccl_algo: str | None = None
@@ -474,16 +478,39 @@ def _resolve(model: ModelSpec | str, system: Topology | str, par: Parallel,
     return _Step(m, par, seq, prec, g, topo, groups, o)
 
 
+def step_memory(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                seq_len: int | None = None, options: Software | None = None, *,
+                stage: str = "max", **kw: Any) -> MemoryBreakdown:
+    """The memory :func:`predict_step` reports for the same inputs (``StepResult.memory``):
+    of the most loaded pipeline stage, or of the ``first`` or ``last`` (a source that reads
+    one rank's memory, :func:`gpufabric.workloads.memory.training_memory`)."""
+    return _memory(_resolve(model, system, par, seq_len, replace(options or Software(), **kw)),
+                   stage)
+
+
+def _accounting(o: Software) -> dict[str, Any]:
+    """How the job's framework holds its memory (:class:`gpufabric.workloads.memory.Accounting`
+    as :func:`training_memory` keywords)."""
+    return {"sac": o.sac, "cross_entropy": o.cross_entropy, "loss_parallel": o.loss_parallel,
+            "master_weights": o.master_weights, "grad_accum_no_sync": o.grad_accum_no_sync}
+
+
+def _memory(c: _Step, stage: str = "max") -> MemoryBreakdown:
+    o, topo = c.o, c.topo
+    return training_memory(c.m, c.par, c.seq, topo.gpus()[0].model, precision=c.prec,
+                           flash=o.flash, gpus_per_node=topo.scale_up()[0], stage=stage,
+                           **_accounting(o))
+
+
 def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                   seq_len: int | None, o: Software) -> StepResult:
     c = _resolve(model, system, par, seq_len, o)
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
-    mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn,
-                          sac=o.sac)
+    mem = _memory(c)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
-                                 gpus_per_node=gpn))
+                                 gpus_per_node=gpn, **_accounting(o)))
     if m.is_transformer:
         fwd, bwd, tp_e, cp_e, ep_e = _stage_times(c)
     else:
@@ -778,6 +805,7 @@ def _link_words(topo: Topology, grp: Group) -> str:
     return f"{nics}x {nic} per node" if nics and nic else "the scale-out network"
 
 
-__all__ = ["StepResult", "predict_step", "SAC_POLICIES", "RECOMPUTE_MODULES", "op_sac_recompute_s",
+__all__ = ["StepResult", "predict_step", "step_memory", "SAC_POLICIES", "RECOMPUTE_MODULES",
+           "op_sac_recompute_s",
            "model_flops_per_token", "bottleneck", "LAYER_OVERHEAD_US", "DP_OVERLAP",
            "TP_OVERLAP_EXPOSED", "OFFLOAD_B", "host_link_GBps", "MemoryBreakdown"]

@@ -152,3 +152,17 @@ def test_a_scenario_takes_a_dataset_and_a_shared_prefix():
         scenario.parse({"workloads": {"serve": {"model": "llama3-8b", "rate": 2, "isl": 9,
                                                 "dataset": "sharegpt", "slo_tpot_ms": 50}}},
                        "s.yaml")
+
+
+def test_the_shared_prefix_closed_form_is_the_lru_replay():
+    """Requests that all use the same blocks take the closed form; it gives the distances the
+    general replay (a Fenwick tree over time) gives the same requests followed by another."""
+    import numpy as np
+
+    from gpufabric.workloads.inference import kvcache as K
+    ids = [tuple(("s", j) for j in range(5))] * 4
+    mine = np.array([False, True, False, True])
+    closed = K._distances(ids, np.array([5, 2]), mine)
+    replay = K._distances(ids + [(99,)], np.array([5, 2]), np.append(mine, False))
+    assert [d.tolist() for d in closed] == [d.tolist() for d in replay] == \
+        [[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0]]

@@ -194,6 +194,8 @@ def at_load(t: Target, row: dict[str, Any]) -> dict[str, Any]:
         out["tokens_per_s_per_user"] = 1000.0 / r["tpot_ms"]["p50"]
     if r.get("kv_tiers"):
         out["prefix_hit_rate"] = r["kv_tiers"]["hit_rate"]
+    if r.get("capacity_requests_per_s"):          # what the instances serve at all
+        out["saturation_requests_per_s"] = r["capacity_requests_per_s"] * n
     return out
 
 
@@ -214,18 +216,21 @@ def margins(s: Serve, p: dict[str, Any]) -> list[dict[str, Any]]:
 def misses(s: Serve, row: dict[str, Any], p: dict[str, Any]) -> str:
     """The SLO a design misses, in words."""
     if "error" in p:
-        return f"every SLO: it cannot run ({p['error']})"
+        return f"every SLO: it cannot run ({p['error'].split(': ')[0]})"
     missed = [f"{m['slo']} (p90 {m['p90_ms']:,.1f} ms against {m['target_ms']:g} ms)"
               for m in margins(s, p) if m["margin_ms"] < 0]
     why = " and ".join(missed)
     if p["slo_attainment"] < ATTAINMENT and not why:
         why = (f"the SLO together: {p['slo_attainment']:.0%} of requests within both, "
                f"{ATTAINMENT:.0%} needed")
-    if p.get("overloaded"):
-        cap = row.get("capacity")
-        why = (f"{why}; " if why else "") + ("the load is above its capacity" + (
-            f" ({cap:,.2f} within the SLO)" if cap else ""))
-    return why or f"{p['slo_attainment']:.0%} of requests within the SLO at this load"
+    why = why or f"{p['slo_attainment']:.0%} of requests within the SLO at this load"
+    unit = "requests/s" if s.rate is not None else "users"
+    if p.get("overloaded") and p.get("saturation_requests_per_s"):
+        why += (f"; the load is above the {p['saturation_requests_per_s']:,.2f} requests/s "
+                "it serves at all")
+    elif row.get("capacity"):
+        why += f"; it meets the SLO up to {row['capacity']:,.2f} {unit}"
+    return why
 
 
 def _design(t: Target, row: dict[str, Any]) -> dict[str, Any]:

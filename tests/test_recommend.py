@@ -124,6 +124,9 @@ def test_a_single_server_deployment_and_service_pass_the_kubernetes_models():
     (["--rate", "2", "--slo-tpot", "50", "--spec", "mtp"], "--spec"),  # Llama has no MTP
     (["--rate", "2", "--slo-tpot", "50", "--deploy-dir", "x"], "--weights"),
     (["--rate", "2", "--slo-tpot", "50", "--precision", "int3"], "--precision"),
+    (["--rate", "2", "--slo-tpot", "50", "--pd", "--deploy-dir", "x", "--weights", "w"],
+     "--deploy-dir"),                                                 # no PD manifests
+    (["--concurrency", "8", "--slo-tpot", "50", "--pd"], "--pd"),     # xPyD takes a rate
 ])
 def test_bad_input_is_one_line_naming_the_option(cli, args, field):
     code, out, err = cli("recommend", "llama3-8b", "H100-SXM", *args)

@@ -754,21 +754,27 @@ class _PDJob:
     shared: bool               # both pools inside one server
 
 
+def pd_setup(job: _PDJob) -> tuple[Any, Any, Any]:
+    """The prefill pool's topology, the decode pool's (None: inside the same servers) and the
+    :class:`ServeConfig` of one xPyD unit (its load left to the search)."""
+    from gpufabric.topology.build import from_spec, parse_inline
+    from gpufabric.workloads.inference.serve import ServeConfig
+    lay = dict(job.layout)
+    pt = from_spec(parse_inline(job.prefill), file="design")
+    dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
+    base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
+                       dp_attention=lay.get("dp_attention", 1), precision=job.precision,
+                       isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
+    return pt, dt, base
+
+
 @cache
 def _pd_eval(job: _PDJob) -> dict[str, Any]:
     """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
-    from gpufabric.topology.build import from_spec, parse_inline
     from gpufabric.workloads.inference.pd import serve_pd
     from gpufabric.workloads.inference.supernode import highest_passing
-    from gpufabric.workloads.inference.serve import ServeConfig
-    lay = dict(job.layout)
     try:
-        pt = from_spec(parse_inline(job.prefill), file="design")
-        dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
-        base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
-                           dp_attention=lay.get("dp_attention", 1), precision=job.precision,
-                           isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft,
-                           slo_tpot_ms=job.tpot)
+        pt, dt, base = pd_setup(job)
 
         def ok(rate: float) -> tuple[bool, dict]:
             n = max(SERVE_REQUESTS, int(rate * SERVE_DURATION_S))

@@ -48,6 +48,8 @@ class Target:
     node: dict[str, Any]        # one server's spec (topology.build's shorthand)
     engine: str = "vllm"
     max_instance_gpus: int = MAX_INSTANCE_GPUS
+    #: also disaggregated xPyD units (1P1D, 1P2D, 2P1D) of each layout inside one server
+    pd: bool = False
 
 
 def server_spec(system: str, gpus_per_node: int | None = None) -> dict[str, Any]:
@@ -118,11 +120,36 @@ def demand(s: Serve) -> float:
     return float(s.rate if s.rate is not None else s.concurrency or 0)
 
 
+#: The xPyD units tried with ``pd`` (the advisor's).
+PD_UNITS = ((1, 1), (1, 2), (2, 1))
+
+
+def _pd_jobs(t: Target, jobs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """The advisor's xPyD jobs (:class:`gpufabric.advise.core._PDJob`) of each co-located
+    layout that fits one server: both pools inside one server where they fit, else a server
+    each (one 400G RoCE NIC per GPU carries the KV cache), with the GPUs one unit uses."""
+    s, gpn = t.serve, int(t.node["gpus_per_node"])
+    one = core.spec_string({**t.node, "nic": "roce-400", "nics_per_node": gpn})
+    out: list[tuple[Any, int]] = []
+    for j, w in jobs:
+        for x, y in PD_UNITS:
+            if max(x, y) * w > gpn:
+                continue
+            out.append((core._PDJob(s.model, one, one, j.layout, x, y, s.isl, s.osl,
+                                    s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
+                                    (x + y) * w <= gpn), (x + y) * w))
+    return out
+
+
 def layouts(t: Target, runner: core.Runner) -> list[dict[str, Any]]:
     """Each layout's width, per-instance capacity (or why it has none) and the instances the
-    load needs, narrowest first; a layout wider than the fewest GPUs found is left out."""
+    load needs, narrowest first; a layout wider than the fewest GPUs found is left out. With
+    ``t.pd``, xPyD units too (an instance is then a unit, its width the unit's GPUs)."""
     sc = _scenario(t)
-    jobs = [(replace(j, engine=t.engine), w) for j, w in core._jobs(_candidate(t), sc)[1]]
+    jobs: list[tuple[Any, int]] = [(replace(j, engine=t.engine), w)
+                                   for j, w in core._jobs(_candidate(t), sc)[1]]
+    if t.pd:
+        jobs += _pd_jobs(t, jobs)
     need = demand(t.serve)
     rows: list[dict[str, Any]] = []
     fewest = math.inf
@@ -134,12 +161,15 @@ def layouts(t: Target, runner: core.Runner) -> list[dict[str, Any]]:
         for j, w in mine:
             r = runner[j]
             row: dict[str, Any] = {"layout": dict(j.layout), "gpus_per_instance": w, "job": j}
-            if "error" in r or not r.get("per_instance"):
+            if isinstance(j, core._PDJob):
+                row["pd"] = f"{j.x}P{j.y}D"
+            per = r.get("per_instance", r.get("per_unit"))
+            if "error" in r or not per:
                 row["error"] = r.get("error", "the SLO is not met at any load")
             else:
-                n = max(1, math.ceil(need / r["per_instance"] - 1e-9))
-                row.update(per_instance=r["per_instance"], instances=n, gpus=n * w,
-                           capacity=n * r["per_instance"], bottleneck=r["bottleneck"])
+                n = max(1, math.ceil(need / per - 1e-9))
+                row.update(per_instance=per, instances=n, gpus=n * w, capacity=n * per,
+                           bottleneck=r["bottleneck"])
                 fewest = min(fewest, n * w)
             rows.append(row)
     return rows
@@ -153,8 +183,8 @@ def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _smaller(rows: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any] | None:
     """The design of the most GPUs below ``best``'s: one instance fewer of a layout that
-    meets the SLO, or one instance of a layout that meets it at no load (the first kind wins
-    a tie: it is the closer)."""
+    meets the SLO, or one instance of a layout that meets it at no load (of equal GPUs, the
+    first kind, then the most capacity: the closer to the target)."""
     out: list[tuple[int, int, dict[str, Any]]] = []
     for r in rows:
         w = r["gpus_per_instance"]
@@ -165,31 +195,37 @@ def _smaller(rows: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]
                                        "capacity": k * r["per_instance"]}))
         elif w < best["gpus"]:
             out.append((w, 0, {**r, "instances": 1, "gpus": w}))
-    return max(out, key=lambda x: (x[0], x[1]))[2] if out else None
+    return max(out, key=lambda x: (x[0], x[1], x[2].get("capacity") or 0.0))[2] \
+        if out else None
 
 
 def at_load(t: Target, row: dict[str, Any]) -> dict[str, Any]:
     """One instance of ``row``'s layout simulated at its share of the load (the advisor's
     trial size: at least 200 requests or 20 s of arrivals), and its figures against the SLO."""
+    from gpufabric.workloads.inference.pd import serve_pd
     from gpufabric.workloads.inference.serve import serve
-    s = t.serve
-    topo, cfg = core.serve_setup(row["job"])
-    n = row["instances"]
-    if s.rate is not None:
-        per = s.rate / n
-        cfg = replace(cfg, rate=per, requests=max(core.SERVE_REQUESTS,
-                                                  int(per * core.SERVE_DURATION_S)))
-    else:
-        cfg = replace(cfg, concurrency=math.ceil(demand(s) / n), rate=None)
+    s, job, n = t.serve, row["job"], row["instances"]
     try:
-        r = serve(s.model, topo, cfg)
+        if isinstance(job, core._PDJob):
+            topo, dt, cfg = core.pd_setup(job)
+        else:
+            topo, cfg = core.serve_setup(job)
+        if s.rate is not None:
+            per = s.rate / n
+            cfg = replace(cfg, rate=per, requests=max(core.SERVE_REQUESTS,
+                                                      int(per * core.SERVE_DURATION_S)))
+        else:
+            cfg = replace(cfg, concurrency=math.ceil(demand(s) / n), rate=None)
+        r = serve_pd(s.model, topo, cfg, (job.x, job.y), dt) \
+            if isinstance(job, core._PDJob) else serve(s.model, topo, cfg)
     except InputError as exc:
         return {"error": exc.message}
     out = {"ttft_ms_p50": r["ttft_ms"]["p50"], "ttft_ms_p90": r["ttft_ms"]["p90"],
            "tpot_ms_p50": r["tpot_ms"]["p50"], "tpot_ms_p90": r["tpot_ms"]["p90"],
            "slo_attainment": r["slo_attainment"], "overloaded": bool(r.get("overloaded")),
            "output_tokens_per_s": r["throughput_tokens_per_s"] * n,
-           "max_num_seqs": r["scheduler"]["max_num_seqs"], "bottleneck": r["bottleneck"]}
+           "max_num_seqs": r.get("scheduler", {}).get("max_num_seqs"),
+           "bottleneck": r["bottleneck"]}
     if r["tpot_ms"]["p50"]:
         out["tokens_per_s_per_user"] = 1000.0 / r["tpot_ms"]["p50"]
     if r.get("kv_tiers"):
@@ -239,20 +275,24 @@ def _design(t: Target, row: dict[str, Any]) -> dict[str, Any]:
     per_server = max(1, gpn // w) if w <= gpn else 0
     servers = math.ceil(w / gpn) * row["instances"] if w > gpn else \
         math.ceil(row["instances"] / per_server)
+    span = max(1, math.ceil(w / gpn))
+    if "pd" in row and not row["job"].shared:     # a unit's pools: a server each
+        servers, span = 2 * row["instances"], 2
     spec = dict(t.node)
     if servers > 1:
         spec["nodes"] = servers
     if w > gpn:                  # an instance across servers: their NICs carry its traffic
         spec.update(nics(t.node) or {})
     out = {k: row[k] for k in ("layout", "gpus_per_instance", "instances", "gpus")}
-    out.update(servers_per_instance=max(1, math.ceil(w / gpn)), servers=servers,
+    out["pd"] = row.get("pd")
+    out.update(servers_per_instance=span, servers=servers,
                capacity=row.get("capacity"), per_instance=row.get("per_instance"),
-               system=core.spec_string(spec))
-    out["serve_command"] = serve_command(t, out)
+               system=row["job"].prefill if "pd" in row else core.spec_string(spec))
+    out["serve_command"] = serve_command(t, out, row["job"])
     return out
 
 
-def serve_command(t: Target, d: dict[str, Any]) -> str:
+def serve_command(t: Target, d: dict[str, Any], job: Any = None) -> str:
     """The ``gpufabric serve`` line that runs the design at the load (its figures converge
     over more requests than the recommender's trials, so they differ by a few per cent)."""
     s = t.serve
@@ -260,9 +300,15 @@ def serve_command(t: Target, d: dict[str, Any]) -> str:
     words = ["gpufabric", "serve", s.model, d["system"], "--tp", str(lay["tp"])]
     words += [w for k, flag in (("ep", "--ep"), ("dp_attention", "--dp-attention"))
               if lay[k] > 1 for w in (flag, str(lay[k]))]
-    words += ["--replicas", str(d["instances"])]
-    words += ["--rate", f"{s.rate:g}"] if s.rate is not None else \
-        ["--concurrency", str(s.concurrency)]
+    if job is not None and isinstance(job, core._PDJob):    # one unit at its share
+        words[3] = job.prefill
+        words += ["--pd", str(d["pd"])] + ([] if job.shared else
+                                           ["--decode-system", job.decode])
+        words += ["--rate", f"{(s.rate or 0) / d['instances']:g}"]
+    else:
+        words += ["--replicas", str(d["instances"])]
+        words += ["--rate", f"{s.rate:g}"] if s.rate is not None else \
+            ["--concurrency", str(s.concurrency)]
     words += ["--dataset", s.dataset] if s.dataset else \
         ["--isl", str(s.isl), "--osl", str(s.osl)]
     words += ["--precision", s.precision, "--engine", t.engine]

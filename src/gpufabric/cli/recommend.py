@@ -16,7 +16,7 @@ from gpufabric.errors import InputError
 FLAGS = {"model": "MODEL", "rate": "--rate", "concurrency": "--concurrency", "isl": "--isl",
          "osl": "--osl", "slo_ttft_ms": "--slo-ttft", "slo_tpot_ms": "--slo-tpot",
          "interactivity": "--interactivity", "precision": "--precision",
-         "dataset": "--dataset", "prefix_tokens": "--prefix-tokens",
+         "dataset": "--dataset", "prefix_tokens": "--prefix-tokens", "pd": "--pd",
          "speculative.method": "--spec", "speculative.tokens": "--spec-tokens",
          "speculative.acceptance": "--acceptance", "speculative.draft_model": "--draft-model"}
 
@@ -53,6 +53,8 @@ OPT: dict[str, Any] = {
                                        "found cached (as `serve --prefix-tokens`)."),
     "engine": typer.Option("vllm", "--engine", help="vllm or sglang: the engine profile "
                            "predicted and the stack --deploy-dir writes."),
+    "pd": typer.Option(False, "--pd", help="Also try prefill/decode disaggregation: xPyD "
+                       "units (1P1D, 1P2D, 2P1D) of each layout that fits one server."),
     "max_instance_gpus": typer.Option(64, "--max-instance-gpus", callback=whole(1, 576),
                                       help="Widest instance to try (GPUs)."),
     "jobs": typer.Option(1, "--jobs", callback=whole(1, 1024),
@@ -83,6 +85,7 @@ def recommend(ctx: typer.Context, model: str = OPT["model"], system: str = OPT["
               acceptance: str | None = OPT["acceptance"],
               draft_model: str | None = OPT["draft_model"],
               prefix_tokens: int = OPT["prefix_tokens"], engine: str = OPT["engine"],
+              pd: bool = OPT["pd"],
               max_instance_gpus: int = OPT["max_instance_gpus"], jobs: int = OPT["jobs"],
               deploy_dir: str | None = OPT["deploy_dir"], weights: str | None = OPT["weights"],
               draft_weights: str | None = OPT["draft_weights"], image: str | None = OPT["image"],
@@ -122,8 +125,10 @@ def _target(ctx: typer.Context, o: dict[str, Any]) -> Any:
     if o["engine"] not in ENGINES:
         raise InputError(f"got {o['engine']!r}; allowed: {', '.join(ENGINES)}",
                          field="--engine")
+    if o["pd"]:
+        _check_pd(o)
     d: dict[str, Any] = {"model": o["model"], "precision": o["precision"],
-                         "prefix_tokens": o["prefix_tokens"] or None}
+                         "prefix_tokens": o["prefix_tokens"] or None, "pd": o["pd"]}
     for key, opt in (("rate", "rate"), ("concurrency", "concurrency"), ("dataset", "dataset"),
                      ("slo_ttft_ms", "slo_ttft"), ("slo_tpot_ms", "slo_tpot"),
                      ("interactivity", "interactivity")):
@@ -140,7 +145,20 @@ def _target(ctx: typer.Context, o: dict[str, Any]) -> Any:
         raise InputError(exc.message, field=FLAGS.get(key, key)) from None
     assert serve is not None
     return R.Target(serve=serve, node=R.server_spec(o["system"], o["gpus_per_node"]),
-                    engine=o["engine"], max_instance_gpus=o["max_instance_gpus"])
+                    engine=o["engine"], max_instance_gpus=o["max_instance_gpus"],
+                    pd=o["pd"])
+
+
+def _check_pd(o: dict[str, Any]) -> None:
+    """What --pd's units are modelled with: the advisor's xPyD runs (fixed lengths, the vLLM
+    engine profile), and no manifests (a disaggregated stack: Dynamo, llm-d)."""
+    for opt, bad, why in (
+            ("--dataset", o["dataset"] is not None, "fixed lengths (--isl/--osl)"),
+            ("--engine", o["engine"] != "vllm", "the vllm engine profile"),
+            ("--deploy-dir", o["deploy_dir"] is not None, "no manifests: --deploy-dir writes "
+             "co-located designs only")):
+        if bad:
+            raise InputError(f"--pd units are modelled with {why}", field=opt)
 
 
 def _check_deploy(o: dict[str, Any]) -> None:
@@ -200,9 +218,11 @@ def _lay(lay: dict[str, int]) -> str:
 def describe(d: dict[str, Any]) -> str:
     """``8 GPUs: 2 instances x tp4 (1 server)``."""
     inst = "instance" if d["instances"] == 1 else "instances"
+    if d.get("pd"):
+        inst = ("unit" if d["instances"] == 1 else "units") + f" of {d['pd']}"
     srv = "server" if d["servers"] == 1 else "servers"
-    span = f", {d['servers_per_instance']} per instance" if d["servers_per_instance"] > 1 \
-        else ""
+    span = f", {d['servers_per_instance']} per {'unit' if d.get('pd') else 'instance'}" \
+        if d["servers_per_instance"] > 1 else ""
     gpus = "GPU" if d["gpus"] == 1 else "GPUs"
     return (f"{d['gpus']} {gpus}: {d['instances']} {inst} x {_lay(d['layout'])} "
             f"({d['servers']} {srv}{span})")
@@ -253,15 +273,21 @@ def lines(res: dict[str, Any]) -> list[str]:
     out.append("next smaller: none (no layout runs on fewer GPUs)" if n is None else
                f"next smaller: {describe(n)}: misses {n['misses']}")
     out.append("layouts (one instance within the SLO): " + "; ".join(
-        f"{_lay(r['layout'])}: " + (f"{r['per_instance']:,.2f} -> {r['instances']} x "
-                                     f"{r['gpus_per_instance']} = {r['gpus']} GPUs"
-                                     if "per_instance" in r else r["error"].split(": ")[0])
-        for r in res["layouts"]))
+        _row(r) for r in res["layouts"]))
     if res.get("deploy"):
         dp = res["deploy"]
         out.append(f"wrote {', '.join(dp['files'])} ({dp['kind']} {dp['name']}) in {dp['dir']}")
     out.append(f"{res['elapsed_s']:.1f} s")
     return out
+
+
+def _row(r: dict[str, Any]) -> str:
+    """One layout tried: its capacity and the instances the load needs, or why it has none."""
+    name = (f"{r['pd']} " if r.get("pd") else "") + _lay(r["layout"])
+    if "per_instance" not in r:
+        return f"{name}: {r['error'].split(': ')[0]}"
+    return (f"{name}: {r['per_instance']:,.2f} -> {r['instances']} x "
+            f"{r['gpus_per_instance']} = {r['gpus']} GPUs")
 
 
 def _amount(x: float, ld: dict[str, Any]) -> str:

@@ -252,7 +252,7 @@ def margins(s: Serve, p: dict[str, Any]) -> list[dict[str, Any]]:
 def misses(s: Serve, row: dict[str, Any], p: dict[str, Any]) -> str:
     """The SLO a design misses, in words."""
     if "error" in p:
-        return f"every SLO: it cannot run ({p['error'].split(': ')[0]})"
+        return f"every SLO: it cannot run ({brief(p['error'])})"
     missed = [f"{m['slo']} (p90 {m['p90_ms']:,.1f} ms against {m['target_ms']:g} ms)"
               for m in margins(s, p) if m["margin_ms"] < 0]
     why = " and ".join(missed)
@@ -369,8 +369,20 @@ def load_dict(s: Serve) -> dict[str, Any]:
     return out
 
 
+def brief(message: str) -> str:
+    """An error in one short clause (the JSON keeps it whole).
+
+    >>> brief("30 ms is impossible: one request alone takes 33.05 ms per output token here")
+    '30 ms is impossible: one request alone takes 33.05 ms per output token here'
+    >>> brief("llama3-70b in bf16 does not fit on 1 H100-SXM (vllm, 0.9 x 80.0 GiB): per GPU "
+    ...       "the weights take 131.4 GiB, activations and workspace 2.4 GiB, and the rest")
+    'llama3-70b in bf16 does not fit on 1 H100-SXM'
+    """
+    return message if len(message) <= 100 else message.split(" (")[0].split(": ")[0]
+
+
 def _lay(lay: dict[str, int]) -> str:
     return " ".join(f"{k}{v}" for k, v in lay.items())
 
 
-__all__ = ["Target", "recommend", "server_spec", "layouts", "margins", "misses", "demand"]
+__all__ = ["Target", "brief", "recommend", "server_spec", "layouts", "margins", "misses", "demand"]

@@ -285,7 +285,8 @@ def _row(r: dict[str, Any]) -> str:
     """One layout tried: its capacity and the instances the load needs, or why it has none."""
     name = (f"{r['pd']} " if r.get("pd") else "") + _lay(r["layout"])
     if "per_instance" not in r:
-        return f"{name}: {r['error'].split(': ')[0]}"
+        from gpufabric.advise.recommend import brief
+        return f"{name}: {brief(r['error'])}"
     return (f"{name}: {r['per_instance']:,.2f} -> {r['instances']} x "
             f"{r['gpus_per_instance']} = {r['gpus']} GPUs")
 

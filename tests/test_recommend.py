@@ -133,6 +133,14 @@ def test_bad_input_is_one_line_naming_the_option(cli, args, field):
     assert code == 2 and err.count("\n") == 1 and f" {field}: " in err, err
 
 
+def test_the_deploy_folder_is_made_but_never_its_parents(cli, tmp_path):
+    missing = tmp_path / "no" / "deploy"
+    code, _, err = cli("recommend", "llama3-8b", "H100-SXM", "--rate", "2", "--slo-tpot", "50",
+                       "--deploy-dir", str(missing), "--weights", "w")
+    assert code == 2 and "--deploy-dir: directory" in err and "create it first" in err
+    assert not missing.parent.exists()
+
+
 def test_a_shared_prefix_is_found_cached_and_shortens_the_prefill():
     """800 of 1,000 prompt tokens shared: every request but the first finds the 50 whole
     16-token blocks cached (80% of its prompt), so the median TTFT falls."""

@@ -162,7 +162,8 @@ def _check_pd(o: dict[str, Any]) -> None:
 
 
 def _check_deploy(o: dict[str, Any]) -> None:
-    """--deploy-dir's needs, before the search runs: the weights, a folder (or none yet)."""
+    """--deploy-dir's needs, before the search runs: the weights, a folder (or none yet, in
+    a folder that exists: it is made, its parents are not)."""
     if not o["weights"]:
         raise InputError("--deploy-dir needs the weights the engine loads (a Hugging Face "
                          "repo such as meta-llama/Llama-3.1-8B-Instruct, or a path)",
@@ -170,6 +171,9 @@ def _check_deploy(o: dict[str, Any]) -> None:
     p = Path(o["deploy_dir"])
     if p.exists() and not p.is_dir():
         raise InputError(f"{p} exists and is not a folder", field="--deploy-dir")
+    if not p.exists() and not p.absolute().parent.is_dir():   # as every output: no parents made
+        raise InputError(f"directory '{p.absolute().parent}' does not exist; create it first",
+                         field="--deploy-dir")
 
 
 def _deploy(res: dict[str, Any], target: Any, o: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +200,7 @@ def _deploy(res: dict[str, Any], target: Any, o: dict[str, Any]) -> dict[str, An
     files = manifests(d)
     folder = Path(o["deploy_dir"])
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {folder}: {exc.strerror}", field="--deploy-dir") \
             from None

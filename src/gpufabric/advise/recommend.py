@@ -53,9 +53,9 @@ class Target:
 
 
 def server_spec(system: str, gpus_per_node: int | None = None) -> dict[str, Any]:
-    """One server's spec from a GPU kind (its first buildable server design of
-    ``gpus_per_node`` GPUs, default 8; a rack-scale part: its whole NVLink domain) or an inline
-    ``key=value,...`` spec, checked by the design rules.
+    """One server's spec from a GPU kind (its first server design of ``gpus_per_node`` GPUs,
+    default 8, that the design rules build with NICs, else without; a rack-scale part: its
+    whole NVLink domain) or an inline ``key=value,...`` spec, checked by the design rules.
 
     >>> server_spec("H100-SXM")
     {'gpu': 'H100-SXM', 'gpus_per_node': 8}
@@ -76,9 +76,12 @@ def server_spec(system: str, gpus_per_node: int | None = None) -> dict[str, Any]
     designs = core._server_designs(gpu, (gpus_per_node or 8,))
     if gpu.gpus_per_tray:               # a rack-scale part: its largest NVLink domain
         designs = designs[::-1]
-    for node in designs:
-        if not core._refusal(core.spec_string(node)):
+    built = [n for n in designs if not core._refusal(core.spec_string(n))]
+    for node in built:                  # the first that also takes NICs (instances may span)
+        if nics(node):
             return node
+    if built:
+        return built[0]
     raise InputError(f"no buildable {gpus_per_node or 8}-GPU server of {gpu.name} (the design "
                      "rules refuse every one); give --gpus-per-node or a spec", field="SYSTEM")
 
@@ -147,7 +150,8 @@ def layouts(t: Target, runner: core.Runner) -> list[dict[str, Any]]:
     ``t.pd``, xPyD units too (an instance is then a unit, its width the unit's GPUs)."""
     sc = _scenario(t)
     jobs: list[tuple[Any, int]] = [(replace(j, engine=t.engine), w)
-                                   for j, w in core._jobs(_candidate(t), sc)[1]]
+                                   for j, w in core._jobs(_candidate(t), sc)[1]
+                                   if w <= t.max_instance_gpus]
     if t.pd:
         jobs += _pd_jobs(t, jobs)
     need = demand(t.serve)
@@ -340,9 +344,11 @@ def recommend(t: Target, *, jobs: int = 1, ray: bool = False) -> dict[str, Any]:
                                                          "attainment": ATTAINMENT}}
     out["layouts"] = [{k: v for k, v in r.items() if k != "job"} for r in rows]
     if best is None:
-        errs = "; ".join(f"{_lay(r['layout'])}: {r['error']}" for r in rows)
+        errs = "; ".join(f"{_lay(r['layout'])}: {brief(r['error'])}" for r in rows)
+        one = "" if nics(t.node) else ", instances inside one server (the design rules " \
+            "fit no NICs in it)"
         raise InputError(f"no layout of up to {t.max_instance_gpus} GPUs serves "
-                         f"{s.model} within the SLO on {out['server']} ({errs})",
+                         f"{s.model} within the SLO on {out['server']}{one} ({errs})",
                          field="--max-instance-gpus")
     pred = at_load(t, best)
     out["design"] = {**_design(t, best), "predicted": pred, "margins": margins(s, pred)}

@@ -291,8 +291,8 @@ def _row(r: dict[str, Any]) -> str:
     if "per_instance" not in r:
         from gpufabric.advise.recommend import brief
         return f"{name}: {brief(r['error'])}"
-    return (f"{name}: {r['per_instance']:,.2f} -> {r['instances']} x "
-            f"{r['gpus_per_instance']} = {r['gpus']} GPUs")
+    per = f"{r['per_instance']:,.2f}" if r["per_instance"] % 1 else f"{r['per_instance']:,.0f}"
+    return f"{name}: {per} -> {r['instances']} x {r['gpus_per_instance']} = {r['gpus']} GPUs"
 
 
 def _amount(x: float, ld: dict[str, Any]) -> str:

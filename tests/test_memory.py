@@ -119,9 +119,11 @@ def test_memory_metric_on_published_figures():
     # Korthikanti's Figure 1 is its Table 2 equations, which the model implements: the
     # activations are exact; its parameter figure counts 12 L h^2 at 18 B (the blocks only:
     # model_states_counted, the entries say so), which the model's blocks meet but for their
-    # biases and norms (13 h of 12 h^2 + 13 h a layer)
-    assert held["activations_GiB"]["points"] == 8 and held["activations_GiB"]["max_abs_pct"] < 0.01
-    assert held["model_states_GiB"]["points"] == 8 and held["model_states_GiB"]["max_abs_pct"] < 0.1
+    # biases and norms (13 h of 12 h^2 + 13 h a layer); looked at: model_states_counted was
+    # added after their model-states miss was read
+    act, states = held["activations_GiB"]["looked_at"], held["model_states_GiB"]["looked_at"]
+    assert act["points"] == 8 and act["max_abs_pct"] < 0.01
+    assert states["points"] == 8 and states["max_abs_pct"] < 0.1
     # torchtitan's peak reserved memory (looked at while the model gained op-level SAC, FSDP
     # under a pipeline, FSDP's FP32 shards and root, the loss's buffers and what the allocator
     # reports): the goal is within 10% median; nothing here is fitted, so a miss of a few

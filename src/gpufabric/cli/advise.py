@@ -71,10 +71,18 @@ def advise(scenario: str | None = typer.Argument(
                help="Serving: output tokens/s per user to rank at (a TPOT target of 1000/x "
                     "ms); several: throughput per GPU and $/Mtok of each system kind against "
                     "interactivity, with the crossovers."),
+           check: str | None = typer.Option(
+               None, "--check", metavar="FILE|builtin",
+               help="Check the advisor against published comparisons (a comparisons file, or "
+                    "'builtin' for the project's own): agree/disagree per comparison."),
            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
     if list_:
         return _list(json)
+    if check is not None:
+        if scenario is not None:
+            raise InputError("give a scenario or --check FILE, not both", field="--check")
+        return _check(check, prices, kwh_price, jobs, json)
     if scenario is None:
         raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
                          field="SCENARIO")
@@ -90,6 +98,11 @@ def advise(scenario: str | None = typer.Argument(
         return _sweep(sc, pr, targets, json, output, **run)
     with Progress("advise") as progress:
         adv = core.advise(sc, pr, progress=progress.told("models"), **run)
+    _answer(adv, sc, pr, top, json, output)
+
+
+def _answer(adv, sc, pr, top: int, json: bool, output: str | None) -> None:
+    """The ranking as JSON, the terminal's text and/or the page (or the infeasible line)."""
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
               "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
               "network_dominated": adv.dominated, "evaluated_with_models": adv.evaluated}
@@ -105,6 +118,37 @@ def advise(scenario: str | None = typer.Argument(
                    **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
         return
     _print_advice(adv, sc, counts, top)
+
+
+def _check(what: str, prices: str | None, kwh_price: float, jobs: int | None,
+           json: bool) -> None:
+    """`advise --check FILE`: each published comparison against the advisor's own answer."""
+    from gpufabric.advise import check as C
+    comps = C.load(what)
+    pr = P.load(prices)
+    with Progress("advise --check") as progress:
+        res = C.check(comps, pr, kwh_usd=kwh_price,
+                      jobs=jobs if jobs is not None else sweep.cores(),
+                      file=what, on_row=progress.told("comparisons"))
+    if json:
+        emit_json(res)
+        return
+    console.print(f"{'comparison':<44} {'metric':<20} {'published':>9} {'predicted':>9} "
+                  f"{'winner':>13}  verdict", highlight=False, soft_wrap=True)
+    for r in res["rows"]:
+        pred = f"{r.predicted_ratio:.3f}" if r.predicted_ratio is not None else "n/a"
+        win = f"{r.published_winner}/{r.predicted_winner or '-'}"
+        console.print(f"{r.id:<44} {r.metric:<20} {r.published_ratio:>9.3f} {pred:>9} "
+                      f"{win:>13}  {'AGREE' if r.agree else 'DISAGREE'}", highlight=False,
+                      soft_wrap=True)
+        console.print(f"  {r.question}", highlight=False, soft_wrap=True)
+        if r.why:
+            console.print(f"  not evaluated: {r.why}", highlight=False, soft_wrap=True)
+    console.print(f"{res['agree']} of {res['total']} agree (same winner, a tie within "
+                  f"{res['tie']:.0%} of 1, and the predicted ratio within "
+                  f"{res['agree_factor']:g}x of the published); same winner "
+                  f"{res['same_winner']} of {res['total']}; {res['elapsed_s']:.1f} s",
+                  highlight=False, soft_wrap=True)
 
 
 def _list(json: bool) -> None:

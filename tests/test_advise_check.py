@@ -35,6 +35,17 @@ def test_the_projects_file_holds_20_sourced_comparisons_and_none_reserved():
         assert kind in ids, kind
 
 
+def test_a_comparison_on_figures_a_constant_was_fitted_on_is_in_sample():
+    # FP4_EFF was fitted on TensorRT-LLM 1.0's B200 FP4 row (src/gpufabric/data/fits.yaml)
+    assert "FP4_EFF" in check.fitted_on(("trtllm-1.0-llama33-70b-b200-tp1-fp4",))
+    # the TensorRT engine profile fitted on the 0.17 rows is not the engine the advisor serves
+    # with (vLLM), so those rows stay held out for it
+    assert check.fitted_on(("trtllm-0.17-llama31-8b-h100-tp1-fp8",)) == []
+    comps = {c.id: c for c in check.load("builtin")}
+    assert check.fitted_on(comps["trtllm10-llama70b-b200-fp4-vs-h200-fp8"].calibration)
+    assert not check.fitted_on(comps["mlperf41-llama2-70b-server-h200-vs-h100"].calibration)
+
+
 @pytest.mark.parametrize("pred, pub, higher, ok", [
     (1.20, 1.15, True, True),      # same winner (a), within 1.5x
     (1.80, 1.10, True, False),     # same winner, but 1.64x the published ratio
@@ -85,6 +96,7 @@ GOOD = {"id": "x", "question": "q", "source": "s", "url": "https://example.org",
     ({"published": {"a": 2.0}}, "comparisons[0].published"),
     ({"published": {"ratio": -1}}, "comparisons[0].published.ratio"),
     ({"url": "example.org"}, "comparisons[0].url"),
+    ({"calibration": "x"}, "comparisons[0].calibration"),
     ({"designs": {"a": "gpu=H1000"}}, "comparisons[0].designs"),
     ({"designs": {"a": "gpu=H1000", "b": "gpu=L40S"}}, "comparisons[0].designs.a"),
     ({"designs": {"a": {"instance": "no-such-box"}, "b": "gpu=L40S"}},

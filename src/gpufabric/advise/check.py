@@ -52,7 +52,7 @@ METRICS = {
     "usd_per_mtok": ("$ per million output tokens at serving capacity", False),
 }
 ENTRY_KEYS = ("id", "question", "source", "url", "date", "metric", "scenario", "designs",
-              "published", "notes")
+              "published", "calibration", "notes")
 PUBLISHED_KEYS = ("a", "b", "ratio")
 DESIGN_KEYS = ("system", "instance", "precision")
 #: The most comparisons a file may hold (each runs the models on two designs).
@@ -90,6 +90,8 @@ class Comparison:
     published_ratio: float
     published: tuple[float, float] | None = None
     notes: str = ""
+    #: ids of the calibration entries (tests/data/calibration) that hold the same figures
+    calibration: tuple[str, ...] = ()
 
 
 @dataclass
@@ -107,6 +109,8 @@ class Row:
     agree: bool
     predicted: dict[str, float | None] = field(default_factory=dict)
     why: str = ""                # a design the model cannot evaluate, and why
+    #: the fitted constants whose fit used this comparison's figures (empty: held out)
+    fitted: list[str] = field(default_factory=list)
     source: str = ""
     url: str = ""
     date: str = ""
@@ -202,7 +206,17 @@ def _entry(e: Any, file: str, where: str) -> Comparison:
                       source=_text(e, "source", file, where), url=_text(e, "url", file, where),
                       date=str(_date(e.get("date"), file, f"{where}.date")), metric=metric,
                       scenario=sc, a=a, b=b, published_ratio=ratio, published=pub,
-                      notes=_text(e, "notes", file, where, required=False))
+                      notes=_text(e, "notes", file, where, required=False),
+                      calibration=_ids(e.get("calibration"), file, f"{where}.calibration"))
+
+
+def _ids(v: Any, file: str, where: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
+        raise InputError(f"expected a list of calibration entry ids, got {v!r}", file=file,
+                         field=where)
+    return tuple(x.strip() for x in v)
 
 
 def _date(v: Any, file: str, where: str) -> str:
@@ -306,6 +320,30 @@ def _candidate(d: Design, prices: Prices, where: str) -> core.Candidate:
                           refused=core._refusal(core.spec_string(spec)))
 
 
+#: The modules that record the models' fitted constants (gpufabric.params records).
+_PARAM_MODULES = ("gpufabric.collectives.params", "gpufabric.network.capacity",
+                  "gpufabric.workloads.compute", "gpufabric.workloads.memory",
+                  "gpufabric.workloads.training", "gpufabric.workloads.video",
+                  "gpufabric.workloads.inference.itertime", "gpufabric.workloads.inference.pd")
+
+
+def fitted_on(ids: tuple[str, ...]) -> list[str]:
+    """The fitted constants the advisor's predictions use whose ``fitted_on`` names one of the
+    calibration entries ``ids``: a comparison on those figures is in-sample for them, not held
+    out. An engine profile's constants count only for the engine the advisor serves with
+    (:class:`~gpufabric.workloads.inference.serve.ServeConfig`'s default)."""
+    import importlib
+
+    from gpufabric import params
+    from gpufabric.workloads.inference.serve import ServeConfig
+    for mod in _PARAM_MODULES:              # each module registers its records when imported
+        importlib.import_module(mod)
+    engine = ServeConfig().engine
+    return sorted({p.name for p in params.REGISTRY.values()
+                   if any(params.matches_fitted(i, p.fitted_on) for i in ids)
+                   and (not p.name.startswith("ENGINE_") or p.name.endswith(f"[{engine}]"))})
+
+
 def metric_value(c: core.Candidate, sc: S.Scenario, metric: str) -> float | None:
     """The comparison's metric of an evaluated, priced design (None: the model gives none)."""
     from gpufabric.advise.interactivity import at_capacity
@@ -360,7 +398,8 @@ def _judge_one(comp: Comparison, cands: tuple[core.Candidate, core.Candidate],
                published_winner=pub_w, predicted_winner=pred_w, same_winner=pred_w == pub_w,
                agree=ratio is not None and agrees(ratio, comp.published_ratio,
                                                   higher_is_better=higher),
-               predicted=vals, why="; ".join(why), source=comp.source, url=comp.url,
+               predicted=vals, why="; ".join(why), fitted=fitted_on(comp.calibration),
+               source=comp.source, url=comp.url,
                date=comp.date, elapsed_s=time.perf_counter() - t0)
 
 
@@ -391,11 +430,13 @@ def check(comps: list[Comparison], prices: Prices, *, kwh_usd: float = 0.10, job
             if on_row:
                 on_row(1, len(comps))
     n_agree = sum(r.agree for r in rows)
+    held = [r for r in rows if not r.fitted]
     return {"file": file, "rows": rows, "agree": n_agree, "total": len(rows),
+            "held_out_agree": sum(r.agree for r in held), "held_out_total": len(held),
             "same_winner": sum(r.same_winner for r in rows),
             "not_evaluated": sum(r.predicted_ratio is None for r in rows),
             "tie": TIE, "agree_factor": AGREE_FACTOR, "elapsed_s": time.perf_counter() - t0}
 
 
 __all__ = ["AGREE_FACTOR", "BUILTIN", "METRICS", "TIE", "Comparison", "Design", "Row",
-           "agrees", "check", "load", "metric_value", "parse", "winner"]
+           "agrees", "check", "fitted_on", "load", "metric_value", "parse", "winner"]

@@ -133,22 +133,29 @@ def _check(what: str, prices: str | None, kwh_price: float, jobs: int | None,
     if json:
         emit_json(res)
         return
-    console.print(f"{'comparison':<44} {'metric':<20} {'published':>9} {'predicted':>9} "
-                  f"{'winner':>13}  verdict", highlight=False, soft_wrap=True)
+    _say(f"{'comparison':<46} {'metric':<20} {'published':>9} {'predicted':>9} "
+         f"{'winner':>9}  verdict")
     for r in res["rows"]:
         pred = f"{r.predicted_ratio:.3f}" if r.predicted_ratio is not None else "n/a"
         win = f"{r.published_winner}/{r.predicted_winner or '-'}"
-        console.print(f"{r.id:<44} {r.metric:<20} {r.published_ratio:>9.3f} {pred:>9} "
-                      f"{win:>13}  {'AGREE' if r.agree else 'DISAGREE'}", highlight=False,
-                      soft_wrap=True)
-        console.print(f"  {r.question}", highlight=False, soft_wrap=True)
-        if r.why:
-            console.print(f"  not evaluated: {r.why}", highlight=False, soft_wrap=True)
-    console.print(f"{res['agree']} of {res['total']} agree (same winner, a tie within "
-                  f"{res['tie']:.0%} of 1, and the predicted ratio within "
-                  f"{res['agree_factor']:g}x of the published); same winner "
-                  f"{res['same_winner']} of {res['total']}; {res['elapsed_s']:.1f} s",
-                  highlight=False, soft_wrap=True)
+        _say(f"{r.id + (' *' if r.fitted else ''):<46} {r.metric:<20} "
+             f"{r.published_ratio:>9.3f} {pred:>9} {win:>9}  "
+             f"{'AGREE' if r.agree else 'DISAGREE'}")
+        _say(f"  {r.question}")
+        for label, text in (("not evaluated", r.why), ("in-sample for", ", ".join(r.fitted))):
+            if text:
+                _say(f"  {label}: {text}")
+    _say(f"held out: {res['held_out_agree']} of {res['held_out_total']} agree; all: "
+         f"{res['agree']} of {res['total']} agree (* in-sample: a constant was fitted on its "
+         f"figures); agree = the same winner (published/predicted: a, b, or a tie within "
+         f"{res['tie']:.0%} of 1) and the predicted ratio within {res['agree_factor']:g}x of "
+         f"the published one; same winner {res['same_winner']} of {res['total']}; "
+         f"{res['elapsed_s']:.1f} s")
+
+
+def _say(text: str) -> None:
+    """One line as written (no markup: names such as GEMM_EFF[hopper] keep their brackets)."""
+    console.print(text, highlight=False, soft_wrap=True, markup=False)
 
 
 def _list(json: bool) -> None:

@@ -60,18 +60,31 @@ def test_agreement_is_the_same_winner_and_a_ratio_within_1_5x(pred, pub, higher,
 
 def test_check_on_real_comparisons_prints_rows_and_the_summary(tmp_path, capsys):
     # two cost comparisons (no model run) and one 1-GPU serving comparison, from the real file
-    f = tmp_path / "three.yaml"
-    f.write_text(yaml.safe_dump({"comparisons": _builtin(
-        "lambda-h100-vs-a100-gpu-hour", "ionet-h100-sxm-vs-pcie-gpu-hour",
-        "trtllm017-llama8b-h200-vs-h100")}))
+    entries = _builtin("lambda-h100-vs-a100-gpu-hour", "ionet-h100-sxm-vs-pcie-gpu-hour",
+                       "trtllm017-llama8b-h200-vs-h100")
+    # the serving question again as $ per million output tokens (same model runs: run once);
+    # its "published" ratio is this test's, not a source's
+    serve = next(e for e in entries if e["id"] == "trtllm017-llama8b-h200-vs-h100")
+    entries.append({**serve, "id": "mtok", "metric": "usd_per_mtok", "published": {"ratio": 1.0}})
+    f = tmp_path / "four.yaml"
+    f.write_text(yaml.safe_dump({"comparisons": entries}))
     main(["advise", "--check", str(f), "--jobs", "1", "--json"])
     res = json.loads(capsys.readouterr().out)
-    assert res["total"] == 3 and res["not_evaluated"] == 0
+    assert res["total"] == 4 and res["not_evaluated"] == 0
     rows = {r["id"]: r for r in res["rows"]}
     for r in rows.values():
         assert r["agree"] == check.agrees(r["predicted_ratio"], r["published_ratio"],
-                                          higher_is_better=r["metric"] != "usd_per_gpu_hour")
+                                          higher_is_better=check.METRICS[r["metric"]][1])
         assert r["predicted_ratio"] == pytest.approx(r["predicted"]["a"] / r["predicted"]["b"])
+    # $/Mtok is $/hour over the tokens served in an hour: its ratio is the ratio of $/hour
+    # over that of tokens/s, and the H200 server costs more an hour (a dearer GPU, the same
+    # host)
+    tps = rows["trtllm017-llama8b-h200-vs-h100"]["predicted"]
+    mtok = rows["mtok"]["predicted"]
+    hourly = {k: mtok[k] * tps[k] * 3600 / 1e6 for k in "ab"}   # $/hour of each 1-GPU server
+    assert hourly["a"] > hourly["b"] > 0
+    assert rows["mtok"]["predicted_ratio"] == pytest.approx(
+        hourly["a"] / hourly["b"] / rows["trtllm017-llama8b-h200-vs-h100"]["predicted_ratio"])
     assert res["agree"] == sum(r["agree"] for r in rows.values())
     # facts of the file: Lambda's $2.99 against $1.79 an hour
     assert rows["lambda-h100-vs-a100-gpu-hour"]["published_ratio"] == pytest.approx(2.99 / 1.79)
@@ -81,7 +94,7 @@ def test_check_on_real_comparisons_prints_rows_and_the_summary(tmp_path, capsys)
     assert h200["predicted_winner"] == "a" and 1.0 < h200["predicted_ratio"] < 1.5
     main(["advise", "--check", str(f), "--jobs", "1"])
     out = capsys.readouterr().out
-    assert "lambda-h100-vs-a100-gpu-hour" in out and f"{res['agree']} of 3 agree" in out
+    assert "lambda-h100-vs-a100-gpu-hour" in out and f"{res['agree']} of 4 agree" in out
 
 
 GOOD = {"id": "x", "question": "q", "source": "s", "url": "https://example.org", "date": 2024,
@@ -123,7 +136,8 @@ def test_a_key_given_twice_or_a_missing_file_or_a_scenario_too_is_refused(tmp_pa
     with pytest.raises(InputError) as e:
         check.load(str(f))
     assert e.value.file == str(f) and "twice" in str(e.value)
-    for args in (["--check", str(tmp_path / "none.yaml")], ["small-chat", "--check", "builtin"]):
+    for args in (["--check", str(tmp_path / "none.yaml")], ["small-chat", "--check", "builtin"],
+                 ["--check", "builtin", "-o", str(tmp_path / "x.html")]):
         with pytest.raises(SystemExit) as ex:
             main(["advise", *args])
         assert ex.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1

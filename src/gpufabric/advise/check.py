@@ -138,16 +138,19 @@ def builtin_text() -> str:
     return resources.files("gpufabric.advise").joinpath("data", "comparisons.yaml").read_text()
 
 
+def file_name(what: str) -> str:
+    """The name errors give a comparisons file (the built-in one's, or the path given)."""
+    return "comparisons (built-in)" if what == BUILTIN else what
+
+
 def load(what: str) -> list[Comparison]:
     """The comparisons of a file, or of the built-in file (``builtin``); every problem is
     one :class:`InputError` naming the file and the field."""
     if what == BUILTIN:
-        name = "comparisons (built-in)"
-        data = parse_yaml(builtin_text(), name)
+        data = parse_yaml(builtin_text(), file_name(what))
     else:
-        name = what
         data = load_yaml(what, what="a comparisons YAML file")
-    return parse(data, name)
+    return parse(data, file_name(what))
 
 
 def parse(data: Any, file: str) -> list[Comparison]:
@@ -404,11 +407,12 @@ def _judge_one(comp: Comparison, cands: tuple[core.Candidate, core.Candidate],
 
 
 def check(comps: list[Comparison], prices: Prices, *, kwh_usd: float = 0.10, jobs: int = 1,
-          file: str = "", on_row: Any = None) -> dict[str, Any]:
+          ray: bool = False, file: str = "", on_row: Any = None) -> dict[str, Any]:
     """Every comparison judged (:class:`Row`), and the summary: how many agree of how many.
 
-    Each comparison runs its two designs' model jobs (on ``jobs`` worker processes) before the
-    next; a job two comparisons share runs once. ``on_row(1, total)`` is told as each is done.
+    Each comparison runs its two designs' model jobs (on ``jobs`` worker processes, or on
+    Ray) before the next; a job two comparisons share runs once. ``on_row(1, total)`` is told
+    as each is done.
     """
     from gpufabric.workloads.search import memory_verdicts
     t0 = time.perf_counter()
@@ -418,9 +422,9 @@ def check(comps: list[Comparison], prices: Prices, *, kwh_usd: float = 0.10, job
             cands.append((_candidate(comp.a, prices, "a"), _candidate(comp.b, prices, "b")))
         except InputError as exc:
             raise exc.located(file or None, f"comparisons[{i}].designs") from None
-    runner = core.Runner(jobs=jobs)
+    runner = core.Runner(jobs=jobs, ray=ray)
     rows: list[Row] = []
-    with memory_verdicts(), sweep.workers(jobs):
+    with memory_verdicts(), sweep.workers(jobs if not ray else 1):
         for comp, pair in zip(comps, cands, strict=True):
             if comp.metric != "usd_per_gpu_hour":
                 runner.run([j for c, d in zip(pair, (comp.a, comp.b), strict=True)
@@ -439,4 +443,5 @@ def check(comps: list[Comparison], prices: Prices, *, kwh_usd: float = 0.10, job
 
 
 __all__ = ["AGREE_FACTOR", "BUILTIN", "METRICS", "TIE", "Comparison", "Design", "Row",
-           "agrees", "check", "fitted_on", "load", "metric_value", "parse", "winner"]
+           "agrees", "check", "file_name", "fitted_on", "load", "metric_value", "parse",
+           "winner"]

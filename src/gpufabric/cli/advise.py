@@ -80,9 +80,8 @@ def advise(scenario: str | None = typer.Argument(
     if list_:
         return _list(json)
     if check is not None:
-        if scenario is not None:
-            raise InputError("give a scenario or --check FILE, not both", field="--check")
-        return _check(check, prices, kwh_price, jobs, json)
+        _alone(scenario=scenario, output=output, interactivity=interactivity)
+        return _check(check, prices, kwh_price, jobs, ray, json)
     if scenario is None:
         raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
                          field="SCENARIO")
@@ -120,7 +119,16 @@ def _answer(adv, sc, pr, top: int, json: bool, output: str | None) -> None:
     _print_advice(adv, sc, counts, top)
 
 
-def _check(what: str, prices: str | None, kwh_price: float, jobs: int | None,
+def _alone(**given: str | None) -> None:
+    """--check takes no scenario and writes no page: a value given to those is refused."""
+    for name, value in given.items():
+        if value is not None:
+            flag = "SCENARIO" if name == "scenario" else f"--{name}"
+            raise InputError(f"cannot be used with {flag} (--check evaluates the comparisons' "
+                             "own designs)", field="--check")
+
+
+def _check(what: str, prices: str | None, kwh_price: float, jobs: int | None, ray: bool,
            json: bool) -> None:
     """`advise --check FILE`: each published comparison against the advisor's own answer."""
     from gpufabric.advise import check as C
@@ -128,8 +136,8 @@ def _check(what: str, prices: str | None, kwh_price: float, jobs: int | None,
     pr = P.load(prices)
     with Progress("advise --check") as progress:
         res = C.check(comps, pr, kwh_usd=kwh_price,
-                      jobs=jobs if jobs is not None else sweep.cores(),
-                      file=what, on_row=progress.told("comparisons"))
+                      jobs=jobs if jobs is not None else sweep.cores(), ray=ray,
+                      file=C.file_name(what), on_row=progress.told("comparisons"))
     if json:
         emit_json(res)
         return

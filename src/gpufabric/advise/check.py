@@ -378,7 +378,6 @@ def _judge_one(comp: Comparison, cands: tuple[core.Candidate, core.Candidate],
                runner: core.Runner, prices: Prices, kwh_usd: float) -> Row:
     """Evaluate both designs of a comparison (the models only where the metric needs them)
     and compare the predicted ratio with the published one."""
-    t0 = time.perf_counter()
     higher = METRICS[comp.metric][1]
     vals: dict[str, float | None] = {}
     why = []
@@ -402,8 +401,7 @@ def _judge_one(comp: Comparison, cands: tuple[core.Candidate, core.Candidate],
                agree=ratio is not None and agrees(ratio, comp.published_ratio,
                                                   higher_is_better=higher),
                predicted=vals, why="; ".join(why), fitted=fitted_on(comp.calibration),
-               source=comp.source, url=comp.url,
-               date=comp.date, elapsed_s=time.perf_counter() - t0)
+               source=comp.source, url=comp.url, date=comp.date)
 
 
 def check(comps: list[Comparison], prices: Prices, *, kwh_usd: float = 0.10, jobs: int = 1,
@@ -426,11 +424,13 @@ def check(comps: list[Comparison], prices: Prices, *, kwh_usd: float = 0.10, job
     rows: list[Row] = []
     with memory_verdicts(), sweep.workers(jobs if not ray else 1):
         for comp, pair in zip(comps, cands, strict=True):
+            t1 = time.perf_counter()
             if comp.metric != "usd_per_gpu_hour":
                 runner.run([j for c, d in zip(pair, (comp.a, comp.b), strict=True)
                             if not c.refused
                             for j in core.all_jobs([c], d.scenario(comp.scenario))])
             rows.append(_judge_one(comp, pair, runner, prices, kwh_usd))
+            rows[-1].elapsed_s = time.perf_counter() - t1     # its model runs included
             if on_row:
                 on_row(1, len(comps))
     n_agree = sum(r.agree for r in rows)

@@ -11,7 +11,9 @@ serving capacity within the scenario's SLO, or ``train --search``'s best layout;
 A comparison **agrees** when the predicted and the published answers name the same winner
 (a ratio within ``TIE`` of 1 is a tie, and a tie is a winner of its own) and the predicted
 ratio is within ``AGREE_FACTOR`` of the published one. Nothing here is fitted: a comparison
-that disagrees is a finding about the model, not a constant to tune.
+that disagrees is a finding about the model, not a constant to tune. A comparison names the
+calibration entries that hold its figures; where a constant of the models was fitted on one of
+them (:func:`fitted_on`), it is in-sample and counted apart from the held-out ones.
 
 Examples
 --------
@@ -61,7 +63,8 @@ MAX_COMPARISONS = 500
 
 @dataclass(frozen=True)
 class Design:
-    """One side of a comparison: an on-premises spec, or a cloud instance x count."""
+    """One side of a comparison: an on-premises spec or a cloud instance of the price table,
+    at the scenario's precision or its own."""
 
     system: str                  # on-premises: a spec string ("" for a cloud instance)
     instance: str = ""
@@ -224,7 +227,8 @@ def _ids(v: Any, file: str, where: str) -> tuple[str, ...]:
 
 def _date(v: Any, file: str, where: str) -> str:
     import datetime as dt
-    if isinstance(v, (dt.date, int)) or (isinstance(v, str) and v.strip()):
+    if (isinstance(v, (dt.date, int)) and not isinstance(v, bool)) or \
+            (isinstance(v, str) and v.strip()):
         return str(v)
     raise InputError(f"expected the source's date (2024-08-28, or a year), got {v!r}",
                      file=file, field=where)

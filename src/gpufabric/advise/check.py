@@ -327,26 +327,15 @@ def _candidate(d: Design, prices: Prices, where: str) -> core.Candidate:
                           refused=core._refusal(core.spec_string(spec)))
 
 
-#: The modules that record the models' fitted constants (gpufabric.params records).
-_PARAM_MODULES = ("gpufabric.collectives.params", "gpufabric.network.capacity",
-                  "gpufabric.workloads.compute", "gpufabric.workloads.memory",
-                  "gpufabric.workloads.training", "gpufabric.workloads.video",
-                  "gpufabric.workloads.inference.itertime", "gpufabric.workloads.inference.pd")
-
-
 def fitted_on(ids: tuple[str, ...]) -> list[str]:
     """The fitted constants the advisor's predictions use whose ``fitted_on`` names one of the
     calibration entries ``ids``: a comparison on those figures is in-sample for them, not held
     out. An engine profile's constants count only for the engine the advisor serves with
     (:class:`~gpufabric.workloads.inference.serve.ServeConfig`'s default)."""
-    import importlib
-
     from gpufabric import params
     from gpufabric.workloads.inference.serve import ServeConfig
-    for mod in _PARAM_MODULES:              # each module registers its records when imported
-        importlib.import_module(mod)
     engine = ServeConfig().engine
-    return sorted({p.name for p in params.REGISTRY.values()
+    return sorted({p.name for p in params.load_registry().values()
                    if any(params.matches_fitted(i, p.fitted_on) for i in ids)
                    and (not p.name.startswith("ENGINE_") or p.name.endswith(f"[{engine}]"))})
 

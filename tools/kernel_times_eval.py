@@ -4,9 +4,11 @@ Runs ``validate`` on serving measurements files twice, with gpufabric's roofline
 ``--kernel-times aic`` (NVIDIA AIConfigurator's measured GEMMs where they cover the GPU, the
 engine's backend and the shape; needs ``pip install 'gpufabric[aic]'``), and prints the median
 absolute error of both on the points the database covers (a catalog GPU it measured, an
-engine whose backend it measured), by entry status and by GPU and engine.
+engine whose backend it measured), by entry status and by GPU and engine. With ``--cv``,
+the leave-one-source-out cross-validation's points instead: every fitted serving constant
+refitted without each source, with that source's GEMM times.
 
-    python tools/kernel_times_eval.py tests/data/calibration/inference.yaml
+    python tools/kernel_times_eval.py tests/data/calibration/inference.yaml [--cv]
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ from gpufabric.kerneldb import timing
 from gpufabric.workloads.inference.validate import validate
 
 
-def _points(files: list[str], source: str | None) -> dict[tuple, dict]:
+def _points(files: list[str], source: str | None, cv: bool) -> dict[tuple, dict]:
     with timing.use(source):
-        return {(p["id"], p["point"], p["metric"]): p for f in files
-                for p in validate(f)["points"] if p.get("error_pct") is not None}
+        if cv:
+            from gpufabric.crossval import cross_validate
+            pts = [p for p in cross_validate(files)["points"] if p["cv"] == "cross-validated"]
+        else:
+            pts = [p for f in files for p in validate(f)["points"]]
+        return {(p["id"], p["point"], p["metric"]): p for p in pts
+                if p.get("error_pct") is not None}
 
 
 def _line(label: str, rows: list[tuple[dict, dict]]) -> str:
@@ -34,9 +41,10 @@ def _line(label: str, rows: list[tuple[dict, dict]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="serving measurements files")
+    ap.add_argument("--cv", action="store_true", help="the leave-one-source-out points")
     args = ap.parse_args()
     covered = set(D.SYSTEMS.values())
-    model, aic = _points(args.files, None), _points(args.files, "aic")
+    model, aic = _points(args.files, None, args.cv), _points(args.files, "aic", args.cv)
     rows = [(p, aic[k]) for k, p in model.items() if k in aic and p.get("gpu") in covered
             and timing.backend_of(str(p.get("engine", ""))) is not None]
     print(f"{'points the database covers':<44} {'points':>6} {'roofline':>10} {'measured':>10}")

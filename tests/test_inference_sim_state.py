@@ -115,6 +115,24 @@ def test_steps_before_matches_a_running_sum():
         assert _steps_before(first, slope, 499, x) == int((cum[:-1] < x).sum())
 
 
+def test_most_steps_is_the_largest_stretch_the_kv_cache_holds():
+    # the closed form against its definition: the largest j whose blocks (every running
+    # request's ceil((kv + j) / B)) fit in the blocks held plus the free ones
+    rng = np.random.default_rng(0)
+    st = _state(R.poisson(1.0, 4, 10, 10, seed=0))
+    for _ in range(300):
+        n, B = int(rng.integers(1, 20)), int(rng.choice([1, 16, 32]))
+        kv = rng.integers(0, 2000, n)
+        st._run = np.zeros((6, n), np.int64)
+        st._run[1], st._run[5] = kv, (kv + B - 1) // B + rng.integers(0, 2, n)
+        st._nrun, st.B, st.free = n, B, int(rng.integers(0, 100))
+        st._views()
+        room = int(st.r_bl.sum()) + st.free
+        j = st._most_steps()
+        blocks = [int(((kv + x + B - 1) // B).sum()) for x in (j, j + 1)]
+        assert blocks[0] <= room < blocks[1]
+
+
 def test_pure_generation_and_front_end():
     # no prompt: the start token is prefilled; the front end adds to TTFT, not to the steps
     r = R.closed_loop(2, 6, isl=0, osl=8)

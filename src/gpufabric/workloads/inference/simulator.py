@@ -512,13 +512,20 @@ class BatchState:
             dt -= (1.0 - 1.0 / self.tps) * float(self.cost(0, 0, 0, it.d_n, it.d_ctx))
         return dt + it.swap_t
 
-    def _fits(self, j: int, base: int | None = None) -> bool:
-        """The KV cache holds ``j`` more tokens of every running request (``base``: the
-        blocks they hold, when known)."""
-        if base is None:
-            base = int(self.r_bl.sum())
-        B = self.B
-        return int(((self.r_kv + (j + B - 1)) // B).sum()) - base <= self.free
+    def _most_steps(self) -> int:
+        """The most tokens ``j`` that every running request can add while the KV cache holds
+        them all: the largest ``j`` with sum(ceil((kv + j) / B)) <= the blocks held + free.
+
+        With ``kv + B - 1 = q B + r`` (0 <= r < B) and ``j = m B + s`` (0 <= s < B), request
+        i holds ``q + m + [r + s >= B]`` blocks: ``m`` is as many whole blocks per request as
+        the room allows, then ``s`` as far as the requests of the largest ``r`` allow."""
+        B, n = self.B, self._nrun
+        q, r = np.divmod(self.r_kv + (B - 1), B)
+        room = self.free + _total(self.r_bl) - _total(q)
+        m = room // n                       # whole blocks each (negative: none fits)
+        over = room - n * m                 # requests that can still cross a block boundary
+        r_desc = np.sort(r)[::-1]
+        return B * m + (B - 1 - int(r_desc[over]))
 
     def _stretch(self, it: Iteration) -> tuple[int, int]:
         """Decode-only iterations that can run as they are: up to the first request that
@@ -527,16 +534,8 @@ class BatchState:
         left = self.r_osl - self.r_gen
         k = kmin = min(left.tolist()) if left.size < _SMALL else int(left.min())
         nrun = left.size
-        if k > 1 and self.free < nrun * (k // self.B + 1) and \
-                not self._fits(k, base := int(self.r_bl.sum())):
-            lo, hi = 1, k
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if self._fits(mid, base):
-                    lo = mid
-                else:
-                    hi = mid
-            k = lo
+        if k > 1 and self.free < nrun * (k // self.B + 1):
+            k = max(1, min(k, self._most_steps()))
         return k, kmin
 
     def decode(self, it: Iteration) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.simulator import (BatchState, LinearCost, SchedulerConfig,
-                                                     _steps_before, simulate)
+                                                     _median, _sorted_unique, _steps_before,
+                                                     percentiles, simulate)
 from sim_golden import FIELDS, GOLDEN, arrays, cases
 
 COST = LinearCost(base_s=0.01, per_token_s=1e-4, per_ctx_token_s=1e-7)
@@ -131,6 +132,18 @@ def test_most_steps_is_the_largest_stretch_the_kv_cache_holds():
         j = st._most_steps()
         blocks = [int(((kv + x + B - 1) // B).sum()) for x in (j, j + 1)]
         assert blocks[0] <= room < blocks[1]
+
+
+def test_percentiles_and_median_are_numpys_to_the_bit():
+    # written out so that a prediction does not import numpy.ma; the same arithmetic
+    rng = np.random.default_rng(1)
+    for n in [1, 2, 3, 10, 101, 1000]:
+        for x in (rng.exponential(size=n) * 37.0, rng.integers(0, 9, n).astype(float)):
+            p = percentiles(np.append(x, [np.nan, np.inf]))
+            assert [p["p50"], p["p90"], p["p99"]] == np.percentile(x, [50, 90, 99]).tolist()
+            assert _median(x) == float(np.median(x))
+            s = np.sort(x.astype(np.int64))
+            assert _sorted_unique(s).tolist() == np.unique(s).tolist()
 
 
 def test_pure_generation_and_front_end():

@@ -271,9 +271,11 @@ class ServeLayout:
 
 
 def _token_grid(max_tokens: int) -> np.ndarray:
-    small = np.arange(0, min(max_tokens, 64) + 1)
-    big = np.unique(np.geomspace(64, max(max_tokens, 65), 80).astype(np.int64))
-    return np.unique(np.concatenate([small, big, [max_tokens]]))
+    """0..64 one by one, then 80 geometric steps up to ``max_tokens``: sorted, each once (a
+    set rather than ``np.unique``, whose first call imports ``numpy.ma``: 15 ms of a run)."""
+    small = range(min(max_tokens, 64) + 1)
+    big = np.geomspace(64, max(max_tokens, 65), 80).astype(np.int64).tolist()
+    return np.array(sorted({*small, *big, max_tokens}), np.int64)
 
 
 @dataclass

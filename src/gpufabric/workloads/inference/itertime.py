@@ -46,6 +46,7 @@ from __future__ import annotations
 import bisect
 import copy
 import math
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -167,14 +168,12 @@ def check_dtype(dtype: str, field: str, use: str = "weights") -> str:
 
 def linear_s(gpu: C.GPUSpec, prec: str, T: int, n: float, k: float, *, wb: float,
              ab: float, rate: float = 1.0, count: int = 1,
-             weight_count: float | None = None,
-             waves: dict | None = None) -> tuple[float, float]:
+             weight_count: float | None = None) -> tuple[float, float]:
     """(compute-limited, memory-limited) seconds of ``count`` serving GEMMs (T x k) @ (k x n)
     on ``gpu`` computing at tensor precision ``prec`` (times ``rate``): ``wb`` bytes per stored
     weight (with its scales), ``ab`` per input activation, a 16-bit output; ``weight_count``
     weight matrices read (default ``count``). The efficiency is the better of the shared
-    model's tiled GEMM and a split-K kernel over every SM (:func:`skinny_eff`; ``waves``: its
-    memo of one table's build).
+    model's tiled GEMM and a split-K kernel over every SM (:func:`skinny_eff`).
 
     >>> g = C.gpu_spec("H100-SXM")
     >>> c, m = linear_s(g, "bf16", 8192, 8192, 8192, wb=2, ab=2)
@@ -187,27 +186,34 @@ def linear_s(gpu: C.GPUSpec, prec: str, T: int, n: float, k: float, *, wb: float
     flops = 2.0 * T * n * k * count
     byts = n * k * wb * wc + T * (k * ab + n * 2.0) * count
     op = C.Op("linear", "gemm", flops, byts, int(T), int(max(n, 1)), int(max(k, 1)), count)
-    eff = max(C.gemm_efficiency(op, gpu, prec), skinny_eff(gpu, prec, T, k, waves))
+    eff = max(C.gemm_efficiency(op, gpu, prec), skinny_eff(gpu, prec, T, k))
     if prec == "fp4":
         eff *= FP4_EFF.value
     peak = gpu.peak_tflops(prec) * rate * 1e12
     return flops / (peak * max(eff, 1e-6)), byts / (gpu.hbm_GBps * 1e9 * C.HBM_EFF.value)
 
 
-def skinny_eff(gpu: C.GPUSpec, prec: str, T: int, k: float, waves: dict | None = None) -> float:
+#: The full-wave efficiencies :func:`skinny_eff` has computed in the step model being built
+#: (by GPU, precision and depth), or None outside a build: within one build the GPU and the
+#: parameters are fixed.
+_WAVES: ContextVar[dict | None] = ContextVar("_WAVES", default=None)
+
+
+def skinny_eff(gpu: C.GPUSpec, prec: str, T: int, k: float) -> float:
     """Efficiency of a split-K / stream-K kernel, the kind engines run for a few rows: every
     SM busy (the shared model's GEMM of one full wave, same depth ``k``), rows padded to the
-    MMA instruction's M (:data:`MMA_M`). ``waves``: a memo of the full wave's efficiency by
-    (precision, depth) for one GPU and one set of parameters (a table's build: the wave does
-    not depend on ``T``)."""
+    MMA instruction's M (:data:`MMA_M`). The full wave does not depend on ``T``: a step
+    model's build (:data:`_WAVES`) computes it once per GPU, precision and depth."""
     depth = int(max(k, 1))
-    wave = None if waves is None else waves.get((prec, depth))
+    waves = _WAVES.get()
+    key = (id(gpu), prec, depth)
+    wave = None if waves is None else waves.get(key)
     if wave is None:
         tm, tn = C.TILE.get(gpu.arch, (128, 128))
         full = C.Op("wave", "gemm", 0.0, 0.0, tm, tn * max(gpu.sms, 1), depth)
         wave = C.gemm_efficiency(full, gpu, prec)
         if waves is not None:
-            waves[(prec, depth)] = wave
+            waves[key] = wave
     mm = MMA_M.get(gpu.arch, 16)
     return wave * T / (-(-T // mm) * mm)
 
@@ -450,8 +456,7 @@ class StepModel:
                 weight_count: float | None = None) -> tuple[float, float]:
         """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n)."""
         return linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
-                        rate=self.compute_rate, count=count, weight_count=weight_count,
-                        waves=self.__dict__.get("_waves"))
+                        rate=self.compute_rate, count=count, weight_count=weight_count)
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""
@@ -545,16 +550,19 @@ class StepModel:
         self._grid = grid.astype(np.float64)
         n_moe = m.moe_layers
         n_dense = m.layers - n_moe
-        self._waves: dict = {}      # skinny_eff's full waves, for this build only
-        dense = [self._layer_gemms(int(T), False) for T in grid]
-        moe = [self._layer_gemms(int(T), True) for T in grid] if n_moe else [(0.0, 0.0)] * len(grid)
+        token = _WAVES.set({})      # skinny_eff's full waves, for this build only
+        try:
+            dense = [self._layer_gemms(int(T), False) for T in grid]
+            moe = ([self._layer_gemms(int(T), True) for T in grid] if n_moe
+                   else [(0.0, 0.0)] * len(grid))
+            # logits for the sampled tokens, over the vocabulary split by TP
+            lg = [self._linear("logits", int(T), m.vocab / lay.tp, m.hidden) for T in grid]
+        finally:
+            _WAVES.reset(token)
         self._gemm = np.array([n_dense * d[0] + n_moe * e[0]
                                for d, e in zip(dense, moe, strict=True)])
         self._gemm_mem = np.array([n_dense * d[1] + n_moe * e[1]
                                    for d, e in zip(dense, moe, strict=True)])
-        # logits for the sampled tokens, over the vocabulary split by TP
-        lg = [self._linear("logits", int(T), m.vocab / lay.tp, m.hidden) for T in grid]
-        del self._waves
         self._logit = np.array([max(c, b) for c, b in lg])
         self._logit_mem = np.array([b if b >= c else 0.0 for c, b in lg])
         # communication per layer, per token count

@@ -78,6 +78,17 @@ def test_every_catalog_price_names_its_page_and_dates():
             assert str(row.get("url", "")).startswith("https://") or row.get("lacks"), (sec, row)
 
 
+def test_every_catalog_gpu_has_a_price_and_a_power():
+    # the advisor ranks every GPU kind on cost and on power; a kind with neither figure would be
+    # left out of cost objectives ("not priced") or shown at 0 W
+    from gpufabric import catalog
+    p = prices.load()
+    missing = [g for g in catalog.names("gpu")
+               if not p.gpu_usd(g) or not (p.gpu_watts(g) or 0) > 0]
+    assert missing == []
+    assert p.gpu_usd("B300") == 53000.0 and p.gpu_usd("V100-PCIe-16GB") == 11000.0
+
+
 def test_a_user_price_file_replaces_and_is_checked(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("gpus:\n  - {gpu: H100-SXM, usd: 1000}\n")

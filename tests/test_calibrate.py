@@ -135,12 +135,12 @@ def test_overrides_reach_every_alias_and_come_back():
     from gpufabric.network import capacity
     with profile.overrides({"USABLE_RATE_SCALE.net": 0.9, "SHM_HOP_LAT_US.LL": 3.0,
                             "DRAM_EFFICIENCY": 0.5}):
-        assert capacity.USABLE_RATE_SCALE["net"] == 0.9
+        assert capacity.USABLE_RATE_SCALE.value["net"] == 0.9
         assert P.HOP_LAT_US["shm"]["LL"] == 3.0 == P.TREE_HOP_LAT_US["shm"]["LL"]
-        assert capacity.DRAM_EFFICIENCY == 0.5 == shared.REGISTRY["DRAM_EFFICIENCY"].value
+        assert capacity.DRAM_EFFICIENCY.value == 0.5 == shared.REGISTRY["DRAM_EFFICIENCY"].value
         assert shared.REGISTRY["DRAM_EFFICIENCY"].value == 0.5
-    assert capacity.USABLE_RATE_SCALE["net"] == 1.0 and P.HOP_LAT_US["shm"]["LL"] == 1.5
-    assert capacity.DRAM_EFFICIENCY == 0.73 == shared.REGISTRY["DRAM_EFFICIENCY"].value
+    assert capacity.USABLE_RATE_SCALE.value["net"] == 1.0 and P.HOP_LAT_US["shm"]["LL"] == 1.5
+    assert capacity.DRAM_EFFICIENCY.value == 0.73 == shared.REGISTRY["DRAM_EFFICIENCY"].value
 
 
 @pytest.mark.parametrize("text, message", [
@@ -282,7 +282,7 @@ def test_train_reads_a_workloads_parameter_from_a_profile(cli, tmp_path):
 
 def test_every_shipped_value_is_a_valid_profile_value():
     """The bounds hold the shipped constants: a profile of them all is accepted (and no-op)."""
-    reg = profile._load_registry()
+    reg = profile.registry()
     ok = {name: (list(p.value) if isinstance(p.value, tuple) else p.value)
           for name, p in reg.items()
           if not (isinstance(p.value, dict) and any(

@@ -40,12 +40,11 @@ def test_the_network_records_its_constants_where_it_defines_them():
     """One definition per constant: the network's are recorded in gpufabric.network, with the
     collective model's, and not copied by value into collectives/params.py."""
     from gpufabric.params import REGISTRY
-    assert REGISTRY["SHM_EFFICIENCY"].value == SHM_EFFICIENCY
+    assert REGISTRY["SHM_EFFICIENCY"] is SHM_EFFICIENCY and SHM_EFFICIENCY.value == 0.73
     for name in ("DRAM_EFFICIENCY", "INTERSOCKET_EFFICIENCY", "OTHER_EFFICIENCY",
-                 "NVLINK_FALLBACK", "PCIE_FALLBACK"):
-        assert REGISTRY[name].value == getattr(capacity, name)
+                 "NVLINK_FALLBACK", "PCIE_FALLBACK", "USABLE_RATE_SCALE", "NET_FALLBACK"):
+        assert REGISTRY[name] is getattr(capacity, name)        # the record itself
         assert REGISTRY[name].layer == "collectives" and not hasattr(P, name)
-    assert capacity.USABLE_RATE_SCALE is P.USABLE_RATE_SCALE
 
 
 def test_fitted_ids_are_calibration_entries():

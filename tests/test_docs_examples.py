@@ -4,12 +4,13 @@ Every fenced ``console`` block of docs/*.md whose command lines all start with
 ``$ gpufabric`` and that shows output is run in-process (the ``cli`` fixture), from the
 repository root, and its output compared with the lines after each command. A line ``...``
 stands for any lines (and ``...`` inside a line for any text), as doctest's ELLIPSIS. Blocks
-that only list commands (no output), and commands that write files (``-o``, ``--output``),
-read the machine they run on (``discover``, ``bench``, ``measure``), the network (``data``) or
-an optional install (``kernels``: AIConfigurator's database) are not run: their output is not
-the same everywhere. Neither is an ``advise --interactivity``
-sweep of several targets (the whole ranking once per target, about a minute on 2 cores):
-tests/test_advise_interactivity.py runs the sweep on a narrowed space.
+that only list commands (no output), and commands that write files (``-o``, ``--output``)
+or a folder (``--deploy-dir``), read the machine they run on (``discover``, ``bench``,
+``measure``), the network (``data``) or an optional install (``kernels`` and
+``--kernel-times aic``: AIConfigurator's database) are not run: their output is not the same everywhere. Neither is an
+``advise --interactivity`` sweep of several targets (the whole ranking once per target,
+about a minute on 2 cores): tests/test_advise_interactivity.py runs the sweep on a narrowed
+space.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def examples(text: str) -> list[list[tuple[str, str]]]:
 
 def _not_run(argv: list[str]) -> bool:
     return (len(argv) < 2 or argv[1] in NOT_RUN
-            or any(a in ("-o", "--output") or a.startswith("--output=") for a in argv)
+            or any(a in ("-o", "--output", "--deploy-dir")
+                   or a.startswith(("--output=", "--deploy-dir=")) for a in argv)
+            or "--kernel-times=aic" in argv
+            or any(a == "--kernel-times" and b == "aic" for a, b in zip(argv, argv[1:]))
             or _sweep(argv))
 
 

@@ -16,7 +16,7 @@ SYSTEM = "gpu=H100-SXM,gpus_per_node=8,nodes=2,nic=ib-ndr"
 def test_every_profile_loads_and_names_a_source_for_each_default():
     ps = profiles()
     assert set(ps) == {"megatron", "nemo", "torchtitan", "deepspeed", "pytorch-fsdp",
-                       "composer", "maxtext"}
+                       "composer", "maxtext", "kempnerforge"}
     for p in ps.values():
         assert p.defaults and set(p.defaults) <= set(SETTINGS)
         assert set(p.sources) == set(p.defaults)
@@ -111,7 +111,7 @@ def test_train_framework_option(cli):
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
         "gpufabric: error: --framework: unknown framework 'caffe' (known: composer, deepspeed, "
-        "maxtext, megatron, nemo, pytorch-fsdp, torchtitan)"]
+        "kempnerforge, maxtext, megatron, nemo, pytorch-fsdp, torchtitan)"]
 
 
 def test_a_users_profile_file(tmp_path):

@@ -58,7 +58,7 @@ def test_copy_rate_is_a_core_or_the_shared_dram():
     m = host.HostModel(host.host_system(EPYC))
     assert m.rate_GBps(2) == P.HOST_CORE_COPY_GBps          # one core is the limit
     # 64 ranks share one socket's usable DRAM: 204.8 GB/s x DRAM_EFFICIENCY / 64
-    assert m.rate_GBps(64) == pytest.approx(204.8 * capacity.DRAM_EFFICIENCY / 64)
+    assert m.rate_GBps(64) == pytest.approx(204.8 * capacity.DRAM_EFFICIENCY.value / 64)
     # ranks beyond the cores share them
     small = host.HostModel(host.host_system({"gpu": "none", "cores": 2}))
     assert small.rate_GBps(4) == pytest.approx(P.HOST_CORE_COPY_GBps / 2)

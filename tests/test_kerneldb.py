@@ -124,3 +124,57 @@ def test_the_command_prints_a_row_per_family_and_refuses_unknown_names(cli):
     assert code == 2 and "did you mean 'gemm'" in err
     code, _, err = cli("kernels", "fit", "--db", str(FX / "nowhere"))
     assert code == 2 and err.startswith("gpufabric: error: --db: not a folder")
+
+
+# --- measured GEMM times as a timing source (gpufabric.kerneldb.timing) ----------------------
+
+def test_a_measured_gemm_is_interpolated_in_rows_and_scaled_from_a_neighbouring_shape():
+    from gpufabric.kerneldb import timing as T
+    src = T.Source(FX)
+    # (4096, 4096) bf16 is measured at m = 1 (12 us) and 4096 (200 us): linear between them
+    at = src.gemm_s("H100-SXM", "vllm", "bf16", 2048, 4096, 4096)
+    assert at == pytest.approx(12e-6 + 188e-6 * 2047 / 4095)
+    # beyond the largest count the kernel is compute-bound: proportional to the rows
+    assert src.gemm_s("H100-SXM", "vllm", "bf16", 8192, 4096, 4096) == pytest.approx(400e-6)
+    # an unmeasured (6144, 4096) within a factor 2 of (4096, 4096): that shape's time, scaled
+    # by the weights' size n x k
+    assert src.gemm_s("H100-SXM", "vllm", "bf16", 4096, 6144, 4096) == pytest.approx(300e-6)
+    # a shape 3.5x away, a format or GPU the database lacks, a launch-sized kernel: the model
+    assert src.gemm_s("H100-SXM", "vllm", "bf16", 4096, 28672, 4096) is None
+    assert src.gemm_s("H100-SXM", "vllm", "fp4", 4096, 4096, 4096) is None
+    assert src.gemm_s("B200", "vllm", "bf16", 4096, 4096, 4096) is None
+    assert src.gemm_s("H100-SXM", "vllm", "bf16", 8, 4096, 4096) is None
+
+
+def test_serve_takes_measured_gemms_where_covered_and_says_how_much(monkeypatch):
+    from gpufabric.kerneldb import timing as T
+    from gpufabric.topology.build import from_spec
+    from gpufabric.workloads.inference.serve import ServeConfig, serve
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
+    cfg = ServeConfig(tp=1, requests=40, isl=2048, osl=16, concurrency=8, engine="vllm")
+    base = serve("llama3-8b", topo, cfg)
+    assert "kernel_times" not in base
+    monkeypatch.setenv(D.ENV, str(FX))
+    with T.use("aic"):
+        measured = serve("llama3-8b", topo, cfg)
+        other = serve("llama3-8b", topo, ServeConfig(**{**cfg.__dict__, "engine": "lmdeploy"}))
+    kt = measured["kernel_times"]
+    # llama3-8b's projections are measured (4096 x 4096) or near it, its MLP (28672) is not
+    assert kt["table"] == "h100_sxm vllm 0.24.0" and 0 < kt["measured_share"] < 1
+    assert measured["ttft_ms"]["p50"] != base["ttft_ms"]["p50"]
+    assert other["kernel_times"]["measured_share"] == 0
+    assert "lmdeploy" in other["kernel_times"]["note"]
+
+
+def test_kernel_times_refuses_an_unknown_source_and_a_missing_database(cli, tmp_path,
+                                                                      monkeypatch):
+    args = ["serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--tp", "1", "--requests",
+            "4", "--isl", "64", "--osl", "4", "--concurrency", "1"]
+    code, _, err = cli(*args, "--kernel-times", "bogus")
+    assert code == 2 and "--kernel-times: got 'bogus'; allowed: model, aic" in err
+    monkeypatch.setenv(D.ENV, str(tmp_path / "none"))
+    code, _, err = cli(*args, "--kernel-times", "aic")
+    assert code == 2 and "--kernel-times: not a folder" in err
+    monkeypatch.setenv(D.ENV, str(FX))
+    code, out, _ = cli(*args, "--kernel-times", "aic")
+    assert code == 0 and "kernel times     " in out

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufabric.workloads.memory import (GiB, block_activation_bytes, params_per_gpu,
+from gpufabric.errors import InputError
+from gpufabric.workloads.memory import (GiB, block_activation_bytes, fit_hint, params_per_gpu,
                                         training_memory)
 from gpufabric.workloads.models import load_model, model_from_shape
 from gpufabric.workloads.parallel import Parallel
@@ -116,13 +117,154 @@ def test_memory_metric_on_published_figures():
     r = validate(str(MEMORY))
     held = r.summary["by_metric"]
     # Korthikanti's Figure 1 is its Table 2 equations, which the model implements: the
-    # activations are exact; its parameter figure counts 12 L h^2 without the embedding and
-    # biases the first stage also holds (1T: 11%)
-    assert held["activations_GiB"]["points"] == 8 and held["activations_GiB"]["max_abs_pct"] < 0.01
-    assert held["model_states_GiB"]["points"] == 8 and held["model_states_GiB"]["max_abs_pct"] < 12
-    assert r.summary["points"] == 16 and r.summary["median_abs_pct"] < 10
-    # torchtitan's peak reserved memory (looked at while the model gained op-level SAC and
-    # FSDP under a pipeline): within 10% median is the goal, 16% what the model gives (the
-    # allocator's reserve and the FP8 casts' buffers are priors, not fitted)
+    # activations are exact; its parameter figure counts 12 L h^2 at 18 B (the blocks only:
+    # model_states_counted, the entries say so), which the model's blocks meet but for their
+    # biases and norms (13 h of 12 h^2 + 13 h a layer); looked at: model_states_counted was
+    # added after their model-states miss was read
+    act, states = held["activations_GiB"]["looked_at"], held["model_states_GiB"]["looked_at"]
+    assert act["points"] == 8 and act["max_abs_pct"] < 0.01
+    assert states["points"] == 8 and states["max_abs_pct"] < 0.1
+    # torchtitan's peak reserved memory (looked at while the model gained op-level SAC, FSDP
+    # under a pipeline, FSDP's FP32 shards and root, the loss's buffers and what the allocator
+    # reports): the goal is within 10% median; nothing here is fitted, so a miss of a few
+    # GiB on an 80 GiB part is what the unmodelled allocator and FP8 casts leave
     mem = held["memory_GiB"]["looked_at"]
-    assert mem["points"] == 20 and mem["median_abs_pct"] < 20 and mem["max_abs_pct"] < 35
+    assert mem["points"] == 20 and mem["median_abs_pct"] < 10 and mem["max_abs_pct"] < 20
+    # KempnerForge's peak allocated memory (two reports), added after the model changed (held
+    # out): BF16 parameters, FSDP gradient accumulation without sync and its loss from its own
+    # profile; its largest misses (<= 20%) are the few-GPU runs where the unsharded FP32
+    # gradients of the accumulation dominate, and one nvidia-smi reading (the allocator's
+    # cache over the 5% fragmentation prior)
+    kf = [p for p in r.points if p["id"].startswith("kempnerforge")]
+    errs = sorted(abs(p["error_pct"]) for p in kf)
+    assert len(kf) == 21 and all(p["status"] == "held-out" for p in kf)
+    assert errs[len(errs) // 2] < 10 and errs[-1] < 25
+
+
+LOGITS = 2 * 8192 * 128256          # micro-batch 2 x seq 8192 x Llama 3's vocabulary
+
+
+@pytest.mark.parametrize("kind, per_logit", [
+    ("eager", 12),              # FP32 log-probs, their gradient, the input gradient
+    ("vocab_parallel", 6),      # Megatron: FP32 softmax made the gradient in place + 16-bit
+    ("fused", 4),               # compiled: 16-bit logits saved + 16-bit gradient
+])
+def test_the_loss_holds_bytes_per_logit_by_how_it_is_computed(kind, per_logit):
+    par = Parallel(dp=8, fsdp="full", micro_batch=2, global_batch=16, recompute="full")
+    m = training_memory("llama3-8b", par, 8192, "H100-SXM", cross_entropy=kind)
+    none = training_memory("llama3-8b", par, 8192, "H100-SXM", cross_entropy="fused")
+    assert (m.buffers_GiB - none.buffers_GiB) * GiB == pytest.approx((per_logit - 4) * LOGITS)
+
+
+def test_eager_loss_on_vocabulary_sharded_logits_holds_four_fp32_copies():
+    # PyTorch's loss_parallel backward: log-probs, zeros_like, exp and their sum (16 B)
+    par = Parallel(tp=8, dp=8, fsdp="full", micro_batch=2, global_batch=16, recompute="full")
+    eager = training_memory("llama3-70b", par, 8192, "H100-SXM", cross_entropy="eager")
+    fused = training_memory("llama3-70b", par, 8192, "H100-SXM", cross_entropy="fused")
+    assert (eager.buffers_GiB - fused.buffers_GiB) * GiB == pytest.approx(12 * LOGITS / 8)
+
+
+def test_fsdp_keeps_an_fp32_shard_as_the_master_weight():
+    par = Parallel(dp=8, fsdp="full", micro_batch=1, global_batch=8)
+    m = training_memory("llama3-8b", par, 8192, "H100-SXM")
+    n = load_model("llama3-8b").params()
+    # FSDP2: FP32 sharded parameter (4 B), FP32 gradient (4 B), two FP32 moments (8 B)
+    assert (m.weights_GiB, m.grads_GiB, m.optimizer_GiB) == pytest.approx(
+        (4 * n / 8 / GiB, 4 * n / 8 / GiB, 8 * n / 8 / GiB))
+    zero3 = training_memory("llama3-8b", Parallel(dp=8, zero=3), 8192, "H100-SXM")
+    assert zero3.weights_GiB == pytest.approx(2 * n / 8 / GiB)      # DeepSpeed: 2 + 4 + 12
+
+
+def test_fsdp_keeps_the_root_modules_parameters_gathered():
+    # FSDP2 does not reshard the root (embedding, final norm, output layer) after forward
+    m = load_model("llama3-8b")
+    par = Parallel(dp=8, fsdp="full", micro_batch=1, global_batch=8)
+    fsdp = training_memory(m, par, 8192, "H100-SXM", cross_entropy="fused")
+    zero3 = training_memory(m, Parallel(dp=8, zero=3), 8192, "H100-SXM",
+                            cross_entropy="fused")
+    assert (fsdp.buffers_GiB - zero3.buffers_GiB) * GiB == pytest.approx(
+        2 * m.embedding_params())
+
+
+def test_interleaving_never_holds_more_than_the_steps_micro_batches():
+    # 8 micro-batches on 8 stages of 2 chunks: every chunk of every micro-batch is in flight
+    # before the first backward, 8 micro-batches' worth, as with 1F1B (torchtitan Table 5)
+    par = Parallel(tp=8, pp=8, dp=8, fsdp="full", micro_batch=4, global_batch=256,
+                   recompute="full")
+    one = training_memory("llama3-405b", par, 8192, "H100-SXM")
+    two = training_memory("llama3-405b", par.with_(vpp=2), 8192, "H100-SXM")
+    assert two.activations_GiB == pytest.approx(one.activations_GiB)
+
+
+def test_what_a_source_reports_is_the_device_total_less_what_it_does_not_count():
+    m = training_memory("llama3-8b", Parallel(dp=8, fsdp="full"), 8192, "H100-SXM")
+    assert m.reported_GiB("device") == m.total_GiB
+    # torch.cuda.max_memory_reserved: no CUDA context (0.5) nor NCCL / cuBLAS buffers (2.0)
+    assert m.total_GiB - m.reported_GiB("reserved") == pytest.approx(2.5)
+    assert m.reported_GiB("allocated") == pytest.approx(
+        m.weights_GiB + m.grads_GiB + m.optimizer_GiB + m.activations_GiB + m.buffers_GiB)
+
+
+@pytest.mark.parametrize("key, good, bad, allowed", [
+    ("memory_reported", "reserved", "smi", "device, reserved, allocated"),
+    ("model_states_counted", "blocks", "layers", "all, blocks"),
+])
+def test_an_unknown_memory_count_is_one_line_naming_the_field(tmp_path, key, good, bad,
+                                                              allowed):
+    text = MEMORY.read_text().replace(f"\n  {key}: {good}", f"\n  {key}: {bad}", 1)
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as e:
+        validate(str(path))
+    assert key in str(e.value) and allowed in str(e.value) and "m.yaml" in str(e.value)
+
+
+def test_without_master_weights_a_parameter_holds_sixteen_bit_state_only():
+    # KempnerForge casts the model to BF16: BF16 gradient and AdamW moments in the same dtype
+    par = Parallel(dp=4, fsdp="full", micro_batch=1, global_batch=4)
+    m = training_memory("llama3-8b", par, 4096, "H200-SXM", master_weights=False)
+    n = load_model("llama3-8b").params()
+    assert (m.weights_GiB + m.grads_GiB + m.optimizer_GiB) * GiB == pytest.approx(8 * n / 4)
+
+
+def test_fsdp_accumulation_without_sync_holds_every_unsharded_fp32_gradient():
+    par = Parallel(dp=4, fsdp="full", micro_batch=1, global_batch=8)      # 2 micro-batches
+    kw = {"cross_entropy": "fused"}
+    synced = training_memory("llama3-8b", par, 4096, "H200-SXM", **kw)
+    held = training_memory("llama3-8b", par, 4096, "H200-SXM", grad_accum_no_sync=True, **kw)
+    one = training_memory("llama3-8b", par.with_(global_batch=4), 4096, "H200-SXM",
+                          grad_accum_no_sync=True, **kw)
+    assert (held.buffers_GiB - synced.buffers_GiB) * GiB == pytest.approx(
+        4 * load_model("llama3-8b").params())
+    assert one.buffers_GiB == synced.buffers_GiB        # nothing to accumulate
+
+
+def test_a_loss_on_gathered_logits_is_over_the_whole_vocabulary():
+    par = Parallel(tp=4, dp=1, fsdp="full", micro_batch=1, global_batch=1, recompute="full")
+    kw = {"cross_entropy": "eager_16bit"}
+    split = training_memory("llama3-8b", par, 4096, "H200-SXM", **kw)
+    whole = training_memory("llama3-8b", par, 4096, "H200-SXM", loss_parallel=False, **kw)
+    assert (whole.buffers_GiB - split.buffers_GiB) * GiB == pytest.approx(
+        8 * 4096 * 128256 * (1 - 1 / 4))
+
+
+def test_a_source_that_reads_rank_0_gets_the_first_stages_memory():
+    par = Parallel(tp=4, pp=2, dp=4, fsdp="full", micro_batch=4, global_batch=64,
+                   recompute="full", sp=False)
+    kw = {"cross_entropy": "eager_16bit", "loss_parallel": False}
+    most = training_memory("llama3-8b", par, 4096, "H200-SXM", **kw)
+    first = training_memory("llama3-8b", par, 4096, "H200-SXM", stage="first", **kw)
+    assert most.stage == "last" and first.stage == "first"      # the loss is on the last
+    assert first.total_GiB < most.total_GiB
+    with pytest.raises(InputError, match="memory_stage: got 'middle'; allowed: max, first"):
+        training_memory("llama3-8b", par, 4096, "H200-SXM", stage="middle")
+
+
+def test_the_fit_hint_counts_memory_as_the_framework_does():
+    # torchtitan's eager FP32 loss and op-level recomputation, for the check and for the hint
+    acct = {"sac": "op", "cross_entropy": "eager"}
+    par = Parallel(dp=8, fsdp="full", micro_batch=2, global_batch=16)
+    hint = fit_hint("llama3-8b", par, 8192, "H100-SXM", **acct)
+    fixed = training_memory("llama3-8b", par.with_(recompute="selective"), 8192, "H100-SXM",
+                            **acct)
+    assert hint == f"fits with --recompute selective ({fixed.total_GiB:.1f} GiB)"

@@ -145,7 +145,7 @@ def test_host_bounces_share_the_socket_memory():
     gpus = [g.id for g in t.gpus()]
     ring = [Transfer(a, b, 1e9) for a, b in zip(gpus, gpus[1:] + gpus[:1], strict=True)]
     r = net.simulate(ring)
-    dram = 307.2 * DRAM_EFFICIENCY
+    dram = 307.2 * DRAM_EFFICIENCY.value
     assert r.bw_time_s == pytest.approx(8 / dram)
     b = r.bottleneck()
     assert b.kind == "dram" and "host memory" in b.label

@@ -331,15 +331,15 @@ def test_a_fetch_from_an_unreachable_loopback_port_leaves_the_cache_unmade(cli, 
 # -- 7. a training layout that does not fit says what would -------------------------------------
 
 def test_a_layout_that_does_not_fit_names_the_first_change_that_fits(cli):
-    assert error(cli, *TRAIN) == ("memory: needs 107.4 GiB per GPU, H100-SXM has 80; fits with "
-                                  "--zero 2 (79.9 GiB)")
+    assert error(cli, *TRAIN) == ("memory: needs 105.4 GiB per GPU, H100-SXM has 80; fits with "
+                                  "--zero 2 (77.9 GiB)")
     code, out, _ = cli(*TRAIN, "--zero", "2")
     assert code == 0 and "zero 2" in out
 
 
 def test_a_layout_no_cheap_change_fixes_points_to_search(cli):
     assert error(cli, "train", "llama3-70b", "hgx-h100", "--tp", "8") == (
-        "memory: needs 182.1 GiB per GPU, H100-SXM has 80; no --zero, --recompute or "
+        "memory: needs 181.8 GiB per GPU, H100-SXM has 80; no --zero, --recompute or "
         "--micro-batch setting fits this layout; try --search")
 
 

@@ -96,12 +96,14 @@ def test_catalog_names_its_sections_in_plain_english(at_120):
     assert "PCIe switches" in out and "switchs" not in out
 
 
-def test_catalog_gpus_give_a_tdp_in_watts_or_say_it_is_not_recorded(at_120):
+def test_catalog_gpus_give_every_gpu_a_tdp_in_watts_with_its_source(at_120):
     import json
     _, out, _ = at_120("catalog", "gpus", "--json")
-    tdp = {g["name"]: g["facts"]["tdp_W"] for g in json.loads(out)}
-    for name in ("L40S", "L4", "RTX-4090", "H100-PCIe", "MI300X"):
-        assert tdp[name] > 0, name
+    gpus = json.loads(out)
+    for g in gpus:
+        assert g["facts"]["tdp_W"] > 0, g["name"]
+        assert "tdp_W" in g["sources"], g["name"]
+    tdp = {g["name"]: g["facts"]["tdp_W"] for g in gpus}
+    assert (tdp["T4"], tdp["H100-NVL"], tdp["RTX-5090"]) == (70, 400, 575)
     _, out, _ = at_120("catalog", "gpus")
-    assert "tdp_W=0" not in out
-    assert "tdp_W=not recorded" in out        # T4 and others: no datasheet figure read yet
+    assert "tdp_W=0" not in out and "tdp_W=not recorded" not in out

@@ -215,8 +215,9 @@ def test_power_cap_slows_the_tensor_clock_by_the_cube_root():
     assert power_capped(g, 700).tflops == g.tflops           # a cap at the TDP: no change
     with pytest.raises(InputError, match=r"at most 700 W \(H100-SXM's TDP\), got 800"):
         power_capped(g, 800)                                 # above it: a typo, refused
+    import dataclasses                                       # a GPU file without a TDP
     with pytest.raises(InputError, match="has no TDP in the catalog"):
-        power_capped(gpu_spec("T4"), 50)
+        power_capped(dataclasses.replace(gpu_spec("T4"), tdp_W=0.0), 50)
     assert power_cap({"gpu_variant": "96GB HBM2e (Grand Teton)", "power_cap_W": 500}) == 500
     assert power_cap({"gpu_variant": "95/96GB HBM2e, lower TDP"}) is None
     with pytest.raises(InputError, match="system.power_cap_W: got 'high'"):

@@ -238,8 +238,8 @@ def test_fp8_gemm_inputs_pay_a_cast_unless_a_norm_wrote_them():
     fp8 = {o.name: o for o in layer_ops(m, 0, 1, 4096, precision="fp8")}
     bf16 = {o.name for o in layer_ops(m, 0, 1, 4096, precision="bf16")}
     assert set(fp8) - bf16 == {"attn_out_cast", "mlp_down_cast"}
-    assert fp8["mlp_down_cast"].bytes == 4096 * m.ffn * FP8_CAST_PASSES * 2
-    assert fp8["attn_out_cast"].bytes == 4096 * m.hidden * FP8_CAST_PASSES * 2
+    assert fp8["mlp_down_cast"].bytes == 4096 * m.ffn * FP8_CAST_PASSES.value * 2
+    assert fp8["attn_out_cast"].bytes == 4096 * m.hidden * FP8_CAST_PASSES.value * 2
 
 
 def test_grouped_gemm_over_streams_fills_the_sms_as_separate_kernels():
@@ -248,8 +248,8 @@ def test_grouped_gemm_over_streams_fills_the_sms_as_separate_kernels():
     from gpufabric.workloads.compute import GROUPED_STREAMS, gemm, gemm_efficiency, gpu_spec
     g = gpu_spec("B200")
     batched = gemm("e", 2048, 1536, 2048, 1, count=16)
-    streamed = gemm("e", 2048, 1536, 2048, 1, count=16, streams=GROUPED_STREAMS)
-    assert GROUPED_STREAMS == 4
+    streamed = gemm("e", 2048, 1536, 2048, 1, count=16, streams=GROUPED_STREAMS.value)
+    assert GROUPED_STREAMS.value == 4
     assert gemm_efficiency(streamed, g, "fp8") < gemm_efficiency(batched, g, "fp8")
     # 2048 x 1536 on 256 x 256 tiles: 48 tiles, four kernels 192 on 148 SMs -> 2 waves each
     # sixteen over four streams fill the SMs as four rounds of four side by side

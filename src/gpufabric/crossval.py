@@ -146,9 +146,9 @@ def leaves(p: _params.Param) -> list[tuple[str, float]]:
 
 
 def points(values: dict[str, float], files: list[str]) -> Points:
-    """Every compared point of ``files`` with the constants ``values`` set (profile names)."""
-    from gpufabric.measure import profile
-    with profile.overrides(values):
+    """Every compared point of ``files`` with the constants ``values`` set (profile names; a
+    new :class:`~gpufabric.params.Params` used for the call)."""
+    with _params.use(_params.current().replace(values)):
         return {(p["id"], p["point"], validation.measured_as(p)): p for f in files
                 for p in validate_file(f)["points"] if p.get("error_pct") is not None}
 
@@ -157,9 +157,8 @@ class Grid:
     """The points of some files at each value of one constant, each value evaluated once."""
 
     def __init__(self, name: str, old: float, files: list[str]):
-        from gpufabric.measure import profile
         self.name, self.old, self.files = name, old, files
-        lo, lo_in, hi = profile.bounds(name)
+        lo, lo_in, hi = _params.bounds(name)
         self._ok = lambda v: (v > lo or (lo_in and v == lo)) and v <= hi
         self.seen: dict[float, Points] = {}
 
@@ -277,9 +276,8 @@ def cross_validate(files: list[str], log: Callable[[str], None] | None = None
     cross-validated points, and per model kind; per source its entries, points, median and
     the values its constants were refitted to; per refitted constant its value with each
     source left out (None where only that source fixed it)."""
-    from gpufabric.measure import profile
     corpus = Corpus(files)
-    fitted = [p for p in profile.registry().values() if p.fitted_on]
+    fitted = [p for p in _params.load_registry().values() if p.fitted_on]
     #: source -> {leaf name: value refitted without it (None: fitted on it alone)}
     without: dict[str, dict[str, float | None]] = {}
     refits: list[dict[str, Any]] = []
@@ -358,8 +356,7 @@ def _moved_by(name: str, old: float, refit: dict[str, float], subs: list[str],
 
 
 def _base(name: str) -> str:
-    from gpufabric.measure import profile
-    return profile.split(name)[0]
+    return _params.split(name)[0]
 
 
 def _tag(pts: Iterable[dict[str, Any]], corpus: Corpus, cv: str) -> list[dict[str, Any]]:

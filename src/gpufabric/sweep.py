@@ -2,7 +2,8 @@
 across this machine's cores (``jobs``) or on a Ray cluster when asked.
 
 The function must be a module-level callable (picklable) taking one item and returning plain
-data; the results come back in the order of the items, so a ranking is the same either way.
+data; it runs under the caller's parameters (:func:`gpufabric.params.current`) wherever it
+runs, and the results come back in the order of the items, so a ranking is the same either way.
 Ray is an optional dependency (``pip install 'gpufabric[ray]'``).
 
 Examples
@@ -25,10 +26,23 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from gpufabric import params
 from gpufabric.errors import InputError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class _Under:
+    """``fn`` run under the caller's parameters (:func:`gpufabric.params.current`): a worker
+    process or Ray task has its own context, which holds the shipped values."""
+
+    def __init__(self, fn: Callable[[Any], Any], p: params.Params):
+        self.fn, self.p = fn, p
+
+    def __call__(self, x: Any) -> Any:
+        with params.use(self.p):
+            return self.fn(x)
 
 
 def _chunk(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
@@ -65,6 +79,8 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
         (one by one in this process or the pool, a Ray task's share at a time on Ray).
     """
     items = list(items)
+    if (ray or address or jobs > 1) and params.current() != params.SHIPPED:
+        fn = _Under(fn, params.current())
     if not (ray or address) and jobs > 1 and len(items) > 1:
         return _run_pool(fn, items, jobs, progress)
     if not (ray or address):

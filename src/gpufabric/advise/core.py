@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
-from gpufabric import catalog, sweep
+from gpufabric import catalog, params, sweep
 from gpufabric.advise.prices import Prices
 from gpufabric.advise.scenario import Scenario
 from gpufabric.errors import InputError
@@ -286,7 +286,7 @@ def price(cand: Candidate, prices: Prices, kwh_usd: float, amortize_years: float
 # --------------------------------------------------------------------------------------------
 # bounds and models
 # --------------------------------------------------------------------------------------------
-@cache
+@params.cache
 def _tokens_per_s_per_gpu_bound(model: str, seq_len: int, gpu: str, precision: str) -> float:
     """The most training tokens/s one GPU can reach in the model: every FLOP at the dense peak
     times the generation's GEMM ceiling (``compute.GEMM_EFF``, which bounds every GEMM's and
@@ -314,6 +314,12 @@ def _weights_gpus_floor(model: str, gpu: str, precision: str) -> int:
     return max(1, math.ceil(load_model(model).params() * byts / mem)) if mem else 10 ** 9
 
 
+@cache
+def _mean_lengths(dataset: str, isl: int, osl: int) -> tuple[float, float]:
+    from gpufabric.workloads.inference.datasets import get, mean_lengths
+    return mean_lengths(get(dataset), isl, osl)
+
+
 def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
     """GB of GPU memory a serving load needs at least on ``gpus`` GPUs of ``gpu``: the weights
     at the scenario's precision and the KV cache of the sequences in flight (Little's law).
@@ -327,14 +333,17 @@ def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
     taken with it."""
     weights, active, kv_token = _serve_bytes(s.model, s.precision)
     g = catalog.gpu(gpu)
+    isl, osl = float(s.isl), float(s.osl)
+    if s.dataset:                   # (a mean: in-flight sequences are longer, so still a floor)
+        isl, osl = _mean_lengths(s.dataset, s.isl, s.osl)
     if s.concurrency:
         flight = float(s.concurrency)
     elif s.rate and not s.speculative and g.mem_bw_GBps > 0:
         step_s = active / (gpus * g.mem_bw_GBps * 1e9)
-        flight = s.rate * (s.osl - 1) * step_s
+        flight = s.rate * (osl - 1) * step_s
     else:
         flight = 0.0
-    kv = kv_token * (s.isl + (s.osl - 1) / 2)
+    kv = kv_token * (isl + (osl - 1) / 2)
     return (weights + flight * kv) / 1e9
 
 
@@ -375,7 +384,7 @@ class _TrainJob:
     precision: str
 
 
-@cache
+@params.cache
 def _train_eval(job: _TrainJob) -> dict[str, Any]:
     from gpufabric.workloads.search import search
     try:
@@ -406,6 +415,9 @@ class _ServeJob:
     closed: bool                # concurrency (closed loop) rather than a rate
     #: speculative decoding (method, draft tokens, acceptance, draft model), or None
     spec: tuple[str, int, tuple[float, ...], str | None] | None = None
+    dataset: str | None = None  # the requests' lengths from a named dataset
+    prefix_tokens: int = 0      # prompt tokens every request shares (prefix caching)
+    engine: str = "vllm"        # the engine profile the instance runs
 
 
 #: Requests per serving trial and seconds of arrivals: small, for speed (the SLO percentile
@@ -413,21 +425,29 @@ class _ServeJob:
 SERVE_REQUESTS, SERVE_DURATION_S = 200, 20.0
 
 
-@cache
-def _serve_eval(job: _ServeJob) -> dict[str, Any]:
+def serve_setup(job: _ServeJob) -> tuple[Any, Any]:
+    """The topology of one instance's servers and the :class:`ServeConfig` of one instance
+    that a serving job runs (its load left to the search)."""
     from gpufabric.topology.build import from_spec, parse_inline
     from gpufabric.workloads.inference.serve import ServeConfig
-    from gpufabric.workloads.inference.supernode import max_rate
     lay = dict(job.layout)
+    topo = from_spec(parse_inline(job.design), file="design")
+    cfg = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
+                      dp_attention=lay.get("dp_attention", 1), replicas=1,
+                      precision=job.precision, isl=job.isl, osl=job.osl,
+                      requests=SERVE_REQUESTS, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot,
+                      dataset=job.dataset, prefix_tokens=job.prefix_tokens, engine=job.engine)
+    if job.spec is not None:
+        cfg = replace(cfg, spec=job.spec[0], spec_tokens=job.spec[1],
+                      acceptance=job.spec[2], draft_model=job.spec[3])
+    return topo, cfg
+
+
+@params.cache
+def _serve_eval(job: _ServeJob) -> dict[str, Any]:
+    from gpufabric.workloads.inference.supernode import max_rate
     try:
-        topo = from_spec(parse_inline(job.design), file="design")
-        cfg = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
-                          dp_attention=lay.get("dp_attention", 1), replicas=1,
-                          precision=job.precision, isl=job.isl, osl=job.osl,
-                          requests=SERVE_REQUESTS, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
-        if job.spec is not None:
-            cfg = replace(cfg, spec=job.spec[0], spec_tokens=job.spec[1],
-                          acceptance=job.spec[2], draft_model=job.spec[3])
+        topo, cfg = serve_setup(job)
         if job.closed:
             best, r = _max_concurrency(job.model, topo, cfg)
             return _capacity("per_instance", best, r, "concurrency")
@@ -528,7 +548,8 @@ def _jobs(c: Candidate, sc: Scenario) -> tuple[_TrainJob | None, list[tuple[_Ser
         for lay, design, w in _serve_layouts(c, sc):
             mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
                                    s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
-                                   s.concurrency is not None, s.speculative), w))
+                                   s.concurrency is not None, s.speculative, s.dataset,
+                                   s.prefix_tokens), w))
     return jt, mine
 
 
@@ -742,21 +763,27 @@ class _PDJob:
     shared: bool               # both pools inside one server
 
 
-@cache
-def _pd_eval(job: _PDJob) -> dict[str, Any]:
-    """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
+def pd_setup(job: _PDJob) -> tuple[Any, Any, Any]:
+    """The prefill pool's topology, the decode pool's (None: inside the same servers) and the
+    :class:`ServeConfig` of one xPyD unit (its load left to the search)."""
     from gpufabric.topology.build import from_spec, parse_inline
-    from gpufabric.workloads.inference.pd import serve_pd
-    from gpufabric.workloads.inference.supernode import highest_passing
     from gpufabric.workloads.inference.serve import ServeConfig
     lay = dict(job.layout)
+    pt = from_spec(parse_inline(job.prefill), file="design")
+    dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
+    base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
+                       dp_attention=lay.get("dp_attention", 1), precision=job.precision,
+                       isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
+    return pt, dt, base
+
+
+@params.cache
+def _pd_eval(job: _PDJob) -> dict[str, Any]:
+    """The highest rate one xPyD unit serves within the SLO (doubling, then 3 bisections)."""
+    from gpufabric.workloads.inference.pd import serve_pd
+    from gpufabric.workloads.inference.supernode import highest_passing
     try:
-        pt = from_spec(parse_inline(job.prefill), file="design")
-        dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
-        base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
-                           dp_attention=lay.get("dp_attention", 1), precision=job.precision,
-                           isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft,
-                           slo_tpot_ms=job.tpot)
+        pt, dt, base = pd_setup(job)
 
         def ok(rate: float) -> tuple[bool, dict]:
             n = max(SERVE_REQUESTS, int(rate * SERVE_DURATION_S))

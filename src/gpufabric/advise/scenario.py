@@ -34,7 +34,8 @@ TOP_KEYS = ("name", "description", "workloads", "constraints", "objective", "spa
 TRAIN_KEYS = ("model", "model_file", "tokens", "steps", "global_batch", "seq_len", "precision",
               "deadline_hours")
 SERVE_KEYS = ("model", "model_file", "rate", "concurrency", "isl", "osl", "slo_ttft_ms",
-              "slo_tpot_ms", "interactivity", "precision", "pd", "speculative")
+              "slo_tpot_ms", "interactivity", "precision", "pd", "speculative", "dataset",
+              "prefix_tokens")
 SPECULATIVE_KEYS = ("method", "tokens", "acceptance", "draft_model")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
@@ -105,6 +106,11 @@ class Serve:
     #: speculative decoding as ``serve --spec`` takes it: (method, draft tokens, per-position
     #: acceptance, draft model), checked and with the sourced acceptance filled in
     speculative: tuple[str, int, tuple[float, ...], str | None] | None = None
+    #: the requests' lengths drawn from this named dataset (``serve --dataset``: the synthetic
+    #: ones centre on isl / osl), None: every request isl in and osl out
+    dataset: str | None = None
+    #: prompt tokens every request shares, found cached (``serve --prefix-tokens``)
+    prefix_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -303,11 +309,42 @@ def _serve(d: Any, file: str) -> Serve | None:
         raise InputError("speculative decoding is modelled for co-located serving; give "
                          "pd: false or leave speculative out", file=file,
                          field=f"{w}.speculative")
-    return Serve(model=model, rate=rate, concurrency=conc, pd=pd,
-                 isl=_num(d, "isl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=1024),
+    isl = _num(d, "isl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=1024)
+    prefix = _num(d, "prefix_tokens", file, w, integer=True, maximum=MAX_SEQ_TOKENS,
+                  default=0)
+    dataset = _dataset(d, file, w)
+    if prefix and dataset is None and prefix >= isl:
+        raise InputError(f"must be below isl ({isl}): the last prompt token is always "
+                         f"computed, got {prefix}", file=file, field=f"{w}.prefix_tokens")
+    if pd and prefix:
+        raise InputError("a shared prefix is modelled for co-located serving; give pd: false "
+                         "or leave prefix_tokens out", file=file, field=f"{w}.prefix_tokens")
+    return Serve(model=model, rate=rate, concurrency=conc, pd=pd, isl=isl,
                  osl=_num(d, "osl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=256),
                  slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w),
-                 interactivity=inter, speculative=spec)
+                 interactivity=inter, speculative=spec, dataset=dataset,
+                 prefix_tokens=int(prefix or 0))
+
+
+def _dataset(d: dict[str, Any], file: str, w: str) -> str | None:
+    """A serving workload's ``dataset``: a named dataset gpufabric can sample (``gpufabric
+    datasets``); a published one gives the lengths, so isl and osl are refused beside it."""
+    from gpufabric.workloads.inference.datasets import get
+    name = d.get("dataset")
+    if name is None:
+        return None
+    try:
+        ds = get(str(name))
+        if ds.missing:
+            raise InputError(f"dataset {ds.name} cannot be sampled: {ds.missing}")
+    except InputError as exc:
+        raise InputError(exc.message, file=file, field=f"{w}.dataset") from None
+    for k in ("isl", "osl"):
+        if not ds.synthetic and k in d:
+            raise InputError(f"cannot be used with dataset {ds.name} (the dataset gives the "
+                             "lengths; only the synthetic ones centre on isl / osl)",
+                             file=file, field=f"{w}.{k}")
+    return ds.name
 
 
 def interactivity_targets(v: Any, file: str | None, where: str) -> tuple[float, ...]:

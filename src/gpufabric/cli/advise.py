@@ -71,10 +71,17 @@ def advise(scenario: str | None = typer.Argument(
                help="Serving: output tokens/s per user to rank at (a TPOT target of 1000/x "
                     "ms); several: throughput per GPU and $/Mtok of each system kind against "
                     "interactivity, with the crossovers."),
+           check: str | None = typer.Option(
+               None, "--check", metavar="FILE|builtin",
+               help="Check the advisor against published comparisons (a comparisons file, or "
+                    "'builtin' for the project's own): agree/disagree per comparison."),
            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
     if list_:
         return _list(json)
+    if check is not None:
+        _alone(scenario=scenario, output=output, interactivity=interactivity)
+        return _check(check, prices, kwh_price, jobs, ray, json)
     if scenario is None:
         raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
                          field="SCENARIO")
@@ -90,6 +97,11 @@ def advise(scenario: str | None = typer.Argument(
         return _sweep(sc, pr, targets, json, output, **run)
     with Progress("advise") as progress:
         adv = core.advise(sc, pr, progress=progress.told("models"), **run)
+    _answer(adv, sc, pr, top, json, output)
+
+
+def _answer(adv, sc, pr, top: int, json: bool, output: str | None) -> None:
+    """The ranking as JSON, the terminal's text and/or the page (or the infeasible line)."""
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
               "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
               "network_dominated": adv.dominated, "evaluated_with_models": adv.evaluated}
@@ -105,6 +117,53 @@ def advise(scenario: str | None = typer.Argument(
                    **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
         return
     _print_advice(adv, sc, counts, top)
+
+
+def _alone(**given: str | None) -> None:
+    """--check takes no scenario and writes no page: a value given to those is refused."""
+    for name, value in given.items():
+        if value is not None:
+            flag = "SCENARIO" if name == "scenario" else f"--{name}"
+            raise InputError(f"cannot be used with {flag} (--check evaluates the comparisons' "
+                             "own designs)", field="--check")
+
+
+def _check(what: str, prices: str | None, kwh_price: float, jobs: int | None, ray: bool,
+           json: bool) -> None:
+    """`advise --check FILE`: each published comparison against the advisor's own answer."""
+    from gpufabric.advise import check as C
+    comps = C.load(what)
+    pr = P.load(prices)
+    with Progress("advise --check") as progress:
+        res = C.check(comps, pr, kwh_usd=kwh_price,
+                      jobs=jobs if jobs is not None else sweep.cores(), ray=ray,
+                      file=C.file_name(what), on_row=progress.told("comparisons"))
+    if json:
+        emit_json(res)
+        return
+    _say(f"{'comparison':<46} {'metric':<20} {'published':>9} {'predicted':>9} "
+         f"{'winner':>9}  verdict")
+    for r in res["rows"]:
+        pred = f"{r.predicted_ratio:.3f}" if r.predicted_ratio is not None else "n/a"
+        win = f"{r.published_winner}/{r.predicted_winner or '-'}"
+        _say(f"{r.id + (' *' if r.fitted else ''):<46} {r.metric:<20} "
+             f"{r.published_ratio:>9.3f} {pred:>9} {win:>9}  "
+             f"{'AGREE' if r.agree else 'DISAGREE'}")
+        _say(f"  {r.question}")
+        for label, text in (("not evaluated", r.why), ("in-sample for", ", ".join(r.fitted))):
+            if text:
+                _say(f"  {label}: {text}")
+    _say(f"held out: {res['held_out_agree']} of {res['held_out_total']} agree; all: "
+         f"{res['agree']} of {res['total']} agree (* in-sample: a constant was fitted on its "
+         f"figures); agree = the same winner (published/predicted: a, b, or a tie within "
+         f"{res['tie']:.0%} of 1) and the predicted ratio within {res['agree_factor']:g}x of "
+         f"the published one; same winner {res['same_winner']} of {res['total']}; "
+         f"{res['elapsed_s']:.1f} s")
+
+
+def _say(text: str) -> None:
+    """One line as written (no markup: names such as GEMM_EFF[hopper] keep their brackets)."""
+    console.print(text, highlight=False, soft_wrap=True, markup=False)
 
 
 def _list(json: bool) -> None:

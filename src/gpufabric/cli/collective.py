@@ -8,9 +8,10 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Col, Progress, app, emit_json, print_cross_validation,
-                                  print_table, print_validation_summary, print_wrapped,
-                                  profile_option, refuse_together, whole, wide_option)
+from gpufabric.cli.common import (Col, Progress, app, emit_json, kernel_times_option,
+                                  print_cross_validation, print_table,
+                                  print_validation_summary, print_wrapped, profile_option,
+                                  refuse_together, whole, wide_option)
 from gpufabric.cli.serve import print_inference, run_inference
 from gpufabric.errors import InputError
 
@@ -173,6 +174,7 @@ def validate(
     json: bool = typer.Option(False, "--json", help="Print JSON: {file, summary, points, "
                               "skipped} (several files: {files, summary})."),
     profile: str | None = profile_option(),
+    kernel_times: str = kernel_times_option(),
     cv: str | None = typer.Option(
         None, "--cv", help="Cross-validate: 'source' predicts each source's entries (their "
         "source_id: one publication) with every fitted constant refitted without them "

@@ -142,8 +142,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 
 def _use_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
-    """Apply the profile for the rest of the command (undone when the command ends); its
-    changes are kept in ``ctx.meta['profile']`` (``gpufabric params`` shows them)."""
+    """Use the profile's parameter value for the rest of the command (the models read it
+    until the command ends); its changes are kept in ``ctx.meta['profile']``
+    (``gpufabric params`` shows them)."""
     if value:
         from gpufabric.measure import profile
         ctx.meta["profile"] = (value, ctx.with_resource(profile.apply(value)))
@@ -191,6 +192,27 @@ def profile_option() -> Any:
                         show_envvar=True, metavar="FILE",
                         help="A calibration profile (gpufabric calibrate -o FILE): use its "
                              "parameter values.")
+
+
+def _use_kernel_times(ctx: typer.Context, param: typer.CallbackParam,
+                      value: str | None) -> Any:
+    """Time GEMMs from the chosen source for the rest of the command."""
+    if value and value != "model":
+        from gpufabric.kerneldb import timing
+        ctx.with_resource(timing.use(value))
+    return value
+
+
+def kernel_times_option() -> Any:
+    """The ``--kernel-times SOURCE`` option of the serving predictions: ``model`` (gpufabric's
+    roofline, the default) or ``aic`` (dense GEMMs measured by NVIDIA AIConfigurator's
+    kernel database where it covers the GPU, engine and shape; ``pip install
+    'gpufabric[aic]'``). Add it as ``kernel_times: str = kernel_times_option()``."""
+    return typer.Option("model", "--kernel-times", callback=_use_kernel_times,
+                        metavar="SOURCE",
+                        help="GEMM times: model (gpufabric's roofline) or aic (measured "
+                             "kernels of AIConfigurator's database where it covers the GPU, "
+                             "engine and shape; needs the [aic] extra).")
 
 
 def flag_name(param: Any) -> str:

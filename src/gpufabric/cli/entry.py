@@ -10,7 +10,8 @@ import sys
 #: Every command (or group) of ``gpufabric``, in the order ``gpufabric --help`` lists them,
 #: with the module of this package that registers it.
 COMMANDS: dict[str, str] = {
-    "advise": "advise", "serve": "serve", "datasets": "serve", "clients": "serve",
+    "advise": "advise", "recommend": "recommend", "serve": "serve", "datasets": "serve",
+    "clients": "serve",
     "collective": "collective",
     "validate": "collective", "params": "collective", "bench": "bench",
     "calibrate": "calibrate", "catalog": "catalog", "discover": "measure",

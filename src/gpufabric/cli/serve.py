@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from gpufabric.cli.common import (Col, Progress, app, emit_json, model_and_system,
-                                  model_file_option, note, print_table,
+from gpufabric.cli.common import (Col, Progress, app, emit_json, kernel_times_option,
+                                  model_and_system, model_file_option, note, print_table,
                                   print_validation_summary, profile_option, refuse_alone,
                                   refuse_together, whole, wide_option)
 from gpufabric.errors import InputError
@@ -25,6 +25,8 @@ CONFLICTS = (
      "co-located deployment's run"),
     ("kv_tier", "pd|decode_system|search|versus", "prefix caching is modelled for one "
      "co-located deployment's run"),
+    ("prefix_tokens", "pd|decode_system|search|versus|trace", "a shared prefix is modelled "
+     "for one co-located deployment's run of synthetic requests (a trace names its own)"),
 )
 
 SYSTEM_HELP = ("A preset name (see `gpufabric systems`), a YAML spec or system file, "
@@ -111,6 +113,9 @@ def print_summary(r: dict) -> None:
     typer.echo(f"KV cache         peak {kv['peak_use']:.0%}, mean {kv['mean_use']:.0%}; "
                f"{r['preemptions']} preemptions; mean decode batch {r['mean_batch']:.1f}")
     typer.echo(f"bottleneck       {r['bottleneck']}")
+    if r.get("kernel_times"):
+        from gpufabric.workloads.inference.kerneltimes import describe
+        typer.echo(f"kernel times     {describe(r['kernel_times'])}")
 
 
 def _bytes(b: float) -> str:
@@ -303,8 +308,13 @@ OPT: dict[str, Any] = {
         "remote:16TiB@25 (hbm alone: HBM only). Needs a "
         "--trace naming its prefixes (hash_ids or "
         "session_id)."),
+    "prefix_tokens": typer.Option(0, "--prefix-tokens", callback=whole(0),
+        help="Prefix reuse: the first N prompt tokens are one prefix every request "
+        "shares (a system prompt), found cached once computed (prefix caching in HBM, "
+        "or over --kv-tier's tiers)."),
     "json": typer.Option(False, "--json", help="Print JSON."),
     "profile": profile_option(),
+    "kernel_times": kernel_times_option(),
 }
 
 
@@ -342,8 +352,9 @@ def serve(ctx: typer.Context, model: str | None = OPT["model"],
           spec_tokens: int | None = OPT["spec_tokens"],
           acceptance: str | None = OPT["acceptance"],
           draft_model: str | None = OPT["draft_model"],
-          kv_tier: str | None = OPT["kv_tier"], json: bool = OPT["json"],
-          profile: str | None = OPT["profile"]) -> None:
+          kv_tier: str | None = OPT["kv_tier"], prefix_tokens: int = OPT["prefix_tokens"],
+          json: bool = OPT["json"], profile: str | None = OPT["profile"],
+          kernel_times: str = OPT["kernel_times"]) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
     o = {k: v for k, v in locals().items() if k != "ctx"}
     model, system = model_and_system(model, system, model_file, ctx)
@@ -410,7 +421,7 @@ _SAME = ("tp", "ep", "pp", "dp_attention", "replicas", "precision", "kv_dtype", 
          "rate", "burst_cv", "concurrency", "isl", "osl", "trace", "dataset", "dataset_spread",
          "max_num_seqs", "max_batched_tokens", "preemption", "seed", "eplb",
          "gpu_memory_utilization", "scheduler_steps", "measure", "client", "spec",
-         "spec_tokens", "acceptance", "draft_model")
+         "spec_tokens", "acceptance", "draft_model", "prefix_tokens")
 
 
 def _serve_config(o: dict[str, Any]) -> Any:

@@ -174,7 +174,7 @@ class HostModel:
         h = self.host
         r = float(P.HOST_CORE_COPY_GBps)
         if h.mem_bw_GBps:
-            r = min(r, h.mem_bw_GBps * h.sockets * DRAM_EFFICIENCY / max(1, ranks))
+            r = min(r, h.mem_bw_GBps * h.sockets * DRAM_EFFICIENCY.value / max(1, ranks))
         if h.cores and ranks > h.cores:
             r *= h.cores / ranks
         return r

@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 
+from gpufabric import params as _params
 from gpufabric.collectives import params as P
 from gpufabric.collectives.algorithms import REGISTRY as ALGORITHMS
 from gpufabric.collectives.algorithms import Algorithm, Plan, register
@@ -17,6 +18,7 @@ from gpufabric.collectives.ops import OPS, busbw_factor
 from gpufabric.collectives.patterns import Layout, Planner, layout
 from gpufabric.errors import InputError
 from gpufabric.network import Network
+from gpufabric.network.capacity import PARAMS as NETWORK_PARAMS
 from gpufabric.topology.model import Topology
 
 #: "auto" and every registered algorithm (collectives/algorithms/, one file each).
@@ -135,6 +137,9 @@ class Prediction:
 class Model:
     """The collective model of one topology: plans are built once and reused for every size.
 
+    Its network (link rates) is that of the parameters current when it is built; its plans
+    (latencies, efficiencies) are kept per parameter value (:attr:`gpufabric.params.Params.key`).
+
     Parameters
     ----------
     topo : Topology
@@ -237,7 +242,7 @@ class Model:
         """The plan of ``algo`` for one group (``lay``) or for several groups of one shape
         running at once (a list of layouts, the group whose operation is timed first)."""
         lays = lay if isinstance(lay, list) else [lay]
-        key = (op, algo, lays[0].nodes, lays[0].per_node, len(lays))
+        key = (_params.current().key, op, algo, lays[0].nodes, lays[0].per_node, len(lays))
         hit = self._plans.get(key)
         if hit is None:
             hit = ALGORITHMS[algo].plan(self, op, lays)
@@ -282,9 +287,9 @@ class Model:
                 walk = self.net.router.fabric_walks(nics[0].id, nics[0].id)[0]
                 wire = sum(self.topo.hop(u, v).lat_us for u, v in pairwise(walk))
                 sw = float((self.topo.meta.get("fabric") or {}).get("switch_lat_us") or 0.0)
-            self.__dict__["_wire"] = (wire - P.NET_REF_WIRE_US if nics else 0.0, sw)
-        base, sw = self.__dict__["_wire"]
-        return base + 2 * up * sw
+            self.__dict__["_wire"] = (wire, sw, bool(nics))
+        wire, sw, nics = self.__dict__["_wire"]
+        return (wire - P.NET_REF_WIRE_US if nics else 0.0) + 2 * up * sw
 
     # -- predictions -----------------------------------------------------------------------
     def proto_eff(self, op: str, proto: str, lay: Layout) -> float:
@@ -386,8 +391,14 @@ def _fingerprint(topo: Topology) -> int:
                  topo.meta.get("nodes"), topo.meta.get("p2p")))
 
 
+#: models kept on one topology, one per value of the network's parameters (most recent last)
+KEEP_MODELS = 4
+
+
 def model(topo: Topology) -> Model:
-    """The :class:`Model` of a topology, cached on it until its devices or links change.
+    """The :class:`Model` of a topology for the current parameters' link rates, cached on it
+    until its devices or links change (one per value of the network's parameters,
+    :data:`gpufabric.network.capacity.PARAMS`; a model keeps its plans per parameter value).
 
     A cheap key (device and link counts, the identity of the first and last link, node count,
     P2P) is checked on every call; the full fingerprint of every link only when it changed, so
@@ -395,7 +406,9 @@ def model(topo: Topology) -> Model:
     links = topo.links
     quick = (len(topo.devices), len(links), id(links[0]) if links else 0,
              id(links[-1]) if links else 0, topo.meta.get("nodes"), topo.meta.get("p2p"))
-    hit = topo.__dict__.get("_collectives_model")
+    kept = topo.__dict__.setdefault("_collectives_models", {})
+    net_key = _params.current().key_of(NETWORK_PARAMS)
+    hit = kept.get(net_key)
     if hit is not None and hit[0] == quick:
         return hit[2]
     fp = _fingerprint(topo)
@@ -403,7 +416,10 @@ def model(topo: Topology) -> Model:
         hit = (quick, fp, Model(topo))
     else:
         hit = (quick, fp, hit[2])
-    topo.__dict__["_collectives_model"] = hit
+    kept.pop(net_key, None)
+    kept[net_key] = hit
+    while len(kept) > KEEP_MODELS:
+        kept.pop(next(iter(kept)))
     return hit[2]
 
 

@@ -38,11 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from gpufabric import params as _params
 from gpufabric.collectives import params as P
 from gpufabric.collectives.validate import (entry_error, entry_model, entry_rows, load_entries,
                                             predict_entry, validate_entries)
 from gpufabric.errors import InputError
 from gpufabric.measure import profile
+from gpufabric.network.capacity import PARAMS as NETWORK_PARAMS
 
 #: The transports whose share and hop latency calibrate may fit.
 TRANSPORTS = ("nvlink", "pcie", "net")
@@ -74,8 +76,8 @@ def _kind(k: str) -> str | None:
 def rate_ceiling(topos: list, transport: str) -> float:
     """The highest ``USABLE_RATE_SCALE`` of ``transport`` that keeps every such link of
     ``topos`` at or under its raw rate (the catalog's ceiling when they have none)."""
-    from gpufabric.network.capacity import usable_GBps
-    scale = P.USABLE_RATE_SCALE[transport]
+    from gpufabric.network.capacity import USABLE_RATE_SCALE, usable_GBps
+    scale = USABLE_RATE_SCALE.value[transport]
     ratios = [ln.bw_GBps / (usable_GBps(ln, t) / scale) for t in topos for ln in t.links
               if _kind(ln.kind) == transport and ln.bw_GBps > 0 and usable_GBps(ln, t) > 0]
     return min(ratios) if ratios else profile.rate_scale_ceiling(transport)
@@ -144,21 +146,23 @@ def _value(name: str) -> float:
 class _Fit:
     """The fitted points and their residuals under trial parameter values.
 
-    The models of the entries are kept per value of the transports' rate shares (the only
-    candidates the network's link capacities and the planner's simulations depend on); the
+    The models of the entries are kept per value of the network's parameters
+    (:data:`gpufabric.network.capacity.PARAMS`: the link capacities and the planner's
+    simulations depend on those alone; of the candidates, the transports' rate shares); the
     plans, which hold the latencies, are made again at every evaluation."""
 
-    #: rate-share settings whose models are kept (the fit's Jacobian moves one at a time)
+    #: network parameter values whose models are kept (the fit's Jacobian moves one at a time)
     KEEP = 4
 
     def __init__(self, entries: list[dict], path: str, system: str | None):
         self.entries, self.path, self.system = entries, path, system
         self.evals = 0
-        self._models: dict[tuple, list] = {}
+        self._models: dict[str, list] = {}
 
-    def _models_for(self, values: dict[str, float]) -> list:
-        key = tuple(sorted((k, v) for k, v in values.items()
-                           if k.startswith("USABLE_RATE_SCALE.")))
+    def _models_for(self) -> list:
+        """The entries' models for the current parameters' link rates (a model's network is
+        that of the parameters it was built with; its plans are made again)."""
+        key = _params.current().key_of(NETWORK_PARAMS)
         ms = self._models.pop(key, None)
         if ms is None:
             ms = [entry_model(e, self.path, self.system) for e in self.entries]
@@ -173,7 +177,7 @@ class _Fit:
     def rows(self, values: dict[str, float]) -> list[dict]:
         with profile.overrides(values, file=self.path):
             out = []
-            for e, m in zip(self.entries, self._models_for(values), strict=True):
+            for e, m in zip(self.entries, self._models_for(), strict=True):
                 preds, note = predict_entry(e, self.path, self.system, m)
                 out += entry_rows(e, preds, note)
         self.evals += 1

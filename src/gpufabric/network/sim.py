@@ -21,10 +21,10 @@ __all__ = ["Transfer", "Network", "SimResult", "EdgeUse", "Route", "Router", "us
 #: the links it crosses: the sender's posted writes are cheap, but the receiver pulls the data
 #: with PCIe reads of host memory, in chunks, with a flag handshake per chunk. (A transfer to a
 #: NIC staged through host memory is read by the NIC's DMA engine and keeps the link rate.)
-SHM_EFFICIENCY: float = record(
+SHM_EFFICIENCY = record(
     "SHM_EFFICIENCY", 0.73, "share of link rate",
     "GPU-to-GPU copy bounced through host memory (receiver reads host memory over PCIe)",
-    "fitted (data/fits.yaml)").value
+    "fitted (data/fits.yaml)")
 
 
 @dataclass(frozen=True)
@@ -129,11 +129,16 @@ class Network:
     Parameters
     ----------
     topo : Topology
-        The system. Routes are cached per instance; build one ``Network`` per topology.
+        The system. Routes are cached per instance; build one ``Network`` per topology. Its
+        link rates are those of the parameters current when it is built
+        (:func:`gpufabric.params.current`).
     """
 
     def __init__(self, topo: Topology):
         self.topo = topo
+        # the link rates and the host-memory bounce's share, as the current parameters have
+        # them now (a network is built for one parameter value: see capacity.PARAMS)
+        self._shm_eff = SHM_EFFICIENCY.value
         self.router = Router(topo)
         n = len(topo.links)
         self._index = {}
@@ -207,7 +212,7 @@ class Network:
             # bytes per byte delivered (the receiving GPU reads host memory across PCIe);
             # any copy through host memory writes and reads the socket's DRAM
             bounce = r.transport == "shm" and self._is_gpu(t.src) and self._is_gpu(t.dst)
-            weight = 1.0 / SHM_EFFICIENCY if bounce else 1.0
+            weight = 1.0 / self._shm_eff if bounce else 1.0
             drams = [self._dram[h] for h in r.hosts if h in self._dram]
             for w in r.walks:
                 crossed = self.edges_of(w)

@@ -111,7 +111,7 @@ QUANTIZED = ("fp8", "mxfp8", "fp4")
 FP8_CAST_PASSES = record("FP8_CAST_PASSES", 2, "2-byte passes per element",
                          "FP8/FP4 training: casting a GEMM input",
                          "physical: Transformer Engine reads the 16-bit input and writes the "
-                         "8-bit copy and its transpose (1 + 1 byte); not fitted").value
+                         "8-bit copy and its transpose (1 + 1 byte); not fitted")
 
 #: CUDA streams over which Transformer Engine's GroupedLinear (Megatron-Core's grouped GEMM for
 #: the local experts) spreads its GEMMs: one cuBLAS GEMM per expert, round-robin over the
@@ -120,7 +120,7 @@ FP8_CAST_PASSES = record("FP8_CAST_PASSES", 2, "2-byte passes per element",
 GROUPED_STREAMS = record("GROUPED_STREAMS", 4, "CUDA streams",
                          "MoE training: the local experts' GEMMs",
                          "Transformer Engine transformer_engine/common/util/multi_stream.cpp "
-                         "(num_compute_streams = 4); not fitted").value
+                         "(num_compute_streams = 4); not fitted")
 
 #: output tile per SM (M x N) that cuBLAS picks for large 16-bit GEMMs
 TILE = {"volta": (128, 128), "ampere": (128, 256), "hopper": (128, 256), "ada": (128, 128),
@@ -495,7 +495,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
                          causal=model.arch != "encoder",
                          flash=flash, balanced_chunks=cp > 1 and q_len == kv_len))
     if quant:
-        ops.append(elementwise("attn_out_cast", T * a * vd, FP8_CAST_PASSES, eb))
+        ops.append(elementwise("attn_out_cast", T * a * vd, FP8_CAST_PASSES.value, eb))
     ops.append(gemm("attn_out", T, h, a * vd, eb))
     if model.parallel_block:      # the MLP reads norm1's output: a residual add, no norm
         ops.append(elementwise("residual2", T * h, ps["residual"], eb))
@@ -509,7 +509,7 @@ def layer_ops(model: ModelSpec, layer: int, batch: int, q_len: int, kv_len: int 
         ops.append(elementwise("mlp_act", T * f, ps["act_gated"] if model.gated else ps["act"],
                                eb))
         if quant:
-            ops.append(elementwise("mlp_down_cast", T * f, FP8_CAST_PASSES, eb))
+            ops.append(elementwise("mlp_down_cast", T * f, FP8_CAST_PASSES.value, eb))
         ops.append(gemm("mlp_down", T, h, f, eb))
     ops.append(elementwise("residual", T * h, ps["residual"], eb))
     return ops
@@ -556,15 +556,15 @@ def _moe_ops(ops: list[Op], model: ModelSpec, T: int, split: Split, eb: float,
     local = max(E // ep, 1)
     tok = held * k * ep * et / E  # tokens per local expert, balanced routing
     ops.append(gemm("expert_up", math.ceil(tok), max(fe_up // et, 1), h, eb, count=local,
-                    streams=GROUPED_STREAMS))
+                    streams=GROUPED_STREAMS.value))
     ops.append(gemm("expert_down", math.ceil(tok), h, max(fe // et, 1), eb, count=local,
-                    streams=GROUPED_STREAMS))
+                    streams=GROUPED_STREAMS.value))
     ops.append(elementwise("expert_act", tok * local * fe / et,
                            ps["act_gated"] if model.gated else ps["act"], eb))
     ops.append(elementwise("permute", tok * local * h, 4, eb))
     if quant:
         ops.append(elementwise("expert_cast", tok * local * (h + fe / et),
-                               FP8_CAST_PASSES, eb))
+                               FP8_CAST_PASSES.value, eb))
     if model.shared_experts:
         fs = fe * model.shared_experts // tp
         ops.append(gemm("shared_up", T, fs * (2 if model.gated else 1), h, eb))

@@ -22,7 +22,7 @@ True
 Traceback (most recent call last):
 ...
 gpufabric.errors.InputError: framework: unknown framework 'caffe' (known: composer, deepspeed, \
-maxtext, megatron, nemo, pytorch-fsdp, torchtitan)
+kempnerforge, maxtext, megatron, nemo, pytorch-fsdp, torchtitan)
 """
 
 from __future__ import annotations
@@ -71,6 +71,18 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "sac": (("attention", "op"), "what selective recomputation recomputes: attention "
                                  "(Megatron: the attention core) or op (torchtitan's op-level "
                                  "policy)"),
+    "cross_entropy": (("eager", "eager_16bit", "vocab_parallel", "fused"),
+                      "how the loss over the logits is computed, which sets its memory: eager "
+                      "(PyTorch cross_entropy on an FP32 copy; loss_parallel with tensor "
+                      "parallelism), eager_16bit (on the 16-bit logits, which the loop "
+                      "holds), vocab_parallel (Megatron's fused vocabulary-parallel softmax, "
+                      "in place), fused (a compiled loss on 16-bit logits)"),
+    "loss_parallel": (bool, "with tensor parallelism the loss runs on each rank's vocabulary "
+                            "shard of the logits; false: the logits are gathered to every rank"),
+    "master_weights": (bool, "FP32 master weights and Adam moments beside the 16-bit "
+                             "parameters; false: parameters, gradients and moments all 16-bit"),
+    "grad_accum_no_sync": (bool, "FSDP gradient accumulation without the reduce-scatter until "
+                                 "the last micro-batch (the unsharded gradients are held)"),
     "recompute_modules": (list, "what selective recomputation recomputes, as Megatron-Core's "
                                 "--recompute-modules names it: a list of core_attn, mlp, "
                                 "moe_act, moe, shared_experts, mla_up_proj, layernorm"),
@@ -212,7 +224,10 @@ def step_options(settings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, arg in (("tp_comm_overlap", "tp_overlap"), ("ep_comm_overlap", "ep_overlap"),
                      ("overlap_grad_reduce", "dp_overlap"), ("zero3_overlap", "zero3_overlap"),
-                     ("sac", "sac"), ("tp_bwd_overlap", "tp_bwd_overlap"),
+                     ("sac", "sac"), ("cross_entropy", "cross_entropy"),
+                     ("loss_parallel", "loss_parallel"), ("master_weights", "master_weights"),
+                     ("grad_accum_no_sync", "grad_accum_no_sync"),
+                     ("tp_bwd_overlap", "tp_bwd_overlap"),
                      ("pp_scatter_gather", "pp_scatter_gather")):
         if key in settings:
             out[arg] = settings[key]

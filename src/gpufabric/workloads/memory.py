@@ -26,7 +26,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from gpufabric.errors import InputError
@@ -68,6 +68,64 @@ FRAGMENTATION = record("FRAGMENTATION", 0.05, "fraction",
                        "~1.05 in steady-state training (torchtitan memory reports)")
 #: bytes per parameter: 16-bit weight, FP32 gradient, FP32 master + Adam moments
 WEIGHT_B, GRAD_B, OPT_B = 2, 4, 12
+#: PyTorch FSDP (FSDP2, ``MixedPrecisionPolicy``): the sharded parameter stays in FP32 and is
+#: the master weight (cast to 16 bits only when gathered), so a parameter's shard holds
+#: 4 B of weight and 8 B of Adam moments, not 2 + 12
+FSDP_WEIGHT_B, FSDP_OPT_B = 4, 8
+#: bytes per logit (token x vocabulary entry on this GPU) held at the loss's peak, by how the
+#: cross-entropy is computed (the ``cross_entropy`` run setting)
+LOSS_BYTES = record(
+    "LOSS_BYTES", {"eager": 12, "eager_tp": 16, "eager_16bit": 8, "vocab_parallel": 6,
+                   "fused": 4},
+    "B per logit",
+    "GPU memory: the cross-entropy over the logits at its peak (the backward of the loss)",
+    "eager: F.cross_entropy(pred.float(), labels) (torchtitan train.py at 9dec370, loss_fn): "
+    "at log_softmax's backward the FP32 log-probabilities, their gradient (nll_loss backward) "
+    "and the input gradient are live, 3 x 4 B, the BF16 logits freed by `del pred`; "
+    "eager_tp: the same loss on vocabulary-sharded logits under PyTorch's loss_parallel "
+    "(torch/distributed/tensor/parallel/loss.py, _nll_loss_and_log_softmax_backward, as in "
+    "PyTorch 2.6): the saved FP32 log-probabilities, zeros_like(x), exp(x) and their sum, "
+    "4 x 4 B, at `(grad_input + torch.exp(x)) * grad_output`; eager_16bit: "
+    "F.cross_entropy on the 16-bit logits, which the training loop still holds "
+    "(KempnerForge scripts/train.py at 01b461a): the logits, log-probabilities, their "
+    "gradient and the input gradient, 4 x 2 B; "
+    "vocab_parallel: Megatron-Core tensor_parallel/cross_entropy.py "
+    "(_VocabParallelCrossEntropy): the FP32 softmax is saved and becomes the gradient in place, "
+    "4 B, beside the 16-bit logits or their gradient, 2 B; fused: a compiled or fused loss "
+    "(torch.compile of the loss, torchtitan components/loss.py at e7c0cae) saves the 16-bit "
+    "logits and writes a 16-bit gradient, 2 x 2 B; not fitted")
+#: the pipeline stage whose memory a figure is: the most loaded (``max``, as torchtitan
+#: reports the maximum over its ranks), or the ``first`` or ``last`` (a source that reads
+#: rank 0, which holds the first stage)
+MEMORY_STAGES = ("max", "first", "last")
+#: the ``cross_entropy`` run setting's values (``eager`` on vocabulary-sharded logits, with
+#: tensor parallelism, counts as ``eager_tp``)
+CROSS_ENTROPY = ("eager", "eager_16bit", "vocab_parallel", "fused")
+#: what a published peak counts (an entry's ``memory_reported``): ``reserved``, the PyTorch
+#: caching allocator's peak reserved memory (``torch.cuda.max_memory_reserved``: tensors and
+#: the allocator's cached, fragmented blocks, without the CUDA context or NCCL's buffers);
+#: ``allocated``, the peak of live tensors (``max_memory_allocated``); ``device``, what the GPU
+#: holds in all (nvidia-smi), the default
+MEMORY_REPORTED = ("device", "reserved", "allocated")
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How a framework holds what the memory model counts (the run settings of
+    :data:`gpufabric.workloads.frameworks.SETTINGS` of the same names): ``sac`` what
+    selective recomputation keeps, ``cross_entropy`` how the loss is computed
+    (:data:`LOSS_BYTES`), ``loss_parallel`` whether the loss runs on the vocabulary-sharded
+    logits under tensor parallelism (false: the logits are gathered on every rank),
+    ``master_weights`` whether FP32 master weights and moments sit beside 16-bit parameters
+    (false: parameters, gradients and Adam moments all 16-bit, 2 + 2 + 4 B),
+    ``grad_accum_no_sync`` whether FSDP accumulates gradients unsharded until the last
+    micro-batch."""
+
+    sac: str = "attention"
+    cross_entropy: str = "vocab_parallel"
+    loss_parallel: bool = True
+    master_weights: bool = True
+    grad_accum_no_sync: bool = False
 
 
 @dataclass
@@ -88,6 +146,25 @@ class MemoryBreakdown:
     @property
     def fits(self) -> bool:
         return self.total_GiB <= self.capacity_GiB
+
+    def reported_GiB(self, what: str = "device") -> float:
+        """The peak as a tool reports it (:data:`MEMORY_REPORTED`): ``device`` the total,
+        ``reserved`` the caching allocator's (the total less the CUDA context and NCCL and
+        cuBLAS workspaces, :func:`reserve_GiB`), ``allocated`` the tensors alone.
+
+        >>> from gpufabric.workloads.parallel import Parallel
+        >>> m = training_memory("llama3-8b", Parallel(dp=8, fsdp="full"), 8192, "H100-SXM")
+        >>> round(m.total_GiB - m.reported_GiB("reserved"), 2)
+        2.5
+        """
+        if what not in MEMORY_REPORTED:
+            raise InputError(f"got {what!r}; allowed: {', '.join(MEMORY_REPORTED)}",
+                             field="memory_reported")
+        if what == "device":
+            return self.total_GiB
+        if what == "reserved":
+            return self.total_GiB - reserve_GiB()
+        return self.total_GiB - self.reserve_GiB
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -115,14 +192,27 @@ def params_per_gpu(model: ModelSpec, par: Parallel, stage: int = 0) -> tuple[flo
         else:
             dense += (model.attn_params() + model.mlp_params(model.ffn)) / par.tp
             dense += 2 * model.norm_params()
+    return dense + edge_params(model, par, stage), expert
+
+
+def edge_params(model: ModelSpec, par: Parallel, stage: int) -> float:
+    """Parameters of pipeline ``stage`` outside its transformer blocks, on one GPU: the word
+    (and position) embedding on the first stage, the final norm and the output layer on the
+    last (one copy when tied on a single stage).
+
+    >>> from gpufabric.workloads.models import load_model
+    >>> edge_params(load_model("llama3-8b"), Parallel(tp=8), 0)  # 2 x 128256 x 4096 / 8 + 4096
+    131338240.0
+    """
     emb = model.vocab * model.hidden / par.tp
+    out = 0.0
     if stage == 0:
-        dense += emb + model.positions * model.hidden
+        out += emb + model.positions * model.hidden
     if stage == par.pp - 1:
-        dense += model.norm_params()
+        out += model.norm_params()
         if not model.tied_embeddings or par.pp > 1:   # output layer (a copy when tied and split)
-            dense += emb
-    return dense, expert
+            out += emb
+    return out
 
 
 def stage_layers(model: ModelSpec, par: Parallel, stage: int) -> list[int]:
@@ -209,10 +299,16 @@ def op_sac_block_bytes(model: ModelSpec, layer: int, micro_batch: int, seq: int,
 
 def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     precision: str = "bf16", flash: bool = True,
-                    gpus_per_node: int = 8, sac: str = "attention") -> MemoryBreakdown:
-    """Memory of the most loaded GPU for a training layout. ``sac``: what selective
+                    gpus_per_node: int = 8, stage: str = "max",
+                    **accounting: Any) -> MemoryBreakdown:
+    """Memory of the most loaded GPU for a training layout. ``accounting``: how the framework
+    holds it, the fields of :class:`Accounting` as keywords: ``sac``, what selective
     recomputation keeps (``attention``: Megatron's, Korthikanti's ``34 sbh``; ``op``:
-    torchtitan's op-level policy, :func:`op_sac_block_bytes`).
+    torchtitan's op-level policy, :func:`op_sac_block_bytes`); ``cross_entropy``, how the
+    loss is computed (:data:`LOSS_BYTES`: ``eager``, ``eager_16bit``, ``vocab_parallel``,
+    ``fused``); ``loss_parallel``, ``master_weights``, ``grad_accum_no_sync``. ``stage``:
+    the most loaded pipeline stage (``max``), or the ``first`` or ``last``
+    (:data:`MEMORY_STAGES`).
 
     Raises
     ------
@@ -227,14 +323,41 @@ def training_memory(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: st
         raise InputError(f"must be at least 1, got {seq_len}", field="seq_len")
     if seq_len % par.cp:
         raise InputError(f"seq_len {seq_len} is not a multiple of cp {par.cp}", field="cp")
+    acct = accounting_of(accounting)
+    if stage not in MEMORY_STAGES:
+        raise InputError(f"got {stage!r}; allowed: {', '.join(MEMORY_STAGES)}",
+                         field="memory_stage")
     best: MemoryBreakdown | None = None
-    stages = sorted({0, par.pp - 1})
+    stages = {"max": sorted({0, par.pp - 1}), "first": [0], "last": [par.pp - 1]}[stage]
     for st in stages:
-        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, sac)
+        mb = _stage_memory(m, par, seq_len, spec, prec, flash, gpus_per_node, st, acct)
         if best is None or mb.total_GiB > best.total_GiB:
             best = mb
     assert best is not None
     return best
+
+
+def accounting_of(kw: dict[str, Any]) -> Accounting:
+    """An :class:`Accounting` from keywords, each checked (an InputError names the key).
+
+    >>> accounting_of({"cross_entropy": "fused"}).cross_entropy
+    'fused'
+    >>> accounting_of({"loss": "fused"})
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: loss: unknown memory accounting key (known: sac, \
+cross_entropy, loss_parallel, master_weights, grad_accum_no_sync)
+    """
+    known = [f.name for f in fields(Accounting)]
+    for k in kw:
+        if k not in known:
+            raise InputError(f"unknown memory accounting key (known: {', '.join(known)})",
+                             field=k)
+    acct = Accounting(**kw)
+    if acct.cross_entropy not in CROSS_ENTROPY:
+        raise InputError(f"got {acct.cross_entropy!r}; allowed: {', '.join(CROSS_ENTROPY)}",
+                         field="cross_entropy")
+    return acct
 
 
 def expert_shard(par: Parallel, shard: int) -> int:
@@ -244,38 +367,61 @@ def expert_shard(par: Parallel, shard: int) -> int:
     return max(shard // par.ep, 1) if par.fsdp == "hybrid" else par.edp
 
 
-def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
-                  gpn: int, stage: int, sac: str = "attention") -> MemoryBreakdown:
-    dense, expert = params_per_gpu(m, par, stage)
-    wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B
+def model_states(par: Parallel, dense: float, expert: float, prec: str, gpn: int,
+                 master_weights: bool = True) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) in bytes on one GPU holding ``dense`` and
+    ``expert`` parameters before sharding. Megatron and DeepSpeed keep a 16-bit weight, an
+    FP32 gradient and FP32 master weight + moments (2 + 4 + 12 B), ZeRO sharding them by
+    stage; PyTorch FSDP keeps the FP32 shard as the master (4 + 4 + 8 B, all sharded:
+    :data:`FSDP_WEIGHT_B`). Without master weights (16-bit parameters, as KempnerForge
+    casts its model; PyTorch's AdamW keeps its moments in the parameter's dtype) a
+    parameter holds 2 + 2 + 4 B."""
     z = par.zero_stage
     shard = par.dp * par.cp
     if par.fsdp == "hybrid":
         shard = min(shard, max(gpn // (par.tp * par.cp), 1) * par.cp)
     eshard = expert_shard(par, shard)
-    opt = OPT_B * (dense / (shard if z >= 1 else 1) + expert / (eshard if z >= 1 else 1))
-    if par.offload:            # optimizer states in host memory (streamed by the step)
-        opt = 0.0
-    grads = GRAD_B * (dense / (shard if z >= 2 else 1) + expert / (eshard if z >= 2 else 1))
-    weights = wb * (dense / (shard if z >= 3 else 1) + expert / (eshard if z >= 3 else 1))
+
+    def sharded(stage: int) -> float:
+        return dense / (shard if z >= stage else 1) + expert / (eshard if z >= stage else 1)
+    fp32 = prec in ("fp32", "tf32")
+    wb, gb, ob = (4 if fp32 else WEIGHT_B), GRAD_B, OPT_B
+    if not master_weights and not fp32:
+        wb, gb, ob = WEIGHT_B, WEIGHT_B, 2 * WEIGHT_B
+    elif par.fsdp and not fp32:
+        wb, ob = FSDP_WEIGHT_B, FSDP_OPT_B
+    opt = 0.0 if par.offload else ob * sharded(1)   # offload: in host memory
+    return wb * sharded(3), gb * sharded(2), opt
+
+
+def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, flash: bool,
+                  gpn: int, stage: int, acct: Accounting) -> MemoryBreakdown:
+    dense, expert = params_per_gpu(m, par, stage)
+    wb = 4 if prec in ("fp32", "tf32") else WEIGHT_B      # a gathered (working) weight
+    weights, grads, opt = model_states(par, dense, expert, prec, gpn, acct.master_weights)
     buffers = 0.0
     eb = ACT_BYTES[prec]
     layers = stage_layers(m, par, stage) if m.is_transformer else []
-    if z >= 3 and par.fsdp and par.pp > 1 and par.micro_batches > 1:
+    if par.zero_stage >= 3 and par.fsdp and par.pp > 1 and par.micro_batches > 1:
         # FSDP under a pipeline schedule: the stage's weights stay gathered and its gradients
         # unsharded (FP32, the reduce dtype) until the last micro-batch's backward (PyTorch
         # torch/distributed/pipelining/stage.py, backward_maybe_with_nosync:
         # set_reshard_after_backward(False), set_requires_gradient_sync(False); torchtitan
         # does not reshard after forward with pipelining)
         buffers += (wb + GRAD_B) * (dense + expert)
-    elif z >= 3 and layers:    # gathered weights of the layer in use and the one prefetched
-        per_layer = (dense + expert) / max(len(layers), 1)
-        buffers += 2 * wb * per_layer
+    elif par.zero_stage >= 3 and layers:
+        buffers += _gathered_bytes(m, par, dense + expert, len(layers), wb, stage)
+        if par.fsdp and acct.grad_accum_no_sync and par.micro_batches > 1:
+            # FSDP2 without gradient sync until the last micro-batch keeps every parameter's
+            # unsharded gradient, upcast to the reduce dtype (FP32) to accumulate
+            # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+            # to_accumulated_grad_if_needed)
+            buffers += GRAD_B * (dense + expert)
     # activations
     if m.is_transformer:
         mb_, s = par.micro_batch, seq
         full = [block_activation_bytes(m, i, mb_, s, par, prec, flash) for i in layers]
-        if par.recompute == "selective" and sac == "op":
+        if par.recompute == "selective" and acct.sac == "op":
             full = [op_sac_block_bytes(m, i, mb_, s, par, prec) for i in layers]
         if par.recompute == "full":
             rep = par.tp if par.sp and par.tp > 1 else 1
@@ -290,11 +436,12 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
             act_one = sum(full)
             working = 0.0
         inflight: float = min(par.pp - stage, par.micro_batches) if par.pp > 1 else 1
-        if par.vpp > 1:
-            inflight = inflight * (1 + (par.pp - 1) / (par.pp * par.vpp))
+        if par.vpp > 1:     # never more than the step's micro-batches (all chunks in flight)
+            inflight = min(inflight * (1 + (par.pp - 1) / (par.pp * par.vpp)),
+                           par.micro_batches)
         acts = act_one * max(inflight, 1) + working
-        if stage == par.pp - 1:   # logits and their gradient in FP32
-            buffers += 2 * 4 * mb_ * s / par.cp * m.vocab / par.tp
+        if stage == par.pp - 1:   # the cross-entropy over the logits at its peak
+            buffers += _loss_bytes(m, par, mb_ * s / par.cp, acct)
         if par.pp > 1:
             buffers += 2 * mb_ * s / par.cp * m.hidden * eb
     else:
@@ -305,6 +452,27 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     return MemoryBreakdown(weights / GiB, grads / GiB, opt / GiB, acts / GiB, buffers / GiB,
                            reserve / GiB, total / GiB, capacity_GiB(spec.name), spec.name,
                            "first" if stage == 0 else "last")
+
+
+def _loss_bytes(m: ModelSpec, par: Parallel, tokens: float, acct: Accounting) -> float:
+    """The cross-entropy's buffers at their peak (:data:`LOSS_BYTES`): over the vocabulary
+    shard of this tensor-parallel rank, or over the whole vocabulary where the logits are
+    gathered to every rank (``loss_parallel`` false)."""
+    kind = acct.cross_entropy
+    split = par.tp if acct.loss_parallel else 1
+    if kind == "eager" and split > 1:
+        kind = "eager_tp"
+    return float(LOSS_BYTES.value[kind] * tokens * m.vocab / split)
+
+
+def _gathered_bytes(m: ModelSpec, par: Parallel, params: float, n_layers: int, wb: int,
+                    stage: int) -> float:
+    """Gathered 16-bit weights under ZeRO-3 / FSDP outside a pipeline: the layer in use and
+    the one prefetched; with PyTorch FSDP also the root module's parameters (the embedding,
+    final norm and output layer, which FSDP2 does not reshard after forward: the root's
+    ``post_forward_mesh_info`` is None, torch/distributed/_composable/fsdp/_fsdp_state.py)."""
+    root = m.embedding_params() / par.tp if par.fsdp and par.pp == 1 and stage == 0 else 0.0
+    return wb * (2 * params / max(n_layers, 1) + root)
 
 
 def capacity_GiB(gpu: str) -> float:
@@ -323,14 +491,16 @@ FIT_TRIES: tuple[dict, ...] = (
 
 
 def fit_hint(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
-             precision: str = "bf16", flash: bool = True, gpus_per_node: int = 8) -> str:
+             precision: str = "bf16", flash: bool = True, gpus_per_node: int = 8,
+             **accounting: Any) -> str:
     """What would make a layout that does not fit fit, on the same GPUs: the first of
     :data:`FIT_TRIES` that fits (with ``--micro-batch 1`` when the micro-batch is larger and
-    that is needed), else ``--search`` (other tp, pp and cp).
+    that is needed), else ``--search`` (other tp, pp and cp). ``accounting``: the framework's
+    :func:`training_memory` keywords (``sac``, ``cross_entropy``, ...), kept for every try.
 
     >>> from gpufabric.workloads.parallel import Parallel
     >>> fit_hint("llama3-8b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
-    'fits with --zero 2 (79.9 GiB)'
+    'fits with --zero 2 (77.9 GiB)'
     >>> fit_hint("llama3-405b", Parallel(dp=8, zero=1), 8192, "H100-SXM")
     'no --zero, --recompute or --micro-batch setting fits this layout; try --search'
     """
@@ -345,7 +515,8 @@ def fit_hint(model: ModelSpec | str, par: Parallel, seq_len: int, gpu: str, *,
                     k == "zero" and v < par.zero for k, v in change.items()):
                 continue
             mem = training_memory(model, replace(par, **change), seq_len, gpu,
-                                  precision=precision, flash=flash, gpus_per_node=gpus_per_node)
+                                  precision=precision, flash=flash, gpus_per_node=gpus_per_node,
+                                  **accounting)
             if mem.fits:
                 flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in change.items())
                 return f"fits with {flags} ({mem.total_GiB:.1f} GiB)"
@@ -360,7 +531,7 @@ def check_fits(mem: MemoryBreakdown, hint: str = "") -> None:
     >>> check_fits(training_memory("llama3-70b", Parallel(dp=8), 8192, "H100-SXM"))
     Traceback (most recent call last):
     ...
-    gpufabric.errors.InputError: memory: needs 1439.0 GiB per GPU, H100-SXM has 80
+    gpufabric.errors.InputError: memory: needs 1436.9 GiB per GPU, H100-SXM has 80
     """
     if not mem.fits:
         cap = f"{mem.capacity_GiB:g}"
@@ -400,7 +571,8 @@ def weight_bytes(model: ModelSpec | str, *, tp: int = 1, pp: int = 1, ep: int = 
 
 
 __all__ = ["MemoryBreakdown", "training_memory", "check_fits", "capacity_GiB",
-           "params_per_gpu", "expert_shard", "stage_layers", "block_activation_bytes",
-           "op_sac_block_bytes",
+           "params_per_gpu", "edge_params", "expert_shard", "stage_layers",
+           "block_activation_bytes", "op_sac_block_bytes",
            "kv_cache_bytes_per_token", "weight_bytes", "reserve_GiB", "CUDA_CONTEXT_GiB",
-           "WORKSPACE_GiB", "FRAGMENTATION"]
+           "WORKSPACE_GiB", "FRAGMENTATION", "LOSS_BYTES", "Accounting", "model_states",
+           "MEMORY_REPORTED", "MEMORY_STAGES", "CROSS_ENTROPY", "accounting_of"]

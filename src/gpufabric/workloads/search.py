@@ -46,6 +46,7 @@ from math import prod
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpufabric import params as _params
 from gpufabric import sweep
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
@@ -332,9 +333,9 @@ class _Bounds:
                 f += t
                 if o.kind == "attn":
                     a += t
-                    b += BWD_ATTN * t
+                    b += BWD_ATTN.value * t
                 else:
-                    b += (BWD_GEMM if o.kind == "gemm" else 2.0) * t
+                    b += (BWD_GEMM.value if o.kind == "gemm" else 2.0) * t
             over = LAYER_OVERHEAD_US.value * 1e-6
             self._layer[key] = (f + over, b + over, a)
         return self._layer[key]
@@ -363,7 +364,7 @@ class _Bounds:
                 hf, hb = hf + t, hb + 2 * t
             if st == par.pp - 1:
                 t = sum(op_time_s(o, self.g, self.prec) for o in heads[1:])
-                hf, hb = hf + t, hb + BWD_GEMM * t
+                hf, hb = hf + t, hb + BWD_GEMM.value * t
             per_stage["none"].append(f + b + hf + hb)
             per_stage["selective"].append(f + b + a + hf + hb)
             per_stage["full"].append(2 * f + b + hf + hb)
@@ -474,8 +475,8 @@ FITS_CACHE: ContextVar[dict | None] = ContextVar("FITS_CACHE", default=None)
 def memory_verdicts() -> Iterator[None]:
     """Searches inside share their memory verdicts: whether a layout of a model fits a GPU kind
     does not depend on the network, so searches of one cluster shape over many networks (the
-    design advisor's) ask the memory model once. One parameter set throughout (a calibration
-    profile applied inside would not be seen).
+    design advisor's) ask the memory model once (per parameter value: a verdict is kept
+    under the current :attr:`gpufabric.params.Params.key`).
 
     >>> with memory_verdicts():
     ...     FITS_CACHE.get() == {}
@@ -528,7 +529,7 @@ def _fits(m: ModelSpec, par: Parallel, seq: int, gpu: str, prec: str, gpn: int) 
     memo = FITS_CACHE.get()
     if memo is None:
         return training_memory(m, par, seq, gpu, precision=prec, gpus_per_node=gpn).fits
-    key = (m, par, seq, gpu, prec, gpn)
+    key = (_params.current().key, m, par, seq, gpu, prec, gpn)
     if key not in memo:
         memo[key] = training_memory(m, par, seq, gpu, precision=prec, gpus_per_node=gpn).fits
     return bool(memo[key])

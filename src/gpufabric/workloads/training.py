@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpufabric import collectives as C
+from gpufabric import params as _params
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.compute import (
@@ -49,7 +50,7 @@ from gpufabric.workloads.parallel import Group, Parallel
 #: backward / forward time of a GEMM (data and weight gradients: two GEMMs of the same size)
 BWD_GEMM = record("BWD_GEMM", 2.0, "x forward time", "training: backward of a GEMM",
                   "physical: the data and the weight gradient, two GEMMs of the forward's "
-                  "size").value
+                  "size")
 #: backward / forward time of a flash-attention core: 2.5x the FLOPs (five matmuls against two:
 #: the scores are recomputed, FA2 paper Sec. 3.1) at 0.86 of the forward's FLOP rate
 #: (FlashAttention-3 paper, arXiv 2407.08608, Fig. 5, H100 SXM5, head dim 128, 8k tokens:
@@ -58,7 +59,7 @@ BWD_ATTN = record("BWD_ATTN", 2.9, "x forward time",
                   "training: backward of a flash-attention core",
                   "FlashAttention-2 paper (Dao 2023), Sec. 3.1: 2.5x the forward's FLOPs; "
                   "FlashAttention-3 paper Fig. 5: the backward runs at 0.86 of the forward's "
-                  "rate on H100 for FA2, cuDNN and FA3 alike (2.5 / 0.86); not fitted").value
+                  "rate on H100 for FA2, cuDNN and FA3 alike (2.5 / 0.86); not fitted")
 #: per-layer framework cost per micro-batch pass (Python, hooks, launches not in the op list)
 LAYER_OVERHEAD_US = record("LAYER_OVERHEAD_US", 40.0, "us per block per pass",
                            "training: framework cost per transformer block and pass",
@@ -93,7 +94,7 @@ OFFLOAD_B = record("OFFLOAD_B", 12, "B per parameter each way over the host link
 CNN_ACT_PASSES = record("CNN_ACT_PASSES", 5, "HBM passes per step",
                         "training CNNs: traffic over the activations",
                         "physical: written in forward, read in backward, the gradient written "
-                        "and read, batch-norm statistics read once more").value
+                        "and read, batch-norm statistics read once more")
 
 
 @dataclass
@@ -151,7 +152,8 @@ _NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 #: collective times already predicted on one topology, when a caller (the layout search) sets
-#: a dict here for the duration of many predict_step calls on the same system
+#: a dict here for the duration of many predict_step calls on the same system (keyed on the
+#: parameters in use as well)
 COLL_CACHE: ContextVar[dict | None] = ContextVar("COLL_CACHE", default=None)
 
 
@@ -160,7 +162,7 @@ def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
         return 0.0
     algo, proto = _NCCL.get() if op in _NCCL_OPS else (None, None)
     memo = COLL_CACHE.get()
-    key = (op, int(size), g, algo, proto)
+    key = (_params.current().key, op, int(size), g, algo, proto)
     if memo is not None and key in memo:
         return memo[key]
     p = C.predict(topo, op, int(size), g.ranks, algo, proto, per_node=g.per_node,
@@ -262,6 +264,10 @@ class Software:
     attn_kernel: str = "native"
     ep_overlap: bool = False
     sac: str = "attention"
+    cross_entropy: str = "vocab_parallel"
+    loss_parallel: bool = True
+    master_weights: bool = True
+    grad_accum_no_sync: bool = False
     recompute_modules: tuple[str, ...] = ()
     zero3_overlap: bool = True
     nccl_algo: str | None = None
@@ -303,9 +309,9 @@ def _layer_pass(c: _Step, i: int, comm: dict[str, float]) -> _Pass:
         fwd += t
         if o.kind == "attn":
             attn_f += t
-            bwd += BWD_ATTN * t
+            bwd += BWD_ATTN.value * t
         else:
-            bwd += (BWD_GEMM if o.kind == "gemm" else 2.0) * t
+            bwd += (BWD_GEMM.value if o.kind == "gemm" else 2.0) * t
     over = LAYER_OVERHEAD_US.value * 1e-6
     fwd += over
     bwd += over
@@ -332,7 +338,7 @@ def _layer_pass(c: _Step, i: int, comm: dict[str, float]) -> _Pass:
         t_kv = _coll_time(topo, "all_gather", kv, groups["cp"])
         t_all = t_kv * 3                               # gather forward, gather + reduce back
         comm["cp"] += t_all
-        res.cp = max(0.0, t_all - (1 + BWD_ATTN) * attn_f)
+        res.cp = max(0.0, t_all - (1 + BWD_ATTN.value) * attn_f)
     if m.moe_layer(i) and par.ep > 1:
         # each GPU dispatches the tokens it holds (1/tp of the block's, sequence parallel) to
         # the etp shards of each of their top-k experts
@@ -472,16 +478,39 @@ def _resolve(model: ModelSpec | str, system: Topology | str, par: Parallel,
     return _Step(m, par, seq, prec, g, topo, groups, o)
 
 
+def step_memory(model: ModelSpec | str, system: Topology | str, par: Parallel,
+                seq_len: int | None = None, options: Software | None = None, *,
+                stage: str = "max", **kw: Any) -> MemoryBreakdown:
+    """The memory :func:`predict_step` reports for the same inputs (``StepResult.memory``):
+    of the most loaded pipeline stage, or of the ``first`` or ``last`` (a source that reads
+    one rank's memory, :func:`gpufabric.workloads.memory.training_memory`)."""
+    return _memory(_resolve(model, system, par, seq_len, replace(options or Software(), **kw)),
+                   stage)
+
+
+def _accounting(o: Software) -> dict[str, Any]:
+    """How the job's framework holds its memory (:class:`gpufabric.workloads.memory.Accounting`
+    as :func:`training_memory` keywords)."""
+    return {"sac": o.sac, "cross_entropy": o.cross_entropy, "loss_parallel": o.loss_parallel,
+            "master_weights": o.master_weights, "grad_accum_no_sync": o.grad_accum_no_sync}
+
+
+def _memory(c: _Step, stage: str = "max") -> MemoryBreakdown:
+    o, topo = c.o, c.topo
+    return training_memory(c.m, c.par, c.seq, topo.gpus()[0].model, precision=c.prec,
+                           flash=o.flash, gpus_per_node=topo.scale_up()[0], stage=stage,
+                           **_accounting(o))
+
+
 def _predict_step(model: ModelSpec | str, system: Topology | str, par: Parallel,
                   seq_len: int | None, o: Software) -> StepResult:
     c = _resolve(model, system, par, seq_len, o)
     m, seq, prec, g, topo, groups = c.m, c.seq, c.prec, c.g, c.topo, c.groups
     gname, gpn = topo.gpus()[0].model, topo.scale_up()[0]
-    mem = training_memory(m, par, seq, gname, precision=prec, flash=o.flash, gpus_per_node=gpn,
-                          sac=o.sac)
+    mem = _memory(c)
     if o.check_memory and not mem.fits:
         check_fits(mem, fit_hint(m, par, seq, gname, precision=prec, flash=o.flash,
-                                 gpus_per_node=gpn))
+                                 gpus_per_node=gpn, **_accounting(o)))
     if m.is_transformer:
         fwd, bwd, tp_e, cp_e, ep_e = _stage_times(c)
     else:
@@ -706,7 +735,7 @@ def _stage_times(c: _Step) -> tuple[float, float, float, float, float]:
             f, b = f + t, b + 2 * t
         if st == par.pp - 1:
             t = sum(op_time_s(o, g, prec) for o in heads[1:])
-            f, b = f + t, b + BWD_GEMM * t
+            f, b = f + t, b + BWD_GEMM.value * t
         cur = (f, b, tp_e, cp_e, ep_e)
         if best is None or sum(cur) > sum(best):
             best, best_comm = cur, local
@@ -726,7 +755,7 @@ def _cnn_times(m: ModelSpec, par: Parallel, g: GPUSpec, prec: str
     peak = g.peak_tflops(prec) * 1e12 * GEMM_EFF.get(g.arch, GEMM_EFF_DEFAULT).value
     scale = ACT_BYTES[prec] / 2          # the file gives 16-bit activation bytes
     elem = Op("bn_act", "elem", 0.0, m.activation_bytes_per_sample * par.micro_batch * scale)
-    t_mem = op_time_s(elem, g, prec) * CNN_ACT_PASSES
+    t_mem = op_time_s(elem, g, prec) * CNN_ACT_PASSES.value
     t_flop = flops / peak
     return t_flop + t_mem / 3, 2 * t_flop + 2 * t_mem / 3, 0.0, 0.0, 0.0
 
@@ -776,6 +805,7 @@ def _link_words(topo: Topology, grp: Group) -> str:
     return f"{nics}x {nic} per node" if nics and nic else "the scale-out network"
 
 
-__all__ = ["StepResult", "predict_step", "SAC_POLICIES", "RECOMPUTE_MODULES", "op_sac_recompute_s",
+__all__ = ["StepResult", "predict_step", "step_memory", "SAC_POLICIES", "RECOMPUTE_MODULES",
+           "op_sac_recompute_s",
            "model_flops_per_token", "bottleneck", "LAYER_OVERHEAD_US", "DP_OVERLAP",
            "TP_OVERLAP_EXPOSED", "OFFLOAD_B", "host_link_GBps", "MemoryBreakdown"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 
@@ -32,8 +32,10 @@ from gpufabric.workloads.frameworks import (SETTINGS, check_setting, load_profil
 from gpufabric.workloads.models import ModelSpec, list_models, load_model
 from gpufabric.workloads.models import (find_model, gives_shape, load_model_file,
                                         model_from_shape, with_model_file)
+from gpufabric.workloads.memory import (MEMORY_REPORTED, MemoryBreakdown, edge_params,
+                                        params_per_gpu)
 from gpufabric.workloads.parallel import Parallel
-from gpufabric.workloads.training import StepResult, predict_step
+from gpufabric.workloads.training import StepResult, predict_step, step_memory
 
 #: entry model names (lower case, first match wins) -> built-in model
 NAME_MAP = (
@@ -266,7 +268,8 @@ def validate(path: str, *, only: tuple[str, ...] = (),
             status = validation.status(eid, str(e.get("looked_at") or ""), fitted_ids)
             lay = _layout(r)
             for metric, meas in memory_figures(e, pt):
-                pred = sum(r.memory[k] for k in MEMORY_METRICS[metric])
+                pred = memory_predicted(r.memory, metric, e, pt, path,
+                                        block_share=_block_share(m, r))
                 points.append(validation.point(
                     eid, j, metric, round(meas, 2), round(pred, 2), status,
                     error_pct=round((pred / meas - 1) * 100, 2), unit="GiB",
@@ -313,6 +316,49 @@ def memory_figures(e: dict[str, Any], pt: dict[str, Any]) -> list[tuple[str, flo
     return [(k, v) for k in MEMORY_METRICS if (v := _num(res.get(k))) is not None and v > 0]
 
 
+def memory_predicted(mem: dict[str, Any], metric: str, e: dict[str, Any],
+                     pt: dict[str, Any], path: str = "", block_share: float = 1.0) -> float:
+    """The model's figure for one memory metric of a point, from its breakdown ``mem``:
+    ``memory_GiB`` as the entry says its source counted it (``memory_reported``, on the entry
+    or the point: ``device``, the default, ``reserved`` or ``allocated``;
+    :meth:`gpufabric.workloads.memory.MemoryBreakdown.reported_GiB`), the others the sum of
+    their parts (:data:`MEMORY_METRICS`). ``model_states_GiB`` of an entry whose source counts
+    only the transformer blocks' parameters (``model_states_counted: blocks``) is the
+    ``block_share`` of them.
+
+    >>> mem = {"weights_GiB": 1.0, "grads_GiB": 2.0, "optimizer_GiB": 6.0}
+    >>> memory_predicted(mem, "model_states_GiB", {"model_states_counted": "blocks"}, {},
+    ...                  block_share=0.5)
+    4.5
+    """
+    if metric != "memory_GiB":
+        got = float(sum(mem[k] for k in MEMORY_METRICS[metric]))
+        counted = str(e.get("model_states_counted") or "all")
+        if metric == "model_states_GiB" and counted not in ("all", "blocks"):
+            raise InputError(f"got {counted!r}; allowed: all, blocks", file=path,
+                             field=f"{e.get('id')}.model_states_counted")
+        return got * block_share if counted == "blocks" and metric == "model_states_GiB" \
+            else got
+    what = str(pt.get("memory_reported") or e.get("memory_reported") or "device")
+    if what not in MEMORY_REPORTED:
+        raise InputError(f"got {what!r}; allowed: {', '.join(MEMORY_REPORTED)}", file=path,
+                         field=f"{e.get('id')}.memory_reported")
+    names = [f.name for f in fields(MemoryBreakdown)]
+    return MemoryBreakdown(**{k: mem[k] for k in names}).reported_GiB(what)
+
+
+def _block_share(m: ModelSpec, r: StepResult) -> float:
+    """The share of the most loaded GPU's parameters that sit in transformer blocks (the
+    rest: embedding, final norm, output layer; :func:`~gpufabric.workloads.memory.edge_params`)."""
+    if not m.is_transformer:
+        return 1.0
+    par = Parallel(**{f.name: r.parallel[f.name] for f in fields(Parallel)
+                      if f.name in r.parallel})
+    stage = 0 if r.memory["stage"] == "first" else par.pp - 1
+    total = sum(params_per_gpu(m, par, stage))
+    return 1.0 - edge_params(m, par, stage) / total if total else 1.0
+
+
 def _assumed(e: dict[str, Any]) -> dict[str, Any]:
     """The entry's parallelism and run settings as its file states them (nothing added)."""
     return dict(e.get("parallelism") or {})
@@ -341,7 +387,7 @@ def eval_overhead(par: dict[str, Any], r: Any) -> float:
     gb = int(r.parallel["global_batch"])
     steps = math.ceil(every / gb)
     b = r.breakdown_s
-    fwd_share = 1 / ((2 if r.parallel.get("recompute") == "full" else 1) + BWD_GEMM)
+    fwd_share = 1 / ((2 if r.parallel.get("recompute") == "full" else 1) + BWD_GEMM.value)
     per_step = r.step_time_s - b.get("dp_comm", 0.0) - b.get("optimizer", 0.0)
     return float(n / gb * per_step * fwd_share / (steps * r.step_time_s))
 
@@ -454,8 +500,11 @@ def _one(e: dict[str, Any], pt: dict[str, Any], m: ModelSpec, topo_cache: dict[s
         from gpufabric.topology.build import from_spec
         topo_cache[key] = from_spec(spec, materialize_nodes=Model.SAMPLE_NODES)
     topo = topo_cache[key]
-    r = predict_step(m, topo, p, seq, precision=prec, power_cap_W=power_cap(e["system"]),
-                     **step_options(run))
+    opts = {"precision": prec, "power_cap_W": power_cap(e["system"]), **step_options(run)}
+    r = predict_step(m, topo, p, seq, **opts)
+    stage = str(pt.get("memory_stage") or e.get("memory_stage") or "max")
+    if stage != "max" and memory_figures(e, pt):    # the source reads one stage's GPU
+        r.memory = step_memory(m, topo, p, seq, stage=stage, **opts).to_dict()
     if "mfu" in res:
         from gpufabric.workloads.compute import gpu_spec
         res["_peak"] = gpu_spec(str(sysd["gpu"])).peak_tflops(prec)
@@ -514,4 +563,4 @@ def _parallel(e: dict[str, Any], par: dict[str, Any], run: dict[str, Any], m: Mo
 
 
 __all__ = ["validate", "is_training_file", "Report", "resolve_model", "power_cap",
-           "memory_figures", "MEMORY_METRICS"]
+           "memory_figures", "memory_predicted", "MEMORY_METRICS"]

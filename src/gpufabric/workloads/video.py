@@ -61,7 +61,7 @@ CONV_EFF = C.record("CONV_EFF", 0.35, "fraction of tensor peak", "VAE decoder co
 ADALN_PASSES = C.record("ADALN_PASSES", 3, "2-byte passes per element and norm",
                         "diffusion transformers: adaLN modulate and gate",
                         "physical: read x, write x * (1 + scale) + shift, read again for the "
-                        "gate (DiT, Peebles and Xie 2023, adaLN-Zero); not fitted").value
+                        "gate (DiT, Peebles and Xie 2023, adaLN-Zero); not fitted")
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ def block_ops(m: DiT, kind: str, video: int, text: int, batch: int, lay: Layout,
     seq = video + (text if joint else 0)          # tokens of the self-attention
     n = math.ceil(seq / lay.sp) * batch           # tokens this GPU holds between attentions
     ps = C.PASSES[fused]
-    ops: list[C.Op] = [C.elementwise("norm1", n * h, ps["norm"] + ADALN_PASSES, eb),
+    ops: list[C.Op] = [C.elementwise("norm1", n * h, ps["norm"] + ADALN_PASSES.value, eb),
                        C.elementwise("qk_norm_rope", n * 2 * h, ps["norm"] + ps["rope"], eb)]
     if kind == "single":     # one GEMM to QKV and the MLP input, one back from both
         ops.append(C.gemm("qkv_mlp_in", n, 3 * h + f, h, eb))
@@ -285,10 +285,10 @@ def block_ops(m: DiT, kind: str, video: int, text: int, batch: int, lay: Layout,
     if kind == "single":
         ops.append(C.elementwise("mlp_act", n * f, ps["act"], eb))
         ops.append(C.gemm("out_mlp_down", n, h, h + f, eb))
-        ops.append(C.elementwise("residual", n * h, ps["residual"] + ADALN_PASSES, eb))
+        ops.append(C.elementwise("residual", n * h, ps["residual"] + ADALN_PASSES.value, eb))
         return ops
     ops.append(C.gemm("attn_out", n, h, h, eb))
-    ops.append(C.elementwise("residual_norm2", n * h, ps["residual_norm"] + ADALN_PASSES, eb))
+    ops.append(C.elementwise("residual_norm2", n * h, ps["residual_norm"] + ADALN_PASSES.value, eb))
     if kind == "cross":      # every GPU's queries against all the text keys, all heads
         ops.append(C.gemm("cross_q", n, h, h, eb))
         ops.append(C.gemm("cross_kv", text * batch, 2 * h, h, eb))
@@ -299,7 +299,7 @@ def block_ops(m: DiT, kind: str, video: int, text: int, batch: int, lay: Layout,
     ops.append(C.gemm("mlp_up", n, f, h, eb))
     ops.append(C.elementwise("mlp_act", n * f, ps["act"], eb))
     ops.append(C.gemm("mlp_down", n, h, f, eb))
-    ops.append(C.elementwise("residual", n * h, ps["residual"] + ADALN_PASSES, eb))
+    ops.append(C.elementwise("residual", n * h, ps["residual"] + ADALN_PASSES.value, eb))
     return ops
 
 

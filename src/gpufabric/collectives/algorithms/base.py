@@ -171,10 +171,11 @@ def ring_channels(m, lay) -> int:
 def host_nic_heads(m, lay) -> tuple[int, float]:
     """NCCL's NVLS-tree heads and the inter-node rate of each: the scale-out NICs of the host
     (server or compute tray) of the group's first GPU, and one NIC's usable rate (GB/s).
-    NCCL searches the NVLS graph on each host's own topology, one channel head per NIC."""
+    NCCL searches the NVLS graph on each host's own topology, one channel head per NIC. Kept
+    on the model, whose network is built for one value of the link-rate parameters."""
     from gpufabric.network.capacity import usable_GBps
     topo = m.topo
-    cache = topo.__dict__.setdefault("_nvls_heads", {})
+    cache = m.__dict__.setdefault("_nvls_heads", {})
     gpu = lay.gpus[0][0]
     if gpu not in cache:
         node = topo.devices[gpu].node

@@ -34,7 +34,6 @@ from typing import Any
 
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_data, package_dir
-from gpufabric import params as _params
 from gpufabric.params import Param
 from gpufabric.workloads.compute import record
 
@@ -89,10 +88,12 @@ class EngineProfile:
     #: how an iteration's batch is formed (:mod:`gpufabric.workloads.inference.policies`)
     order: str = "decode-first"
 
-    def _live(self, p: Param | None) -> Param | None:
-        if p is None or not self.registered:
-            return p
-        return _params.REGISTRY.get(p.name, p)
+    def _seconds(self, p: Param | None) -> float:
+        """A time of the profile: a built-in profile's as the current parameters have it, a
+        user's file's as the file gives it."""
+        if p is None:
+            return 0.0
+        return float(p.value if self.registered else p.shipped)
 
     def batched_tokens(self, gpu: str) -> tuple[int, str]:
         """The engine's default prefill token budget on this GPU kind, and its source."""
@@ -108,25 +109,21 @@ class EngineProfile:
 
     @property
     def overhead_s(self) -> float:
-        p = self._live(self.overhead)
-        return float(p.value) if p is not None else 0.0
+        return self._seconds(self.overhead)
 
     @property
     def request_s(self) -> float:
-        p = self._live(self.request)
-        return float(p.value) if p is not None else 0.0
+        return self._seconds(self.request)
 
     @property
     def pd_request_s(self) -> float:
         """Per request of a disaggregated deployment, on top of :attr:`request_s`: the PD
         router or proxy and the prefill-decode handshake before the prefill is scheduled."""
-        p = self._live(self.pd_request)
-        return float(p.value) if p is not None else 0.0
+        return self._seconds(self.pd_request)
 
     @property
     def layer_s(self) -> float:
-        p = self._live(self.layer)
-        return float(p.value) if p is not None else 0.0
+        return self._seconds(self.layer)
 
 
 def _err(msg: str, file: str, fld: str) -> InputError:

@@ -58,6 +58,7 @@ from gpufabric.workloads import compute as C
 from gpufabric.workloads import memory as M
 from gpufabric.workloads.compute import record
 from gpufabric.workloads.inference import engines as E
+from gpufabric.workloads.inference import kerneltimes
 from gpufabric.workloads.inference import precisions as P
 from gpufabric.workloads.models import ModelSpec, load_model
 
@@ -107,7 +108,7 @@ EXPERT_LOAD_CV = record("EXPERT_LOAD_CV", 2.5, "coefficient of variation of expe
 EPLB_REDUNDANT_EXPERTS = record("EPLB_REDUNDANT_EXPERTS", 32, "experts",
                                 "MoE serving with EPLB: redundant expert copies",
                                 "DeepSeek-V3 Technical Report, section 3.4 (prefilling and "
-                                "decoding)").value
+                                "decoding)")
 
 #: Per-iteration engine overhead (CPU scheduling, sampling, CUDA-graph launch), the per-request
 #: front end (HTTP or gRPC server, tokenizer, queue hand-off: it adds to TTFT and end-to-end
@@ -360,7 +361,7 @@ class StepModel:
         per, domains = topo.scale_up()
         # expert slots: an EP degree that does not divide the experts places EPLB's
         # redundant copies too (DeepSeek's EP144 decode: 288 slots, 2 per GPU)
-        red = EPLB_REDUNDANT_EXPERTS if self.eplb else 0
+        red = EPLB_REDUNDANT_EXPERTS.value if self.eplb else 0
         layout.check(m, len(gpus) if "nodes" not in topo.meta else per * domains, red)
         self.expert_slots = m.experts if not m.is_moe or m.experts % layout.ep == 0 \
             else m.experts + red
@@ -386,6 +387,9 @@ class StepModel:
         self.mem_util = self.profile.mem_utilization if mem_utilization is None \
             else mem_utilization
         self._memory()
+        #: GEMM seconds over the tables by where they came from: ``measured`` (a kernel
+        #: database, :mod:`gpufabric.kerneldb.timing`) or ``model`` (gpufabric's roofline)
+        self.gemm_sources: dict[str, float] = {}
         self._tables()
 
     # -- set-up --------------------------------------------------------------------------------
@@ -410,7 +414,7 @@ class StepModel:
         if self.eplb:
             g = 3 if m.gated else 2
             per_expert = g * m.hidden * m.expert_ffn * self.wb / (lay.tp // lay.ep) / lay.pp
-            self.weights_bytes += (math.ceil(EPLB_REDUNDANT_EXPERTS / lay.ep) * m.moe_layers
+            self.weights_bytes += (math.ceil(EPLB_REDUNDANT_EXPERTS.value / lay.ep) * m.moe_layers
                                    * per_expert)
         # KV per token on one GPU: a pipeline stage holds its layers, attention TP its heads
         self.kv_bytes_per_token = M.kv_cache_bytes_per_token(
@@ -454,9 +458,22 @@ class StepModel:
 
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
                 weight_count: float | None = None) -> tuple[float, float]:
-        """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n)."""
-        return linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
-                        rate=self.compute_rate, count=count, weight_count=weight_count)
+        """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n):
+        gpufabric's roofline, or a dense GEMM's measured time where a measured timing source
+        is in use and covers it (:mod:`gpufabric.kerneldb.timing`), split in the roofline's
+        proportions so the bottleneck keeps its name."""
+        c, mem = linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
+                          rate=self.compute_rate, count=count, weight_count=weight_count)
+        src, model_s = kerneltimes.current(), max(c, mem)
+        t = None
+        if src is not None and count == 1 and weight_count is None and self.compute_rate == 1:
+            t = src.gemm_s(self.gpu.name, self.engine, self.compute_prec, T, n, k)
+        tally = self.gemm_sources
+        if t is None or model_s <= 0:
+            tally["model"] = tally.get("model", 0.0) + model_s
+            return c, mem
+        tally["measured"] = tally.get("measured", 0.0) + t
+        return c * t / model_s, mem * t / model_s
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""

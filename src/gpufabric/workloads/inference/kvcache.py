@@ -244,6 +244,8 @@ def distances(ids: list[tuple], lookups: np.ndarray, mine: np.ndarray | None = N
 
 def _distances(ids: list[tuple], lookups: np.ndarray, mine: np.ndarray | None
                ) -> list[np.ndarray]:
+    if ids and all(x == ids[0] for x in ids):
+        return _repeated(len(ids[0]), len(ids), lookups, mine)
     total = sum(len(x) for x in ids) + 1
     tree = np.zeros(total + 1, np.int64).tolist()
     last: dict = {}
@@ -275,6 +277,24 @@ def _distances(ids: list[tuple], lookups: np.ndarray, mine: np.ndarray | None
             now += 1
             last[k] = now
             add(now, 1)
+    return out
+
+
+def _repeated(n: int, count: int, lookups: np.ndarray, mine: np.ndarray | None
+              ) -> list[np.ndarray]:
+    """:func:`_distances` of a stream whose ``count`` requests all use the same ``n`` blocks
+    (one prefix every request shares), in closed form: the first finds none; each later one
+    finds its block ``j`` with the ``n - j`` blocks from it to the end used since.
+
+    >>> [d.tolist() for d in _repeated(3, 2, np.array([2, 5]), None)]
+    [[inf, inf], [3.0, 2.0, 1.0]]
+    """
+    out: list[np.ndarray] = []
+    for r in range(count):
+        if mine is None or mine[r]:
+            k = min(int(lookups[len(out)]), n)
+            out.append(np.full(k, math.inf) if r == 0 else
+                       np.arange(n, n - k, -1, dtype=np.float64))
     return out
 
 

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from gpufabric.errors import InputError
+from gpufabric.errors import InputError, check_range
 from gpufabric.topology.model import Topology
-from gpufabric.workloads.inference import clients
+from gpufabric.workloads.inference import clients, kerneltimes
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
@@ -99,6 +99,10 @@ class ServeConfig:
     #: KV cache tiers beyond HBM with prefix caching (``--kv-tier``, ``NAME:SIZE[@GBps]``;
     #: :mod:`~gpufabric.workloads.inference.kvcache`): needs a trace that names its prefixes
     kv_tiers: tuple[str, ...] = ()
+    #: a prompt prefix every request shares (a system prompt), in tokens: with prefix caching
+    #: (in HBM, or over ``kv_tiers``) a request finds its whole blocks cached once one request
+    #: has computed them (``--prefix-tokens``; :func:`shared_prefix`)
+    prefix_tokens: int = 0
 
     def layout(self) -> ServeLayout:
         return ServeLayout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attention=self.dp_attention)
@@ -218,12 +222,22 @@ def check_config(cfg: ServeConfig) -> None:
         if v is not None and not (math.isfinite(v) and v > 0):
             raise InputError(f"must be a positive number of milliseconds, got {v!r}",
                              field="--" + name.replace("_ms", "").replace("_", "-"))
+    if cfg.prefix_tokens:
+        check_range(cfg.prefix_tokens, 1, R.MAX_TOKENS, integer=True, field="--prefix-tokens")
+        if cfg.trace:
+            raise InputError("the trace names its own shared prefixes (give --kv-tier)",
+                             field="--prefix-tokens")
+        if not cfg.dataset and cfg.prefix_tokens >= cfg.isl:
+            raise InputError(f"must be below the prompt length (--isl {cfg.isl}): the last "
+                             f"prompt token is always computed, got {cfg.prefix_tokens}",
+                             field="--prefix-tokens")
     if cfg.kv_tiers:
         from gpufabric.workloads.inference.kvcache import parse_tiers
         parse_tiers(cfg.kv_tiers)
-        if not cfg.trace:
+        if not cfg.trace and not cfg.prefix_tokens:
             raise InputError("applies only with --trace (a trace whose requests name their "
-                             "shared prefixes: Mooncake's hash_ids, or a session_id column)",
+                             "shared prefixes: Mooncake's hash_ids, or a session_id column) "
+                             "or --prefix-tokens",
                              field="--kv-tier")
 
 
@@ -253,7 +267,14 @@ def check_slo_possible(sm: StepModel, cfg: ServeConfig, isl: int) -> None:
 
 
 def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
-    """The request stream one of ``share`` equal instances sees."""
+    """The request stream one of ``share`` equal instances sees (with the shared prefix of
+    ``cfg.prefix_tokens``, :func:`shared_prefix`)."""
+    if cfg.trace:
+        return _requests(cfg, share)
+    return shared_prefix(_requests(cfg, share), cfg.prefix_tokens)
+
+
+def _requests(cfg: ServeConfig, share: int) -> R.Requests:
     if cfg.trace:
         full = R.load_trace(cfg.trace, limit=cfg.requests)
         keep = np.arange(len(full)) % share == 0          # round-robin over the instances
@@ -283,6 +304,27 @@ def build_requests(cfg: ServeConfig, share: int) -> R.Requests:
         reqs = R.poisson(cfg.rate / share, n, isl, osl, seed=cfg.seed)
     if cfg.concurrency:                   # at most --concurrency in flight (a semaphore)
         reqs.concurrency, reqs.release = users, "paced"
+    return reqs
+
+
+#: Tokens of a block of the shared prefix (:func:`shared_prefix`): vLLM's default KV block
+#: (``--block-size 16``); a partial last block is computed, as the engines do.
+PREFIX_BLOCK = 16
+
+
+def shared_prefix(reqs: R.Requests, tokens: int) -> R.Requests:
+    """``reqs`` with their first ``tokens`` prompt tokens one prefix all of them share (a
+    system prompt): the same block ids in every request, so prefix caching finds them once
+    one request has computed them (``reqs`` as they are when ``tokens`` is 0).
+
+    >>> r = shared_prefix(R.poisson(1.0, 3, isl=100, osl=10), 40)
+    >>> r.prefix.ids[0] == r.prefix.ids[2], len(r.prefix.ids[0]), r.prefix.block
+    (True, 2, 16)
+    """
+    if not tokens:
+        return reqs
+    ids = tuple(("shared", j) for j in range(tokens // PREFIX_BLOCK))
+    reqs.prefix = R.Prefix([ids] * len(reqs), PREFIX_BLOCK)
     return reqs
 
 
@@ -375,6 +417,8 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     """
     check_config(cfg)
     cfg = with_client(cfg)
+    if cfg.prefix_tokens and not cfg.kv_tiers:      # prefix caching in HBM (the engines')
+        cfg = replace(cfg, kv_tiers=("hbm",))
     if cfg.measure not in ("steady", "run"):
         raise InputError(f"unknown measure '{cfg.measure}'; allowed: steady, run",
                          field="measure")
@@ -406,16 +450,23 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     over = bool(cap) and rate is not None and rate / share > cap["requests_per_s"]
     tried = [_converging(s, reqs, share)]
     # an overloaded run's latencies grow with its length: its capacity is the answer
+    done = 0
     while auto and not over and len(tried[-1]) and not _converged(tried) and \
             2 * tried[-1]["requests"] <= MAX_AUTO_REQUESTS:
         more = replace(cfg, requests=2 * tried[-1]["requests"])
-        reqs, res, s = _run(sm, more, share, sched, steady, progress)
+        # the progress goes on from the runs before: their requests count in its total
+        done += int(res.osl.size)
+        tell = None if progress is None else \
+            (lambda n, total, d=done: progress(n, d + total))
+        reqs, res, s = _run(sm, more, share, sched, steady, tell)
         tried.append(_converging(s, reqs, share))
     _deployment_figures(s, res, reqs, cfg, share, cap, over)
     if auto:
         s["convergence"] = {"tolerance": CONVERGED, "tolerance_p99": 2 * CONVERGED,
                             "converged": _converged(tried),
                             "requests": [t["requests"] for t in tried]}
+    if cfg.kv_tiers and stop_below is None:    # (a search's trial needs only its verdict)
+        s["kv_tiers"]["compare"] = tier_compare(sm, cfg, share, sched, steady, s, reqs)
     return _report(sm, topo, cfg, reqs, res, s, share, reps, sched, steady)
 
 
@@ -475,8 +526,6 @@ def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
            "max_concurrency": sm.max_concurrency(int(res.isl.mean()), int(res.osl.mean())),
            "scheduler": asdict(sched)}
     out.update(s)
-    if cfg.kv_tiers:
-        s["kv_tiers"]["compare"] = tier_compare(sm, cfg, share, sched, steady, s, reqs)
     out["measure"] = "steady" if "steady" in s else "run"
     bd = typical_breakdown(sm, res)
     out["breakdown_ms"] = {k.removesuffix("_s"): v * 1e3 for k, v in asdict(bd).items()}
@@ -486,6 +535,9 @@ def _report(sm: StepModel, topo: Topology, cfg: ServeConfig, reqs: R.Requests,
         ctx = float(res.isl.mean() + res.osl.mean() / 2)
         out["speculative"] = sm.summary(n, n * ctx)  # type: ignore[attr-defined]
     out["bottleneck"] = bottleneck(sm, s, bd, res)
+    kt = kerneltimes.report(getattr(sm, "gemm_sources", {}), sm.gpu.name, sm.engine)
+    if kt is not None:
+        out["kernel_times"] = kt
     return out
 
 
@@ -571,10 +623,14 @@ def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig
     n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS)) * share
     sat = replace(cfg, rate=None, concurrency=None, trace=None, requests=n)
     key = (share, n, sat.isl, sat.osl, sat.dataset, sat.dataset_spread, sat.seed,
-           tuple(sorted(asdict(sched).items())))
+           sat.prefix_tokens, sat.kv_tiers, tuple(sorted(asdict(sched).items())))
     kept = sm.__dict__.setdefault("_capacities", {})
     if key not in kept:
-        kept[key] = saturated(simulate_with_front_end(build_requests(sat, share), sm, sched))
+        reqs = build_requests(sat, share)
+        # a shared prefix found cached saves its prefill at capacity too
+        plan = prefix_plan(sm, sat, reqs)[0] if sat.prefix_tokens and sat.kv_tiers else None
+        kept[key] = saturated(simulate_with_front_end(
+            reqs, sm, sched, prefix=None if plan is None else (plan.hit_tokens, plan.load_s)))
     return dict(kept[key])
 
 

@@ -280,7 +280,8 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     if sysd.get("scale_up") in ("nvswitch", "pcie"):
         spec["scale_up"] = sysd["scale_up"]
     topo = from_spec(spec)
-    n_req = _int(wl.get("num_requests"), "num_requests", 1000)
+    # the entry's request count where it states one (None: as many as the run needs)
+    n_req = _int(wl.get("num_requests"), "num_requests") if wl.get("num_requests") else None
     rate, conc, batch = (_num(wl.get(k)) for k in ("request_rate", "concurrency",
                                                      "batch_size"))
     # a benchmark client's figures are over its whole run (its requests from the first send
@@ -323,7 +324,8 @@ def _lengths(wl: dict) -> tuple[str | None, float, float, int, int]:
     return None, isl, osl, (_int(isl, "isl") if isl else 0), _int(osl, "osl")
 
 
-def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int, reps: int, isl: float) -> None:
+def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int | None, reps: int,
+          isl: float) -> None:
     """The run's load as the entry's client and mode apply it, set on ``cfg``: a static
     batch (one synchronized round where the client fires at once), a closed loop, an open
     loop at a rate (a stated duration to its steady state), or offline."""
@@ -345,41 +347,44 @@ def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int, reps: int, isl: flo
     if mode in ("closed-loop", "single-stream"):
         c = _int(conc or batch, "concurrency")
         cfg.concurrency = c
-        cfg.requests = min(n_req, max(MAX_SIM_REQUESTS, 3 * c))
+        cfg.requests = min(n_req or MAX_SIM_REQUESTS, max(MAX_SIM_REQUESTS, 3 * c))
         return
     if mode == "online" and rate is not None and math.isfinite(rate):
         cfg.rate = rate
-        dur = _duration(wl)
+        dur = _duration(wl, client)
         # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
         # state: its arrivals over that time, up to MAX_STEADY_REQUESTS, its figures those
         # of the steady state (LoadGen's run is long enough for its warm-up to vanish)
-        cfg.requests = min(n_req, MAX_SIM_REQUESTS) if not dur else \
+        cfg.requests = min(n_req or MAX_SIM_REQUESTS, MAX_SIM_REQUESTS) if not dur else \
             min(int(rate * dur), MAX_STEADY_REQUESTS)
         if client is None:
             cfg.measure = "steady" if dur else "run"
     else:                                   # offline, or online at an infinite rate
-        cfg.requests = _offline_requests(wl, n_req, batch, reps)
+        cfg.requests = _offline_requests(_duration(wl, client), n_req, batch, reps)
     if batch:
         cfg.max_num_seqs = _int(batch, "batch_size")
 
 
-def _offline_requests(wl: dict, n_req: int, batch: float | None, engines: int) -> int:
+def _offline_requests(dur: float | None, n_req: int | None, batch: float | None,
+                      engines: int) -> int:
     """Requests an offline run simulates: at most :data:`MAX_SIM_REQUESTS`, and for a run of a
-    stated duration (MLPerf's Offline scenario: one query of samples enough for its minimum
+    duration ``dur`` (MLPerf's Offline scenario: one query of samples enough for its minimum
     duration) its stated requests, up to :data:`MAX_STEADY_REQUESTS` or
     :data:`STEADY_BATCHES` full batches of each of its ``engines``, whichever is more: each
     engine fills its batch, runs it and drains, and with fewer batches the ramp-up and drain
     are a large part of the run, where LoadGen's long run makes them a small one.
 
-    >>> _offline_requests({"duration_s": 600}, 971520, 896, 8)      # 24 batches of 896 x 8
+    >>> _offline_requests(600, 971520, 896, 8)      # 24 batches of 896 x 8
     172032
-    >>> _offline_requests({"duration_s": 600}, 52800, None, 8), _offline_requests({}, 52800, 896, 8)
+    >>> _offline_requests(600, 52800, None, 8), _offline_requests(None, 52800, 896, 8)
     (20000, 1000)
+    >>> _offline_requests(600, None, 896, 4)        # no count stated: the run's own
+    86016
     """
-    if not _duration(wl):
-        return min(n_req, MAX_SIM_REQUESTS)
-    full = STEADY_BATCHES * int(batch or 0) * max(engines, 1)
-    return min(n_req, max(MAX_STEADY_REQUESTS, full))
+    if not dur:
+        return min(n_req or MAX_SIM_REQUESTS, MAX_SIM_REQUESTS)
+    full = max(MAX_STEADY_REQUESTS, STEADY_BATCHES * int(batch or 0) * max(engines, 1))
+    return min(n_req, full) if n_req else full
 
 
 def _llama_bench(r: dict, isl: int, osl: int) -> dict:
@@ -402,13 +407,14 @@ def _llama_bench(r: dict, isl: int, osl: int) -> dict:
     return out
 
 
-def _duration(wl: dict) -> float | None:
-    """A workload's stated run duration in seconds (``duration_s``), or None."""
+def _duration(wl: dict, client: clients.Client | None = None) -> float | None:
+    """A workload's run duration in seconds: its stated ``duration_s``, else the shortest run
+    its benchmark client accepts (MLPerf LoadGen's 600 s), else None."""
     dur = _num(wl.get("duration_s"))
     if wl.get("duration_s") is not None and not (dur and 0 < dur < math.inf):
         raise InputError(f"got {wl.get('duration_s')!r}; expected seconds > 0",
                          field="workload.duration_s")
-    return dur
+    return dur if dur is not None else (client.min_duration_s if client else None)
 
 
 def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:

@@ -1,0 +1,186 @@
+"""Measured GEMM times as an optional timing source of the serving model.
+
+With AIConfigurator's database installed (``pip install 'gpufabric[aic]'``), ``serve
+--kernel-times aic`` (and ``validate --kernel-times aic``) takes the time of each dense GEMM
+of a serving iteration (the attention projections, the MLP, a MoE model's router and shared
+experts, the logits) from the kernels measured on the same GPU by the engine's own backend,
+where the database covers them, and keeps gpufabric's roofline everywhere else (other GPUs
+and vendors, formats the database did not measure, the routed experts' grouped GEMMs). Each
+run says how much of its GEMM time came from which source.
+
+How a GEMM ``(T x k) @ (k x n)`` is read from a table of measured ``(m, n, k, latency)``
+rows of its weight format:
+
+- the same ``(n, k)`` measured: the latency interpolated linearly in ``m`` between the
+  measured row counts on either side of ``T`` (beyond the largest, scaled by ``T / m``: the
+  kernel is compute-bound there);
+- otherwise the nearest measured ``(n, k)`` within a factor :data:`MAX_SHAPE_RATIO` in each
+  dimension, its latency at ``T`` scaled by ``n k / (n' k')`` (the same efficiency at a
+  neighbouring shape: the weight bytes read and the FLOPs both scale so);
+- farther than that, or a format or GPU the database lacks: gpufabric's own model;
+- a measured kernel shorter than :data:`MIN_KERNEL_S` (0.1 ms) is left to the model too: its
+  time is mostly its launch and drain, which the engine profiles count per iteration.
+
+The engine profiles' per-iteration overheads stay as they were fitted (with gpufabric's
+roofline), so the measured source is a different model, not a refined one: its end-to-end
+error is reported beside the default's in docs/kernels.md.
+
+Examples
+--------
+>>> from pathlib import Path
+>>> fx = Path(__file__).parents[3] / "tests" / "data" / "kerneldb"
+>>> src = Source(fx)
+>>> round(src.gemm_s("H100-SXM", "vllm", "bf16", 2048, 4096, 4096) * 1e6, 1)
+106.0
+>>> src.gemm_s("H100-SXM", "vllm", "bf16", 8, 4096, 4096)    # 12 us: a launch, left to the model
+>>> src.gemm_s("H100-SXM", "vllm", "fp4", 2048, 4096, 4096)  # a format it did not measure
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufabric.errors import InputError
+from gpufabric.kerneldb import db as D
+from gpufabric.workloads.inference import kerneltimes
+
+#: A neighbouring measured shape stands in for an unmeasured one within this factor in each of
+#: ``n`` and ``k`` (beyond it the tiling, and so the efficiency, can differ a lot).
+MAX_SHAPE_RATIO = 2.0
+#: Measured kernels shorter than this are left to gpufabric's model: their time is mostly the
+#: kernel's launch and drain, which the engine profiles count per iteration (fitted on
+#: end-to-end runs), not the tensor-core or HBM rate (the database's large kernels:
+#: :data:`gpufabric.kerneldb.compare.LARGE_S`).
+MIN_KERNEL_S = 0.1e-3
+#: Serving engine profiles (their family, before any ``-backend`` suffix) and the database's
+#: backend folder that measured their kernels.
+BACKENDS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+#: gpufabric's tensor precision of a GEMM and the database's weight format of the same kernel.
+DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+#: The names ``--kernel-times`` takes.
+CHOICES = ("model", "aic")
+
+_Curve = tuple[list[int], list[float]]
+
+
+@dataclass
+class Source:
+    """Measured GEMM times, read from the database at ``db`` (see :func:`db.root`) once per
+    GPU and backend; :attr:`used` tallies the seconds each source timed."""
+
+    db: str | os.PathLike[str] | None = None
+    _tables: dict[tuple[str, str], dict[tuple[str, int, int], _Curve] | None] = \
+        field(default_factory=dict)
+    versions: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def _curves(self, gpu: str, backend: str) -> dict[tuple[str, int, int], _Curve] | None:
+        key = (gpu, backend)
+        if key not in self._tables:
+            tabs = D.tables(self.db, gpu=gpu, family="gemm", backend=backend)
+            curves: dict[tuple[str, int, int], _Curve] | None = None
+            if tabs:
+                t = tabs[-1]
+                self.versions[key] = f"{t.system} {t.backend} {t.version}"
+                raw: dict[tuple[str, int, int], dict[int, float]] = {}
+                for r in D.read(t, ["gemm_dtype", "m", "n", "k", "latency"]):
+                    lat = r.get("latency")
+                    if isinstance(lat, int | float) and lat > 0:
+                        raw.setdefault((str(r["gemm_dtype"]), int(r["n"]), int(r["k"])),
+                                       {})[int(r["m"])] = float(lat) * 1e-3
+                curves = {k: (sorted(v), [v[m] for m in sorted(v)]) for k, v in raw.items()}
+            self._tables[key] = curves
+        return self._tables[key]
+
+    def gemm_s(self, gpu: str, engine: str, prec: str, T: int, n: float,
+               k: float) -> float | None:
+        """Seconds of one GEMM ``(T x k) @ (k x n)`` at tensor precision ``prec`` as the
+        database measured it on ``gpu`` through ``engine``'s backend (None: not covered)."""
+        dtype, backend = DTYPES.get(prec), backend_of(engine)
+        curves = self._curves(gpu, backend) if dtype and backend else None
+        if dtype is None or not curves or T <= 0:
+            return None
+        n, k = int(round(n)), int(round(k))
+        exact = curves.get((dtype, n, k))
+        if exact is not None:
+            t = _at(exact, T)
+        else:
+            near = _nearest(curves, dtype, n, k)
+            if near is None:
+                return None
+            (_, n2, k2), curve = near
+            t = _at(curve, T) * (n * k) / (n2 * k2)
+        return t if t >= MIN_KERNEL_S else None
+
+    def table(self, gpu: str, engine: str) -> str:
+        """The GEMM table read for ``gpu`` and ``engine`` ('' if none)."""
+        be = backend_of(engine)
+        if be is None:
+            return ""
+        self._curves(gpu, be)
+        return self.versions.get((gpu, be), "")
+
+    def missing(self, gpu: str, engine: str) -> str:
+        """Why there is no table for ``gpu`` and ``engine``."""
+        if backend_of(engine) is None:
+            return f"the database measured no kernels of the {engine} engine"
+        return f"the database has no GEMM table of {gpu}"
+
+
+def _at(curve: _Curve, T: int) -> float:
+    """The curve's seconds at ``T`` rows: linear between the measured counts either side,
+    proportional beyond the last, the first's below the first."""
+    ms, ts = curve
+    i = bisect.bisect_left(ms, T)
+    if i < len(ms) and ms[i] == T:
+        return ts[i]
+    if i == 0:
+        return ts[0]
+    if i == len(ms):
+        return ts[-1] * T / ms[-1]
+    m0, m1, t0, t1 = ms[i - 1], ms[i], ts[i - 1], ts[i]
+    return t0 + (t1 - t0) * (T - m0) / (m1 - m0)
+
+
+def _nearest(curves: dict, dtype: str, n: int, k: int) -> tuple[Any, _Curve] | None:
+    best, dist = None, math.inf
+    lim = math.log(MAX_SHAPE_RATIO)
+    for key, curve in curves.items():
+        if key[0] != dtype or key[1] <= 0 or key[2] <= 0 or n <= 0 or k <= 0:
+            continue
+        dn, dk = abs(math.log(key[1] / n)), abs(math.log(key[2] / k))
+        if dn <= lim and dk <= lim and dn + dk < dist:
+            best, dist = (key, curve), dn + dk
+    return best
+
+
+@contextlib.contextmanager
+def use(name: str | None, db: str | os.PathLike[str] | None = None,
+        field_name: str = "--kernel-times") -> Iterator[Source | None]:
+    """Time GEMMs from ``name``'s source for the ``with`` block: ``aic`` (the database at
+    ``db``, see :func:`db.root`), ``model`` or None (gpufabric's own roofline)."""
+    if name not in (None, *CHOICES):
+        raise InputError(f"got {name!r}; allowed: {', '.join(CHOICES)}", field=field_name)
+    src = None
+    if name == "aic":
+        D.root(db, field=field_name)            # installed, or one line saying how
+        src = Source(db)
+    with kerneltimes.use(src):
+        yield src
+
+
+def backend_of(engine: str) -> str | None:
+    """The database backend that measured an engine profile's kernels (None: none).
+
+    >>> backend_of("tensorrt-llm-tensorrt"), backend_of("vllm-v0"), backend_of("lmdeploy")
+    ('trtllm', 'vllm', None)
+    """
+    for fam, be in BACKENDS.items():
+        if engine == fam or engine.startswith(fam + "-"):
+            return be
+    return None

@@ -1,0 +1,56 @@
+"""End-to-end error of the serving model with measured GEMM times against without them.
+
+Runs ``validate`` on serving measurements files twice, with gpufabric's roofline and with
+``--kernel-times aic`` (NVIDIA AIConfigurator's measured GEMMs where they cover the GPU, the
+engine's backend and the shape; needs ``pip install 'gpufabric[aic]'``), and prints the median
+absolute error of both on the points the database covers (a catalog GPU it measured, an
+engine whose backend it measured), by entry status and by GPU and engine.
+
+    python tools/kernel_times_eval.py tests/data/calibration/inference.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+from statistics import median
+
+from gpufabric.kerneldb import db as D
+from gpufabric.kerneldb import timing
+from gpufabric.workloads.inference.validate import validate
+
+
+def _points(files: list[str], source: str | None) -> dict[tuple, dict]:
+    with timing.use(source):
+        return {(p["id"], p["point"], p["metric"]): p for f in files
+                for p in validate(f)["points"] if p.get("error_pct") is not None}
+
+
+def _line(label: str, rows: list[tuple[dict, dict]]) -> str:
+    a = median(abs(p["error_pct"]) for p, _ in rows)
+    b = median(abs(q["error_pct"]) for _, q in rows)
+    return f"{label:<44} {len(rows):>6} {a:>9.1f}% {b:>9.1f}%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", help="serving measurements files")
+    args = ap.parse_args()
+    covered = set(D.SYSTEMS.values())
+    model, aic = _points(args.files, None), _points(args.files, "aic")
+    rows = [(p, aic[k]) for k, p in model.items() if k in aic and p.get("gpu") in covered
+            and timing.backend_of(str(p.get("engine", ""))) is not None]
+    print(f"{'points the database covers':<44} {'points':>6} {'roofline':>10} {'measured':>10}")
+    for st in ("held-out", "fitted", "looked-at"):
+        sel = [r for r in rows if r[0]["status"] == st]
+        if sel:
+            print(_line(st, sel))
+    print(_line("all", rows))
+    by: dict[tuple, list] = {}
+    for r in rows:
+        by.setdefault((r[0]["gpu"], r[0]["engine"]), []).append(r)
+    for (gpu, eng), sel in sorted(by.items()):
+        print(_line(f"  {gpu} {eng}", sel))
+
+
+if __name__ == "__main__":
+    main()

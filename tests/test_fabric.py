@@ -231,3 +231,22 @@ def test_sampled_nodes_carry_what_every_node_carries_across_pods(algo):
     assert C.Model(t).layout(64).m == 4
     assert sampled.time_us == pytest.approx(full.time_us, rel=1e-9)
     assert "fabric.core" in sampled.bottleneck
+
+
+
+def test_the_default_switch_is_remembered_by_what_the_plan_reads():
+    # the advisor asks for it per design: the answer is kept by NIC, node count, NICs per
+    # node and fabric keys, so another order of keys or another file name finds it, and a
+    # spec that differs in any of them gets its own answer (the one a fresh search gives)
+    s = {"nodes": 2048, "nics_per_node": 8, "nic": "roce-400",
+         "fabric": {"topology": "rail-optimized", "oversubscription": 1.0}}
+    specs = [s, {**s, "nodes": 64}, {**s, "nics_per_node": 1}, {**s, "nic": "ib-ndr"},
+             {**s, "fabric": {**s["fabric"], "oversubscription": [2.0, 2.0]}}]
+    fresh = []
+    for x in specs:
+        fabric._DEFAULT_SWITCH.clear()
+        fresh.append(fabric.default_switch(x))
+    assert [fabric.default_switch(x) for x in specs] == fresh
+    assert fresh[:2] == ["SN5600", "SN4700"]
+    flipped = {**s, "fabric": dict(reversed(list(s["fabric"].items())))}
+    assert fabric.default_switch(flipped, file="other.yaml") == "SN5600"

@@ -8,7 +8,8 @@ import pytest
 
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.simulator import (BatchState, LinearCost, SchedulerConfig,
-                                                     _steps_before, simulate)
+                                                     _median, _sorted_unique, _steps_before,
+                                                     percentiles, simulate)
 from sim_golden import FIELDS, GOLDEN, arrays, cases
 
 COST = LinearCost(base_s=0.01, per_token_s=1e-4, per_ctx_token_s=1e-7)
@@ -113,6 +114,36 @@ def test_steps_before_matches_a_running_sum():
     cum = np.cumsum(first + slope * np.arange(500))
     for x in (0.0, 0.005, 0.01, 0.37, 1.0, 4.0, 100.0):
         assert _steps_before(first, slope, 499, x) == int((cum[:-1] < x).sum())
+
+
+def test_most_steps_is_the_largest_stretch_the_kv_cache_holds():
+    # the closed form against its definition: the largest j whose blocks (every running
+    # request's ceil((kv + j) / B)) fit in the blocks held plus the free ones
+    rng = np.random.default_rng(0)
+    st = _state(R.poisson(1.0, 4, 10, 10, seed=0))
+    for _ in range(300):
+        n, B = int(rng.integers(1, 20)), int(rng.choice([1, 16, 32]))
+        kv = rng.integers(0, 2000, n)
+        st._run = np.zeros((6, n), np.int64)
+        st._run[1], st._run[5] = kv, (kv + B - 1) // B + rng.integers(0, 2, n)
+        st._nrun, st.B, st.free = n, B, int(rng.integers(0, 100))
+        st._views()
+        room = int(st.r_bl.sum()) + st.free
+        j = st._most_steps()
+        blocks = [int(((kv + x + B - 1) // B).sum()) for x in (j, j + 1)]
+        assert blocks[0] <= room < blocks[1]
+
+
+def test_percentiles_and_median_are_numpys_to_the_bit():
+    # written out so that a prediction does not import numpy.ma; the same arithmetic
+    rng = np.random.default_rng(1)
+    for n in [1, 2, 3, 10, 101, 1000]:
+        for x in (rng.exponential(size=n) * 37.0, rng.integers(0, 9, n).astype(float)):
+            p = percentiles(np.append(x, [np.nan, np.inf]))
+            assert [p["p50"], p["p90"], p["p99"]] == np.percentile(x, [50, 90, 99]).tolist()
+            assert _median(x) == float(np.median(x))
+            s = np.sort(x.astype(np.int64))
+            assert _sorted_unique(s).tolist() == np.unique(s).tolist()
 
 
 def test_pure_generation_and_front_end():

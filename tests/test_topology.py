@@ -225,3 +225,15 @@ def test_p2p_follows_nccl_per_host_cpu_and_routing_agrees():
             for b in gpus:
                 if a != b and not path(t, a, b).type.startswith("NV"):
                     assert (router.route(a, b).transport == "pcie") == path(t, a, b).p2p, (a, b)
+
+
+def test_inline_specs_parse_alike_the_first_time_and_after():
+    # the values' parses are kept (the advisor parses 100,000 specs of a few values), a list
+    # is not: each spec gets its own
+    from gpufabric.topology.build import parse_inline
+    text = "gpu=H100-SXM,nodes=4,fabric.oversubscription=1.5,fabric.tiers=[1,2],x=off"
+    first, again = parse_inline(text), parse_inline(text)
+    assert first == again == {"gpu": "H100-SXM", "nodes": 4, "x": False,
+                              "fabric": {"oversubscription": 1.5, "tiers": [1, 2]}}
+    assert first["fabric"]["tiers"] is not again["fabric"]["tiers"]
+    assert parse_inline("a=[1,2],b=3") == {"a": [1, 2], "b": 3}

@@ -331,24 +331,33 @@ def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
     bits, 8 with 8- or 4-bit weights, the engines' default). A closed loop holds its
     ``concurrency``. Speculative decoding takes several tokens a step, so no step bound is
     taken with it."""
-    from gpufabric.workloads.memory import kv_cache_bytes_per_token
-    from gpufabric.workloads.models import load_model
-    m = load_model(s.model)
-    wb = _WEIGHT_BYTES[s.precision]
+    weights, active, kv_token = _serve_bytes(s.model, s.precision)
     g = catalog.gpu(gpu)
-    weights = m.params() * wb
     isl, osl = float(s.isl), float(s.osl)
     if s.dataset:                   # (a mean: in-flight sequences are longer, so still a floor)
         isl, osl = _mean_lengths(s.dataset, s.isl, s.osl)
     if s.concurrency:
         flight = float(s.concurrency)
     elif s.rate and not s.speculative and g.mem_bw_GBps > 0:
-        step_s = m.active_params() * wb / (gpus * g.mem_bw_GBps * 1e9)
+        step_s = active / (gpus * g.mem_bw_GBps * 1e9)
         flight = s.rate * (osl - 1) * step_s
     else:
         flight = 0.0
-    kv = kv_cache_bytes_per_token(m, elem_bytes=2 if wb == 2 else 1) * (isl + (osl - 1) / 2)
+    kv = kv_token * (isl + (osl - 1) / 2)
     return (weights + flight * kv) / 1e9
+
+
+@cache
+def _serve_bytes(model: str, precision: str) -> tuple[float, float, float]:
+    """(bytes of all weights, bytes of the active weights, KV bytes per token) of ``model``
+    at ``precision`` for :func:`_serve_memory_floor_GB` (once per scenario, not once per
+    design: looking the model up costs a file-system check of its name)."""
+    from gpufabric.workloads.memory import kv_cache_bytes_per_token
+    from gpufabric.workloads.models import load_model
+    m = load_model(model)
+    wb = _WEIGHT_BYTES[precision]
+    return (m.params() * wb, m.active_params() * wb,
+            kv_cache_bytes_per_token(m, elem_bytes=2 if wb == 2 else 1))
 
 
 def bound(cand: Candidate, sc: Scenario) -> None:

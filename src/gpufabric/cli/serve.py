@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import Any
 
 import typer
 
 from gpufabric.cli.common import (Col, Progress, app, emit_json, kernel_times_option,
-                                  model_file_option, note, print_table,
+                                  model_and_system, model_file_option, note, print_table,
                                   print_validation_summary, profile_option, refuse_alone,
                                   refuse_together, whole, wide_option)
 from gpufabric.errors import InputError
@@ -195,29 +194,6 @@ def measure_lines(r: dict) -> list[str]:
         out.append(f"# load: {load:.0%} of the capacity of {r['capacity_requests_per_s']:,.2f} "
                    "requests/s")
     return out
-
-
-def model_and_system(model: str | None, system: str | None,
-                     model_file: str | None, ctx: typer.Context | None = None
-                     ) -> tuple[str, str]:
-    """``MODEL SYSTEM``, or ``--model-file FILE SYSTEM`` (the one argument is then the system);
-    the file (a YAML model file or a Hugging Face config.json) is read and checked here, so
-    that a bad one is the error; the fields a partial shape left to convention are named in a
-    note after the results."""
-    from gpufabric.workloads.models import load_model_file
-    if model_file is not None:
-        if system is not None or model is None:
-            raise InputError("give the system as the only argument: --model-file FILE SYSTEM "
-                             "(the file gives the model)", field="--model-file")
-        spec = load_model_file(model_file)
-        if spec.assumed and ctx is not None:
-            text = f"{model_file}: assumed {'; '.join(spec.assumed)}"
-            ctx.call_on_close(lambda: None if sys.exc_info()[0] else note(text))
-        return model_file, model
-    if model is None or system is None:
-        raise InputError("missing; give MODEL SYSTEM (a model name, see `gpufabric models`, "
-                         "or --model-file FILE SYSTEM)", field="SYSTEM" if model else "MODEL")
-    return model, system
 
 
 #: The options of `serve` (its signature reads them from here, one per parameter).

@@ -156,7 +156,7 @@ def train(ctx: typer.Context, model: str | None = OPT["model"], system: str | No
           ray_address: str | None = OPT["ray_address"], json: bool = OPT["json"],
           profile: str | None = OPT["profile"]) -> None:
     """Step time of a training job with its breakdown, tokens/s, MFU, memory, bottleneck."""
-    from gpufabric.cli.serve import model_and_system
+    from gpufabric.cli.common import model_and_system
     from gpufabric.workloads.models import load_model
     from gpufabric.workloads.training import check_seq_len
     o = {k: v for k, v in locals().items() if k != "ctx"}
@@ -209,8 +209,7 @@ def _one(ctx: typer.Context, m: Any, system: str, seq: int, o: dict[str, Any]) -
     """One layout's step: the data-parallel size filling the system unless --dp gives it, the
     framework's settings where --framework names one, the prediction printed or as JSON."""
     from gpufabric.workloads.parallel import Parallel
-    from gpufabric.workloads.search import _topology
-    from gpufabric.workloads.training import Software, predict_step
+    from gpufabric.workloads.training import Software, _topology, predict_step
     topo = _topology(system)
     if o["power_cap"] is not None:      # a limit above the TDP would cap nothing, silently
         from gpufabric.workloads.compute import gpu_spec, power_capped

@@ -748,6 +748,29 @@ def from_data(data: Any, name: str, file: str | None = None,
     return from_spec(data, name, file, materialize_nodes, first_node)
 
 
+#: The parse of each inline value seen, where it is a scalar (immutable): the advisor parses
+#: the specs of its hundred thousand designs, a handful of values over and over.
+_SCALARS: dict[str, Any] = {}
+
+
+def _inline_parts(text: str) -> list[str]:
+    """``text`` split at its commas, except those inside [...] or {...} (they belong to the
+    value)."""
+    if "[" not in text and "{" not in text:
+        return text.split(",")
+    parts, depth, cur_part = [], 0, ""
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth <= 0:
+            parts.append(cur_part)
+            cur_part = ""
+        else:
+            cur_part += ch
+    parts.append(cur_part)
+    return parts
+
+
 def parse_inline(text: str) -> dict[str, Any]:
     """``gpu=H100-SXM,nodes=4,host.sockets=2`` -> a spec dict (values parsed as YAML scalars;
     a list as ``fabric.oversubscription=[1,2]``).
@@ -758,16 +781,7 @@ def parse_inline(text: str) -> dict[str, Any]:
     {'gpu': 'H100-SXM', 'nodes': 4, 'fabric': {'oversubscription': [1, 2]}}
     """
     spec: dict[str, Any] = {}
-    parts, depth, cur_part = [], 0, ""
-    for ch in text:                      # commas inside [...] or {...} belong to the value
-        depth += ch in "[{"
-        depth -= ch in "]}"
-        if ch == "," and depth <= 0:
-            parts.append(cur_part)
-            cur_part = ""
-        else:
-            cur_part += ch
-    parts.append(cur_part)
+    parts = _inline_parts(text)
     for part in filter(None, (p.strip() for p in parts)):
         key, sep, value = part.partition("=")
         if not sep:
@@ -775,12 +789,16 @@ def parse_inline(text: str) -> dict[str, Any]:
         key = key.strip()
         if not value.strip():
             raise InputError(f"no value after '=' in {part!r}", file=text, field=key or None)
-        try:
-            val = parse_yaml(value, text)
-        except InputError as exc:   # a value is one line: its line number says nothing
-            if (exc.field or "").startswith("line "):
-                exc = InputError(exc.message, file=exc.file)
-            raise exc.located(field_prefix=key.strip() or None) from None
+        val = _SCALARS.get(value, _SCALARS)
+        if val is _SCALARS:
+            try:
+                val = parse_yaml(value, text)
+            except InputError as exc:   # a value is one line: its line number says nothing
+                if (exc.field or "").startswith("line "):
+                    exc = InputError(exc.message, file=exc.file)
+                raise exc.located(field_prefix=key.strip() or None) from None
+            if (val is None or isinstance(val, (str, int, float))) and len(_SCALARS) < 4096:
+                _SCALARS[value] = val
         cur = spec
         *parents, leaf = key.split(".")
         if not all((*parents, leaf)):

@@ -184,6 +184,25 @@ def default_switch(s: dict[str, Any], file: str | None = None) -> str:
     if not s.get("nics_per_node") or s["nodes"] <= 1:
         return first.name
     fab = {k: v for k, v in (s.get("fabric") or {}).items() if k not in ("switch",)}
+    # what plan reads of the spec (``file`` only names the errors, which stay here)
+    key = (s["nic"], s["nodes"], s["nics_per_node"],
+           tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(fab.items())))
+    try:
+        return _DEFAULT_SWITCH[key]
+    except KeyError:
+        name = _DEFAULT_SWITCH[key] = _default_switch(s, fab, speed, first, file)
+    except TypeError:       # a value of a malformed spec that is no key (plan names it)
+        name = _default_switch(s, fab, speed, first, file)
+    return name
+
+
+#: :func:`default_switch`'s answers by what it reads of the spec (the advisor asks for the
+#: fabrics of a hundred thousand designs, far fewer distinct ones).
+_DEFAULT_SWITCH: dict[tuple, str] = {}
+
+
+def _default_switch(s: dict[str, Any], fab: dict[str, Any], speed: Any, first: Any,
+                    file: str | None) -> str:
     options = [first] + sorted(
         (sw for sw in (catalog.net_switch(n) for n in catalog.names("net_switch"))
          if sw.protocol == first.protocol

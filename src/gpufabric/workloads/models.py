@@ -20,13 +20,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from gpufabric.errors import InputError, unknown_name
-from gpufabric.fileio import (MAX_YAML_BYTES, load_data, names_a_path, parse_yaml, path_kind,
-                              read_text)
+from gpufabric.fileio import (MAX_YAML_BYTES, load_data, names_a_path, package_dir, parse_yaml,
+                              path_kind, read_text)
 from gpufabric.workloads.hfconfig import conventional_shape, read_config
 
 ARCHS = ("dense", "moe", "encoder", "cnn")
@@ -354,7 +353,7 @@ def _specs(data: Any, where: str) -> list[ModelSpec]:
 @cache
 def _builtin() -> dict[str, ModelSpec]:
     out: dict[str, ModelSpec] = {}
-    folder = resources.files("gpufabric.workloads").joinpath("data", "models")
+    folder = package_dir("gpufabric.workloads").joinpath("data", "models")
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if not f.name.endswith(".yaml"):
             continue

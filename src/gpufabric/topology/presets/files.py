@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from gpufabric.errors import unknown_name
-from gpufabric.fileio import load_data
+from gpufabric.fileio import load_data, package_dir
 
 _EXTRA_KEYS = ("description", "compare")
 
@@ -21,7 +20,7 @@ def _one(name: str) -> dict[str, Any]:
 @cache
 def _raw() -> dict[str, dict[str, Any]]:
     """Every preset's file, parsed."""
-    files = resources.files("gpufabric.topology.presets").iterdir()
+    files = package_dir("gpufabric.topology.presets").iterdir()
     return {n: _one(n) for n in sorted(f.name[:-5] for f in files if f.name.endswith(".yaml"))}
 
 
@@ -35,7 +34,7 @@ def exists(name: str) -> bool:
     """True if ``name`` is a preset (checks the file, parses nothing)."""
     from gpufabric.fileio import names_a_path
     return names_a_path(f"{name}.yaml") and "/" not in name and \
-        resources.files("gpufabric.topology.presets").joinpath(f"{name}.yaml").is_file()
+        package_dir("gpufabric.topology.presets").joinpath(f"{name}.yaml").is_file()
 
 
 def describe(name: str) -> str:

@@ -30,11 +30,10 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from gpufabric.errors import InputError
-from gpufabric.fileio import load_data
+from gpufabric.fileio import load_data, package_dir
 from gpufabric.params import Param
 from gpufabric.workloads.compute import record
 
@@ -282,7 +281,7 @@ def _token_rules(mbt: Any, file: str) -> list[TokenRule]:
 @functools.cache
 def builtin() -> dict[str, EngineProfile]:
     """The built-in profiles by name (their parameters recorded for ``gpufabric params``)."""
-    folder = resources.files("gpufabric.workloads").joinpath("data", "engines")
+    folder = package_dir("gpufabric.workloads").joinpath("data", "engines")
     out: dict[str, EngineProfile] = {}
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if not f.name.endswith(".yaml"):

@@ -46,8 +46,8 @@ from __future__ import annotations
 import bisect
 import copy
 import math
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from statistics import NormalDist
 
 import numpy as np
 
@@ -150,6 +150,7 @@ def rank_load_factor(tokens, experts: int, top_k: int, ep: int, cv: float | None
     mu_e = np.maximum(t, 1.0) * share
     mu_r = local * mu_e
     sd = np.sqrt(mu_r * (1.0 - share) + local * (c * mu_e) ** 2)
+    from statistics import NormalDist     # here: its import (decimal, fractions) costs 5 ms
     z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
     f = 1.0 + z * sd / mu_r
     f = np.minimum(f, float(ep))        # at most every choice lands on one rank
@@ -193,14 +194,29 @@ def linear_s(gpu: C.GPUSpec, prec: str, T: int, n: float, k: float, *, wb: float
     return flops / (peak * max(eff, 1e-6)), byts / (gpu.hbm_GBps * 1e9 * C.HBM_EFF.value)
 
 
+#: The full-wave efficiencies :func:`skinny_eff` has computed in the step model being built
+#: (by GPU, precision and depth), or None outside a build: within one build the GPU and the
+#: parameters are fixed.
+_WAVES: ContextVar[dict | None] = ContextVar("_WAVES", default=None)
+
+
 def skinny_eff(gpu: C.GPUSpec, prec: str, T: int, k: float) -> float:
     """Efficiency of a split-K / stream-K kernel, the kind engines run for a few rows: every
     SM busy (the shared model's GEMM of one full wave, same depth ``k``), rows padded to the
-    MMA instruction's M (:data:`MMA_M`)."""
-    tm, tn = C.TILE.get(gpu.arch, (128, 128))
-    full = C.Op("wave", "gemm", 0.0, 0.0, tm, tn * max(gpu.sms, 1), int(max(k, 1)))
+    MMA instruction's M (:data:`MMA_M`). The full wave does not depend on ``T``: a step
+    model's build (:data:`_WAVES`) computes it once per GPU, precision and depth."""
+    depth = int(max(k, 1))
+    waves = _WAVES.get()
+    key = (id(gpu), prec, depth)
+    wave = None if waves is None else waves.get(key)
+    if wave is None:
+        tm, tn = C.TILE.get(gpu.arch, (128, 128))
+        full = C.Op("wave", "gemm", 0.0, 0.0, tm, tn * max(gpu.sms, 1), depth)
+        wave = C.gemm_efficiency(full, gpu, prec)
+        if waves is not None:
+            waves[key] = wave
     mm = MMA_M.get(gpu.arch, 16)
-    return C.gemm_efficiency(full, gpu, prec) * T / (-(-T // mm) * mm)
+    return wave * T / (-(-T // mm) * mm)
 
 
 def attention_flops_per_s(gpu: C.GPUSpec) -> float:
@@ -272,9 +288,11 @@ class ServeLayout:
 
 
 def _token_grid(max_tokens: int) -> np.ndarray:
-    small = np.arange(0, min(max_tokens, 64) + 1)
-    big = np.unique(np.geomspace(64, max(max_tokens, 65), 80).astype(np.int64))
-    return np.unique(np.concatenate([small, big, [max_tokens]]))
+    """0..64 one by one, then 80 geometric steps up to ``max_tokens``: sorted, each once (a
+    set rather than ``np.unique``, whose first call imports ``numpy.ma``: 15 ms of a run)."""
+    small = range(min(max_tokens, 64) + 1)
+    big = np.geomspace(64, max(max_tokens, 65), 80).astype(np.int64).tolist()
+    return np.array(sorted({*small, *big, max_tokens}), np.int64)
 
 
 @dataclass
@@ -549,14 +567,19 @@ class StepModel:
         self._grid = grid.astype(np.float64)
         n_moe = m.moe_layers
         n_dense = m.layers - n_moe
-        dense = [self._layer_gemms(int(T), False) for T in grid]
-        moe = [self._layer_gemms(int(T), True) for T in grid] if n_moe else [(0.0, 0.0)] * len(grid)
+        token = _WAVES.set({})      # skinny_eff's full waves, for this build only
+        try:
+            dense = [self._layer_gemms(int(T), False) for T in grid]
+            moe = ([self._layer_gemms(int(T), True) for T in grid] if n_moe
+                   else [(0.0, 0.0)] * len(grid))
+            # logits for the sampled tokens, over the vocabulary split by TP
+            lg = [self._linear("logits", int(T), m.vocab / lay.tp, m.hidden) for T in grid]
+        finally:
+            _WAVES.reset(token)
         self._gemm = np.array([n_dense * d[0] + n_moe * e[0]
                                for d, e in zip(dense, moe, strict=True)])
         self._gemm_mem = np.array([n_dense * d[1] + n_moe * e[1]
                                    for d, e in zip(dense, moe, strict=True)])
-        # logits for the sampled tokens, over the vocabulary split by TP
-        lg = [self._linear("logits", int(T), m.vocab / lay.tp, m.hidden) for T in grid]
         self._logit = np.array([max(c, b) for c, b in lg])
         self._logit_mem = np.array([b if b >= c else 0.0 for c, b in lg])
         # communication per layer, per token count

@@ -7,10 +7,10 @@ stands for any lines (and ``...`` inside a line for any text), as doctest's ELLI
 that only list commands (no output), and commands that write files (``-o``, ``--output``)
 or a folder (``--deploy-dir``), read the machine they run on (``discover``, ``bench``,
 ``measure``), the network (``data``) or an optional install (``kernels`` and
-``--kernel-times aic``: AIConfigurator's database) are not run: their output is not the same everywhere. Neither is an
-``advise --interactivity`` sweep of several targets (the whole ranking once per target,
-about a minute on 2 cores): tests/test_advise_interactivity.py runs the sweep on a narrowed
-space.
+``--kernel-times aic``: AIConfigurator's database) are not run: their output is not the same
+everywhere. Neither is an ``advise --interactivity`` sweep of several targets (the whole
+ranking once per target, about a minute on 2 cores): tests/test_advise_interactivity.py runs
+the sweep on a narrowed space.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _not_run(argv: list[str]) -> bool:
             or any(a in ("-o", "--output", "--deploy-dir")
                    or a.startswith(("--output=", "--deploy-dir=")) for a in argv)
             or "--kernel-times=aic" in argv
-            or any(a == "--kernel-times" and b == "aic" for a, b in zip(argv, argv[1:]))
+            or any(a == "--kernel-times" and b == "aic"
+                   for a, b in zip(argv, argv[1:], strict=False))
             or _sweep(argv))
 
 

@@ -19,6 +19,7 @@ import ast
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -140,8 +141,30 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {r['wall_s']:.0f} s, exit {r['rc']}", file=sys.stderr, flush=True)
         results.append(r)
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    Path(args.out).write_text(render(results, date))
+    page = render(results, date)
+    if only and Path(args.out).is_file():
+        # --only: the page's other sections stay as they were, the named ones are replaced
+        page = merge(Path(args.out).read_text(), page)
+    Path(args.out).write_text(page)
     print(f"wrote {args.out}", file=sys.stderr)
+
+
+def _sections(page: str) -> tuple[str, dict[str, str]]:
+    """(the text before the first section, each ``## name`` section's text by name)."""
+    head, *parts = re.split(r"(?m)^(?=## )", page)
+    return head, {p.split("\n", 1)[0][3:].strip(): p.rstrip("\n") + "\n\n" for p in parts}
+
+
+def merge(old: str, new: str) -> str:
+    r"""``old``'s page with the sections of ``new`` in place of (or beside) its own, in name
+    order.
+
+    >>> merge("# B\n\n## a\nold a\n\n## b\nold b\n", "# B\n\n## b\nnew b\n")
+    '# B\n\n## a\nold a\n\n## b\nnew b\n'
+    """
+    head, secs = _sections(old)
+    secs.update(_sections(new)[1])
+    return (head + "".join(secs[k] for k in sorted(secs))).rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":

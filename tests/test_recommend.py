@@ -127,6 +127,7 @@ def test_a_single_server_deployment_and_service_pass_the_kubernetes_models():
     (["--rate", "2", "--slo-tpot", "50", "--pd", "--deploy-dir", "x", "--weights", "w"],
      "--deploy-dir"),                                                 # no PD manifests
     (["--concurrency", "8", "--slo-tpot", "50", "--pd"], "--pd"),     # xPyD takes a rate
+    (["--rate", "2", "--slo-tpot", "1", "--max-instance-gpus", "2"], "--slo-tpot"),  # unmeetable
 ])
 def test_bad_input_is_one_line_naming_the_option(cli, args, field):
     code, out, err = cli("recommend", "llama3-8b", "H100-SXM", *args)

@@ -453,7 +453,7 @@ def _serve_eval(job: _ServeJob) -> dict[str, Any]:
             return _capacity("per_instance", best, r, "concurrency")
         rate, r = max_rate(job.model, topo, cfg, duration_s=SERVE_DURATION_S, steps=3)
     except InputError as exc:
-        return {"error": exc.message}
+        return {"error": exc.message, "field": exc.field}
     return _capacity("per_instance", rate, r, "rate")
 
 
@@ -792,7 +792,7 @@ def _pd_eval(job: _PDJob) -> dict[str, Any]:
             return r["slo_attainment"] >= 0.9, r
         lo, best = highest_passing(ok, 0.05 * (job.x + job.y), steps=3)
     except InputError as exc:
-        return {"error": exc.message}
+        return {"error": exc.message, "field": exc.field}
     out = _capacity("per_unit", lo, best, "rate")
     if best is not None:            # the KV cache's path between the pools, as modelled
         out.update(kv_link=best["pd"]["kv_link"],

@@ -170,6 +170,7 @@ def layouts(t: Target, runner: core.Runner) -> list[dict[str, Any]]:
             per = r.get("per_instance", r.get("per_unit"))
             if "error" in r or not per:
                 row["error"] = r.get("error", "the SLO is not met at any load")
+                row["field"] = r.get("field")
             else:
                 n = max(1, math.ceil(need / per - 1e-9))
                 row.update(per_instance=per, instances=n, gpus=n * w, capacity=n * per,
@@ -347,9 +348,12 @@ def recommend(t: Target, *, jobs: int = 1, ray: bool = False) -> dict[str, Any]:
         errs = "; ".join(f"{_lay(r['layout'])}: {brief(r['error'])}" for r in rows)
         one = "" if nics(t.node) else ", instances inside one server (the design rules " \
             "fit no NICs in it)"
+        # an SLO no layout can meet even unloaded is that option's error, else the widest
+        # instance's
+        fields = {r.get("field") for r in rows if r.get("field") in SLO_OPTIONS}
         raise InputError(f"no layout of up to {t.max_instance_gpus} GPUs serves "
                          f"{s.model} within the SLO on {out['server']}{one} ({errs})",
-                         field="--max-instance-gpus")
+                         field=fields.pop() if len(fields) == 1 else "--max-instance-gpus")
     pred = at_load(t, best)
     out["design"] = {**_design(t, best), "predicted": pred, "margins": margins(s, pred)}
     small = _smaller(rows, best)
@@ -373,6 +377,10 @@ def load_dict(s: Serve) -> dict[str, Any]:
         out["speculative"] = {"method": m, "tokens": k, "acceptance": list(acc),
                               "draft_model": draft}
     return out
+
+
+#: The options of an SLO, as the serving model names them in its refusals.
+SLO_OPTIONS = ("--slo-ttft", "--slo-tpot")
 
 
 def brief(message: str) -> str:

@@ -15,7 +15,7 @@ Online points (Poisson arrivals), disaggregated ones and MTP are left out: its s
 estimate does not take them. gpufabric runs each point as `gpufabric validate` does (the
 same function); AIConfigurator runs in this process through its Python API
 (aiconfigurator.cli.api.cli_estimate), with its defaults for all that the point does not
-state. Neither tool is fitted here; MLPerf Inference v5.1 and InferenceMAX data are not
+state. Neither tool is fitted here, and none of the project's reserved independent-check results is
 used.
 
 Run in an environment with the extra (``pip install -e '.[aic]'``)::

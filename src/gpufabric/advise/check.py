@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any
 
 from gpufabric import sweep
@@ -38,7 +37,7 @@ from gpufabric.advise import core
 from gpufabric.advise import scenario as S
 from gpufabric.advise.prices import Prices
 from gpufabric.errors import InputError, check_range
-from gpufabric.fileio import load_yaml, parse_yaml
+from gpufabric.fileio import load_yaml, package_dir, parse_yaml
 
 #: A ratio within this fraction of 1 names no winner (a tie).
 TIE = 0.05
@@ -138,7 +137,7 @@ def agrees(predicted: float, published: float, *, higher_is_better: bool) -> boo
 # the file
 # --------------------------------------------------------------------------------------------
 def builtin_text() -> str:
-    return resources.files("gpufabric.advise").joinpath("data", "comparisons.yaml").read_text()
+    return (package_dir("gpufabric.advise") / "data" / "comparisons.yaml").read_text()
 
 
 def file_name(what: str) -> str:

@@ -36,12 +36,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from gpufabric import catalog
 from gpufabric.errors import InputError, check_range
-from gpufabric.fileio import load_yaml, parse_yaml
+from gpufabric.fileio import load_yaml, package_dir, parse_yaml
 
 HOURS_PER_YEAR = 24 * 365
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12
@@ -204,7 +203,7 @@ def _merge(into: dict[str, dict[tuple, dict[str, Any]]], data: Any, file: str,
 def load(user_file: str | None = None) -> Prices:
     """The catalog's prices, with ``user_file``'s entries added or replacing."""
     p = Prices(entries={s: {} for s in SECTIONS}, files=["catalog/data/prices.yaml"])
-    text = resources.files("gpufabric.catalog").joinpath("data", "prices.yaml").read_text()
+    text = (package_dir("gpufabric.catalog") / "data" / "prices.yaml").read_text()
     _merge(p.entries, parse_yaml(text, "catalog/data/prices.yaml"), "catalog/data/prices.yaml",
            need_source=True)
     if user_file:

@@ -19,12 +19,12 @@ gpufabric.errors.InputError: x.yaml: workloads: expected a train and/or a serve 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from gpufabric import catalog
 from gpufabric.errors import InputError, check_range
-from gpufabric.fileio import load_yaml, names_a_path, parse_yaml
+from gpufabric.fileio import load_yaml, names_a_path, package_dir, parse_yaml
 
 OBJECTIVES = ("lowest-cost", "fastest", "tokens-per-watt", "cost-per-million-tokens")
 DEPLOYMENTS = ("any", "on-prem", "cloud")
@@ -164,8 +164,8 @@ class Scenario:
     file: str = ""
 
 
-def _data_dir() -> Any:
-    return resources.files("gpufabric.advise").joinpath("data", "scenarios")
+def _data_dir() -> Path:
+    return package_dir("gpufabric.advise") / "data" / "scenarios"
 
 
 def builtin_names() -> list[str]:

@@ -385,6 +385,12 @@ SHIPPED = Params()
 _CURRENT: ContextVar[Params] = ContextVar("gpufabric_params", default=SHIPPED)
 
 
+def value_of(name: str) -> Any:
+    """The value of registered constant ``name`` in the current :class:`Params` (the models'
+    reads by name, as ``P.NAME``: one lookup, no :class:`Params` method on the way)."""
+    return _CURRENT.get()._over.get(name, REGISTRY[name].shipped)
+
+
 def current() -> Params:
     """The :class:`Params` the models read in this context (the shipped values unless a
     :func:`use` block sets another)."""

@@ -67,7 +67,7 @@ def record(name: str, value: Any, unit: str, applies_to: str, source: str, *,
 def __getattr__(name: str) -> Any:
     """``P.NAME``: the value of constant ``NAME`` in the current Params."""
     if name in _OWN:
-        return _shared.current()[name]
+        return _shared.value_of(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -75,6 +75,7 @@ class Source:
     GPU and backend; :attr:`used` tallies the seconds each source timed."""
 
     db: str | os.PathLike[str] | None = None
+    name: str = "aic"
     _tables: dict[tuple[str, str], dict[tuple[str, int, int], _Curve] | None] = \
         field(default_factory=dict)
     versions: dict[tuple[str, str], str] = field(default_factory=dict)

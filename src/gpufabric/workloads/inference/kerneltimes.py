@@ -25,6 +25,9 @@ from typing import Any, Protocol
 class Source(Protocol):
     """A source of measured GEMM times."""
 
+    #: the name ``--kernel-times`` gives it
+    name: str
+
     def gemm_s(self, gpu: str, engine: str, prec: str, T: int, n: float,
                k: float) -> float | None:
         """Seconds of one GEMM ``(T x k) @ (k x n)`` at tensor precision ``prec`` on
@@ -67,7 +70,7 @@ def report(gemm_sources: dict[str, float], gpu: str, engine: str) -> dict[str, A
         return None
     meas, model = gemm_sources.get("measured", 0.0), gemm_sources.get("model", 0.0)
     table = src.table(gpu, engine)
-    return {"source": "aic", "measured_share": meas / (meas + model) if meas + model else 0.0,
+    return {"source": src.name, "measured_share": meas / (meas + model) if meas + model else 0.0,
             "table": table, "note": "" if table else src.missing(gpu, engine)}
 
 

@@ -90,6 +90,9 @@ if OPENB.is_dir():
 def pytest_configure(config):
     config.addinivalue_line("markers", "openb: needs the real openb trace (../shared/traces/"
                             "openb, or GPUFABRIC_DATA_DIR)")
+    config.addinivalue_line("markers", "slow: starts an external runtime (a local Ray "
+                            "instance); left out of the default run, `pytest -m slow` runs it "
+                            "(CI runs both)")
     if not hasattr(config, "workerinput"):      # once, in the controller, before the workers
         _byte_compile()
 

@@ -12,6 +12,7 @@ def test_in_process_map_keeps_order():
     assert sweep.run(abs, [-3, 1, -2]) == [3, 1, 2]
 
 
+@pytest.mark.slow
 def test_ray_gives_the_same_ranking_as_in_process():
     ray = pytest.importorskip("ray")
     try:

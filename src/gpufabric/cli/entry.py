@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     from gpufabric.cli.common import ClickException, MissingParameter, app, flag_name
     from gpufabric.errors import InputError
     try:
-        rv = app(args=argv, prog_name="gpufabric", standalone_mode=False)
+        rv = _command(app)(args=argv, prog_name="gpufabric", standalone_mode=False)
     except InputError as exc:
         print(f"gpufabric: error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -67,6 +67,31 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     if isinstance(rv, int) and rv:       # typer.Exit(code) of a command
         sys.exit(rv)
+
+
+#: the click command built from the typer app, by the commands registered when it was built
+_BUILT: dict[tuple, object] = {}
+
+
+def _registered(app) -> tuple:
+    """What ``app`` has registered: its commands' callbacks and its groups', recursively."""
+    return (tuple(id(c.callback) for c in app.registered_commands),
+            tuple((g.name, _registered(g.typer_instance)) for g in app.registered_groups
+                  if g.typer_instance is not None))
+
+
+def _command(app):
+    """The click command of ``app``, built once for what it has registered (typer builds it
+    again on every call: 40 ms a call with every command registered, as in a process that
+    runs several commands)."""
+    import typer.main
+
+    key = _registered(app)
+    cmd = _BUILT.get(key)
+    if cmd is None:
+        _BUILT.clear()
+        cmd = _BUILT[key] = typer.main.get_command(app)
+    return cmd
 
 
 #: What a value typer cannot read should have been, by the kind of parse that failed.

@@ -106,7 +106,7 @@ def _nccl_list(text: str) -> tuple[bool, list[str]]:
     return neg, [x.strip() for x in s.lstrip("^").split(",") if x.strip()] or [s]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prediction:
     """One predicted point, in nccl-tests terms (sizes in bytes, time in microseconds).
 
@@ -156,6 +156,7 @@ class Model:
         self.net = Network(topo)
         self.planner = Planner(topo, self.net)
         self._plans: dict[tuple, Plan] = {}
+        self._memo: dict[tuple, Prediction] = {}
 
     # -- layout ----------------------------------------------------------------------------
     def layout(self, ranks: int | None, per_node: int | None = None, group: int = 0) -> Layout:
@@ -301,6 +302,9 @@ class Model:
                 concurrent: int = 1) -> Prediction:
         """Predict one operation of ``size`` bytes (nccl-tests' size: the whole buffer).
 
+        A prediction is kept per arguments and parameter value (a serving model's tables ask
+        for the same sizes on every instance of a deployment).
+
         Parameters
         ----------
         op, size, ranks, algo, proto
@@ -323,6 +327,17 @@ class Model:
         >>> round(shared.busbw / alone.busbw, 2)
         0.5
         """
+        key = (op, size, ranks, algo, proto, per_node, concurrent, _params.current().key)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._predict(op, size, ranks, algo, proto, per_node, concurrent)
+            if len(self._memo) >= MEMO_PREDICTIONS:
+                self._memo.clear()
+            self._memo[key] = hit
+        return hit
+
+    def _predict(self, op: str, size: int, ranks: int | None, algo: str | None,
+                 proto: str | None, per_node: int | None, concurrent: int) -> Prediction:
         op = check_op(op)
         algo = check_algo(algo)
         if size < 0 or not math.isfinite(size):
@@ -390,6 +405,9 @@ def _fingerprint(topo: Topology) -> int:
                                           for ln in topo.links),
                  topo.meta.get("nodes"), topo.meta.get("p2p")))
 
+
+#: predictions kept by one model (cleared when full)
+MEMO_PREDICTIONS = 100_000
 
 #: models kept on one topology, one per value of the network's parameters (most recent last)
 KEEP_MODELS = 4

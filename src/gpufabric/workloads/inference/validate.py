@@ -22,6 +22,8 @@ with ``fitted``, ``looked_at`` and ``by_metric`` beside it.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from collections.abc import Callable
@@ -244,6 +246,18 @@ class Skip(Exception):
     pass
 
 
+@functools.lru_cache(maxsize=32)
+def _system_of(key: str) -> Any:
+    return from_spec(json.loads(key))
+
+
+def _system(spec: dict[str, Any]) -> Any:
+    """The system of a spec, one object per distinct spec: the points of an entry share it,
+    and with it the collective predictions their step tables ask for (nothing in a serving
+    run changes its topology)."""
+    return _system_of(json.dumps(spec, sort_keys=True))
+
+
 def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     sysd, mod = e["system"], e["model"]
     par = {**(e.get("parallelism") or {}), **{k: v for k, v in pt.items()
@@ -279,7 +293,7 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
     spec: dict[str, Any] = {"gpu": gpu, "gpus_per_node": max(per_node, tp * pp)}
     if sysd.get("scale_up") in ("nvswitch", "pcie"):
         spec["scale_up"] = sysd["scale_up"]
-    topo = from_spec(spec)
+    topo = _system(spec)
     # the entry's request count where it states one (None: as many as the run needs)
     n_req = _int(wl.get("num_requests"), "num_requests") if wl.get("num_requests") else None
     rate, conc, batch = (_num(wl.get(k)) for k in ("request_rate", "concurrency",
@@ -437,7 +451,7 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     for k in ("scale_up", "nic", "nics_per_node"):
         if sysd.get(k) is not None:
             spec[k] = sysd[k]
-    topo = from_spec(spec)
+    topo = _system(spec)
     isl = _int(wl["isl"], "isl")
     prec = str(mod.get("precision") or "bf16").lower()
     cfg = ServeConfig(tp=tp, precision=prec, engine=entry_engine(e),
@@ -519,7 +533,7 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     budget = _int(tokens, "tokens_per_rank") if tokens else None
     if phase == "decode":       # the step tables cover the batch (or the largest one sought)
         budget = _int(batch, "batch") if batch else DECODE_BATCH_CAP
-    sm = StepModel(model, from_spec(spec), ServeLayout(tp=tp, ep=ep, dp_attention=adp),
+    sm = StepModel(model, _system(spec), ServeLayout(tp=tp, ep=ep, dp_attention=adp),
                    precision=prec, kv_dtype=kv, engine=engine,
                    max_tokens=budget or 8192, eplb=bool(par.get("eplb")))
     r: dict[str, Any]

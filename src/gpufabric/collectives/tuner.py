@@ -407,7 +407,7 @@ def _fingerprint(topo: Topology) -> int:
 
 
 #: predictions kept by one model (cleared when full)
-MEMO_PREDICTIONS = 100_000
+MEMO_PREDICTIONS = 10_000
 
 #: models kept on one topology, one per value of the network's parameters (most recent last)
 KEEP_MODELS = 4

@@ -246,7 +246,7 @@ class Skip(Exception):
     pass
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)
 def _system_of(key: str) -> Any:
     return from_spec(json.loads(key))
 

@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -181,17 +182,22 @@ def params_per_gpu(model: ModelSpec, par: Parallel, stage: int = 0) -> tuple[flo
     if not model.is_transformer:
         return model.params() / par.tp, 0.0
     layers = stage_layers(model, par, stage)
+    attn, norms = model.attn_params(), 2 * model.norm_params()
+    # a block's parameters by its kind, added block by block as before (the same sums)
+    mlp = model.mlp_params(model.ffn)
+    if model.is_moe:
+        routed = model.experts * model.mlp_params(model.expert_ffn) / (par.ep * par.expert_tp)
+        shared = (model.shared_experts * model.mlp_params(model.expert_ffn) / par.tp
+                  + model.hidden * model.experts)
     dense = expert = 0.0
     for i in layers:
         if model.moe_layer(i):
-            routed = model.experts * model.mlp_params(model.expert_ffn)
-            expert += routed / (par.ep * par.expert_tp)
-            dense += (model.shared_experts * model.mlp_params(model.expert_ffn) / par.tp
-                      + model.hidden * model.experts)
-            dense += model.attn_params() / par.tp + 2 * model.norm_params()
+            expert += routed
+            dense += shared
+            dense += attn / par.tp + norms
         else:
-            dense += (model.attn_params() + model.mlp_params(model.ffn)) / par.tp
-            dense += 2 * model.norm_params()
+            dense += (attn + mlp) / par.tp
+            dense += norms
     return dense + edge_params(model, par, stage), expert
 
 
@@ -225,6 +231,24 @@ def stage_layers(model: ModelSpec, par: Parallel, stage: int) -> list[int]:
     out: list[int] = []
     for c in range(stage, chunks, par.pp):
         out.extend(range(bounds[c], bounds[c + 1]))
+    return out
+
+
+def by_kind(model: ModelSpec, layers: list[int], fn: Callable[[int], float]) -> list[float]:
+    """``fn(i)`` for each block ``i`` of ``layers``, computed once per kind of block (dense or
+    MoE): a block's figures depend on its index only through its kind.
+
+    >>> from gpufabric.workloads.models import load_model
+    >>> by_kind(load_model("mixtral-8x7b"), [0, 1, 2], lambda i: float(i))
+    [0.0, 0.0, 0.0]
+    """
+    seen: dict[bool, float] = {}
+    out = []
+    for i in layers:
+        kind = model.moe_layer(i)
+        if kind not in seen:
+            seen[kind] = fn(i)
+        out.append(seen[kind])
     return out
 
 
@@ -420,9 +444,10 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
     # activations
     if m.is_transformer:
         mb_, s = par.micro_batch, seq
-        full = [block_activation_bytes(m, i, mb_, s, par, prec, flash) for i in layers]
+        full = by_kind(m, layers, lambda i: block_activation_bytes(m, i, mb_, s, par, prec,
+                                                                   flash))
         if par.recompute == "selective" and acct.sac == "op":
-            full = [op_sac_block_bytes(m, i, mb_, s, par, prec) for i in layers]
+            full = by_kind(m, layers, lambda i: op_sac_block_bytes(m, i, mb_, s, par, prec))
         if par.recompute == "full":
             rep = par.tp if par.sp and par.tp > 1 else 1
             keep = len(layers) * mb_ * s / par.cp * m.hidden * eb / rep
@@ -430,8 +455,8 @@ def _stage_memory(m: ModelSpec, par: Parallel, seq: int, spec: Any, prec: str, f
             # the block being recomputed holds all its activations (the score matrix too
             # without flash attention)
             whole = par if flash else replace(par, recompute="none")
-            working = max((block_activation_bytes(m, i, mb_, s, whole, prec, flash)
-                           for i in layers), default=0.0)
+            working = max(by_kind(m, layers, lambda i: block_activation_bytes(
+                m, i, mb_, s, whole, prec, flash)), default=0.0)
         else:
             act_one = sum(full)
             working = 0.0

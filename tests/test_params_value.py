@@ -171,3 +171,32 @@ def test_a_cache_of_a_result_that_reads_parameters_keys_on_the_value():
     with profile.overrides({"KERNEL_US": 5.0}):
         assert launches_us(2) == 10.0
     assert launches_us(2) == 8.0 and calls == [2, 2]       # each value computed once
+
+
+def test_a_capacity_run_is_shared_by_step_models_of_the_same_costs_and_kept_per_value(
+        monkeypatch):
+    """A serving deployment's saturated capacity run is kept by what its step costs are made
+    of (serve.step_digest), not by its topology: one GPU of a 1-GPU and of an 8-GPU H100
+    server cost the same and run it once; another GPU, or the same under another parameter
+    value, runs its own."""
+    from gpufabric.topology.build import from_spec
+    from gpufabric.workloads.inference import serve as S
+    runs = []
+    real = S.simulate_with_front_end
+
+    def counted(*a, **kw):
+        runs.append(1)
+        return real(*a, **kw)
+    monkeypatch.setattr(S, "simulate_with_front_end", counted)
+    cfg = S.ServeConfig(tp=1, replicas=1, isl=321, osl=45, requests=50)
+
+    def cap(gpu: str, per_node: int) -> float:
+        topo = from_spec({"gpu": gpu, "gpus_per_node": per_node})
+        sm = S.step_model("llama3-8b", topo, cfg)
+        return S.capacity(sm, cfg, 1, S.scheduler_config(sm, cfg))["requests_per_s"]
+
+    one = cap("H100-SXM", 1)
+    assert cap("H100-SXM", 8) == one and len(runs) == 1
+    assert cap("H200-SXM", 1) != one and len(runs) == 2
+    with profile.overrides({"HBM_EFF": 0.5}):
+        assert cap("H100-SXM", 8) < one and len(runs) == 3

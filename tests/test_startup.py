@@ -90,3 +90,31 @@ def test_the_data_files_parse_is_kept_and_read_back(tmp_path, monkeypatch):
     assert fileio.load_data("gpufabric.catalog", "data", "nics.yaml") == first
     monkeypatch.setenv(fileio.CACHE_ENV, "off")
     assert fileio.load_data("gpufabric.catalog", "data", "nics.yaml") == first
+
+
+def test_main_builds_its_command_once_per_set_of_registered_commands():
+    """typer builds the click command (every option of every command) on each call; `main`
+    keeps it until another command is registered."""
+    import typer
+
+    from gpufabric.cli.entry import _command
+    app = typer.Typer()
+
+    @app.command()
+    def one() -> None:
+        """One."""
+
+    @app.command()
+    def two() -> None:
+        """Two."""
+
+    first = _command(app)
+    assert _command(app) is first
+    assert sorted(first.commands) == ["one", "two"]
+
+    @app.command()
+    def three() -> None:
+        """Three."""
+
+    again = _command(app)
+    assert again is not first and sorted(again.commands) == ["one", "three", "two"]

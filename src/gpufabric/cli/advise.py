@@ -13,6 +13,7 @@ from gpufabric.advise import core
 from gpufabric.advise import prices as P
 from gpufabric.advise import scenario as S
 from gpufabric.advise.interactivity import sweep as run_sweep
+from gpufabric.cli import deploy
 from gpufabric.cli.common import Progress, above, app, emit_json, whole
 from gpufabric.collectives import Model
 from gpufabric.errors import InputError
@@ -44,43 +45,55 @@ def _bottleneck(c) -> str:
     return ""
 
 
+#: The options of `advise` (and ``--deploy-dir``'s, :data:`gpufabric.cli.deploy.OPTIONS`).
+OPT: dict[str, Any] = {
+    "scenario": typer.Argument(None, metavar="SCENARIO",
+                               help="A scenario YAML file or a built-in name."),
+    "list": typer.Option(False, "--list", help="List the built-in scenarios."),
+    "top": typer.Option(5, "--top", callback=whole(1, 100), help="Designs to show."),
+    "prices": typer.Option(None, "--prices", metavar="FILE", help="A price file that adds to "
+                           "or replaces the catalog's prices (same shape)."),
+    "kwh_price": typer.Option(0.10, "--kwh-price", callback=above(0), help="Electricity, $ per "
+                              "kWh (a setting, not a catalog fact)."),
+    "max_evaluations": typer.Option(150, "--max-evaluations", callback=whole(1),
+                                    help="Most designs to run the models on."),
+    "jobs": typer.Option(None, "--jobs", callback=whole(1, 1024), help="Worker processes that "
+                         "run the models (default: this machine's cores); the answer is the "
+                         "same for any number."),
+    "ray": typer.Option(False, "--ray", help="Evaluate on Ray."),
+    "output": typer.Option(None, "-o", "--output", metavar="FILE.html", help="Also write an "
+                           "offline HTML page (Pareto scatter, sortable table, drawing)."),
+    "interactivity": typer.Option(
+        None, "--interactivity", metavar="X[,X...]",
+        help="Serving: output tokens/s per user to rank at (a TPOT target of 1000/x ms); "
+             "several: throughput per GPU and $/Mtok of each system kind against "
+             "interactivity, with the crossovers."),
+    "check": typer.Option(
+        None, "--check", metavar="FILE|builtin",
+        help="Check the advisor against published comparisons (a comparisons file, or "
+             "'builtin' for the project's own): agree/disagree per comparison."),
+}
+
+
 @app.command()
-def advise(scenario: str | None = typer.Argument(
-               None, metavar="SCENARIO", help="A scenario YAML file or a built-in name."),
-           list_: bool = typer.Option(False, "--list", help="List the built-in scenarios."),
-           top: int = typer.Option(5, "--top", callback=whole(1, 100),
-                                   help="Designs to show."),
-           prices: str | None = typer.Option(None, "--prices", metavar="FILE",
-                                             help="A price file that adds to or replaces the "
-                                                  "catalog's prices (same shape)."),
-           kwh_price: float = typer.Option(0.10, "--kwh-price", callback=above(0),
-                                           help="Electricity, $ per kWh (a setting, not a "
-                                                "catalog fact)."),
-           max_evaluations: int = typer.Option(150, "--max-evaluations", callback=whole(1),
-                                               help="Most designs to run the models on."),
-           jobs: int | None = typer.Option(None, "--jobs", callback=whole(1, 1024),
-                                           help="Worker processes that run the models "
-                                                "(default: this machine's cores); the answer "
-                                                "is the same for any number."),
-           ray: bool = typer.Option(False, "--ray", help="Evaluate on Ray."),
-           output: str | None = typer.Option(None, "-o", "--output", metavar="FILE.html",
-                                             help="Also write an offline HTML page (Pareto "
-                                                  "scatter, sortable table, drawing)."),
-           interactivity: str | None = typer.Option(
-               None, "--interactivity", metavar="X[,X...]",
-               help="Serving: output tokens/s per user to rank at (a TPOT target of 1000/x "
-                    "ms); several: throughput per GPU and $/Mtok of each system kind against "
-                    "interactivity, with the crossovers."),
-           check: str | None = typer.Option(
-               None, "--check", metavar="FILE|builtin",
-               help="Check the advisor against published comparisons (a comparisons file, or "
-                    "'builtin' for the project's own): agree/disagree per comparison."),
+def advise(scenario: str | None = OPT["scenario"], list_: bool = OPT["list"],
+           top: int = OPT["top"], prices: str | None = OPT["prices"],
+           kwh_price: float = OPT["kwh_price"], max_evaluations: int = OPT["max_evaluations"],
+           jobs: int | None = OPT["jobs"], ray: bool = OPT["ray"],
+           output: str | None = OPT["output"], interactivity: str | None = OPT["interactivity"],
+           check: str | None = OPT["check"],
+           deploy_dir: str | None = deploy.OPTIONS["deploy_dir"],
+           weights: str | None = deploy.OPTIONS["weights"],
+           draft_weights: str | None = deploy.OPTIONS["draft_weights"],
+           image: str | None = deploy.OPTIONS["image"], name: str | None = deploy.OPTIONS["name"],
+           namespace: str | None = deploy.OPTIONS["namespace"],
            json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rank cluster designs for a scenario: cost, power, bottleneck, what would change it."""
     if list_:
         return _list(json)
     if check is not None:
-        _alone(scenario=scenario, output=output, interactivity=interactivity)
+        _alone(scenario=scenario, output=output, interactivity=interactivity,
+               deploy_dir=deploy_dir)
         return _check(check, prices, kwh_price, jobs, ray, json)
     if scenario is None:
         raise InputError("give a scenario file or a built-in name (gpufabric advise --list)",
@@ -90,6 +103,10 @@ def advise(scenario: str | None = typer.Argument(
     if output:
         check_output(output, field="--output")
     sc, targets = _targets(sc, interactivity)
+    dep = {"deploy_dir": deploy_dir, "weights": weights, "draft_weights": draft_weights,
+           "image": image, "name": name, "namespace": namespace}
+    if deploy_dir is not None:
+        _check_deploy(sc, dep, len(targets))
     run: dict[str, Any] = {"top": top, "kwh_usd": kwh_price, "ray": ray,
                            "max_evaluations": max_evaluations,
                            "jobs": jobs if jobs is not None else sweep.cores()}
@@ -97,33 +114,73 @@ def advise(scenario: str | None = typer.Argument(
         return _sweep(sc, pr, targets, json, output, **run)
     with Progress("advise") as progress:
         adv = core.advise(sc, pr, progress=progress.told("models"), **run)
-    _answer(adv, sc, pr, top, json, output)
+    _answer(adv, sc, pr, top, json, output, dep)
 
 
-def _answer(adv, sc, pr, top: int, json: bool, output: str | None) -> None:
-    """The ranking as JSON, the terminal's text and/or the page (or the infeasible line)."""
+def _answer(adv, sc, pr, top: int, json: bool, output: str | None,
+            dep: dict[str, Any]) -> None:
+    """The ranking as JSON, the terminal's text and/or the page (or the infeasible line);
+    with --deploy-dir, the winner's manifests."""
     counts = {"candidates_generated": adv.generated, "refused_by_rules": adv.refused,
               "not_priced": adv.unpriced, "pruned_by_bounds": adv.pruned,
               "network_dominated": adv.dominated, "evaluated_with_models": adv.evaluated}
     if adv.infeasible:
         _infeasible(adv, sc, counts, json)
     designs = [_row_dict(c, sc) for c in adv.ranked[:top]]
+    wrote = _deploy(adv.ranked[0], sc, dep) if dep["deploy_dir"] is not None else None
     if output:
         _write_html(output, sc, adv, designs, counts)
     if json:
         emit_json({"scenario": sc.name, "objective": sc.objective, "designs": designs,
                    "pareto": [_row_dict(c, sc) for c in adv.pareto],
                    "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated,
-                   **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files})
+                   **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files,
+                   **({"deploy": wrote} if wrote else {})})
         return
     _print_advice(adv, sc, counts, top)
+    if wrote:
+        console.print(deploy.wrote(wrote), highlight=False, soft_wrap=True)
+
+
+#: The engine the advisor's serving figures are predicted with, and the manifests run.
+DEPLOY_ENGINE = "vllm"
+
+
+def _check_deploy(sc, dep: dict[str, Any], targets: int) -> None:
+    """--deploy-dir writes the winner of one serving question: refused before the search
+    where the scenario serves nothing or asks several."""
+    if sc.serve is None:
+        raise InputError(f"{sc.name} serves no model: --deploy-dir writes a serving "
+                         "deployment", field="--deploy-dir")
+    if targets > 1:
+        raise InputError("writes one design: give one --interactivity target",
+                         field="--deploy-dir")
+    deploy.check(dep)
+
+
+def _deploy(c, sc, dep: dict[str, Any]) -> dict[str, Any]:
+    """The winning design's serving instances as manifests in --deploy-dir."""
+    if c.decode is not None or c.pd is not None:
+        raise InputError(f"the winner ({core.describe(c)}) is disaggregated; the manifests "
+                         "write aggregated instances only", field="--deploy-dir")
+    m = c.metrics["serve"]
+    lay = dict(m["layout"])
+    per = f"{m['per_instance']:,.2f} requests/s" if "per_instance" in m else "its capacity"
+    d = deploy.design(sc.serve, dep, engine=DEPLOY_ENGINE, layout=lay,
+                      gpus_per_instance=lay.get("tp", 1) * lay.get("pp", 1),
+                      instances=int(m["instances"]), gpu=c.gpu, gpus_per_node=c.gpus_per_node,
+                      max_num_seqs=None,
+                      comment=f"gpufabric advise {sc.name}: {core.describe(c)}\n"
+                              f"predicted: {per} per instance within the SLO, TTFT p90 "
+                              f"{m['ttft_ms_p90']:,.0f} ms, TPOT p90 {m['tpot_ms_p90']:,.1f} ms")
+    return deploy.write(d, dep["deploy_dir"])
 
 
 def _alone(**given: str | None) -> None:
     """--check takes no scenario and writes no page: a value given to those is refused."""
     for name, value in given.items():
         if value is not None:
-            flag = "SCENARIO" if name == "scenario" else f"--{name}"
+            flag = "SCENARIO" if name == "scenario" else f"--{name.replace('_', '-')}"
             raise InputError(f"cannot be used with {flag} (--check evaluates the comparisons' "
                              "own designs)", field="--check")
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import typer
 
+from gpufabric.cli import deploy
 from gpufabric.cli.common import above, app, emit_json, given, whole
 from gpufabric.errors import InputError
 
@@ -59,16 +59,7 @@ OPT: dict[str, Any] = {
                                       help="Widest instance to try (GPUs)."),
     "jobs": typer.Option(1, "--jobs", callback=whole(1, 1024),
                          help="Worker processes for the layouts of one width."),
-    "deploy_dir": typer.Option(None, "--deploy-dir", metavar="DIR",
-                               help="Also write the design's Kubernetes manifests here."),
-    "weights": typer.Option(None, "--weights", help="With --deploy-dir: the weights the "
-                            "engine loads (a Hugging Face repo or a path)."),
-    "draft_weights": typer.Option(None, "--draft-weights", help="With --deploy-dir and "
-                                  "--spec eagle/draft: the drafter's weights."),
-    "image": typer.Option(None, "--image", help="With --deploy-dir: the container image "
-                          "(default: the engine's, in k8s/data/serving_engines.yaml)."),
-    "name": typer.Option(None, "--name", help="With --deploy-dir: the objects' name."),
-    "namespace": typer.Option(None, "--namespace", help="With --deploy-dir: their namespace."),
+    **deploy.OPTIONS,
     "json": typer.Option(False, "--json", help="Print JSON."),
 }
 
@@ -96,7 +87,7 @@ def recommend(ctx: typer.Context, model: str = OPT["model"], system: str = OPT["
     o = {k: v for k, v in locals().items() if k not in ("ctx", "R")}
     target = _target(ctx, o)
     if deploy_dir is not None:
-        _check_deploy(o)
+        deploy.check(o)
     res = R.recommend(target, jobs=jobs)
     if deploy_dir is not None:
         res["deploy"] = _deploy(res, target, o)
@@ -161,58 +152,16 @@ def _check_pd(o: dict[str, Any]) -> None:
             raise InputError(f"--pd units are modelled with {why}", field=opt)
 
 
-def _check_deploy(o: dict[str, Any]) -> None:
-    """--deploy-dir's needs, before the search runs: the weights, a folder (or none yet, in
-    a folder that exists: it is made, its parents are not)."""
-    if not o["weights"]:
-        raise InputError("--deploy-dir needs the weights the engine loads (a Hugging Face "
-                         "repo such as meta-llama/Llama-3.1-8B-Instruct, or a path)",
-                         field="--weights")
-    p = Path(o["deploy_dir"])
-    if p.exists() and not p.is_dir():
-        raise InputError(f"{p} exists and is not a folder", field="--deploy-dir")
-    if not p.exists() and not p.absolute().parent.is_dir():   # as every output: no parents made
-        raise InputError(f"directory '{p.absolute().parent}' does not exist; create it first",
-                         field="--deploy-dir")
-
-
 def _deploy(res: dict[str, Any], target: Any, o: dict[str, Any]) -> dict[str, Any]:
-    """The design's manifests written into --deploy-dir (each through the one writer)."""
-    from gpufabric.fileio import write_output
-    from gpufabric.k8s.manifests import Design, dns_name, manifests
-    des, s = res["design"], target.serve
-    pred = des["predicted"]
-    longest = s.isl + s.osl
-    if s.dataset:
-        from gpufabric.workloads.inference.datasets import get
-        longest = get(s.dataset).max_context or _model_context(s.model)
-    d = Design(name=o["name"] or dns_name(f"{s.model}-{o['engine']}"), engine=o["engine"],
-               weights=o["weights"], layout=des["layout"],
-               gpus_per_instance=des["gpus_per_instance"], instances=des["instances"],
-               gpus_per_node=int(target.node["gpus_per_node"]),
-               max_num_seqs=pred.get("max_num_seqs"), max_model_len=longest,
-               kv_fp8=s.precision in ("fp8", "fp4"),
-               speculative=s.speculative[:2] if s.speculative else None,
-               draft_weights=o["draft_weights"], prefix_caching=bool(s.prefix_tokens),
-               image=o["image"], namespace=o["namespace"], served_name=s.model,
-               comment=f"gpufabric recommend: {describe(des)}\n"
-                       f"predicted: {_predicted(pred, res['load'])}")
-    files = manifests(d)
-    folder = Path(o["deploy_dir"])
-    try:
-        folder.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create {folder}: {exc.strerror}", field="--deploy-dir") \
-            from None
-    for fname, text in files.items():
-        write_output(folder / fname, text, field="--deploy-dir")
-    return {"dir": str(folder), "files": sorted(files), "name": d.name,
-            "kind": "LeaderWorkerSet" if d.nodes > 1 else "Deployment"}
-
-
-def _model_context(model: str) -> int:
-    from gpufabric.workloads.models import load_model
-    return int(load_model(model).seq_len)
+    """The design's manifests written into --deploy-dir."""
+    des = res["design"]
+    d = deploy.design(target.serve, o, engine=o["engine"], layout=des["layout"],
+                      gpus_per_instance=des["gpus_per_instance"], instances=des["instances"],
+                      gpu=target.node["gpu"], gpus_per_node=int(target.node["gpus_per_node"]),
+                      max_num_seqs=des["predicted"].get("max_num_seqs"),
+                      comment=f"gpufabric recommend: {describe(des)}\n"
+                              f"predicted: {_predicted(des['predicted'], res['load'])}")
+    return deploy.write(d, o["deploy_dir"])
 
 
 def _lay(lay: dict[str, int]) -> str:
@@ -279,8 +228,7 @@ def lines(res: dict[str, Any]) -> list[str]:
     out.append("layouts (one instance within the SLO): " + "; ".join(
         _row(r) for r in res["layouts"]))
     if res.get("deploy"):
-        dp = res["deploy"]
-        out.append(f"wrote {', '.join(dp['files'])} ({dp['kind']} {dp['name']}) in {dp['dir']}")
+        out.append(deploy.wrote(res["deploy"]))
     out.append(f"{res['elapsed_s']:.1f} s")
     return out
 

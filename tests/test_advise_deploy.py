@@ -52,21 +52,26 @@ def test_the_winner_of_a_serving_scenario_is_written_with_its_layout_and_instanc
     assert head == f"# gpufabric advise one-box: {best['design']}"
 
 
-def test_a_rack_scale_winner_runs_on_its_trays(cli, tmp_path):
-    """moe-supernode's winner is GB200 NVL72: an instance of 8 GPUs spans two 4-GPU compute
-    trays (the Kubernetes nodes), so it is a LeaderWorkerSet of groups of two pods."""
+def test_a_rack_scale_winner_runs_on_its_trays(tmp_path):
+    """A GB200 NVL72 winner (moe-supernode's: 9 instances of dp_attention8 ep8 tp8 on the
+    72-GPU domain) runs each 8-GPU instance over two 4-GPU compute trays, the Kubernetes
+    nodes: a LeaderWorkerSet of 9 groups of two pods."""
+    from gpufabric.advise import scenario
+    from gpufabric.cli.advise import _deploy
+    sc = scenario.load("moe-supernode")
+    c = core.Candidate("GB200", 72, 1, {"gpu": "GB200", "gpus_per_node": 72}, "on-prem",
+                       metrics={"serve": {"layout": {"dp_attention": 8, "ep": 8, "tp": 8},
+                                          "instances": 9, "per_instance": 2.5,
+                                          "ttft_ms_p90": 400.0, "tpot_ms_p90": 30.0}})
     out = tmp_path / "moe"
-    code, text, err = cli("advise", "moe-supernode", "--top", "1", "--json", "--deploy-dir",
-                          str(out), "--weights", "deepseek-ai/DeepSeek-V3")
-    assert code == 0, err
-    res = json.loads(text)
-    best = res["designs"][0]
-    assert best["gpu"] == "GB200" and res["deploy"]["kind"] == "LeaderWorkerSet"
-    m = best["metrics"]["serve"]
+    wrote = _deploy(c, sc, {"deploy_dir": str(out), "weights": "deepseek-ai/DeepSeek-V3",
+                            "draft_weights": None, "image": None, "name": None,
+                            "namespace": None})
+    assert wrote["kind"] == "LeaderWorkerSet"
     lws = _docs(out)["leaderworkerset.yaml"][0]
-    assert lws["spec"]["replicas"] == m["instances"]
+    assert lws["spec"]["replicas"] == 9
     group = lws["spec"]["leaderWorkerTemplate"]
-    assert group["size"] == m["layout"]["tp"] // 4
+    assert group["size"] == 2
     for tmpl in (group["leaderTemplate"], group["workerTemplate"]):
         limits = tmpl["spec"]["containers"][0]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "4"

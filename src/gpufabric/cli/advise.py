@@ -165,7 +165,8 @@ def _deploy(c, sc, dep: dict[str, Any]) -> dict[str, Any]:
                          "write aggregated instances only", field="--deploy-dir")
     m = c.metrics["serve"]
     lay = dict(m["layout"])
-    per = f"{m['per_instance']:,.2f} requests/s" if "per_instance" in m else "its capacity"
+    per = (f"{m['per_instance']:,.2f} requests/s" if sc.serve.rate is not None
+           else f"{m['per_instance']:,.0f} users")
     d = deploy.design(sc.serve, dep, engine=DEPLOY_ENGINE, layout=lay,
                       gpus_per_instance=lay.get("tp", 1) * lay.get("pp", 1),
                       instances=int(m["instances"]), gpu=c.gpu, gpus_per_node=c.gpus_per_node,

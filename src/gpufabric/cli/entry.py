@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(rv)
 
 
-#: the click command built from the typer app, by the commands registered when it was built
-_BUILT: dict[tuple, object] = {}
+#: the click command built from the typer app, with what was registered when it was built
+_BUILT: list[tuple] = []
 
 
 def _registered(app) -> tuple:
@@ -87,11 +87,9 @@ def _command(app):
     import typer.main
 
     key = _registered(app)
-    cmd = _BUILT.get(key)
-    if cmd is None:
-        _BUILT.clear()
-        cmd = _BUILT[key] = typer.main.get_command(app)
-    return cmd
+    if not _BUILT or _BUILT[0][0] != key:
+        _BUILT[:] = [(key, typer.main.get_command(app))]
+    return _BUILT[0][1]
 
 
 #: What a value typer cannot read should have been, by the kind of parse that failed.

@@ -31,6 +31,7 @@ from gpufabric.workloads.inference import clients, kerneltimes
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
+from gpufabric.workloads.inference.speculative import SpecStep
 from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
                                                      check_fits, saturated, simulate,
                                                      slo_out_of_reach, summarize)
@@ -355,7 +356,6 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
                    mem_utilization=cfg.gpu_memory_utilization)
     if spec is None:
         return sm
-    from gpufabric.workloads.inference.speculative import SpecStep
     return SpecStep(sm, spec)  # type: ignore[return-value]  # a step cost like StepModel
 
 
@@ -619,30 +619,25 @@ def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig
     """What one of ``share`` streams serves at most: a saturated run of ``cfg``'s lengths
     (every request queued at once, at least eight full batches) in its middle
     (:func:`~gpufabric.workloads.inference.simulator.saturated`): its ``requests_per_s`` is
-    the capacity, and an overloaded deployment's steady state. Kept with ``sm`` for the
-    lengths and scheduler it was measured with: a search over the rate (which enters none of
-    them) measures it once."""
+    the capacity, and an overloaded deployment's steady state. Kept by the step costs
+    (:func:`step_digest`), the parameter value, the lengths and the scheduler it was measured
+    with: a search over the rate (which enters none of them) measures it once, and so do
+    designs whose instances cost the same (they differ only where an instance does not reach:
+    other servers, the network)."""
     n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS)) * share
     sat = replace(cfg, rate=None, concurrency=None, trace=None, requests=n)
-    key = (share, n, sat.isl, sat.osl, sat.dataset, sat.dataset_spread, sat.seed,
-           sat.prefix_tokens, sat.kv_tiers, tuple(sorted(asdict(sched).items())))
-    kept = sm.__dict__.setdefault("_capacities", {})
-    if key not in kept:
-        # another step model of the same costs (a design that differs only where this
-        # instance does not reach: its other servers, its network) has measured it already
-        shared = (step_digest(sm), params.current().key, key)
-        if shared not in _CAPACITIES:
-            reqs = build_requests(sat, share)
-            # a shared prefix found cached saves its prefill at capacity too
-            plan = prefix_plan(sm, sat, reqs)[0] if sat.prefix_tokens and sat.kv_tiers \
-                else None
-            while len(_CAPACITIES) >= KEEP_CAPACITIES:
-                _CAPACITIES.pop(next(iter(_CAPACITIES)))
-            _CAPACITIES[shared] = saturated(simulate_with_front_end(
-                reqs, sm, sched, prefix=None if plan is None else (plan.hit_tokens,
-                                                                   plan.load_s)))
-        kept[key] = _CAPACITIES[shared]
-    return dict(kept[key])
+    key = (step_digest(sm), params.current().key, share, n, sat.isl, sat.osl, sat.dataset,
+           sat.dataset_spread, sat.seed, sat.prefix_tokens, sat.kv_tiers,
+           tuple(sorted(asdict(sched).items())))
+    if key not in _CAPACITIES:
+        reqs = build_requests(sat, share)
+        # a shared prefix found cached saves its prefill at capacity too
+        plan = prefix_plan(sm, sat, reqs)[0] if sat.prefix_tokens and sat.kv_tiers else None
+        while len(_CAPACITIES) >= KEEP_CAPACITIES:
+            _CAPACITIES.pop(next(iter(_CAPACITIES)))
+        _CAPACITIES[key] = saturated(simulate_with_front_end(
+            reqs, sm, sched, prefix=None if plan is None else (plan.hit_tokens, plan.load_s)))
+    return dict(_CAPACITIES[key])
 
 
 #: capacities measured in this process, by step cost, parameters and run (oldest first)
@@ -650,7 +645,7 @@ _CAPACITIES: dict[tuple, dict] = {}
 #: most capacities kept
 KEEP_CAPACITIES = 512
 #: a step model's attributes that are not its costs
-_NOT_COSTS = ("topo", "_capacities", "_digest")
+_NOT_COSTS = ("topo", "_digest")
 
 
 def step_digest(sm: object) -> str:
@@ -679,7 +674,7 @@ def step_digest(sm: object) -> str:
             h.update(k.encode())
             if isinstance(v, np.ndarray):
                 h.update(f"{v.dtype}{v.shape}".encode() + v.tobytes())
-            elif isinstance(v, StepModel) or type(v).__name__ == "SpecStep":
+            elif isinstance(v, StepModel | SpecStep):
                 h.update(step_digest(v).encode())
             else:
                 h.update(repr(v).encode())

@@ -369,3 +369,72 @@ def test_the_serving_memory_floor_counts_the_kv_cache_of_the_requests_in_flight(
 def replace_serve(s, **kw):
     from dataclasses import replace
     return replace(s, **kw)
+
+
+def test_layouts_that_cannot_hold_the_load_are_skipped_with_the_same_answer():
+    """A serving layout whose instances together cannot hold the load's KV cache (by the
+    memory left after the weights and the least time a request holds it) is not run: the
+    answer is the one every layout run gives, every layout that ran stays within its bound,
+    and a design left with no layout says why."""
+    from unittest import mock
+    data = {"workloads": {"serve": {"model": "llama3-70b", "rate": 1, "isl": 500,
+                                    "osl": 500, "slo_tpot_ms": 60}},
+            "constraints": {"deployment": "on-prem", "gpus": ["H100-NVL"]},
+            "objective": "lowest-cost", "space": {"gpus_per_node": [2, 4], "nodes": [1]}}
+    sc = _sc(data)
+    with mock.patch.object(core, "_instance_rate_bound", lambda *a: float("inf")):
+        every = core.advise(sc, prices.load(), top=5)
+    ran = {c.system: core._jobs(c, sc, every=True)[1] for c in every.candidates
+           if c.evaluated}
+    bounded = core.advise(sc, prices.load(), top=5)
+    assert every.ranked and _answer(bounded) == _answer(every)
+    kept = {c.system: core._jobs(c, sc)[1] for c in bounded.candidates if c.evaluated}
+    assert sum(map(len, kept.values())) < sum(map(len, ran.values()))
+    for c in every.candidates:
+        for job, width in ran.get(c.system, []):
+            got = core._serve_eval(job).get("per_instance")     # (cached: no second run)
+            assert got is None or got <= core._instance_rate_bound(sc.serve, c.gpu, width)
+    # two 94 GB GPUs, one instance each: 70B in 16 bits fits on neither
+    two = next(c for c in bounded.candidates if c.gpus == 2 and c.evaluated)
+    assert not kept[two.system] or all(w == 2 for _, w in kept[two.system])
+    tiny = core.Candidate(gpu="H100-NVL", gpus_per_node=1, nodes=1,
+                          spec={"gpu": "H100-NVL", "gpus_per_node": 1}, deployment="on-prem")
+    assert core._no_layout(tiny, sc) == ("llama3-70b in bf16 does not fit: 141 GB of weights "
+                                         "on 1 H100-NVL")
+
+
+def test_the_instance_rate_bound_is_the_kv_caches_token_seconds():
+    """Two H100 NVL (94 GB, 3,900 GB/s each) serving Llama 3 70B in 16 bits at 1,000 tokens
+    in and 2,000 out: the memory left after the weights, in 327,680-byte tokens, over the
+    token-seconds a request holds (1,999 steps of at least the weights read over both GPUs'
+    bandwidth, holding 1,000 + 1,000 tokens on average)."""
+    from gpufabric import catalog
+    from gpufabric.workloads.models import load_model
+    s = scenario.Serve(model="llama3-70b", rate=1, isl=1000, osl=2000, slo_tpot_ms=60)
+    m, g = load_model("llama3-70b"), catalog.gpu("H100-NVL")
+    room = 2 * g.memory_GB * 2**30 - 2 * m.params()
+    step = 2 * m.active_params() / (2 * g.mem_bw_GBps * 1e9)
+    assert core._instance_rate_bound(s, "H100-NVL", 2) == pytest.approx(
+        room / 327680 / (step * 1999 * 2000))
+    assert core._instance_rate_bound(s, "H100-NVL", 1) == 0.0       # the weights alone
+    assert core._instance_rate_bound(replace_serve(s, dataset="sharegpt"), "H100-NVL", 2) \
+        == float("inf")                                              # no sound bound
+
+
+@pytest.mark.parametrize("system", [
+    "gpu=L40S,gpus_per_node=4,scale_up=pcie,nodes=1",
+    "gpu=H100-SXM,gpus_per_node=8,nodes=16,nic=ib-ndr,nics_per_node=8,"
+    "fabric.topology=rail-optimized,fabric.oversubscription=1",
+    "gpu=H100-SXM,gpus_per_node=8,nodes=2048,nic=roce-400,nics_per_node=4,"
+    "fabric.topology=fat-tree,fabric.oversubscription=2",
+    "gpu=GB200,gpus_per_node=72,nodes=1",
+    "gpu=GB200,gpus_per_node=36,nodes=4,nic=ib-xdr,nics_per_node=36,"
+    "fabric.topology=rail-optimized,fabric.oversubscription=1",
+    "gpu=MI300X,gpus_per_node=8,nodes=3,nic=roce-400,nics_per_node=8,fabric.switch=SN5600",
+])
+def test_a_design_is_priced_as_its_whole_spec_reads(system):
+    """Pricing reads a design's servers once per server design and its fabric once per
+    shape: the same as reading the whole spec (the count, a rack-scale part's trays, the
+    leaf switch sized to the cluster)."""
+    prices._servers.cache_clear()
+    assert prices._design(system) == prices._servers(system, None)[0]

@@ -182,6 +182,24 @@ def _fabric_refusal(tray: int, gpn: int, nodes: int, nic: str, nics: int, topo: 
     return ""
 
 
+def _networks(node: dict[str, Any], why: str, speeds: list[Any], sp: Any
+              ) -> list[tuple[dict[str, Any], str]]:
+    """The networks of the space for servers of ``node`` (NIC speed, NICs per server:
+    one per GPU or one per two, fabric topology, oversubscription), each with why the rules
+    refuse the servers with those NICs ("" when they can be built; ``why``: the servers'
+    own refusal)."""
+    gpn = node["gpus_per_node"]
+    out = []
+    for speed in speeds:
+        for k in sorted({gpn, max(1, gpn // 2)}):
+            no = why or _refusal(spec_string({**node, "nodes": 2, "nic": speed.name,
+                                              "nics_per_node": k}))
+            out += [({"nic": speed.name, "nics_per_node": k,
+                      "fabric": {"topology": topo, "oversubscription": o}}, no)
+                    for topo in sp.fabrics for o in sp.oversubscription]
+    return out
+
+
 def _on_prem(sc: Scenario) -> list[tuple[catalog.GPU, dict[str, Any]]]:
     """The server designs (GPU kind, node spec) of the scenario's on-premises space."""
     c = sc.constraints
@@ -219,25 +237,13 @@ def generate(sc: Scenario, prices: Prices, jobs: int = 1) -> list[Candidate]:
             design = spec_string(node)
             why = _refusal(design)
             gpn = node["gpus_per_node"]
+            nets = _networks(node, why, speeds, sp) if any(
+                1 < n and n * gpn <= max_gpus for n in sp.nodes) else []
             for n in sp.nodes:
                 if n * gpn > max_gpus:
                     continue
-                nets: list[dict[str, Any]] = [{}]
-                if n > 1:
-                    nets = []
-                    for sp_ in speeds:
-                        for k in sorted({gpn, max(1, gpn // 2)}):
-                            for topo in sp.fabrics:
-                                for o in sp.oversubscription:
-                                    nets.append({"nic": sp_.name, "nics_per_node": k,
-                                                 "fabric": {"topology": topo,
-                                                            "oversubscription": o}})
-                for net in nets:
+                for net, no in (nets if n > 1 else [({}, why)]):
                     spec = {**node, "nodes": n, **net}
-                    no = why
-                    if net and not no:
-                        no = _refusal(spec_string({**node, "nodes": 2, "nic": net["nic"],
-                                                   "nics_per_node": net["nics_per_node"]}))
                     if net and not no:
                         f = net["fabric"]
                         no = _fabric_refusal(gpu.gpus_per_tray, gpn, n, net["nic"],
@@ -358,6 +364,28 @@ def _serve_bytes(model: str, precision: str) -> tuple[float, float, float]:
     wb = _WEIGHT_BYTES[precision]
     return (m.params() * wb, m.active_params() * wb,
             kv_cache_bytes_per_token(m, elem_bytes=2 if wb == 2 else 1))
+
+
+def _instance_rate_bound(s: Any, gpu: str, width: int) -> float:
+    """Most requests/s one instance of ``width`` GPUs of ``gpu`` can serve of the scenario's
+    requests, by the memory its KV cache can have (every GPU's memory less the weights at the
+    scenario's precision, at the least KV bytes the precision runs with): each request holds
+    its context's KV through each of its ``osl - 1`` decode steps, and no step is shorter
+    than reading the active weights at the instance's HBM bandwidth, so the cache's
+    token-seconds bound the rate. Infinite where no such bound is sound: speculative
+    decoding (several tokens a step), a dataset's lengths (a mean is no floor of a
+    product), a part without a memory bandwidth."""
+    g = catalog.gpu(gpu)
+    if s.speculative or s.dataset or g.mem_bw_GBps <= 0 or s.osl < 2:
+        return math.inf
+    weights, active, kv_token = _serve_bytes(s.model, s.precision)
+    room = width * g.memory_GB * 2**30 - weights
+    if room <= 0:
+        return 0.0
+    step_s = active / (width * g.mem_bw_GBps * 1e9)
+    own = max(0, s.isl - s.prefix_tokens)          # a shared prefix is held once
+    token_s = step_s * (s.osl - 1) * (own + s.osl / 2)
+    return room / kv_token / token_s if token_s > 0 else math.inf
 
 
 def bound(cand: Candidate, sc: Scenario) -> None:
@@ -535,9 +563,11 @@ class Runner:
         return self.done[job]
 
 
-def _jobs(c: Candidate, sc: Scenario) -> tuple[_TrainJob | None, list[tuple[_ServeJob, int]]]:
+def _jobs(c: Candidate, sc: Scenario, every: bool = False
+          ) -> tuple[_TrainJob | None, list[tuple[_ServeJob, int]]]:
     """The model jobs that judge ``c``: its training search, its serving layouts (with the
-    width of one instance)."""
+    width of one instance): those whose instances, as many as ``c`` holds, can hold the
+    load's KV cache (:func:`_instance_rate_bound`), or ``every`` one."""
     jt = None
     if sc.train:
         t = sc.train
@@ -546,6 +576,9 @@ def _jobs(c: Candidate, sc: Scenario) -> tuple[_TrainJob | None, list[tuple[_Ser
     if sc.serve:
         s = sc.serve
         for lay, design, w in _serve_layouts(c, sc):
+            if not every and s.rate and \
+                    s.rate * w / c.gpus > _instance_rate_bound(s, c.gpu, w):
+                continue            # its instances together cannot hold the load's KV cache
             mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
                                    s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
                                    s.concurrency is not None, s.speculative, s.dataset,
@@ -604,9 +637,25 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
                     best = row
             if best is None:
                 errs = [runner[j].get("error", "") for j, _ in per_cand_s[i]]
-                c.metrics["serve_error"] = errs[0] if errs else "no layout fits"
+                c.metrics["serve_error"] = errs[0] if errs else _no_layout(c, sc)
             else:
                 c.metrics["serve"] = best
+
+
+def _no_layout(c: Candidate, sc: Scenario) -> str:
+    """Why a design has no serving layout to run (:func:`_jobs` kept none)."""
+    assert sc.serve is not None
+    widths = [w for _, _, w in _serve_layouts(c, sc)]
+    if not widths:
+        return "no layout fits"
+    s = sc.serve
+    most = max(c.gpus // w * _instance_rate_bound(s, c.gpu, w) for w in widths)
+    if most <= 0:
+        weights = _serve_bytes(s.model, s.precision)[0]
+        return (f"{s.model} in {s.precision} does not fit: {weights / 1e9:.0f} GB of weights "
+                f"on {max(widths)} {c.gpu}")
+    return (f"no layout's KV cache holds the load: at most {most:.3g} requests/s of "
+            f"{_demand(sc):g} by memory and bandwidth")
 
 
 # --------------------------------------------------------------------------------------------

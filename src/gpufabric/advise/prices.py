@@ -34,7 +34,7 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -234,30 +234,62 @@ class _Design:
     switch_ports: int
 
 
-@lru_cache(maxsize=8192)
 def _design(system: str) -> _Design:
-    from gpufabric.topology import fabric
+    """The :class:`_Design` of ``system`` (an inline spec): its servers read once per server
+    design and network (:func:`_servers`), its fabric once per shape (:func:`_fabric`): an
+    advisor's hundred thousand designs are a few thousand of these times their node counts."""
+    parts = system.split(",")
+    count = next((p for p in parts if p.startswith("nodes=")), None)
+    if count is None or not count[6:].isdigit() or int(count[6:]) < 1:
+        return _servers(system, None)[0]          # (the count as the spec reads it)
+    n = int(count[6:])
+    d, trays, net = _servers(",".join(p for p in parts if p is not count), n > 1)
+    if not d.speed or n * trays <= 1:
+        return d
+    return replace(d, **_fabric(*net, n * trays))
+
+
+@lru_cache(maxsize=8192)
+def _servers(system: str, several: bool | None) -> tuple[_Design, int, tuple]:
+    """The :class:`_Design` of ``system`` without its fabric, normalized as one server
+    (``several`` false) or as a cluster of them (true; None: the count the spec gives), the
+    normalized nodes per server (a rack-scale part's trays) and what its fabric is planned
+    from but the count (:func:`_fabric`'s arguments)."""
     from gpufabric.topology.build import normalize_spec, parse_inline
-    s = normalize_spec(parse_inline(system), file="design")
+    spec = parse_inline(system)
+    k = spec.get("nodes", 1) if several is None else 2 if several else 1
+    s = normalize_spec({**spec, "nodes": k}, file="design")
     g = catalog.gpu(s["gpu"] if isinstance(s["gpu"], str) else s["gpu"][0])
     gpn = int(s["gpus_per_node"])
     form = ("rack" if g.gpus_per_tray and gpn > 8 else
             "baseboard" if g.form_factor in ("sxm", "oam") and gpn >= 4 else "pcie")
     speed = s.get("nic") if s.get("nics_per_node") else None
-    tiers: tuple = ()
-    cables: tuple = ()
-    optics: tuple = ()
-    end = ports = 0
-    if speed and int(s["nodes"]) > 1:
-        p = fabric.plan(s, file="design")
-        tiers = tuple((t.name, t.switch, t.switches) for t in p.tiers)
-        cables = tuple(p.cables.items())
-        optics = tuple(p.optics.items())
-        end, ports = p.end_ports, sum(t.ports_used for t in p.tiers)
-    return _Design(str(s.get("scale_up") or ""), form, s["host"]["cpu"],
-                   int(s["host"]["sockets"]), speed,
-                   catalog.net_speed(speed).nic if speed else None,
-                   int(s.get("nics_per_node") or 0), tiers, cables, optics, end, ports)
+    d = _Design(str(s.get("scale_up") or ""), form, s["host"]["cpu"], int(s["host"]["sockets"]),
+                speed, catalog.net_speed(speed).nic if speed else None,
+                int(s.get("nics_per_node") or 0), (), (), (), 0, 0)
+    fab = s["fabric"] if "switch" in (spec.get("fabric") or {}) else \
+        {k: v for k, v in s["fabric"].items() if k != "switch"}   # (sized to the count)
+    net = (s["nic"], int(s["nics_per_node"]),
+           tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in fab.items()))
+    if several is None and speed and int(s["nodes"]) > 1:
+        d = replace(d, **_fabric(*net, int(s["nodes"])))
+    return d, int(s["nodes"]) // k, net
+
+
+@lru_cache(maxsize=8192)
+def _fabric(nic: str, nics: int, fab: tuple, nodes: int) -> dict[str, Any]:
+    """The :class:`_Design` fields of the fabric of ``nodes`` servers of ``nics`` NICs of
+    ``nic`` (``fab``: the normalized spec's ``fabric`` items; its leaf switch, where absent,
+    the default sized to the cluster): the same for every GPU kind."""
+    from gpufabric.topology import fabric
+    f: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in fab}
+    s = {"nic": nic, "nodes": nodes, "nics_per_node": nics, "fabric": f}
+    if "switch" not in f:
+        f["switch"] = fabric.default_switch(s, "design")
+    p = fabric.plan(s, file="design")
+    return {"tiers": tuple((t.name, t.switch, t.switches) for t in p.tiers),
+            "cables": tuple(p.cables.items()), "optics": tuple(p.optics.items()),
+            "end_ports": p.end_ports, "switch_ports": sum(t.ports_used for t in p.tiers)}
 
 
 def _line(category: str, item: str, count: float, row: dict[str, Any] | None,

@@ -150,7 +150,7 @@ def layouts(t: Target, runner: core.Runner) -> list[dict[str, Any]]:
     ``t.pd``, xPyD units too (an instance is then a unit, its width the unit's GPUs)."""
     sc = _scenario(t)
     jobs: list[tuple[Any, int]] = [(replace(j, engine=t.engine), w)
-                                   for j, w in core._jobs(_candidate(t), sc)[1]
+                                   for j, w in core._jobs(_candidate(t), sc, every=True)[1]
                                    if w <= t.max_instance_gpus]
     if t.pd:
         jobs += _pd_jobs(t, jobs)

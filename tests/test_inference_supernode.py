@@ -17,16 +17,22 @@ def test_candidate_layouts():
 
 
 def test_moe_gains_from_the_nvlink_domain():
+    """DeepSeek-V3 on 16 GPUs under a loose SLO: each layout serves up to its capacity. Wide
+    EP (16 ranks) inside the NVL72's NVLink domain serves over twice what the same layout
+    does across two 8-GPU servers over InfiniBand (its all-to-all crosses the NICs); each
+    system's best is within the GB200's compute edge over the B200 (1.11x) of the other."""
     sup = load("gb200-nvl72")
     srv = from_spec({"gpu": "B200", "gpus_per_node": 8, "nodes": 2, "nic": "ib-ndr"})
     # with EPLB (redundant experts even out the ranks) as wide-EP deployments run
     cfg = ServeConfig(precision="fp8", requests=200, isl=1000, osl=200, slo_ttft_ms=2000,
                       slo_tpot_ms=60, eplb=True)
     r = supernode_vs_servers("deepseek-v3", sup, srv, cfg, 16, duration_s=4.0)
-    assert r["supernode"]["layout"] == "tp16 ep16 dpa16"
-    assert r["servers"]["layout"] == "tp8 ep8 dpa8"
-    assert r["ratio"] == pytest.approx(1.12, abs=0.03)     # 1.11 of it is the GB200 peak
-    assert "wider NVLink domain" in r["reason"] and "GB200 has 1.11x" in r["reason"]
+    wide = {k: next(x for x in r[k]["tried"] if x["layout"] == "tp16 ep16 dpa16")
+            for k in ("supernode", "servers")}
+    assert wide["supernode"]["rate"] > 2 * wide["servers"]["rate"]
+    assert r["servers"]["layout"] == "tp8 ep8 dpa8"          # EP inside one server
+    assert 1.0 <= r["ratio"] <= 1.11 + 0.03
+    assert "GB200 has 1.11x" in r["reason"]
 
 
 def test_a_model_too_big_for_one_server_goes_wide_or_says_what_fits():

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -416,6 +417,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     requests meets the SLO; an open-loop run stops as soon as it cannot
     (:func:`~gpufabric.workloads.inference.simulator.slo_out_of_reach`), and its summary is
     then only ``slo_attainment`` (the most it could have reached) and ``stopped_early``.
+    Its capacity, where it needs one, is measured quickly (:func:`capacity`).
     """
     check_config(cfg)
     cfg = with_client(cfg)
@@ -441,14 +443,15 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     except GaveUp as g:
         return {"slo_attainment": g.most, "stopped_early": True}
     # the capacity: for a run of no stated count (one prediction, where it is worth its
-    # saturated run), else where the steady state shows a queue that builds
-    queue = "steady" in s and s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
+    # saturated run), else where the steady state shows a queue that builds or the run is
+    # too short to have one (its requests still in their first answers when the last came)
+    queue = "steady" not in s or s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
         s["steady"]["requests"]
     rate = cfg.rate
     # (a client that holds at most --concurrency in flight queues the rest itself: the
     # engine sees no more than that, and the run's own figures are what it serves)
-    cap = capacity(sm, cfg, share, sched) if steady and rate is not None and \
-        not cfg.concurrency and (auto or queue) else {}
+    cap = capacity(sm, cfg, share, sched, quick=stop_below is not None) if steady and \
+        rate is not None and not cfg.concurrency and (auto or queue) else {}
     over = bool(cap) and rate is not None and rate / share > cap["requests_per_s"]
     tried = [_converging(s, reqs, share)]
     # an overloaded run's latencies grow with its length: its capacity is the answer
@@ -485,8 +488,10 @@ def _deployment_figures(s: dict, res: SimResult, reqs: R.Requests, cfg: ServeCon
         s["goodput_requests_per_s"] = s["slo_attainment"] * cap["requests_per_s"]
         s.update({k: cap[k] for k in ("throughput_tokens_per_s", "total_tokens_per_s",
                                       "requests_per_s")})
-    elif "steady" in s and cfg.rate is not None and not cfg.trace and not cfg.concurrency:
-        # a stable deployment serves what is offered (flow conservation): the rate times the
+    elif ("steady" in s or cap) and cfg.rate is not None and not cfg.trace and \
+            not cfg.concurrency:
+        # a stable deployment (by its steady state, or by its capacity where the run is too
+        # short to have one) serves what is offered (flow conservation): the rate times the
         # requests' lengths, whatever this sample's arrivals in the window were
         per = cfg.rate / share
         s.update({"requests_per_s": per, "goodput_requests_per_s": s["slo_attainment"] * per,
@@ -615,16 +620,54 @@ def tier_compare(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerCo
     return rows
 
 
-def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig) -> dict:
+def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig,
+             quick: bool = False) -> dict:
     """What one of ``share`` streams serves at most: a saturated run of ``cfg``'s lengths
     (every request queued at once, at least eight full batches) in its middle
     (:func:`~gpufabric.workloads.inference.simulator.saturated`): its ``requests_per_s`` is
-    the capacity, and an overloaded deployment's steady state. Kept by the step costs
-    (:func:`step_digest`), the parameter value, the lengths and the scheduler it was measured
-    with: a search over the rate (which enters none of them) measures it once, and so do
-    designs whose instances cost the same (they differ only where an instance does not reach:
-    other servers, the network)."""
-    n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS)) * share
+    the capacity, and an overloaded deployment's steady state.
+
+    ``quick``: the caller only compares a rate with it (a search's verdict), and eight
+    batches of what the KV cache holds at once (:func:`_quick_requests`) answer where that
+    is fewer requests. Where the cache holds far fewer sequences than ``max_num_seqs`` (long
+    answers), the full run's thousands of requests thrash through preemptions for minutes;
+    the quick run's ``requests_per_s`` is within 2-10% of the full one's on them, finer than
+    a search's bisection steps (an eighth of its bracket)."""
+    n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS))
+    if quick:
+        n = min(n, _quick_requests(cfg, sched))
+    return _saturated(sm, cfg, share, sched, n)
+
+
+#: Fewest requests per stream of a quick capacity run (:func:`capacity`).
+QUICK_REQUESTS = 256
+
+
+def _quick_requests(cfg: ServeConfig, sched: SchedulerConfig) -> int:
+    """Requests per stream of a quick capacity run: eight batches of what the KV cache holds
+    at once (every sequence at its full length, at most ``max_num_seqs``), at least
+    :data:`QUICK_REQUESTS`."""
+    isl, osl = _mean_lengths(cfg.dataset, cfg.isl, cfg.osl) if cfg.dataset else \
+        (float(cfg.isl), float(cfg.osl))
+    held = sched.num_blocks * sched.block_size // max(1.0, isl + osl)
+    return max(QUICK_REQUESTS, 8 * int(min(sched.max_num_seqs, max(1, held))))
+
+
+@lru_cache(maxsize=64)
+def _mean_lengths(dataset: str, isl: int, osl: int) -> tuple[float, float]:
+    from gpufabric.workloads.inference.datasets import get, mean_lengths
+    return mean_lengths(get(dataset), isl, osl)
+
+
+def _saturated(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig,
+               n: int) -> dict:
+    """:func:`~gpufabric.workloads.inference.simulator.saturated` of ``n`` requests per stream
+    of ``cfg``'s lengths, all queued at once. Kept by the step costs (:func:`step_digest`),
+    the parameter value, the lengths and the scheduler it was measured with: a search over
+    the rate (which enters none of them) measures it once, and so do designs whose instances
+    cost the same (they differ only where an instance does not reach: other servers, the
+    network)."""
+    n *= share
     sat = replace(cfg, rate=None, concurrency=None, trace=None, requests=n)
     key = (step_digest(sm), params.current().key, share, n, sat.isl, sat.osl, sat.dataset,
            sat.dataset_spread, sat.seed, sat.prefix_tokens, sat.kv_tiers,

@@ -405,17 +405,17 @@ def test_layouts_that_cannot_hold_the_load_are_skipped_with_the_same_answer():
 
 def test_the_instance_rate_bound_is_the_kv_caches_token_seconds():
     """Two H100 NVL (94 GB, 3,900 GB/s each) serving Llama 3 70B in 16 bits at 1,000 tokens
-    in and 2,000 out: the memory left after the weights, in 327,680-byte tokens, over the
-    token-seconds a request holds (1,999 steps of at least the weights read over both GPUs'
-    bandwidth, holding 1,000 + 1,000 tokens on average)."""
+    in and 2,000 out: a request's 1,999 decode steps read 1,999 x 2,000 tokens of context
+    (327,680 bytes each in 16 bits) and hold as many; holding them takes steps of at least
+    the weights' read each, as many as the memory left after the weights allows at once."""
     from gpufabric import catalog
     from gpufabric.workloads.models import load_model
     s = scenario.Serve(model="llama3-70b", rate=1, isl=1000, osl=2000, slo_tpot_ms=60)
     m, g = load_model("llama3-70b"), catalog.gpu("H100-NVL")
     room = 2 * g.memory_GB * 2**30 - 2 * m.params()
-    step = 2 * m.active_params() / (2 * g.mem_bw_GBps * 1e9)
+    tokens = 1999 * 2000
     assert core._instance_rate_bound(s, "H100-NVL", 2) == pytest.approx(
-        room / 327680 / (step * 1999 * 2000))
+        2 * g.mem_bw_GBps * 1e9 / (327680 * (tokens * 2 * m.active_params() / room + tokens)))
     assert core._instance_rate_bound(s, "H100-NVL", 1) == 0.0       # the weights alone
     assert core._instance_rate_bound(replace_serve(s, dataset="sharegpt"), "H100-NVL", 2) \
         == float("inf")                                              # no sound bound

@@ -366,15 +366,19 @@ def _serve_bytes(model: str, precision: str) -> tuple[float, float, float]:
             kv_cache_bytes_per_token(m, elem_bytes=2 if wb == 2 else 1))
 
 
+@cache
 def _instance_rate_bound(s: Any, gpu: str, width: int) -> float:
     """Most requests/s one instance of ``width`` GPUs of ``gpu`` can serve of the scenario's
-    requests, by the memory its KV cache can have (every GPU's memory less the weights at the
-    scenario's precision, at the least KV bytes the precision runs with): each request holds
-    its context's KV through each of its ``osl - 1`` decode steps, and no step is shorter
-    than reading the active weights at the instance's HBM bandwidth, so the cache's
-    token-seconds bound the rate. Infinite where no such bound is sound: speculative
-    decoding (several tokens a step), a dataset's lengths (a mean is no floor of a
-    product), a part without a memory bandwidth."""
+    requests by its memory: ``R`` bytes of KV cache at most (every GPU's memory less the
+    weights at the scenario's precision, at the least KV bytes ``k`` a token the precision
+    runs with), ``W`` bytes/s of HBM. A decode step reads the active weights ``A`` and the
+    context of every sequence it advances, so it takes at least ``(A + k C) / W`` for ``C``
+    tokens of context, and holds at most ``R / k`` tokens. Each request takes ``osl - 1``
+    steps over contexts ``isl + 1 .. isl + osl - 1`` (``C1`` tokens read in all, ``H1`` held,
+    a shared prefix held once); the steps needed to hold them all and the reads give, over
+    ``n`` requests, a time of at least ``n k (H1 A / R + C1) / W``. Infinite where no such
+    bound is sound: speculative decoding (several tokens a step), a dataset's lengths (a
+    mean is no floor of a product), a part without a memory bandwidth."""
     g = catalog.gpu(gpu)
     if s.speculative or s.dataset or g.mem_bw_GBps <= 0 or s.osl < 2:
         return math.inf
@@ -382,10 +386,25 @@ def _instance_rate_bound(s: Any, gpu: str, width: int) -> float:
     room = width * g.memory_GB * 2**30 - weights
     if room <= 0:
         return 0.0
-    step_s = active / (width * g.mem_bw_GBps * 1e9)
-    own = max(0, s.isl - s.prefix_tokens)          # a shared prefix is held once
-    token_s = step_s * (s.osl - 1) * (own + s.osl / 2)
-    return room / kv_token / token_s if token_s > 0 else math.inf
+    steps = s.osl - 1
+    read = steps * (s.isl + s.osl / 2)                               # C1
+    held = steps * (max(0, s.isl - s.prefix_tokens) + s.osl / 2)     # H1
+    return width * g.mem_bw_GBps * 1e9 / (kv_token * (held * active / room + read))
+
+
+@cache
+def _layout_widths(model: str, gpus_per_node: int, gpus: int) -> tuple[int, ...]:
+    """The instance widths of a design's serving layouts (:func:`_serve_layouts`)."""
+    from gpufabric.workloads.inference.supernode import default_layouts
+    return tuple(lay["tp"] for lay in default_layouts(model, gpus_per_node, gpus)[0]
+                 if lay["tp"] <= gpus)
+
+
+def _design_rate_bound(c: Candidate, s: Any) -> float:
+    """Most requests/s any serving layout of ``c`` can hold the KV cache of: its instances
+    (as many as ``c`` holds) times :func:`_instance_rate_bound`."""
+    return max((c.gpus // w * _instance_rate_bound(s, c.gpu, w)
+                for w in _layout_widths(s.model, c.gpus_per_node, c.gpus)), default=0.0)
 
 
 def bound(cand: Candidate, sc: Scenario) -> None:
@@ -649,7 +668,7 @@ def _no_layout(c: Candidate, sc: Scenario) -> str:
     if not widths:
         return "no layout fits"
     s = sc.serve
-    most = max(c.gpus // w * _instance_rate_bound(s, c.gpu, w) for w in widths)
+    most = _design_rate_bound(c, s)
     if most <= 0:
         weights = _serve_bytes(s.model, s.precision)[0]
         return (f"{s.model} in {s.precision} does not fit: {weights / 1e9:.0f} GB of weights "
@@ -783,6 +802,10 @@ def _bound_violations(c: Candidate, sc: Scenario) -> dict[str, float]:
         have = c.gpus * catalog.gpu(c.gpu).memory_GB * 2**30 / 1e9
         if c.bound["serve_memory_GB"] > have:
             v["slo"] = max(v.get("slo", 0.0), c.bound["serve_memory_GB"] / have)
+        if sc.serve.rate:          # no layout's instances can hold the load's KV cache
+            most = _design_rate_bound(c, sc.serve)
+            if most < sc.serve.rate:
+                v["slo"] = max(v.get("slo", 0.0), sc.serve.rate / most if most else math.inf)
     if k.power_kW and c.power_kW is not None and c.power_kW > k.power_kW:
         v["power"] = c.power_kW / k.power_kW
     if k.budget_capex_usd and (c.cost.get("capex_usd") or 0) > k.budget_capex_usd:

@@ -631,7 +631,7 @@ def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig
     batches of what the KV cache holds at once (:func:`_quick_requests`) answer where that
     is fewer requests. Where the cache holds far fewer sequences than ``max_num_seqs`` (long
     answers), the full run's thousands of requests thrash through preemptions for minutes;
-    the quick run's ``requests_per_s`` is within 2-10% of the full one's on them, finer than
+    the quick run's ``requests_per_s`` is within about 5% of the full one's on them, finer than
     a search's bisection steps (an eighth of its bracket)."""
     n = max(DEFAULT_REQUESTS, min(8 * sched.max_num_seqs, MAX_AUTO_REQUESTS))
     if quick:

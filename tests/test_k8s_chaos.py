@@ -26,6 +26,7 @@ import k8s_chaos as chaos  # noqa: E402
 pytestmark = pytest.mark.usefixtures("bounded_memory", "deadline")   # conftest.py
 
 
+@pytest.mark.slow
 def test_chaos_on_a_thousand_nodes_with_a_restart(tmp_path, capfd):
     infos = load_node_infos(chaos.NODES)
     names = [n.name for n in infos]

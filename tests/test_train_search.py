@@ -24,12 +24,12 @@ def _layout(r):
     ("llama3-70b", {"global_batch": 8, "seq_len": 4096, "micro_batches": (1,), "max_cp": 2,
                     "max_vpp": 2}),
     # MoE: expert layouts carved out of dp and folded over tp x dp
-    ("qwen3-30b-a3b", {"global_batch": 8, "seq_len": 4096, "micro_batches": (1,),
-                       "max_cp": 1, "max_pp": 1}),
+    pytest.param("qwen3-30b-a3b", {"global_batch": 8, "seq_len": 4096, "micro_batches": (1,),
+                                   "max_cp": 1, "max_pp": 1}, marks=pytest.mark.slow),
     # two nodes: data parallelism and HSDP across the network
-    ("llama3-8b", {"system": "gpu=H100-SXM,gpus_per_node=4,nodes=2,nic=ib-ndr",
-                   "global_batch": 8, "seq_len": 8192, "micro_batches": (1,), "max_cp": 2,
-                   "max_vpp": 2}),
+    pytest.param("llama3-8b", {"system": "gpu=H100-SXM,gpus_per_node=4,nodes=2,nic=ib-ndr",
+                               "global_batch": 8, "seq_len": 8192, "micro_batches": (1,),
+                               "max_cp": 2, "max_vpp": 2}, marks=pytest.mark.slow),
 ])
 def test_pruned_search_finds_what_brute_force_finds(model, kw):
     kw = dict(kw)

@@ -169,6 +169,7 @@ def _answer(adv):
             [core.describe(c) for c in adv.pareto], adv.changes, adv.evaluated)
 
 
+@pytest.mark.slow
 def test_the_answer_is_the_same_on_one_worker_and_on_several():
     data = json.loads(json.dumps(SERVE))
     data["space"] = {"gpus_per_node": [1], "nodes": [1, 2], "nics": ["roce-400"],

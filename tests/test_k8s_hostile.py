@@ -268,6 +268,7 @@ def test_an_internal_error_is_a_json_500_and_the_state_is_rebuilt_from_the_recor
     assert s == 200 and (ext._state.gpu_left == before).all()       # nothing counted twice
 
 
+@pytest.mark.slow
 def test_a_stalled_or_vanishing_client_costs_one_log_line_and_nobody_waits(server, capfd):
     srv = server(Extender(load_node_infos(NODES)), request_timeout_s=1.5)
     port = srv.server_address[1]

@@ -243,6 +243,7 @@ def test_scaling_reaches_but_never_exceeds_the_target():
     assert int(js.gpu_request[idx].sum()) <= 0.5 * 6212000 < int(js.gpu_request.sum())
 
 
+@pytest.mark.slow
 @pytest.mark.openb
 def test_arrival_on_the_real_trace_reproduces_the_paper_ordering():
     c, js = load_nodes("gpu_node"), load_jobs("default")

@@ -91,9 +91,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "openb: needs the real openb trace (../shared/traces/"
                             "openb, or GPUFABRIC_DATA_DIR)")
     config.addinivalue_line("markers", "slow: a long test (an external runtime such as a "
-                            "local Ray instance, a brute-force search, a thousand-node chaos "
-                            "run); left out of the default run, `pytest -m slow` runs them (CI "
-                            "runs both)")
+                            "local Ray instance or headless Chromium, a brute-force search, a "
+                            "thousand-node chaos run); left out of the default run, `pytest -m "
+                            "slow` runs them (CI runs both)")
     if not hasattr(config, "workerinput"):      # once, in the controller, before the workers
         _byte_compile()
 

@@ -256,6 +256,7 @@ def test_json_has_designs_best_first_with_a_system_spec(tmp_path, capsys):
         assert d["system"].startswith("gpu=")
 
 
+@pytest.mark.slow
 def test_the_html_page_loads_in_chromium_without_console_errors(tmp_path, capsys):
     import yaml
 

@@ -20,6 +20,7 @@ from chromium_page import chromium, open_page
 pytestmark = pytest.mark.usefixtures("deadline")
 
 
+@pytest.mark.slow
 def test_report_opens_in_chromium_without_errors_and_every_chart_has_ticked_axes(tmp_path):
     browser_path = chromium()
     topos = [load_system(n) for n in ("hgx-h100", "pcie-direct-8gpu", "gb200-nvl72")]

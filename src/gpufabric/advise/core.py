@@ -320,12 +320,6 @@ def _weights_gpus_floor(model: str, gpu: str, precision: str) -> int:
     return max(1, math.ceil(load_model(model).params() * byts / mem)) if mem else 10 ** 9
 
 
-@cache
-def _mean_lengths(dataset: str, isl: int, osl: int) -> tuple[float, float]:
-    from gpufabric.workloads.inference.datasets import get, mean_lengths
-    return mean_lengths(get(dataset), isl, osl)
-
-
 def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
     """GB of GPU memory a serving load needs at least on ``gpus`` GPUs of ``gpu``: the weights
     at the scenario's precision and the KV cache of the sequences in flight (Little's law).
@@ -341,7 +335,8 @@ def _serve_memory_floor_GB(s: Any, gpu: str, gpus: int) -> float:
     g = catalog.gpu(gpu)
     isl, osl = float(s.isl), float(s.osl)
     if s.dataset:                   # (a mean: in-flight sequences are longer, so still a floor)
-        isl, osl = _mean_lengths(s.dataset, s.isl, s.osl)
+        from gpufabric.workloads.inference.datasets import get, mean_lengths
+        isl, osl = mean_lengths(get(s.dataset), s.isl, s.osl)
     if s.concurrency:
         flight = float(s.concurrency)
     elif s.rate and not s.speculative and g.mem_bw_GBps > 0:
@@ -664,10 +659,10 @@ def evaluate(cands: list[Candidate], sc: Scenario, *, ray: bool = False,
 def _no_layout(c: Candidate, sc: Scenario) -> str:
     """Why a design has no serving layout to run (:func:`_jobs` kept none)."""
     assert sc.serve is not None
-    widths = [w for _, _, w in _serve_layouts(c, sc)]
+    s = sc.serve
+    widths = _layout_widths(s.model, c.gpus_per_node, c.gpus)
     if not widths:
         return "no layout fits"
-    s = sc.serve
     most = _design_rate_bound(c, s)
     if most <= 0:
         weights = _serve_bytes(s.model, s.precision)[0]

@@ -21,7 +21,6 @@ from collections.abc import Callable
 import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
@@ -647,16 +646,11 @@ def _quick_requests(cfg: ServeConfig, sched: SchedulerConfig) -> int:
     """Requests per stream of a quick capacity run: eight batches of what the KV cache holds
     at once (every sequence at its full length, at most ``max_num_seqs``), at least
     :data:`QUICK_REQUESTS`."""
-    isl, osl = _mean_lengths(cfg.dataset, cfg.isl, cfg.osl) if cfg.dataset else \
+    from gpufabric.workloads.inference.datasets import get as get_dataset, mean_lengths
+    isl, osl = mean_lengths(get_dataset(cfg.dataset), cfg.isl, cfg.osl) if cfg.dataset else \
         (float(cfg.isl), float(cfg.osl))
     held = sched.num_blocks * sched.block_size // max(1.0, isl + osl)
     return max(QUICK_REQUESTS, 8 * int(min(sched.max_num_seqs, max(1, held))))
-
-
-@lru_cache(maxsize=64)
-def _mean_lengths(dataset: str, isl: int, osl: int) -> tuple[float, float]:
-    from gpufabric.workloads.inference.datasets import get, mean_lengths
-    return mean_lengths(get(dataset), isl, osl)
 
 
 def _saturated(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig,

@@ -218,6 +218,15 @@ def test_power_cap_slows_the_tensor_clock_by_the_cube_root():
     import dataclasses                                       # a GPU file without a TDP
     with pytest.raises(InputError, match="has no TDP in the catalog"):
         power_capped(dataclasses.replace(gpu_spec("T4"), tdp_W=0.0), 50)
+    # a part that ships power-limited (the catalog's power_limit_W) runs capped by default, and
+    # a cap is then taken from its limit, never twice
+    meta = gpu_spec("H100-SXM-96GB")
+    assert (meta.tdp_W, meta.tflops) == (500, capped.tflops)
+    assert power_capped(meta, 500).tflops == capped.tflops
+    with pytest.raises(InputError, match=r"at most 500 W \(H100-SXM-96GB's power limit\)"):
+        power_capped(meta, 600)
+    from gpufabric.advise import prices                # and it draws its limit, not its TDP
+    assert prices.load().gpu_watts("H100-SXM-96GB") == 500
     assert power_cap({"gpu_variant": "96GB HBM2e (Grand Teton)", "power_cap_W": 500}) == 500
     assert power_cap({"gpu_variant": "95/96GB HBM2e, lower TDP"}) is None
     with pytest.raises(InputError, match="system.power_cap_W: got 'high'"):

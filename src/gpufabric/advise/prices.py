@@ -110,7 +110,8 @@ class Prices:
         e = self.entries["power"].get((gpu,))
         if e:
             return float(e["watts"])
-        w = catalog.gpu(gpu).tdp_W
+        g = catalog.gpu(gpu)            # a part that ships power-limited draws its limit
+        w = g.power_limit_W or g.tdp_W
         return float(w) if w else None
 
     def cloud(self) -> list[dict[str, Any]]:

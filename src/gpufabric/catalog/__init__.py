@@ -55,6 +55,9 @@ class GPU:
     host_cpu: str | None = None   # superchip: the CPU the GPU hangs off over NVLink-C2C
     gpus_per_tray: int = 0        # rack-scale parts: GPUs per compute tray (one server)
     tdp_W: float = 0.0            # board power (max TDP, W); 0 = not recorded
+    #: the board power limit the part ships with where it is below the TDP (0: the TDP); its
+    #: compute runs at the clock that limit sustains (workloads.compute.gpu_spec)
+    power_limit_W: float = 0.0
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

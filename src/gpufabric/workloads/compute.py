@@ -233,15 +233,20 @@ def gpu_spec(name: str) -> GPUSpec:
     tf = {"fp32": g.fp32_tflops, "tf32": g.tf32_tflops, "fp16": g.fp16_tflops, "bf16": bf16,
           "fp8": g.fp8_tflops, "mxfp8": g.fp8_tflops if g.arch == "blackwell" else 0.0,
           "fp4": g.fp4_tflops}
-    return GPUSpec(g.name, g.arch, g.sms, float(g.memory_GB), float(g.mem_bw_GBps),
+    spec = GPUSpec(g.name, g.arch, g.sms, float(g.memory_GB), float(g.mem_bw_GBps),
                    {k: float(v) for k, v in tf.items()}, float(g.tdp_W))
+    if g.power_limit_W and g.power_limit_W < g.tdp_W:     # as the part ships: capped
+        spec = power_capped(spec, g.power_limit_W, field="power_limit_W")
+    return spec
 
 
 def power_capped(spec: GPUSpec, cap_W: float, *, field: str = "power_cap_W") -> GPUSpec:
     """``spec`` run under a board power limit of ``cap_W``: every compute peak scaled by the
-    sustained clock ``(cap / TDP) ** POWER_CLOCK_EXP`` (HBM keeps its own clock). A cap must
-    be above 0 and at most the TDP (a cap at the TDP changes nothing); a part without a
-    recorded TDP cannot be capped. ``field`` names the cap in errors.
+    sustained clock ``(cap / TDP) ** POWER_CLOCK_EXP`` (HBM keeps its own clock), and the cap
+    its board power (``tdp_W``: a part that ships capped, as the catalog's ``power_limit_W``
+    says, is capped further from its limit). A cap must be above 0 and at most that board
+    power (a cap at it changes nothing); a part without a recorded TDP cannot be capped.
+    ``field`` names the cap in errors.
 
     >>> g = power_capped(gpu_spec("H100-SXM"), 500)
     >>> round(g.tflops["bf16"])
@@ -255,10 +260,12 @@ def power_capped(spec: GPUSpec, cap_W: float, *, field: str = "power_cap_W") -> 
     if not spec.tdp_W:
         raise InputError(f"{spec.name} has no TDP in the catalog; cannot apply a power cap",
                          field=field)
-    check_range(cap_W, 0, spec.tdp_W, above=True, unit=" W", why=f" ({spec.name}'s TDP)",
-                field=field)
+    limited = spec.tdp_W < catalog.gpu(spec.name).tdp_W
+    check_range(cap_W, 0, spec.tdp_W, above=True, unit=" W",
+                why=f" ({spec.name}'s {'power limit' if limited else 'TDP'})", field=field)
     f = min(1.0, cap_W / spec.tdp_W) ** POWER_CLOCK_EXP.value
-    return replace(spec, tflops={k: v * f for k, v in spec.tflops.items()})
+    return replace(spec, tflops={k: v * f for k, v in spec.tflops.items()},
+                   tdp_W=float(cap_W))
 
 
 # -- operations ---------------------------------------------------------------------------------

@@ -41,12 +41,29 @@ def _sc(data, name="t.yaml"):
     ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
       "space": {"nodes": [0]}}, "space.nodes[0]"),
     ({"workload": {}}, "workload"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50,
+                              "engine": "warp-drive"}}}, "workloads.serve.engine"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50,
+                              "engine": "mine.yaml"}}}, "workloads.serve.engine"),
 ])
 def test_a_bad_scenario_is_one_line_naming_the_field(data, field):
     with pytest.raises(InputError) as e:
         _sc(data, "bad.yaml")
     assert e.value.file == "bad.yaml" and e.value.field == field
     assert "\n" not in str(e.value)
+
+
+def test_a_serving_scenario_names_its_engine_as_serve_takes_it():
+    base = {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}
+    assert _sc({"workloads": {"serve": base}}).serve.engine == "vllm"
+    for name, profile in (("TensorRT-LLM", "tensorrt-llm"), ("sglang", "sglang"),
+                          ("tensorrt-llm-tensorrt", "tensorrt-llm-tensorrt")):
+        s = _sc({"workloads": {"serve": {**base, "engine": name}}}).serve
+        assert s.engine == profile
+        one = core.Candidate(gpu="H100-SXM", gpus_per_node=1, nodes=1, deployment="on-prem",
+                             spec={"gpu": "H100-SXM", "gpus_per_node": 1})
+        job = core._jobs(one, _sc({"workloads": {"serve": {**base, "engine": name}}}))[1][0][0]
+        assert job.engine == profile      # the serving runs use that profile
 
 
 def test_every_builtin_scenario_parses():

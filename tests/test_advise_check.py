@@ -33,12 +33,45 @@ def test_the_projects_file_holds_20_sourced_comparisons():
 def test_a_comparison_on_figures_a_constant_was_fitted_on_is_in_sample():
     # FP4_EFF was fitted on TensorRT-LLM 1.0's B200 FP4 row (src/gpufabric/data/fits.yaml)
     assert "FP4_EFF" in check.fitted_on(("trtllm-1.0-llama33-70b-b200-tp1-fp4",))
-    # the TensorRT engine profile fitted on the 0.17 rows is not the engine the advisor serves
-    # with (vLLM), so those rows stay held out for it
+    # an engine profile's constants count for a comparison whose sides run that engine: the
+    # TensorRT backend's overheads were fitted on a 0.17 row, which vLLM runs leave held out
     assert check.fitted_on(("trtllm-0.17-llama31-8b-h100-tp1-fp8",)) == []
+    assert check.fitted_on(("trtllm-0.17-llama31-8b-h100-tp1-fp8",),
+                           ("tensorrt-llm-tensorrt",)) == [
+        "ENGINE_LAYER_S[tensorrt-llm-tensorrt]", "ENGINE_OVERHEAD_S[tensorrt-llm-tensorrt]"]
     comps = {c.id: c for c in check.load("builtin")}
+    c = comps["trtllm017-llama8b-h200-vs-h100"]
+    assert check.engines(c) == ("tensorrt-llm-tensorrt",)
+    assert check.fitted_on(c.calibration, check.engines(c))
     assert check.fitted_on(comps["trtllm10-llama70b-b200-fp4-vs-h200-fp8"].calibration)
-    assert not check.fitted_on(comps["mlperf41-llama2-70b-server-h200-vs-h100"].calibration)
+    c = comps["mlperf41-llama2-70b-server-h200-vs-h100"]
+    assert not check.fitted_on(c.calibration, check.engines(c))
+
+
+def test_each_side_runs_the_engine_its_published_run_used():
+    # the engine is how the published run was configured: the comparison states it for each
+    # side, and it is the profile the calibration entry of the same figures maps to
+    from pathlib import Path
+
+    from gpufabric.workloads.inference.engines import engine_key
+    from gpufabric.workloads.inference.validate import entry_engine, load_entries
+    folder = Path(__file__).parent / "data" / "calibration"
+    ran = {e["id"]: engine_key(entry_engine(e)) for f in ("inference.yaml",
+                                                          "mlperf_inference.yaml")
+           for e in load_entries(str(folder / f))}
+    seen = 0
+    for c in check.load("builtin"):
+        if c.scenario.serve is None or not c.calibration:
+            continue
+        ids = c.calibration if len(c.calibration) == 2 else c.calibration * 2
+        for d, i in zip((c.a, c.b), ids, strict=True):
+            assert d.scenario(c.scenario).serve.engine == ran[i], (c.id, i)
+            seen += 1
+    assert seen >= 40
+    # AMD's MLPerf runs were vLLM's, NVIDIA's TensorRT-LLM's TensorRT backend
+    c = {c.id: c for c in check.load("builtin")}["mlperf41-llama2-70b-offline-mi300x-vs-h100"]
+    assert (c.a.scenario(c.scenario).serve.engine,
+            c.b.scenario(c.scenario).serve.engine) == ("vllm", "tensorrt-llm-tensorrt")
 
 
 @pytest.mark.parametrize("pred, pub, higher, ok", [
@@ -111,6 +144,8 @@ GOOD = {"id": "x", "question": "q", "source": "s", "url": "https://example.org",
      "comparisons[0].designs.a.instance"),
     ({"designs": {"a": {"system": "gpu=L40S", "precision": "fp3"}, "b": "gpu=L40S"}},
      "comparisons[0].designs.a.precision"),
+    ({"designs": {"a": {"system": "gpu=L40S", "engine": "warp-drive"}, "b": "gpu=L40S"}},
+     "comparisons[0].designs.a.engine"),
     ({"scenario": {"workloads": {"serve": {"model": "llama3-8b", "rate": 2}}}},
      "comparisons[0].scenario.workloads.serve.slo_tpot_ms"),
 ])

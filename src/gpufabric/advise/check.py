@@ -55,7 +55,7 @@ METRICS = {
 ENTRY_KEYS = ("id", "question", "source", "url", "date", "metric", "scenario", "designs",
               "published", "calibration", "notes")
 PUBLISHED_KEYS = ("a", "b", "ratio")
-DESIGN_KEYS = ("system", "instance", "precision")
+DESIGN_KEYS = ("system", "instance", "precision", "engine")
 #: The most comparisons a file may hold (each runs the models on two designs).
 MAX_COMPARISONS = 500
 
@@ -68,14 +68,19 @@ class Design:
     system: str                  # on-premises: a spec string ("" for a cloud instance)
     instance: str = ""
     precision: str = ""          # this side's precision ("": the scenario's)
+    engine: str = ""             # this side's serving engine profile ("": the scenario's)
 
     def scenario(self, sc: S.Scenario) -> S.Scenario:
-        """The scenario as this side runs it (its own precision where it names one)."""
-        if not self.precision:
-            return sc
-        return replace(sc, serve=replace(sc.serve, precision=self.precision) if sc.serve
-                       else None, train=replace(sc.train, precision=self.precision)
-                       if sc.train else None)
+        """The scenario as this side runs it (its own precision and engine where it names
+        them)."""
+        serve = sc.serve
+        if serve is not None:
+            serve = replace(serve, precision=self.precision or serve.precision,
+                            engine=self.engine or serve.engine)
+        train = sc.train
+        if train is not None and self.precision:
+            train = replace(train, precision=self.precision)
+        return replace(sc, serve=serve, train=train)
 
 
 @dataclass(frozen=True)
@@ -260,21 +265,24 @@ def _design(v: Any, file: str, where: str) -> Design:
     the price table) and an optional ``precision`` for this side (FP8 on H100 against FP16 on
     A100, as published comparisons pose it)."""
     from gpufabric.topology.build import normalize_spec, parse_inline
-    prec = ""
+    prec, eng = "", ""
     if isinstance(v, dict):
         if any(k not in DESIGN_KEYS for k in v) or ("system" in v) == ("instance" in v):
             raise InputError("expected a system spec, or a mapping of system or instance and "
-                             f"an optional precision ({', '.join(S.PRECISIONS)})", file=file,
-                             field=where)
+                             f"an optional precision ({', '.join(S.PRECISIONS)}) and serving "
+                             "engine", file=file, field=where)
         prec = v.get("precision", "")
         if prec and prec not in S.PRECISIONS:
             raise InputError(f"got {prec!r}; allowed: {', '.join(S.PRECISIONS)}", file=file,
                              field=f"{where}.precision")
+        if "engine" in v:
+            eng = S.engine(v["engine"], file, f"{where}.engine")
         if "instance" in v:
             if not isinstance(v["instance"], str) or not v["instance"].strip():
                 raise InputError(f"expected a cloud instance's name, got {v['instance']!r}",
                                  file=file, field=f"{where}.instance")
-            return Design(system="", instance=v["instance"].strip(), precision=prec)
+            return Design(system="", instance=v["instance"].strip(), precision=prec,
+                          engine=eng)
         where, v = f"{where}.system", v["system"]
     if not isinstance(v, str) or not v.strip():
         raise InputError(f"expected a system spec (gpu=H100-SXM,gpus_per_node=8), got {v!r}",
@@ -283,7 +291,7 @@ def _design(v: Any, file: str, where: str) -> Design:
         normalize_spec(parse_inline(v), file="design")
     except InputError as exc:
         raise InputError(exc.message, file=file, field=where) from None
-    return Design(system=v.strip(), precision=prec)
+    return Design(system=v.strip(), precision=prec, engine=eng)
 
 
 def _published(v: Any, file: str, where: str) -> tuple[float, tuple[float, float] | None]:
@@ -326,17 +334,22 @@ def _candidate(d: Design, prices: Prices, where: str) -> core.Candidate:
                           refused=core._refusal(core.spec_string(spec)))
 
 
-def fitted_on(ids: tuple[str, ...]) -> list[str]:
+def fitted_on(ids: tuple[str, ...], engines: tuple[str, ...] = ("vllm",)) -> list[str]:
     """The fitted constants the advisor's predictions use whose ``fitted_on`` names one of the
     calibration entries ``ids``: a comparison on those figures is in-sample for them, not held
-    out. An engine profile's constants count only for the engine the advisor serves with
-    (:class:`~gpufabric.workloads.inference.serve.ServeConfig`'s default)."""
+    out. An engine profile's constants count only for the ``engines`` the comparison's two
+    sides serve with."""
     from gpufabric import params
-    from gpufabric.workloads.inference.serve import ServeConfig
-    engine = ServeConfig().engine
     return sorted({p.name for p in params.load_registry().values()
                    if any(params.matches_fitted(i, p.fitted_on) for i in ids)
-                   and (not p.name.startswith("ENGINE_") or p.name.endswith(f"[{engine}]"))})
+                   and (not p.name.startswith("ENGINE_")
+                        or any(p.name.endswith(f"[{e}]") for e in engines))})
+
+
+def engines(comp: Comparison) -> tuple[str, ...]:
+    """The serving engine profiles of a comparison's two sides (none for training or cost)."""
+    sides = (comp.a.scenario(comp.scenario).serve, comp.b.scenario(comp.scenario).serve)
+    return tuple(dict.fromkeys(s.engine for s in sides if s is not None))
 
 
 def metric_value(c: core.Candidate, sc: S.Scenario, metric: str) -> float | None:
@@ -392,7 +405,8 @@ def _judge_one(comp: Comparison, cands: tuple[core.Candidate, core.Candidate],
                published_winner=pub_w, predicted_winner=pred_w, same_winner=pred_w == pub_w,
                agree=ratio is not None and agrees(ratio, comp.published_ratio,
                                                   higher_is_better=higher),
-               predicted=vals, why="; ".join(why), fitted=fitted_on(comp.calibration),
+               predicted=vals, why="; ".join(why),
+               fitted=fitted_on(comp.calibration, engines(comp)),
                source=comp.source, url=comp.url, date=comp.date)
 
 

@@ -596,7 +596,7 @@ def _jobs(c: Candidate, sc: Scenario, every: bool = False
             mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
                                    s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
                                    s.concurrency is not None, s.speculative, s.dataset,
-                                   s.prefix_tokens), w))
+                                   s.prefix_tokens, s.engine), w))
     return jt, mine
 
 
@@ -828,6 +828,7 @@ class _PDJob:
     tpot: float | None
     precision: str
     shared: bool               # both pools inside one server
+    engine: str = "vllm"       # the engine profile both pools run
 
 
 def pd_setup(job: _PDJob) -> tuple[Any, Any, Any]:
@@ -840,7 +841,8 @@ def pd_setup(job: _PDJob) -> tuple[Any, Any, Any]:
     dt = None if job.shared else from_spec(parse_inline(job.decode), file="design")
     base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
                        dp_attention=lay.get("dp_attention", 1), precision=job.precision,
-                       isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot)
+                       isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot,
+                       engine=job.engine)
     return pt, dt, base
 
 
@@ -939,7 +941,7 @@ def _pd_jobs(pairs: list[tuple[Candidate, Candidate]], sc: Scenario
                     continue
                 jobs.append(_PDJob(s.model, one_a, one_b, tuple(sorted(lay.items())), x, y,
                                    s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
-                                   shared))
+                                   shared, s.engine))
                 meta.append((a, b))
     return jobs, meta
 

@@ -44,9 +44,8 @@ ATTAINMENT = 0.9
 class Target:
     """What must be served, where, and within which SLO."""
 
-    serve: Serve                # model, load, lengths, SLO, precision, speculative, prefix
+    serve: Serve                # model, load, lengths, SLO, precision, engine, speculative...
     node: dict[str, Any]        # one server's spec (topology.build's shorthand)
-    engine: str = "vllm"
     max_instance_gpus: int = MAX_INSTANCE_GPUS
     #: also disaggregated xPyD units (1P1D, 1P2D, 2P1D) of each layout inside one server
     pd: bool = False
@@ -140,7 +139,7 @@ def _pd_jobs(t: Target, jobs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
                 continue
             out.append((core._PDJob(s.model, one, one, j.layout, x, y, s.isl, s.osl,
                                     s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
-                                    (x + y) * w <= gpn), (x + y) * w))
+                                    (x + y) * w <= gpn, s.engine), (x + y) * w))
     return out
 
 
@@ -149,8 +148,8 @@ def layouts(t: Target, runner: core.Runner) -> list[dict[str, Any]]:
     load needs, narrowest first; a layout wider than the fewest GPUs found is left out. With
     ``t.pd``, xPyD units too (an instance is then a unit, its width the unit's GPUs)."""
     sc = _scenario(t)
-    jobs: list[tuple[Any, int]] = [(replace(j, engine=t.engine), w)
-                                   for j, w in core._jobs(_candidate(t), sc, every=True)[1]
+    jobs: list[tuple[Any, int]] = [(j, w) for j, w in core._jobs(_candidate(t), sc,
+                                                                 every=True)[1]
                                    if w <= t.max_instance_gpus]
     if t.pd:
         jobs += _pd_jobs(t, jobs)
@@ -316,7 +315,7 @@ def serve_command(t: Target, d: dict[str, Any], job: Any = None) -> str:
             ["--concurrency", str(s.concurrency)]
     words += ["--dataset", s.dataset] if s.dataset else \
         ["--isl", str(s.isl), "--osl", str(s.osl)]
-    words += ["--precision", s.precision, "--engine", t.engine]
+    words += ["--precision", s.precision, "--engine", s.engine]
     words += [w for flag, v in (("--slo-ttft", s.slo_ttft_ms), ("--slo-tpot", s.slo_tpot_ms))
               if v is not None for w in (flag, f"{v:g}")]
     if s.speculative is not None:
@@ -339,7 +338,7 @@ def recommend(t: Target, *, jobs: int = 1, ray: bool = False) -> dict[str, Any]:
     best = _best(rows)
     s = t.serve
     out: dict[str, Any] = {"model": s.model, "gpu": catalog.gpu(str(t.node["gpu"])).name,
-                           "server": core.spec_string(t.node), "engine": t.engine,
+                           "server": core.spec_string(t.node), "engine": t.serve.engine,
                            "load": load_dict(s), "slo": {"ttft_ms": s.slo_ttft_ms,
                                                          "tpot_ms": s.slo_tpot_ms,
                                                          "attainment": ATTAINMENT}}

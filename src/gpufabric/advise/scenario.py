@@ -35,7 +35,7 @@ TRAIN_KEYS = ("model", "model_file", "tokens", "steps", "global_batch", "seq_len
               "deadline_hours")
 SERVE_KEYS = ("model", "model_file", "rate", "concurrency", "isl", "osl", "slo_ttft_ms",
               "slo_tpot_ms", "interactivity", "precision", "pd", "speculative", "dataset",
-              "prefix_tokens")
+              "prefix_tokens", "engine")
 SPECULATIVE_KEYS = ("method", "tokens", "acceptance", "draft_model")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
@@ -111,6 +111,8 @@ class Serve:
     dataset: str | None = None
     #: prompt tokens every request shares, found cached (``serve --prefix-tokens``)
     prefix_tokens: int = 0
+    #: the engine profile every instance runs (``serve --engine``: a built-in profile)
+    engine: str = "vllm"
 
 
 @dataclass(frozen=True)
@@ -323,7 +325,22 @@ def _serve(d: Any, file: str) -> Serve | None:
                  osl=_num(d, "osl", file, w, integer=True, maximum=MAX_SEQ_TOKENS, default=256),
                  slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w),
                  interactivity=inter, speculative=spec, dataset=dataset,
-                 prefix_tokens=int(prefix or 0))
+                 prefix_tokens=int(prefix or 0), engine=engine(d.get("engine", "vllm"), file,
+                                                               f"{w}.engine"))
+
+
+def engine(v: Any, file: str, where: str) -> str:
+    """A serving workload's ``engine``: a built-in engine profile's name or alias (as ``serve
+    --engine`` takes it), as its profile's name."""
+    from gpufabric.workloads.inference import engines
+    if not isinstance(v, str) or engines.is_path(v):
+        raise InputError(f"expected a built-in engine's name, got {v!r}; allowed: "
+                         + ", ".join(n for n in engines.builtin() if n != engines.DEFAULT),
+                         file=file, field=where)
+    try:
+        return engines.check(v, where).name
+    except InputError as exc:
+        raise InputError(exc.message, file=file, field=where) from None
 
 
 def _dataset(d: dict[str, Any], file: str, w: str) -> str | None:

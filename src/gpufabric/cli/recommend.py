@@ -119,7 +119,8 @@ def _target(ctx: typer.Context, o: dict[str, Any]) -> Any:
     if o["pd"]:
         _check_pd(o)
     d: dict[str, Any] = {"model": o["model"], "precision": o["precision"],
-                         "prefix_tokens": o["prefix_tokens"] or None, "pd": o["pd"]}
+                         "prefix_tokens": o["prefix_tokens"] or None, "pd": o["pd"],
+                         "engine": o["engine"]}
     for key, opt in (("rate", "rate"), ("concurrency", "concurrency"), ("dataset", "dataset"),
                      ("slo_ttft_ms", "slo_ttft"), ("slo_tpot_ms", "slo_tpot"),
                      ("interactivity", "interactivity")):
@@ -136,8 +137,7 @@ def _target(ctx: typer.Context, o: dict[str, Any]) -> Any:
         raise InputError(exc.message, field=FLAGS.get(key, key)) from None
     assert serve is not None
     return R.Target(serve=serve, node=R.server_spec(o["system"], o["gpus_per_node"]),
-                    engine=o["engine"], max_instance_gpus=o["max_instance_gpus"],
-                    pd=o["pd"])
+                    max_instance_gpus=o["max_instance_gpus"], pd=o["pd"])
 
 
 def _check_pd(o: dict[str, Any]) -> None:

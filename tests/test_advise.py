@@ -43,6 +43,10 @@ def _sc(data, name="t.yaml"):
     ({"workload": {}}, "workload"),
     ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50,
                               "engine": "warp-drive"}}}, "workloads.serve.engine"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "constraints": {"gpus": ["L4", "RTX-4090"]}}, "constraints.gpus"),
+    ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+      "constraints": {"consumer_gpus": "yes"}}, "constraints.consumer_gpus"),
     ({"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50,
                               "engine": "mine.yaml"}}}, "workloads.serve.engine"),
 ])
@@ -64,6 +68,31 @@ def test_a_serving_scenario_names_its_engine_as_serve_takes_it():
                              spec={"gpu": "H100-SXM", "gpus_per_node": 1})
         job = core._jobs(one, _sc({"workloads": {"serve": {**base, "engine": name}}}))[1][0][0]
         assert job.engine == profile      # the serving runs use that profile
+
+
+def test_consumer_gpus_are_left_out_of_datacenter_designs_with_the_reason():
+    # GeForce's driver license forbids datacenter deployment: those kinds are not generated
+    # unless the scenario says the deployment is outside a datacenter, and the answer says so
+    from gpufabric import catalog
+    base = {"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "slo_tpot_ms": 50}},
+            "space": {"gpus_per_node": [1], "nodes": [1], "cloud": True}}
+    geforce = {n for n in catalog.names("gpu") if n.startswith(("RTX-3", "RTX-4", "RTX-5",
+                                                                 "GTX-"))}
+    dc = _sc(base)
+    kinds = {c.gpu for c in core.generate(dc, prices.load())}
+    assert "L40S" in kinds and "RTX-PRO-6000" in kinds and not kinds & geforce
+    (note,) = dc.constraints.left_out()
+    assert note.startswith("left out RTX-3090, RTX-4070-Ti-SUPER, RTX-4090, RTX-5090, "
+                           "GTX-1080-Ti: their driver license forbids datacenter deployment "
+                           "(NVIDIA GeForce software license, 2.1.3)")
+    office = _sc({**base, "constraints": {"consumer_gpus": True}})
+    assert geforce <= {c.gpu for c in core.generate(office, prices.load())}
+    assert office.constraints.left_out() == []
+    nvidia_dc = _sc({**base, "constraints": {"gpus": ["L4"]}})
+    assert nvidia_dc.constraints.left_out() == []      # none the other constraints allowed
+    with pytest.raises(InputError, match="RTX-4090's driver license forbids datacenter "
+                                         "deployment .*add consumer_gpus: true"):
+        _sc({**base, "constraints": {"gpus": ["RTX-4090"]}})
 
 
 def test_every_builtin_scenario_parses():
@@ -173,7 +202,8 @@ def test_json_of_the_winner_is_a_spec_that_train_accepts(train_advice):
 
 SERVE = {"workloads": {"serve": {"model": "llama3-8b", "rate": 2, "isl": 500, "osl": 100,
                                  "slo_ttft_ms": 2000, "slo_tpot_ms": 60}},
-         "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"]},
+         "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"],
+                         "consumer_gpus": True},
          "objective": "lowest-cost",
          "space": {"gpus_per_node": [1], "nodes": [1], "cloud": False}}
 

@@ -94,6 +94,20 @@ def test_what_cannot_be_written_is_refused_before_the_search(cli, tmp_path, monk
     assert not (tmp_path / "d").exists()
 
 
+def test_an_engine_the_manifests_do_not_run_is_refused_before_the_search(cli, tmp_path,
+                                                                         monkeypatch):
+    # the manifests run the engine the figures were predicted with, or nothing is written
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(core, "advise", lambda *a, **k: pytest.fail("the search ran"))
+    (tmp_path / "trt.yaml").write_text(SMALL.replace("precision: fp8}",
+                                                     "precision: fp8, engine: TensorRT-LLM}"))
+    code, out, err = cli("advise", "trt.yaml", "--deploy-dir", "d", "--weights", "w")
+    assert code == 2 and out == ""
+    assert err.strip().endswith("--deploy-dir: writes vllm or sglang deployments; one-box "
+                                "serves with tensorrt-llm")
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_disaggregated_winner_is_refused_naming_it():
     from gpufabric.advise import scenario
     from gpufabric.cli.advise import _deploy

@@ -149,7 +149,7 @@ def test_the_cli_refuses_a_pool_kind_the_constraints_exclude(tmp_path, capsys, c
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines() == [
         f"gpufabric: error: {p}: space.pd_gpus.decode[0]: MI300X is not allowed by the "
-        "constraints (gpus, exclude_gpus, vendors)"]
+        "constraints (gpus, exclude_gpus, vendors, consumer_gpus)"]
 
 
 def test_the_builtin_mixed_scenario_names_compute_and_memory_pools():

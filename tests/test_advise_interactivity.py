@@ -14,7 +14,8 @@ from gpufabric.errors import InputError
 
 SMALL = {"workloads": {"serve": {"model": "llama3-8b", "rate": 1, "isl": 512, "osl": 128,
                                  "slo_ttft_ms": 2000, "interactivity": [20, 80]}},
-         "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"]},
+         "constraints": {"deployment": "on-prem", "gpus": ["L40S", "RTX-4090"],
+                         "consumer_gpus": True},
          "space": {"gpus_per_node": [1, 2], "nodes": [1], "cloud": False},
          "objective": "lowest-cost"}
 

@@ -206,8 +206,7 @@ def _on_prem(sc: Scenario) -> list[tuple[catalog.GPU, dict[str, Any]]]:
     out = []
     for gname in catalog.names("gpu"):
         gpu = catalog.gpu(gname)
-        if (c.gpus and gname not in c.gpus) or gname in c.exclude_gpus or \
-                (c.vendors and gpu.vendor not in c.vendors):
+        if not c.allows(gpu):
             continue
         out += [(gpu, node) for node in _server_designs(gpu, sc.space.gpus_per_node)]
     return out
@@ -256,8 +255,7 @@ def generate(sc: Scenario, prices: Prices, jobs: int = 1) -> list[Candidate]:
         for inst in prices.cloud():
             node = parse_inline(str(inst["system"]))
             g = catalog.gpu(str(node["gpu"])).name
-            if (c.gpus and g not in c.gpus) or g in c.exclude_gpus or \
-                    (c.vendors and catalog.gpu(g).vendor not in c.vendors):
+            if not c.allows(catalog.gpu(g)):
                 continue
             if c.ethernet_only and catalog.net_speed(str(node.get("nic", "ib-ndr"))).protocol \
                     == "ib":

@@ -18,7 +18,7 @@ gpufabric.errors.InputError: x.yaml: workloads: expected a train and/or a serve 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ SPECULATIVE_KEYS = ("method", "tokens", "acceptance", "draft_model")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
                    "gpus", "exclude_gpus", "vendors", "deployment", "ethernet_only",
-                   "amortize_years", "cloud_term")
+                   "amortize_years", "cloud_term", "consumer_gpus")
 SPACE_KEYS = ("gpus_per_node", "nodes", "nics", "fabrics", "oversubscription", "cloud",
               "pd_gpus")
 PD_GPUS_KEYS = ("prefill", "decode")
@@ -135,6 +135,35 @@ class Constraints:
     ethernet_only: bool = False
     amortize_years: float = 4.0
     cloud_term: str = "on-demand"           # a cloud instance's rate: on-demand, 1y or 3y
+    #: GPUs whose driver license forbids datacenter deployment (catalog ``datacenter_use``:
+    #: GeForce) are left out unless this is true (an office server, a workstation)
+    consumer_gpus: bool = False
+
+    def allows(self, gpu: Any) -> bool:
+        """Whether the constraints let a design use this catalog GPU (``gpus``,
+        ``exclude_gpus``, ``vendors``, ``consumer_gpus``)."""
+        return not ((self.gpus and gpu.name not in self.gpus) or gpu.name in self.exclude_gpus
+                    or (self.vendors and gpu.vendor not in self.vendors)
+                    or not (gpu.datacenter_use or self.consumer_gpus))
+
+    def left_out(self) -> list[str]:
+        """Why GPUs the other constraints allow are left out: those whose driver license
+        forbids datacenter deployment, unless ``consumer_gpus``, in one line (or none)."""
+        out = [catalog.gpu(n) for n in catalog.names("gpu")
+               if not self.allows(catalog.gpu(n))
+               and replace(self, consumer_gpus=True).allows(catalog.gpu(n))]
+        if not out:
+            return []
+        why = sorted({license_of(g) for g in out})
+        return [f"left out {', '.join(g.name for g in out)}: their driver license forbids "
+                f"datacenter deployment ({'; '.join(why)}); constraints.consumer_gpus: true "
+                "includes them"]
+
+
+def license_of(gpu: Any) -> str:
+    """The license clause that keeps ``gpu`` out of datacenters, as its catalog source names
+    it (the quotation left out)."""
+    return gpu.sources.get("datacenter_use", "its catalog entry").split(" '", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -448,24 +477,31 @@ def _constraints(d: Any, file: str) -> Constraints:
     if dep not in DEPLOYMENTS:
         raise InputError(f"got {dep!r}; allowed: {', '.join(DEPLOYMENTS)}", file=file,
                          field=f"{w}.deployment")
-    eth = d.get("ethernet_only", False)
-    if not isinstance(eth, bool):
-        raise InputError(f"expected true or false, got {eth!r}", file=file,
-                         field=f"{w}.ethernet_only")
+    eth, consumer = d.get("ethernet_only", False), d.get("consumer_gpus", False)
+    for key, v in (("ethernet_only", eth), ("consumer_gpus", consumer)):
+        if not isinstance(v, bool):
+            raise InputError(f"expected true or false, got {v!r}", file=file,
+                             field=f"{w}.{key}")
     from gpufabric.advise.prices import CLOUD_TERMS
     term = d.get("cloud_term", "on-demand")
     if term not in CLOUD_TERMS:
         raise InputError(f"got {term!r}; allowed: {', '.join(CLOUD_TERMS)}", file=file,
                          field=f"{w}.cloud_term")
+    gpus = _gpu_names(d.get("gpus"), file, f"{w}.gpus")
+    for g in gpus:
+        if not (consumer or catalog.gpu(g).datacenter_use):
+            raise InputError(f"{g}'s driver license forbids datacenter deployment "
+                             f"({license_of(catalog.gpu(g))}); add consumer_gpus: true for a "
+                             "deployment outside a datacenter", file=file, field=f"{w}.gpus")
     return Constraints(
         budget_capex_usd=_num(d, "budget_capex_usd", file, w, maximum=MAX_CAPEX_USD),
         budget_usd_per_hour=_num(d, "budget_usd_per_hour", file, w, maximum=MAX_USD_PER_HOUR),
         power_kW=_num(d, "power_kW", file, w, maximum=MAX_POWER_KW),
         max_gpus=_num(d, "max_gpus", file, w, integer=True, maximum=MAX_GPUS),
-        gpus=_gpu_names(d.get("gpus"), file, f"{w}.gpus"),
+        gpus=gpus,
         exclude_gpus=_gpu_names(d.get("exclude_gpus"), file, f"{w}.exclude_gpus"),
         vendors=_vendors(d.get("vendors"), file, f"{w}.vendors"),
-        deployment=str(dep), ethernet_only=eth,
+        deployment=str(dep), ethernet_only=eth, consumer_gpus=consumer,
         amortize_years=float(_num(d, "amortize_years", file, w, maximum=MAX_AMORTIZE_YEARS,
                                   default=4.0) or 4.0),
         cloud_term=str(term))
@@ -549,10 +585,10 @@ def _check_pd_gpus(sc: Scenario) -> None:
                          file=sc.file, field=w)
     for pool, names in (("prefill", sp.pd_prefill), ("decode", sp.pd_decode)):
         for i, g in enumerate(names):
-            if (k.gpus and g not in k.gpus) or g in k.exclude_gpus or \
-                    (k.vendors and catalog.gpu(g).vendor not in k.vendors):
+            if not k.allows(catalog.gpu(g)):
                 raise InputError(f"{g} is not allowed by the constraints (gpus, exclude_gpus, "
-                                 "vendors)", file=sc.file, field=f"{w}.{pool}[{i}]")
+                                 "vendors, consumer_gpus)", file=sc.file,
+                                 field=f"{w}.{pool}[{i}]")
 
 
 def parse(data: Any, file: str) -> Scenario:

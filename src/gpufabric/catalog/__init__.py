@@ -58,6 +58,8 @@ class GPU:
     #: the board power limit the part ships with where it is below the TDP (0: the TDP); its
     #: compute runs at the clock that limit sustains (workloads.compute.gpu_spec)
     power_limit_W: float = 0.0
+    #: False where the driver's license forbids datacenter deployment (GeForce)
+    datacenter_use: bool = True
     aliases: tuple[str, ...] = ()
     source: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

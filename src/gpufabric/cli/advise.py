@@ -133,7 +133,8 @@ def _answer(adv, sc, pr, top: int, json: bool, output: str | None,
     if json:
         emit_json({"scenario": sc.name, "objective": sc.objective, "designs": designs,
                    "pareto": [_row_dict(c, sc) for c in adv.pareto],
-                   "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated,
+                   "what_would_change": adv.changes, "left_out": sc.constraints.left_out(),
+                   "candidates_evaluated": adv.evaluated,
                    **counts, "elapsed_s": adv.elapsed_s, "prices": pr.files,
                    **({"deploy": wrote} if wrote else {})})
         return
@@ -142,19 +143,20 @@ def _answer(adv, sc, pr, top: int, json: bool, output: str | None,
         console.print(deploy.wrote(wrote), highlight=False, soft_wrap=True)
 
 
-#: The engine the advisor's serving figures are predicted with, and the manifests run.
-DEPLOY_ENGINE = "vllm"
-
-
 def _check_deploy(sc, dep: dict[str, Any], targets: int) -> None:
-    """--deploy-dir writes the winner of one serving question: refused before the search
-    where the scenario serves nothing or asks several."""
+    """--deploy-dir writes the winner of one serving question, running the engine its figures
+    were predicted with: refused before the search where the scenario serves nothing, asks
+    several, or names an engine the manifests do not run."""
+    from gpufabric.k8s.manifests import ENGINES
     if sc.serve is None:
         raise InputError(f"{sc.name} serves no model: --deploy-dir writes a serving "
                          "deployment", field="--deploy-dir")
     if targets > 1:
         raise InputError("writes one design: give one --interactivity target",
                          field="--deploy-dir")
+    if sc.serve.engine not in ENGINES:
+        raise InputError(f"writes {' or '.join(ENGINES)} deployments; {sc.name} serves with "
+                         f"{sc.serve.engine}", field="--deploy-dir")
     deploy.check(dep)
 
 
@@ -167,7 +169,7 @@ def _deploy(c, sc, dep: dict[str, Any]) -> dict[str, Any]:
     lay = dict(m["layout"])
     per = (f"{m['per_instance']:,.2f} requests/s" if sc.serve.rate is not None
            else f"{m['per_instance']:,.0f} users")
-    d = deploy.design(sc.serve, dep, engine=DEPLOY_ENGINE, layout=lay,
+    d = deploy.design(sc.serve, dep, engine=sc.serve.engine, layout=lay,
                       gpus_per_instance=lay.get("tp", 1) * lay.get("pp", 1),
                       instances=int(m["instances"]), gpu=c.gpu, gpus_per_node=c.gpus_per_node,
                       max_num_seqs=None,
@@ -274,7 +276,7 @@ def _print_advice(adv, sc, counts: dict, top: int) -> None:
         _print_design(i, c, sc)
     best = adv.ranked[0]
     console.print(f"system: {best.system}", highlight=False, soft_wrap=True)
-    for n in dict.fromkeys(best.cost.get("notes", [])):
+    for n in dict.fromkeys(best.cost.get("notes", []) + sc.constraints.left_out()):
         console.print(f"note: {n}", highlight=False)
     for line in adv.changes:
         console.print(f"what would change the answer: {line}", highlight=False)
@@ -354,7 +356,8 @@ def _workload(c, sc) -> str:
         s = m["serve"]
         lay = " ".join(f"{k}{v}" for k, v in s["layout"].items())
         parts.append(f"serve {s['capacity']:,.2f}/{core_demand(sc):g} ({lay} x"
-                     f"{s['instances']}), TTFT p90 {s['ttft_ms_p90']:,.0f} ms, TPOT p90 "
+                     f"{s['instances']} on {sc.serve.engine}), TTFT p90 "
+                     f"{s['ttft_ms_p90']:,.0f} ms, TPOT p90 "
                      f"{s['tpot_ms_p90']:,.1f} ms")
     return "; ".join(parts)
 
@@ -370,7 +373,8 @@ def _write_html(output: str, sc, adv, designs: list, counts: dict) -> None:
     data = {"scenario": sc.name, "objective": sc.objective, "train": sc.train is not None,
             "designs": designs,
             "pareto": [{"design": core.describe(c)} for c in adv.pareto], "points": points,
-            "what_would_change": adv.changes, "candidates_evaluated": adv.evaluated, **counts}
+            "what_would_change": adv.changes, "left_out": sc.constraints.left_out(),
+            "candidates_evaluated": adv.evaluated, **counts}
     topo = load(adv.ranked[0].system, materialize_nodes=Model.SAMPLE_NODES) \
         if adv.ranked else None
     write_output(output, render(data, topo), field="--output")

@@ -94,8 +94,8 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
 
     The objective column gives the objective's figure with its unit (a throughput to
     maximize as the positive figure, though the advisor ranks it negated); the caveats of the
-    best design's cost and power (``cost.notes``) are printed under it, as the CLI prints
-    them."""
+    best design's cost and power (``cost.notes``) and the GPUs the constraints left out
+    (``left_out``) are printed under it, as the CLI prints them."""
     from gpufabric.advise.scenario import objective_shown
     designs = data.get("designs", [])
     pareto = {p["design"] for p in data.get("pareto", [])}
@@ -129,8 +129,8 @@ def render(data: dict[str, Any], topo: Topology | None = None) -> str:
     counts = _e(", ".join(f"{k.replace('_', ' ')} {data[k]:,}" for k in COUNTS
                           if isinstance(data.get(k), int)))
     notes = "".join(f"<li>note: {_e(n)}</li>"
-                    for n in dict.fromkeys(designs[0].get("cost", {}).get("notes", [])
-                                           if designs else []))
+                    for n in dict.fromkeys((designs[0].get("cost", {}).get("notes", [])
+                                            if designs else []) + data.get("left_out", [])))
     best = f'<span class="top" id="top-design">{_e(top)}</span>'
     fig = scatter(data.get("points", []), pareto)
     chart = (charts.figure_div(fig) if fig is not None

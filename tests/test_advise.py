@@ -384,11 +384,13 @@ def test_the_page_gives_the_objective_with_its_unit_and_the_caveats_the_cli_prin
               "power_kW": kw, "metrics": {}, "tokens_per_s": tps, "bottleneck": "compute"}
     page = render({"scenario": "moe", "objective": "tokens-per-watt", "designs": [design],
                    "points": [], "pareto": [], "candidates_generated": 12,
-                   "evaluated_with_models": 3})
+                   "evaluated_with_models": 3,
+                   "left_out": ["left out RTX-4090: its driver license forbids it"]})
     assert "objective (tokens/s per W)" in page
     assert f"<td data-v='{tps / (kw * 1000)}'>{tps / (kw * 1000):,.4g}</td>" in page
     assert "data-v='-0.5'" not in page and ">-0.5<" not in page
     assert "note: power counts the GPU boards (host power not recorded)" in page
+    assert "note: left out RTX-4090: its driver license forbids it" in page
     assert "candidates generated 12, evaluated with models 3" in page
     assert "{&quot;" not in page and '{"candidates' not in page      # no raw JSON dict
 

@@ -469,3 +469,20 @@ def test_a_design_costs_the_same_priced_alone_or_after_others():
     a["bom"][0]["count"] = -1
     assert b["bom"][0]["count"] == 2 and cost(designs[3], shared) == alone[3]
 
+
+def test_serving_jobs_whose_instances_cost_the_same_share_one_search():
+    """One-GPU instances of servers that differ only in their PCIe switches have one step
+    model digest: the second job finds the first's rate search (``core._SERVED``), and each
+    gets the answer its own search gives."""
+    run = dict(model="llama3-8b", layout=(("tp", 1),), width=1, isl=500, osl=50, ttft=1000.0,
+               tpot=50.0, precision="bf16", closed=False)
+    a = core._ServeJob(design="gpu=L40S,gpus_per_node=4,scale_up=pcie", **run)
+    b = core._ServeJob(design="gpu=L40S,gpus_per_node=4,scale_up=pcie,host.pcie_switches=1,"
+                       "host.switch_layout=single-root", **run)
+    evaluate = core._serve_eval.__wrapped__          # (past the per-job cache)
+    core._SERVED.clear()
+    own_b = evaluate(b)
+    core._SERVED.clear()
+    own_a = evaluate(a)
+    assert "per_instance" in own_a and len(core._SERVED) == 1
+    assert evaluate(b) == own_b == own_a and len(core._SERVED) == 1

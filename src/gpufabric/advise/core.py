@@ -1235,18 +1235,19 @@ def _queue(live: list[Candidate], sc: Scenario
     """The order the models run the designs in (by bound for lowest-cost, small first
     otherwise), each group's fastest network first (:func:`_interleave`), and that network's
     design per group of designs that differ only in their network."""
+    net = {id(c): _net_rank(c) for c in live}      # (each design's once: three sorts use it)
     keyed = [(_bound_figure(c, sc), c) for c in live]
     order = sorted(keyed, key=lambda x: (x[0] is None, x[0] if x[0] is not None else 0.0,
                                          -(x[1].bound.get("train_hours") or 0), x[1].gpus,
-                                         _net_rank(x[1])))
+                                         net[id(x[1])]))
     queue = [c for _, c in order]
     if sc.objective != "lowest-cost":       # no sound bound on throughput objectives: take
         queue.sort(key=lambda c: (c.gpus, c.cost.get("usd_per_hour") or 0,  # small first
-                                  _net_rank(c)))
+                                  net[id(c)]))
     # the fastest network of each group of designs that differ only in their network goes
     # first; when it misses the deadline or the SLO, so do its slower siblings
     strongest: dict[tuple, Candidate] = {}
-    for c in sorted(queue, key=_net_rank):
+    for c in sorted(queue, key=lambda c: net[id(c)]):
         strongest.setdefault(_group(c), c)
     return _interleave(queue, strongest, sc), strongest
 

@@ -489,3 +489,49 @@ def test_a_design_is_priced_as_its_whole_spec_reads(system):
     leaf switch sized to the cluster)."""
     prices._servers.cache_clear()
     assert prices._design(system) == prices._servers(system, None)[0]
+
+
+def test_a_design_costs_the_same_priced_alone_or_after_others():
+    """The bill-of-materials parts kept on a price table (``Prices.memo``: servers, network,
+    racks) give every design the cost it gets on a fresh table, in any order, and each
+    design's lines are its own."""
+    designs = [("L40S", 4, 1, "gpu=L40S,gpus_per_node=4,scale_up=pcie,nodes=1"),
+               ("L40S", 4, 2, "gpu=L40S,gpus_per_node=4,scale_up=pcie,nodes=2,nic=ib-ndr,"
+                "nics_per_node=4,fabric.topology=fat-tree,fabric.oversubscription=2"),
+               ("H100-SXM", 8, 16, "gpu=H100-SXM,gpus_per_node=8,nodes=16,nic=ib-ndr,"
+                "nics_per_node=8,fabric.topology=rail-optimized,fabric.oversubscription=1"),
+               ("H100-SXM", 8, 2, "gpu=H100-SXM,gpus_per_node=8,nodes=2,nic=ib-ndr,"
+                "nics_per_node=8,fabric.topology=rail-optimized,fabric.oversubscription=1"),
+               ("GB200", 72, 1, "gpu=GB200,gpus_per_node=72,nodes=1"),
+               ("MI300X", 8, 3, "gpu=MI300X,gpus_per_node=8,nodes=3,nic=roce-400,"
+                "nics_per_node=8,fabric.switch=SN5600")]
+
+    def cost(d, p):
+        return prices.design_cost(*d, p, kwh_usd=0.1, amortize_years=4)
+
+    alone = [cost(d, prices.load()) for d in designs]
+    shared = prices.load()
+    for order in (designs, designs[::-1], designs):
+        got = {d: cost(d, shared) for d in order}
+        assert [got[d] for d in designs] == alone
+    a, b = cost(designs[3], shared)[0], cost(designs[3], shared)[0]
+    a["bom"][0]["count"] = -1
+    assert b["bom"][0]["count"] == 2 and cost(designs[3], shared) == alone[3]
+
+
+def test_serving_jobs_whose_instances_cost_the_same_share_one_search():
+    """One-GPU instances of servers that differ only in their PCIe switches have one step
+    model digest: the second job finds the first's rate search (``core._SERVED``), and each
+    gets the answer its own search gives."""
+    run = dict(model="llama3-8b", layout=(("tp", 1),), width=1, isl=500, osl=50, ttft=1000.0,
+               tpot=50.0, precision="bf16", closed=False)
+    a = core._ServeJob(design="gpu=L40S,gpus_per_node=4,scale_up=pcie", **run)
+    b = core._ServeJob(design="gpu=L40S,gpus_per_node=4,scale_up=pcie,host.pcie_switches=1,"
+                       "host.switch_layout=single-root", **run)
+    evaluate = core._serve_eval.__wrapped__          # (past the per-job cache)
+    core._SERVED.clear()
+    own_b = evaluate(b)
+    core._SERVED.clear()
+    own_a = evaluate(a)
+    assert "per_instance" in own_a and len(core._SERVED) == 1
+    assert evaluate(b) == own_b == own_a and len(core._SERVED) == 1

@@ -483,18 +483,45 @@ def serve_setup(job: _ServeJob) -> tuple[Any, Any]:
     return topo, cfg
 
 
+#: Serving capacities found in this process (:func:`_serve_eval`), by the job less its
+#: servers' design, the step costs (:func:`~gpufabric.workloads.inference.serve.step_digest`),
+#: the instance's GPUs and the parameter value (oldest first).
+_SERVED: dict[tuple, dict[str, Any]] = {}
+#: most capacities kept
+KEEP_SERVED = 512
+
+
 @params.cache
 def _serve_eval(job: _ServeJob) -> dict[str, Any]:
+    """The highest rate one instance serves within the SLO (:func:`max_rate`, or, a closed
+    loop, the highest concurrency) and the run at it. A search over the rate sees the servers
+    only through the step model's costs and the instance's GPU count (the KV cache's tiers
+    are HBM alone): jobs whose step models have one digest (designs that differ where an
+    instance does not reach: host PCIe switches its collectives do not cross, a fabric whose
+    hops cost the same) share one search (:data:`_SERVED`), as the serving model's saturated
+    runs do (``serve._CAPACITIES``)."""
+    from gpufabric.workloads.inference.serve import check_config, step_digest, step_model
     from gpufabric.workloads.inference.supernode import max_rate
     try:
         topo, cfg = serve_setup(job)
         if job.closed:
             best, r = _max_concurrency(job.model, topo, cfg)
             return _capacity("per_instance", best, r, "concurrency")
-        rate, r = max_rate(job.model, topo, cfg, duration_s=SERVE_DURATION_S, steps=3)
+        check_config(cfg)           # (as max_rate checks it, before the step model)
+        sm = step_model(job.model, topo, cfg)
+        key = (replace(job, design=""), step_digest(sm), len(topo.gpus()), topo.scale_up(),
+               params.current().key)
+        hit = _SERVED.get(key)
+        if hit is None:
+            rate, r = max_rate(job.model, topo, cfg, duration_s=SERVE_DURATION_S, steps=3,
+                               sm=sm)
+            hit = _capacity("per_instance", rate, r, "rate")
+            while len(_SERVED) >= KEEP_SERVED:
+                _SERVED.pop(next(iter(_SERVED)))
+            _SERVED[key] = hit
     except InputError as exc:
         return {"error": exc.message, "field": exc.field}
-    return _capacity("per_instance", rate, r, "rate")
+    return dict(hit)
 
 
 def _capacity(key: str, value: float, r: dict | None, what: str) -> dict[str, Any]:
@@ -1208,18 +1235,19 @@ def _queue(live: list[Candidate], sc: Scenario
     """The order the models run the designs in (by bound for lowest-cost, small first
     otherwise), each group's fastest network first (:func:`_interleave`), and that network's
     design per group of designs that differ only in their network."""
+    net = {id(c): _net_rank(c) for c in live}      # (each design's once: three sorts use it)
     keyed = [(_bound_figure(c, sc), c) for c in live]
     order = sorted(keyed, key=lambda x: (x[0] is None, x[0] if x[0] is not None else 0.0,
                                          -(x[1].bound.get("train_hours") or 0), x[1].gpus,
-                                         _net_rank(x[1])))
+                                         net[id(x[1])]))
     queue = [c for _, c in order]
     if sc.objective != "lowest-cost":       # no sound bound on throughput objectives: take
         queue.sort(key=lambda c: (c.gpus, c.cost.get("usd_per_hour") or 0,  # small first
-                                  _net_rank(c)))
+                                  net[id(c)]))
     # the fastest network of each group of designs that differ only in their network goes
     # first; when it misses the deadline or the SLO, so do its slower siblings
     strongest: dict[tuple, Candidate] = {}
-    for c in sorted(queue, key=_net_rank):
+    for c in sorted(queue, key=lambda c: net[id(c)]):
         strongest.setdefault(_group(c), c)
     return _interleave(queue, strongest, sc), strongest
 

@@ -98,6 +98,11 @@ class Prices:
 
     entries: dict[str, dict[tuple, dict[str, Any]]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    #: :func:`design_cost`'s bill-of-materials parts already priced from this table (the
+    #: servers of a GPU kind and count, a network, racks), by what each depends on: an
+    #: advisor's hundred thousand designs share a few thousand of them. A table is read once
+    #: loaded (:func:`load`); one whose entries change needs a new :class:`Prices`.
+    memo: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def gpu_usd(self, gpu: str) -> float | None:
         e = self.entries["gpus"].get((gpu,))
@@ -247,10 +252,12 @@ def _design(system: str) -> _Design:
     d, trays, net = _servers(",".join(p for p in parts if p is not count), n > 1)
     if not d.speed or n * trays <= 1:
         return d
-    return replace(d, **_fabric(*net, n * trays))
+    # (built field by field: dataclasses.replace costs more than the rest of this)
+    return _Design(d.scale_up, d.form, d.cpu, d.sockets, d.speed, d.nic_model, d.nics_per_node,
+                   **_fabric(*net, n * trays))
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=1 << 15)
 def _servers(system: str, several: bool | None) -> tuple[_Design, int, tuple]:
     """The :class:`_Design` of ``system`` without its fabric, normalized as one server
     (``several`` false) or as a cluster of them (true; None: the count the spec gives), the
@@ -328,20 +335,16 @@ def design_cost(gpu: str, gpus_per_node: int, nodes: int, system: str, prices: P
     equipment's power (IT load, before the PUE)."""
     gpus = gpus_per_node * nodes
     d = _design(system)
-    notes: list[str] = []
-    bom: list[dict[str, Any]] = []
     srv = prices.server(gpu, gpus_per_node, d.scale_up)
     whole = bool(srv and srv.get("usd") is not None)
-    if whole:
-        assert srv is not None
-        w = float(srv["watts"]) if srv.get("watts") else None
-        bom.append(_line("servers", f"{gpus_per_node}x {gpu} server", nodes, srv, watts=w))
-    else:
-        _parts_lines(bom, notes, gpu, gpus_per_node, nodes, d, prices)
+    lines, notes = _servers_part(gpu, gpus_per_node, nodes, d, prices, srv, whole)
+    bom = [dict(ln) for ln in lines]
+    notes = list(notes)
     if d.speed and nodes > 1:
-        _network_lines(bom, d, prices, srv if whole else None)
+        lines, more = _network_part(d, prices, srv if whole else None)
+        bom += [dict(ln) for ln in lines]
+        notes += more
     _racks(bom, d, prices, notes)
-    _bom_notes(bom, notes)
     watts = sum(ln["watts"] or 0.0 for ln in bom)
     power_kW = watts / 1000 if watts > 0 else None
     if deployment == "cloud":
@@ -366,6 +369,44 @@ def design_cost(gpu: str, gpus_per_node: int, nodes: int, system: str, prices: P
     if cost["usd_per_hour"] is not None:
         cost["usd_per_gpu_hour"] = (cost["usd_per_hour"] + cost["opex_usd_per_hour"]) / gpus
     return cost, power_kW
+
+
+def _servers_part(gpu: str, gpus_per_node: int, nodes: int, d: _Design, prices: Prices,
+                  srv: dict[str, Any] | None, whole: bool
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The bill-of-materials lines of ``nodes`` servers (a whole-server price, or the GPUs and
+    host by parts) and their notes (:func:`_parts_lines`, :func:`_bom_notes`), once per
+    table and what they depend on (kept in :attr:`Prices.memo`; callers copy the lines)."""
+    key = ("servers", gpu, gpus_per_node, nodes, d.scale_up, d.form, d.cpu, d.sockets)
+    hit = prices.memo.get(key)
+    if hit is None:
+        bom: list[dict[str, Any]] = []
+        notes: list[str] = []
+        if whole:
+            assert srv is not None
+            w = float(srv["watts"]) if srv.get("watts") else None
+            bom.append(_line("servers", f"{gpus_per_node}x {gpu} server", nodes, srv, watts=w))
+        else:
+            _parts_lines(bom, notes, gpu, gpus_per_node, nodes, d, prices)
+        _bom_notes(bom, notes)
+        hit = prices.memo[key] = (bom, notes)
+    return hit
+
+
+def _network_part(d: _Design, prices: Prices, srv: dict[str, Any] | None
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The lines of a design's scale-out network (:func:`_network_lines`) and their notes,
+    once per table and network (kept in :attr:`Prices.memo`; callers copy the lines)."""
+    key = ("network", d.speed, d.nic_model, d.nics_per_node, d.tiers, d.cables, d.end_ports,
+           d.switch_ports, None if srv is None else id(srv))
+    hit = prices.memo.get(key)
+    if hit is None:
+        bom: list[dict[str, Any]] = []
+        notes: list[str] = []
+        _network_lines(bom, d, prices, srv)
+        _bom_notes(bom, notes)
+        hit = prices.memo[key] = (bom, notes)
+    return hit
 
 
 def _parts_lines(bom: list[dict[str, Any]], notes: list[str], gpu: str, gpus_per_node: int,
@@ -463,10 +504,17 @@ def _racks(bom: list[dict[str, Any]], d: _Design, prices: Prices, notes: list[st
     if not per or it_kw <= 0:
         return
     n = math.ceil(it_kw / per - 1e-9)
-    row = prices.part("facility", "rack_usd")
-    bom.append(_line("racks", f"rack ({per:g} kW)", n, row, "value", watts=0.0,
-                     source=str(prices.part("facility", "rack_kw")["source"])  # type: ignore
-                     if row is None else None))
+    key = ("racks", n)
+    hit = prices.memo.get(key)
+    if hit is None:
+        row = prices.part("facility", "rack_usd")
+        line = [_line("racks", f"rack ({per:g} kW)", n, row, "value", watts=0.0,
+                      source=str(prices.part("facility", "rack_kw")["source"])  # type: ignore
+                      if row is None else None)]
+        hit = prices.memo[key] = (line, [])
+        _bom_notes(line, hit[1])
+    bom.append(dict(hit[0][0]))
+    notes += hit[1]
 
 
 def _opex(cost: dict[str, Any], power_kW: float | None, capex: float | None, prices: Prices,

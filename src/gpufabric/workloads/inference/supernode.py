@@ -59,22 +59,24 @@ def highest_passing(ok: Callable[[float], tuple[bool, Any]], start: float, steps
 
 
 def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float = 0.9,
-             steps: int = 5, duration_s: float = 30.0) -> tuple[float, dict | None]:
+             steps: int = 5, duration_s: float = 30.0, sm: StepModel | None = None
+             ) -> tuple[float, dict | None]:
     """The highest deployment rate (requests/s) at which ``attainment`` of the requests meet
     the SLO, below the deployment's capacity, and the run at that rate. Each run offers at
     least ``duration_s`` seconds of arrivals (and ``cfg.requests`` requests), so queues have
     time to build; a rate above capacity fails however its short run went (its queue grows
-    without bound)."""
-    sm: list[StepModel] = []            # built once: the rate does not enter it
+    without bound). ``sm``: :func:`step_model` of ``cfg`` on ``topo`` where the caller built
+    it (the rate does not enter it)."""
+    sm_: list[StepModel] = [] if sm is None else [sm]     # built once
 
     def ok(rate: float) -> tuple[bool, dict]:
         n = max(cfg.requests or 0, int(rate * duration_s))
         c = replace(cfg, rate=rate, requests=n)
-        if not sm:
+        if not sm_:
             check_config(c)
-            sm.append(step_model(model, topo, c))
+            sm_.append(step_model(model, topo, c))
         # a run that falls short is stopped once it must (its figures are not kept)
-        r = serve(model, topo, c, sm=sm[0], stop_below=attainment)
+        r = serve(model, topo, c, sm=sm_[0], stop_below=attainment)
         return r["slo_attainment"] >= attainment and not r.get("overloaded"), r
     return highest_passing(ok, max(0.05, 0.02 * len(topo.gpus())), steps)
 

@@ -134,6 +134,18 @@ def test_bad_input_is_one_line_naming_the_option(cli, args, field):
     assert code == 2 and err.count("\n") == 1 and f" {field}: " in err, err
 
 
+def test_the_engine_is_the_serve_workloads_and_pd_units_run_it():
+    from gpufabric.advise import core
+    from gpufabric.advise import recommend as R
+    serve_ = scenario._serve({"model": "llama3-8b", "rate": 2, "slo_tpot_ms": 50,
+                              "engine": "sglang", "pd": True}, "")
+    t = R.Target(serve=serve_, node=R.server_spec("H100-SXM"), pd=True)
+    jobs = core._jobs(R._candidate(t), R._scenario(t), every=True)[1]
+    assert jobs and {j.engine for j, _ in jobs} == {"sglang"}
+    pd = [j for j, _ in R._pd_jobs(t, jobs)]
+    assert pd and all(isinstance(j, core._PDJob) and j.engine == "sglang" for j in pd)
+
+
 def test_the_deploy_folder_is_made_but_never_its_parents(cli, tmp_path):
     missing = tmp_path / "no" / "deploy"
     code, _, err = cli("recommend", "llama3-8b", "H100-SXM", "--rate", "2", "--slo-tpot", "50",

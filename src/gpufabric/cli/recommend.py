@@ -141,11 +141,10 @@ def _target(ctx: typer.Context, o: dict[str, Any]) -> Any:
 
 
 def _check_pd(o: dict[str, Any]) -> None:
-    """What --pd's units are modelled with: the advisor's xPyD runs (fixed lengths, the vLLM
-    engine profile), and no manifests (a disaggregated stack: Dynamo, llm-d)."""
+    """What --pd's units are modelled with: the advisor's xPyD runs (fixed lengths, the
+    target's engine), and no manifests (a disaggregated stack: Dynamo, llm-d)."""
     for opt, bad, why in (
             ("--dataset", o["dataset"] is not None, "fixed lengths (--isl/--osl)"),
-            ("--engine", o["engine"] != "vllm", "the vllm engine profile"),
             ("--deploy-dir", o["deploy_dir"] is not None, "no manifests: --deploy-dir writes "
              "co-located designs only")):
         if bad:

@@ -3,9 +3,11 @@
 The buyer-shaped questions (``benchmarks/advise/*.yaml``) are serving questions over every GPU
 kind of the catalog, on-premises and cloud: Llama 3 70B with long answers (1k tokens in, 8k
 out) at the lowest cost, DeepSeek-V3 in fp8 by cost per million tokens, and Mixtral 8x7B at
-three interactivity targets (TPOT 20, 40 and 80 ms) by output tokens per watt. Each scenario
-runs as ``gpufabric advise SCENARIO --json --jobs N`` in its own process (nothing cached
-between them). Goal: each under 30 s on 2 cores.
+three interactivity targets (TPOT 20, 40 and 80 ms) by output tokens per watt, each alone and
+as one interactivity sweep (``--interactivity 12.5,25,50``: the whole ranking at each
+target, the cheapest kind and the crossovers). Each scenario runs as ``gpufabric advise
+SCENARIO --json --jobs N`` in its own process (nothing cached between them). Goal: each under
+30 s on 2 cores.
 
 Run by hand (not a test): ``.venv/bin/python benchmarks/bench_advise_scenarios.py [--jobs N]
 [--only NAME ...]``
@@ -26,19 +28,25 @@ HERE = Path(__file__).resolve().parent
 BUYERS = sorted(HERE.glob("advise/*.yaml"))
 
 
-def scenarios() -> list[tuple[str, str]]:
-    """(name, what ``advise`` takes) of each built-in scenario, then each buyer-shaped one."""
+#: the buyer-shaped interactivity sweep: the Mixtral question at its three TPOT targets at once
+SWEEP = ("buyer-mixtral-sweep", ["benchmarks/advise/buyer-mixtral-tpot20.yaml",
+                                 "--interactivity", "12.5,25,50"])
+
+
+def scenarios() -> list[tuple[str, list[str]]]:
+    """(name, what ``advise`` takes) of each built-in scenario, then each buyer-shaped one and
+    the sweep."""
     from gpufabric.advise import scenario
-    return ([(n, n) for n in scenario.builtin_names()]
-            + [(p.stem, str(p.relative_to(HERE.parent))) for p in BUYERS])
+    return ([(n, [n]) for n in scenario.builtin_names()]
+            + [(p.stem, [str(p.relative_to(HERE.parent))]) for p in BUYERS] + [SWEEP])
 
 
-def run(what: str, jobs: int) -> tuple[float, float, dict]:
+def run(what: list[str], jobs: int) -> tuple[float, float, dict]:
     """Wall seconds, CPU seconds (all processes) and the ``--json`` answer of one scenario."""
     exe = Path(sys.executable).with_name("gpufabric")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run([str(exe), "advise", what, "--json", "--jobs", str(jobs)],
+    out = subprocess.run([str(exe), "advise", *what, "--json", "--jobs", str(jobs)],
                          capture_output=True, text=True, cwd=HERE.parent,
                          env={**os.environ, "GPUFABRIC_PROGRESS": "off"})
     wall = time.perf_counter() - t0
@@ -62,8 +70,11 @@ def main() -> None:
             continue
         wall, cpu, ans = run(what, a.jobs)
         worst = max(worst, wall)
-        best = ans["designs"][0]["design"] if ans.get("designs") else \
-            "none: " + str(ans.get("infeasible", {}).get("message", ""))[:60]
+        if "cheapest" in ans:               # a sweep: the cheapest kind at each target
+            best = "; ".join(f"{c['interactivity']:g}: {c['kind']}" for c in ans["cheapest"])
+        else:
+            best = ans["designs"][0]["design"] if ans.get("designs") else \
+                "none: " + str(ans.get("infeasible", {}).get("message", ""))[:60]
         print(f"{name:<24} {wall:7.1f} {cpu:7.1f} {ans.get('candidates_generated', 0):8,} "
               f"{ans.get('evaluated_with_models', 0):10,}  {best}", flush=True)
     print(f"slowest {worst:.1f} s with --jobs {a.jobs} (goal: under 30 s each on 2 cores); "

@@ -74,3 +74,26 @@ def test_docstring_examples():
     import gpufabric.advise.interactivity as I
     assert doctest.testmod(I).failed == 0
     assert doctest.testmod(S).failed == 0
+
+
+def test_the_targets_share_one_priced_space_and_rank_as_each_alone():
+    """A sweep generates and prices the designs once: each target's ranking on the shared
+    designs is the ranking the target gets alone, and ranking leaves the shared ones as made."""
+    from dataclasses import replace
+
+    from gpufabric.advise import core
+    sc = S.parse(SMALL, "x.yaml")
+    p = P.load(None)
+    designs = core.priced_designs(sc, p)
+    before = [(c.system, c.cost, c.bound, c.metrics) for c in designs]
+    for x in sc.serve.interactivity:
+        st = replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / x))
+        shared, alone = core.advise(st, p, designs=designs), core.advise(st, p)
+        assert shared.infeasible == alone.infeasible
+        assert [(core.describe(c), c.objective, c.metrics, c.cost) for c in shared.ranked] == \
+            [(core.describe(c), c.objective, c.metrics, c.cost) for c in alone.ranked]
+        assert (shared.generated, shared.pruned, shared.evaluated) == \
+            (alone.generated, alone.pruned, alone.evaluated)
+    assert [(c.system, c.cost, c.bound, c.metrics) for c in designs] == before
+    assert shared.infeasible and not alone.ranked      # 80 tokens/s per user: none meets it
+

@@ -1152,27 +1152,51 @@ class Advice:
 
 def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
            ray: bool = False, jobs: int = 1, batch: int = 4, max_evaluations: int = 150,
-           progress: Callable[[int, int], None] | None = None) -> Advice:
+           progress: Callable[[int, int], None] | None = None,
+           designs: list[Candidate] | None = None) -> Advice:
     """Rank the scenario's designs: generate, price, bound, evaluate best-bound first.
 
     ``jobs`` worker processes (or Ray) run the models: each batch's jobs together with those
     of the designs next in the queue (a look-ahead), while the branch and bound takes the
-    results in the queue's order; the answer is the same for any ``jobs``.
+    results in the queue's order; the answer is the same for any ``jobs``. ``designs``: the
+    scenario's :func:`priced_designs` where the caller has them (the targets of an
+    interactivity sweep share them), else made here.
     """
     from gpufabric.workloads.search import memory_verdicts
     # the training searches of one scenario share their memory verdicts (in each worker: the
     # workers start inside, with this one parameter set)
-    with memory_verdicts(), sweep.workers(jobs if not ray else 1):
-        return _advise(sc, prices, top=top, kwh_usd=kwh_usd, runner=Runner(ray=ray, jobs=jobs),
-                       batch=batch, max_evaluations=max_evaluations, progress=progress)
-
-
-def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: Runner,
-            batch: int, max_evaluations: int,
-            progress: Callable[[int, int], None] | None) -> Advice:
     t0 = time.perf_counter()
-    cands = generate(sc, prices, runner.jobs if not runner.ray else 1)
-    ok, priced, live, dead = _screen(cands, sc, prices, kwh_usd)
+    with memory_verdicts(), sweep.workers(jobs if not ray else 1):
+        cands = priced_designs(sc, prices, kwh_usd, jobs if not ray else 1) \
+            if designs is None else [_unjudged(c) for c in designs]
+        return _advise(sc, cands, t0, top=top, kwh_usd=kwh_usd, prices=prices,
+                       runner=Runner(ray=ray, jobs=jobs), batch=batch,
+                       max_evaluations=max_evaluations, progress=progress)
+
+
+def priced_designs(sc: Scenario, prices: Prices, kwh_usd: float = 0.10,
+                   jobs: int = 1) -> list[Candidate]:
+    """Every design of the scenario's space (:func:`generate`: the rules' refusals marked),
+    each the rules allow priced whole (:func:`price`): what every SLO target of the same
+    workload, constraints and space shares."""
+    cands = generate(sc, prices, jobs)
+    for c in cands:
+        if not c.refused:
+            price(c, prices, kwh_usd, sc.constraints.amortize_years, sc.constraints.cloud_term)
+    return cands
+
+
+def _unjudged(c: Candidate) -> Candidate:
+    """A priced design as :func:`priced_designs` made it, before any target bounds or
+    evaluates it (one copy per target: those fill its bounds, metrics and verdicts)."""
+    return replace(c, bound={}, metrics={}, objective=None, violations={}, evaluated=False,
+                   equivalents=[])
+
+
+def _advise(sc: Scenario, cands: list[Candidate], t0: float, *, top: int, kwh_usd: float,
+            prices: Prices, runner: Runner, batch: int, max_evaluations: int,
+            progress: Callable[[int, int], None] | None) -> Advice:
+    ok, priced, live, dead = _screen(cands, sc)
     queue, strongest = _queue(live, sc)
     run = _search(queue, strongest, sc, top=top, runner=runner, batch=batch,
                   max_evaluations=max_evaluations, progress=progress)
@@ -1206,14 +1230,13 @@ def _advise(sc: Scenario, prices: Prices, *, top: int, kwh_usd: float, runner: R
     return adv
 
 
-def _screen(cands: list[Candidate], sc: Scenario, prices: Prices, kwh_usd: float
+def _screen(cands: list[Candidate], sc: Scenario
             ) -> tuple[list[Candidate], list[Candidate], list[Candidate], list[Candidate]]:
     """(the candidates the rules allow, those of them priced where the objective or a budget
     needs a price, those of them whose bounds break no constraint, those whose bounds do):
-    each priced and bounded on the way."""
+    each bounded on the way (:func:`priced_designs` priced them)."""
     ok = [c for c in cands if not c.refused]
     for c in ok:
-        price(c, prices, kwh_usd, sc.constraints.amortize_years, sc.constraints.cloud_term)
         try:
             bound(c, sc)
         except InputError as exc:           # the GPU lacks the precision asked

@@ -55,9 +55,12 @@ def sweep(sc: Scenario, prices: Prices, targets: tuple[float, ...],
                          field="workloads.serve")
     rows: list[dict[str, Any]] = []
     cheapest: list[dict[str, Any]] = []
+    # the designs and their prices do not depend on the target: made once, ranked at each
+    jobs = 1 if advise_kw.get("ray") else advise_kw.get("jobs", 1)
+    designs = core.priced_designs(sc, prices, advise_kw.get("kwh_usd", 0.10), jobs)
     for x in targets:
         st = replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / x))
-        adv = core.advise(st, prices, **advise_kw)
+        adv = core.advise(st, prices, designs=designs, **advise_kw)
         best: dict[str, dict[str, Any]] = {}
         for c in adv.ranked:
             fig = at_capacity(c)

@@ -75,8 +75,10 @@ def main() -> None:
         else:
             best = ans["designs"][0]["design"] if ans.get("designs") else \
                 "none: " + str(ans.get("infeasible", {}).get("message", ""))[:60]
-        print(f"{name:<24} {wall:7.1f} {cpu:7.1f} {ans.get('candidates_generated', 0):8,} "
-              f"{ans.get('evaluated_with_models', 0):10,}  {best}", flush=True)
+        counts = [f"{ans[k]:,}" if k in ans else "-"       # (a sweep ranks several times)
+                  for k in ("candidates_generated", "evaluated_with_models")]
+        print(f"{name:<24} {wall:7.1f} {cpu:7.1f} {counts[0]:>8} {counts[1]:>10}  {best}",
+              flush=True)
     print(f"slowest {worst:.1f} s with --jobs {a.jobs} (goal: under 30 s each on 2 cores); "
           f"load average {os.getloadavg()[0]:.1f} at the end")
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-import functools
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -275,7 +274,7 @@ def sample(name: str | Dataset, n: int, seed: int = 0, isl: int = 1024, osl: int
     return i, o
 
 
-@functools.lru_cache(maxsize=256)
+@lru_cache(maxsize=256)
 def mean_lengths(ds: Dataset, isl: int = 1024, osl: int = 256) -> tuple[float, float]:
     """The mean input and output lengths a run on ``ds`` has (published, else of a large
     seeded sample); kept per dataset and lengths (a search asks for them per design)."""

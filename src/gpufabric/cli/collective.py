@@ -97,34 +97,44 @@ def collective(
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     explain: bool = typer.Option(False, "--explain",
                                  help="Name the bottleneck link and how busy it is."),
+    nccl: str | None = typer.Option(None, "--nccl", metavar="VERSION",
+                                    help="The NCCL release to model (2.7.3 or later, e.g. "
+                                    "2.18.5): its latency tables and algorithms (no NVLS "
+                                    "before 2.17.1). Default: the release `gpufabric "
+                                    "params` names."),
     profile: str | None = profile_option(),
 ) -> None:
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
     from gpufabric import collectives as C
+    from gpufabric.collectives import versions
     refuse_together(ctx, [("explain", "json", "the JSON rows hold each size's bottleneck")])
     lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
     sizes = _sizes(lo, hi, step_factor)
     try:
         opn = C.check_op(op)
         algo_n = C.check_algo(algo)
+        release = None if nccl is None else versions.parse(nccl, "--nccl")
     except InputError as exc:
         raise InputError(exc.message, field=_OPTION.get(exc.field or "", exc.field)) from None
-    m, name = _model(system)
-    try:
-        preds = []
-        with Progress("collective", len(sizes)) as progress:
-            for s in sizes:
-                preds.append(m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
-                                       concurrent=concurrent))
-                progress.step(_fmt_size(s))
-    except InputError as exc:
-        raise InputError(exc.message, file=system,
-                         field=_OPTION.get(exc.field or "", exc.field)) from None
+    with versions.use(release):
+        m, name = _model(system)
+        try:
+            preds = []
+            with Progress("collective", len(sizes)) as progress:
+                for s in sizes:
+                    preds.append(m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
+                                           concurrent=concurrent))
+                    progress.step(_fmt_size(s))
+        except InputError as exc:
+            raise InputError(exc.message, file=system,
+                             field=_OPTION.get(exc.field or "", exc.field)) from None
     if json:
         emit_json({"system": name, "op": opn, "ranks": preds[0].ranks,
+                   **({"nccl": ".".join(map(str, release))} if release else {}),
                    "rows": [p.to_dict() for p in preds]})
         return
-    _print_table(preds, opn, name, explain)
+    _print_table(preds, opn, name + (f", NCCL {'.'.join(map(str, release))}" if release
+                                     else ""), explain)
 
 def _model(system: str) -> tuple[Any, str]:
     """The collective model of a system spec (a CPU-only host's model for ``gpu: none``) and

@@ -11,6 +11,7 @@ from itertools import pairwise
 
 from gpufabric import params as _params
 from gpufabric.collectives import params as P
+from gpufabric.collectives import versions
 from gpufabric.collectives.algorithms import REGISTRY as ALGORITHMS
 from gpufabric.collectives.algorithms import Algorithm, Plan, register
 from gpufabric.collectives.algorithms.base import UNIT as _UNIT
@@ -184,9 +185,16 @@ class Model:
 
     # -- which algorithms ------------------------------------------------------------------
     def algorithms(self, op: str, lay: Layout) -> list[str]:
-        """The algorithms NCCL's tuner chooses among for ``op`` on these ranks."""
-        return [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
-                if a.auto and a.applies(self, op, lay)]
+        """The algorithms NCCL's tuner chooses among for ``op`` on these ranks (those of the
+        NCCL release in use: ``P.NCCL_MISSING`` are left out)."""
+        return [a.name for a in self._runnable(op, lay) if a.auto]
+
+    def _runnable(self, op: str, lay: Layout) -> list[Algorithm]:
+        """The algorithms that can run ``op`` on these ranks with the NCCL release in use,
+        in NCCL's order."""
+        missing = P.NCCL_MISSING
+        return [a for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
+                if a.name not in missing and a.applies(self, op, lay)]
 
     def net_protocols(self) -> tuple[str, ...]:
         """NCCL protocols the scale-out network carries: those every network link kind of the
@@ -215,8 +223,7 @@ class Model:
         if "," not in algo and not algo.startswith("^"):
             return [self._resolve(op, algo, lay)]
         neg, names = _nccl_list(algo)
-        runs = [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
-                if a.applies(self, op, lay)]
+        runs = [a.name for a in self._runnable(op, lay)]
         out = [a for a in (self.algorithms(op, lay) if neg else runs) if (a in names) != neg]
         if not out:
             raise InputError(f"no algorithm of '{algo}' can run {op} on this system; "
@@ -228,8 +235,11 @@ class Model:
             algo = "nvls_tree"
         if algo == "nvls_tree" and lay.nodes == 1:
             algo = "nvls"
-        allowed = [a.name for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
-                   if a.applies(self, op, lay)]
+        allowed = [a.name for a in self._runnable(op, lay)]
+        if algo in P.NCCL_MISSING:
+            raise InputError(f"algorithm '{algo}' is not in the NCCL release in use (NVLS from "
+                             f"2.17.1, NVLS tree from 2.18.1, PAT from 2.23.4); allowed: "
+                             f"{', '.join(['auto'] + allowed)}", field="algorithm")
         if algo in NOT_MODELLED:
             raise InputError(f"algorithm '{algo}' (NCCL's) is not modelled here; allowed: "
                              f"{', '.join(['auto'] + allowed)}", field="algorithm")
@@ -327,7 +337,9 @@ class Model:
         >>> round(shared.busbw / alone.busbw, 2)
         0.5
         """
-        key = (op, size, ranks, algo, proto, per_node, concurrent, _params.current().key)
+        tuner = versions.chooser()
+        key = (op, size, ranks, algo, proto, per_node, concurrent, _params.current().key,
+               tuner.key if tuner is not None else "")
         hit = self._memo.get(key)
         if hit is None:
             hit = self._predict(op, size, ranks, algo, proto, per_node, concurrent)
@@ -352,17 +364,26 @@ class Model:
         algos = self._candidates(op, algo, lay)
         net_ok = self.net_protocols() if lay.nodes > 1 else P.PROTOCOLS
         best = None
+        # an NCCL release in use chooses by its own tables (versions.chooser), the time is
+        # the current tables'
+        tuner = versions.chooser()
         for a in algos:
             plan = self.plan(op, a, lays)
             impl = ALGORITHMS[a]
+            seen = plan
+            if tuner is not None:
+                with _params.use(tuner):
+                    seen = self.plan(op, a, lays)
             for p in plan.protos:
                 if (protos is not None and p not in protos) or p not in net_ok:
                     continue
                 t = impl.time_us(self, op, plan, p, lay, size)
                 # NCCL's tuner does not see a pipeline's fill, nor a bounce across the
                 # sockets: choose without them
-                chosen = (t - impl.fill_us(self, op, plan, p, lay, size)
-                          - plan.unseen_lat_us.get(p, 0.0))
+                chosen = (self._seen_us(impl, op, seen, p, lay, size, tuner)
+                          if tuner is not None else t) \
+                    - impl.fill_us(self, op, plan, p, lay, size) \
+                    - plan.unseen_lat_us.get(p, 0.0)
                 if best is None or chosen < best[3]:
                     best = (t, plan, p, chosen)
         if best is None:
@@ -386,6 +407,12 @@ class Model:
                           algbw * busbw_factor(op, n), plan.algo, p, bott, round(busy, 4),
                           plan.note + (f"; {concurrent} such groups at once"
                                        if concurrent > 1 else ""))
+
+    def _seen_us(self, impl: Algorithm, op: str, plan: Plan, proto: str, lay: Layout,
+                 size: float, tuner: _params.Params) -> float:
+        """The time the NCCL release in use's tuner estimates for a choice (its tables)."""
+        with _params.use(tuner):
+            return impl.time_us(self, op, plan, proto, lay, size)
 
     def _single(self, op: str, size: float, algo: str) -> Prediction:
         from gpufabric import catalog

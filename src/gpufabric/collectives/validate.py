@@ -26,7 +26,8 @@ from typing import Any
 
 from gpufabric import validation
 from gpufabric.collectives import (OPS, Model, busbw_factor, check_algo, check_proto, model,
-                                   params)
+                                   params, versions)
+from gpufabric.collectives.versions import Version
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_yaml
 
@@ -103,13 +104,41 @@ def load_entries(path: str) -> list[dict]:
                                  file=path, field=pw)
             clean.append({"size": int(size), "busbw": pt.get("busbw"),
                           "time_us": pt.get("time_us")})
+        stack, nccl = _stack(e.get("stack"), path, where)
         out.append({"id": eid, "where": where, "system": e["system"], "collective": op,
                     "ranks": ranks, "per_node": per_node, "algorithm": algo, "protocol": proto,
                     "points": clean,
                     "source": e.get("source", ""), "confidence": e.get("confidence", ""),
-                    "needs": str(e.get("needs", "")), "stack": str(e.get("stack", "")),
+                    "needs": str(e.get("needs", "")), "stack": stack, "nccl": nccl,
                     "looked_at": validation.looked_at(e, file_mark, path, where)})
     return out
+
+
+#: what an entry's ``stack`` mapping may name
+STACK_KEYS = ("nccl", "net_plugin", "tuner")
+
+
+def _stack(raw: Any, path: str, where: str) -> tuple[str, Version | None]:
+    """An entry's ``stack``: its text (free text, or ``unstated: ...``), and the NCCL release
+    the model uses when it is a mapping naming one (``{nccl: 2.18.5, net_plugin: ...,
+    tuner: ...}``; the plugin and tuner are recorded, not modelled)."""
+    if raw is None:
+        return "", None
+    if isinstance(raw, str):
+        return raw, None
+    if not isinstance(raw, dict) or set(raw) - set(STACK_KEYS):
+        extra = sorted(set(raw) - set(STACK_KEYS)) if isinstance(raw, dict) else []
+        raise InputError(f"{'unknown key ' + repr(extra[0]) + '; ' if extra else ''}expected "
+                         f"text, or a mapping of {', '.join(STACK_KEYS)}", file=path,
+                         field=f"{where}.stack")
+    nccl = None
+    if raw.get("nccl") is not None:
+        try:
+            nccl = versions.parse(raw["nccl"])
+        except InputError as exc:
+            raise InputError(exc.message, file=path, field=f"{where}.stack.nccl") from None
+    text = ", ".join(f"{k} {raw[k]}" for k in STACK_KEYS if raw.get(k) is not None)
+    return text, nccl
 
 
 def validate(path: str, on_entry: Callable[[str], None] | None = None) -> dict:
@@ -189,22 +218,23 @@ def predict_entry(e: dict, path: str, system: str | None = None,
     note when its forced algorithm is not modelled there (the automatic choice is used).
     The model is ``m``, else :func:`entry_model`'s (built anew, so it reads the parameters as
     they are now)."""
-    if m is None:
-        m = entry_model(e, path, system)
-    algo = e["algorithm"]
-    note = ""
-    if algo != "auto" and e["points"]:
-        try:
-            m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
-                      e["protocol"], per_node=e["per_node"])
-        except InputError as exc:
-            if exc.field != "algorithm":
-                raise
-            note = f"algorithm {algo} not modelled here; auto used"
-            algo = "auto"
-    preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
-                       e["protocol"], per_node=e["per_node"])
-             for pt in e["points"]]
+    with versions.use(e.get("nccl")):    # the entry's NCCL release, where it names one
+        if m is None:
+            m = entry_model(e, path, system)
+        algo = e["algorithm"]
+        note = ""
+        if algo != "auto" and e["points"]:
+            try:
+                m.predict(e["collective"], e["points"][0]["size"], e["ranks"], algo,
+                          e["protocol"], per_node=e["per_node"])
+            except InputError as exc:
+                if exc.field != "algorithm":
+                    raise
+                note = f"algorithm {algo} not modelled here; auto used"
+                algo = "auto"
+        preds = [m.predict(e["collective"], pt["size"], e["ranks"], algo,
+                           e["protocol"], per_node=e["per_node"])
+                 for pt in e["points"]]
     # a run whose software stack (NCCL, plugin versions) its source does not give says so on
     # every point, rather than in a constant
     if str(e.get("stack", "")).startswith("unstated"):

@@ -38,8 +38,11 @@ class Nvls(Algorithm):
         pl = m.planner
         pats = [pl.nvls(x, UNIT, self.switch_efficiency(m, x)) for x in lays]
         pat = pats[0]
+        # the tree's hops at NCCL's tree latencies, a network hop at NVLS tree's own
+        tree = P.TREE_HOP_LAT_US
+        hops = {**tree, "net": {**tree["net"], "Simple": P.NVLS_TREE_NET_LAT_US}}
         lat = {"Simple": P.BASE_LAT_US["nvls"]["Simple"] + P.NVLS_LAT_US + 2 * m.hop_lat(
-            pat.tree_hops, P.TREE_HOP_LAT_US, "Simple", lay.nodes > 1, net_up=pat.net_up)
+            pat.tree_hops, hops, "Simple", lay.nodes > 1, net_up=pat.net_up)
             # across the racks of one domain the reduction and the multicast each cross one
             # more switch chip
             + 2 * pat.chip_hops * m.planner.chip_lat_us(lay.gpus[0][0])}

@@ -39,6 +39,7 @@ from typing import Any
 from gpufabric import catalog, params, sweep
 from gpufabric.advise.prices import Prices
 from gpufabric.advise.scenario import Scenario
+from gpufabric.cache import BoundedDict
 from gpufabric.errors import InputError
 
 #: Model runs kept in flight per worker process (the batch's and the look-ahead's).
@@ -483,12 +484,12 @@ def serve_setup(job: _ServeJob) -> tuple[Any, Any]:
     return topo, cfg
 
 
+#: most capacities kept
+KEEP_SERVED = 512
 #: Serving capacities found in this process (:func:`_serve_eval`), by the job less its
 #: servers' design, the step costs (:func:`~gpufabric.workloads.inference.serve.step_digest`),
 #: the instance's GPUs and the parameter value (oldest first).
-_SERVED: dict[tuple, dict[str, Any]] = {}
-#: most capacities kept
-KEEP_SERVED = 512
+_SERVED: BoundedDict[tuple, dict[str, Any]] = BoundedDict(KEEP_SERVED)
 
 
 @params.cache
@@ -516,8 +517,6 @@ def _serve_eval(job: _ServeJob) -> dict[str, Any]:
             rate, r = max_rate(job.model, topo, cfg, duration_s=SERVE_DURATION_S, steps=3,
                                sm=sm)
             hit = _capacity("per_instance", rate, r, "rate")
-            while len(_SERVED) >= KEEP_SERVED:
-                _SERVED.pop(next(iter(_SERVED)))
             _SERVED[key] = hit
     except InputError as exc:
         return {"error": exc.message, "field": exc.field}

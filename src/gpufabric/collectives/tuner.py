@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 
 from gpufabric import params as _params
+from gpufabric.cache import BoundedDict
 from gpufabric.collectives import params as P
 from gpufabric.collectives import versions
 from gpufabric.collectives.algorithms import REGISTRY as ALGORITHMS
@@ -451,7 +452,10 @@ def model(topo: Topology) -> Model:
     links = topo.links
     quick = (len(topo.devices), len(links), id(links[0]) if links else 0,
              id(links[-1]) if links else 0, topo.meta.get("nodes"), topo.meta.get("p2p"))
-    kept = topo.__dict__.setdefault("_collectives_models", {})
+    kept = topo.__dict__.get("_collectives_models")
+    if kept is None:                # (setdefault: threads that race here keep one)
+        kept = topo.__dict__.setdefault("_collectives_models",
+                                        BoundedDict(KEEP_MODELS, refresh=True))
     net_key = _params.current().key_of(NETWORK_PARAMS)
     hit = kept.get(net_key)
     if hit is not None and hit[0] == quick:
@@ -461,10 +465,7 @@ def model(topo: Topology) -> Model:
         hit = (quick, fp, Model(topo))
     else:
         hit = (quick, fp, hit[2])
-    kept.pop(net_key, None)
-    kept[net_key] = hit
-    while len(kept) > KEEP_MODELS:
-        kept.pop(next(iter(kept)))
+    kept[net_key] = hit                         # most recently stored last
     return hit[2]
 
 

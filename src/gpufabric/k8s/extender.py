@@ -29,13 +29,13 @@ How the verbs answer (extender/v1 types, JSON keys are the Go field names, unset
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from gpufabric.cache import BoundedDict
 from gpufabric.errors import InputError
 from gpufabric.k8s.objects import MAX_GANG, NodeInfo, PodInfo, parse_node, parse_pod
 from gpufabric.k8s.statefile import StateFile, pod_from, pod_record
@@ -161,10 +161,10 @@ class Extender:
         self.gang_ttl_s = gang_ttl_s
         self.clock = clock
         self.nodes: dict[str, NodeInfo] = {}
-        self.pods: OrderedDict[str, PodInfo] = OrderedDict()
+        self.pods: BoundedDict[str, PodInfo] = BoundedDict(POD_CACHE, refresh=True)
         self.bound: dict[str, Bound] = {}
         self.gangs: dict[str, Gang] = {}
-        self._shapes: OrderedDict[str, Job] = OrderedDict()
+        self._shapes: BoundedDict[str, Job] = BoundedDict(WORKLOAD_WINDOW)
         self._shape_keys: set[tuple] = set()
         self._policy: Any = None
         self._cluster: Cluster | None = None
@@ -333,16 +333,11 @@ class Extender:
 
     def _learn(self, pod: PodInfo) -> None:
         self.pods[pod.uid] = pod
-        self.pods.move_to_end(pod.uid)
-        while len(self.pods) > POD_CACHE:
-            self.pods.popitem(last=False)
         if self.workload is not None:
             return
         r = pod.request
         self._shapes[pod.uid] = Job(pod.uid, r.cpu, r.mem, r.num_gpu, r.gpu_milli or MILLI,
                                     pod.models, pod.kind)
-        while len(self._shapes) > WORKLOAD_WINDOW:
-            self._shapes.popitem(last=False)
         key = (r.cpu, r.num_gpu, r.gpu_milli, pod.models)
         if key not in self._shape_keys:
             self._shape_keys.add(key)

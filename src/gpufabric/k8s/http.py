@@ -42,11 +42,11 @@ import socket
 import sys
 import threading
 import time
-from collections import OrderedDict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from gpufabric.cache import BoundedDict
 from gpufabric.k8s.extender import Extender, ProtocolError, error_reply
 
 #: Largest request body read (a NodeList of 5,000 full Node objects is about 25 MB).
@@ -337,7 +337,7 @@ class ExtenderServer(ThreadingHTTPServer):
         self.errors = 0
         self._open: dict[Any, str] = {}           # connection -> client address
         self._per_client: dict[str, int] = {}
-        self._known: OrderedDict[str, None] = OrderedDict()
+        self._known: BoundedDict[str, None] = BoundedDict(KNOWN_CLIENTS, refresh=True)
         self._open_lock = threading.Lock()
 
     def _admit(self, host: str) -> bytes | None:
@@ -362,9 +362,6 @@ class ExtenderServer(ThreadingHTTPServer):
         """``host`` sent a request whole and was answered: it may use the reserved share."""
         with self._open_lock:
             self._known[host] = None
-            self._known.move_to_end(host)
-            while len(self._known) > KNOWN_CLIENTS:
-                self._known.popitem(last=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         host = _host(client_address)

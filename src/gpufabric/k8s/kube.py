@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from gpufabric.cache import BoundedDict
 from gpufabric.errors import InputError
 from gpufabric.k8s.objects import GPU_INDEX_ANNOTATION, NodeInfo, PodInfo, parse_node, parse_pod
 
@@ -217,7 +218,7 @@ class AssignedGPUs:
         self.node = node
         self.ids = ids
         self.timeout_s = timeout_s
-        self.answered: dict[str, None] = {}
+        self.answered: BoundedDict[str, None] = BoundedDict(10_000)
         self.lock = threading.Lock()
         self.holder: str | None = None      # the lock holder answered last, until Allocate
 
@@ -261,8 +262,6 @@ class AssignedGPUs:
         first, _, uid, devs = min(found)
         self.holder = None if first else uid
         self.answered[uid] = None
-        while len(self.answered) > 10_000:
-            self.answered.pop(next(iter(self.answered)))
         return devs
 
     def allocated(self) -> None:

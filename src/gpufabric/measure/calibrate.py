@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from gpufabric import params as _params
+from gpufabric.cache import BoundedDict
 from gpufabric.collectives import params as P
 from gpufabric.collectives.validate import (entry_error, entry_model, entry_rows, load_entries,
                                             predict_entry, validate_entries)
@@ -157,21 +158,19 @@ class _Fit:
     def __init__(self, entries: list[dict], path: str, system: str | None):
         self.entries, self.path, self.system = entries, path, system
         self.evals = 0
-        self._models: dict[str, list] = {}
+        self._models: BoundedDict[str, list] = BoundedDict(self.KEEP, refresh=True)
 
     def _models_for(self) -> list:
         """The entries' models for the current parameters' link rates (a model's network is
         that of the parameters it was built with; its plans are made again)."""
         key = _params.current().key_of(NETWORK_PARAMS)
-        ms = self._models.pop(key, None)
+        ms = self._models.get(key)
         if ms is None:
             ms = [entry_model(e, self.path, self.system) for e in self.entries]
         else:
             for m in ms:
                 m._plans.clear()
         self._models[key] = ms                      # most recently used last
-        while len(self._models) > self.KEEP:
-            self._models.pop(next(iter(self._models)))
         return ms
 
     def rows(self, values: dict[str, float]) -> list[dict]:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufabric.cache import BoundedDict
 from gpufabric.errors import InputError, clip
 
 #: The tiers in the order a lookup tries them; ``hbm`` is the engine's own KV cache.
@@ -219,7 +220,7 @@ def chain(ids: tuple) -> list:
 
 #: The last few streams' distances, keyed by their content (a run and the runs that compare
 #: its tiers replay the same trace).
-_DISTANCES: dict = {}
+_DISTANCES: BoundedDict[tuple, list[np.ndarray]] = BoundedDict(4)
 
 
 def distances(ids: list[tuple], lookups: np.ndarray, mine: np.ndarray | None = None
@@ -236,8 +237,6 @@ def distances(ids: list[tuple], lookups: np.ndarray, mine: np.ndarray | None = N
     key = (tuple(ids), np.asarray(lookups, np.int64).tobytes(),
            None if mine is None else np.asarray(mine, bool).tobytes())
     if key not in _DISTANCES:
-        if len(_DISTANCES) >= 4:
-            _DISTANCES.pop(next(iter(_DISTANCES)))
         _DISTANCES[key] = _distances(ids, lookups, mine)
     return _DISTANCES[key]
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from gpufabric import params
+from gpufabric.cache import BoundedDict
 from gpufabric.errors import InputError, check_range
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import clients, kerneltimes
@@ -670,17 +671,15 @@ def _saturated(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConf
         reqs = build_requests(sat, share)
         # a shared prefix found cached saves its prefill at capacity too
         plan = prefix_plan(sm, sat, reqs)[0] if sat.prefix_tokens and sat.kv_tiers else None
-        while len(_CAPACITIES) >= KEEP_CAPACITIES:
-            _CAPACITIES.pop(next(iter(_CAPACITIES)))
         _CAPACITIES[key] = saturated(simulate_with_front_end(
             reqs, sm, sched, prefix=None if plan is None else (plan.hit_tokens, plan.load_s)))
     return dict(_CAPACITIES[key])
 
 
-#: capacities measured in this process, by step cost, parameters and run (oldest first)
-_CAPACITIES: dict[tuple, dict] = {}
 #: most capacities kept
 KEEP_CAPACITIES = 512
+#: capacities measured in this process, by step cost, parameters and run (oldest first)
+_CAPACITIES: BoundedDict[tuple, dict] = BoundedDict(KEEP_CAPACITIES)
 #: a step model's attributes that are not its costs
 _NOT_COSTS = ("topo", "_digest")
 

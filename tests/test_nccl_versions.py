@@ -150,3 +150,22 @@ def test_collective_nccl_option(cli):
     assert code == 0 and "NCCL 2.16.5" in out and "nvls" not in out.split("\n")[-3]
     code, out, err = cli("collective", "hgx-h100", "--nccl", "2.x")
     assert code == 2 and out == "" and err.count("\n") == 1 and "--nccl" in err
+
+
+def test_the_summary_keeps_runs_whose_stack_is_not_published_apart(tmp_path, cli):
+    base = {"source_id": "test", "collective": "all_reduce", "ranks": 8,
+            "system": {"gpu": "H100-SXM", "gpus_per_node": 8, "scale_up": "nvswitch"},
+            "points": [{"size": 2**30, "busbw": 470.0}]}
+    entries = [dict(base, id="stated", stack={"nccl": "2.21.5"}),
+               dict(base, id="unpublished", stack="unstated: no NCCL version given"),
+               dict(base, id="silent"), dict(base, id="silent-too")]
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(entries))
+    r = validate(str(f))
+    by = r["summary"]["all"]["by_stack"]
+    assert {k: b["points"] for k, b in by.items()} == {"release": 1, "unstated": 1,
+                                                       "unrecorded": 2}
+    assert [p["stack_kind"] for p in r["points"]] == ["release", "unstated", "unrecorded",
+                                                      "unrecorded"]
+    code, out, _ = cli("validate", str(f))
+    assert code == 0 and "stack: not published" in out and "stack: NCCL release stated" in out

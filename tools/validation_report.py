@@ -72,7 +72,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
 ]
 #: the status blocks of a summary, in the order shown (held-out first)
 STATUSES = [("held-out", None), ("fitted", "fitted"), ("looked-at", "looked_at")]
-#: the collectives' own split of a block (gpufabric.collectives.validate.by_size)
+#: the collectives' own split of a block (gpufabric.collectives.validate.split)
 SIZES = [("large", ">= 64 MiB, busbw"), ("small", "< 64 KiB, time")]
 
 
@@ -137,6 +137,9 @@ def cv_section(cv: dict[str, Any]) -> list[str]:
         for size, what in SIZES if "by_size" in b else ():
             if b["by_size"][size]["points"]:
                 out.append(row(name, f"{size} ({what})", b["by_size"][size]))
+        for kind, what in STACKS if "by_stack" in b else ():
+            if b["by_stack"][kind]["points"]:
+                out.append(row(name, f"software stack {what}", b["by_stack"][kind]))
         for m, mb in sorted(b["by_metric"].items()):
             out.append(row(name, m, mb))
     out += ["", "The same cross-validated points by the status of their entry (see below):", "",
@@ -162,8 +165,8 @@ def cv_section(cv: dict[str, Any]) -> list[str]:
 def pooled_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary over several files' points, as ``validate`` pools several files."""
     from gpufabric import validation
-    from gpufabric.collectives.validate import by_size
-    split = by_size if any(r.get("kind") == "collectives" for r in results) else None
+    from gpufabric.collectives.validate import split as collectives_split
+    split = collectives_split if any(r.get("kind") == "collectives" for r in results) else None
     return validation.pooled(results, split)
 
 
@@ -210,6 +213,20 @@ def summary_table(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
+#: what a collective entry's source says of its software stack (the split's by_stack)
+STACKS = (("release", "NCCL release stated"), ("unstated", "not published"),
+          ("unrecorded", "not recorded"))
+
+
+def stack_line(by_stack: dict[str, Any]) -> str:
+    """What the sources say of their software stack, over all of a section's points: the
+    points of runs whose source does not publish it are seen apart, not fitted to."""
+    parts = [f"{what}: {b['points']} points, median {_pct(b['median_abs_pct'])}"
+             for kind, what in STACKS if (b := by_stack[kind])["points"]]
+    return "All points by what their source says of its software stack: " + "; ".join(parts) \
+        + "."
+
+
 def render(sections: list[tuple[str, str, list[str], dict[str, Any], int]],
            cv: dict[str, Any]) -> str:
     """The page from the cross-validation and ``(title, what, files, summary, skipped
@@ -243,6 +260,8 @@ def render(sections: list[tuple[str, str, list[str], dict[str, Any], int]],
         names = ", ".join(f"`{DATA}/{f}`" for f in files)
         out += [f"## {title}", "", f"{names}: {what}.", "",
                 f"Reproduce: `{command(files)}`", "", *summary_table(s), ""]
+        if "by_stack" in s:
+            out += [stack_line(s["all"]["by_stack"]), ""]
         if skipped:
             out += [f"{skipped} skipped (entries or points the model cannot predict; the command "
                     "prints each with its reason).", ""]

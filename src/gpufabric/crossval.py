@@ -369,8 +369,8 @@ def _summary(pts: list[dict[str, Any]]) -> dict[str, Any]:
     collectives' large / small split where collective points are among them."""
     out = validation.stats(q["error_pct"] for q in pts)
     if any(q["kind"] == "collectives" for q in pts):
-        from gpufabric.collectives.validate import by_size
-        out |= by_size(pts)
+        from gpufabric.collectives.validate import split
+        out |= split(pts)
     out["by_metric"] = {m: validation.stats(q["error_pct"] for q in pts
                                             if validation.measured_as(q) == m)
                         for m in sorted({validation.measured_as(q) for q in pts})}

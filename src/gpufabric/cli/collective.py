@@ -208,10 +208,10 @@ def validate(
         _cross_validate(files, json)
         return
     from gpufabric.cli.train import print_training
-    from gpufabric.collectives.validate import by_size
+    from gpufabric.collectives.validate import split
     results = [_validate_file(f) for f in files]
     # the large / small split where collective files are among them
-    pooled = validation.pooled(results, by_size if any(r["kind"] == "collectives"
+    pooled = validation.pooled(results, split if any(r["kind"] == "collectives"
                                                        for r in results) else None)
     if json:
         emit_json(results[0] if len(files) == 1 else {"files": results, "summary": pooled})

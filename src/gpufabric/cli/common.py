@@ -485,6 +485,9 @@ def _figures(b: dict) -> str:
 
 
 _SIZES = (("large", "large (>= 64 MiB, busbw)"), ("small", "small (< 64 KiB, time)"))
+#: what a collective entry's source says of its software stack (collectives.validate.split)
+_STACKS = (("release", "stack: NCCL release stated"), ("unstated", "stack: not published"),
+           ("unrecorded", "stack: not recorded"))
 
 
 def print_validation_summary(s: dict, label: str) -> None:
@@ -505,6 +508,9 @@ def print_validation_summary(s: dict, label: str) -> None:
         for size, text in _SIZES if "by_size" in block else ():
             if block["by_size"][size]["points"]:
                 typer.echo(f"#   {text:<30} {_figures(block['by_size'][size])}")
+        for kind, text in _STACKS if "by_stack" in block else ():
+            if block["by_stack"][kind]["points"]:
+                typer.echo(f"#   {text:<30} {_figures(block['by_stack'][kind])}")
 
 
 def print_cross_validation(res: dict) -> None:
@@ -521,6 +527,9 @@ def print_cross_validation(res: dict) -> None:
         for size, text in _SIZES if "by_size" in b else ():
             if b["by_size"][size]["points"]:
                 typer.echo(f"#     {text:<28} {_figures(b['by_size'][size])}")
+        for kind, text in _STACKS if "by_stack" in b else ():
+            if b["by_stack"][kind]["points"]:
+                typer.echo(f"#     {text:<28} {_figures(b['by_stack'][kind])}")
         for metric, m in b["by_metric"].items():
             typer.echo(f"#     {metric:<28} {_figures(m)}")
     for st, b in res["by_status"].items():

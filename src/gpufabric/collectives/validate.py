@@ -11,9 +11,11 @@ Each point is a :func:`gpufabric.validation.point` record (``metric`` ``busbw`` 
 summary is :func:`gpufabric.validation.summarize`'s: the held-out figures first, ``fitted``,
 ``looked_at``, ``all`` and ``by_metric`` beside them, and in every block ``by_size``: ``large``
 (absolute % error of busbw over points of 64 MiB and more) and ``small`` (absolute % error of
-time over points below 64 KiB), each ``{median_abs_pct, p90_abs_pct, max_abs_pct, points}``.
-A point measured as time is compared as busbw when large, and a point measured as busbw is
-compared as time when small (each derived from the other with the nccl-tests definitions).
+time over points below 64 KiB), each ``{median_abs_pct, p90_abs_pct, max_abs_pct, points}``,
+and ``by_stack``: the errors by what the entry's source says of its software stack (its NCCL
+release, ``unstated``, or nothing recorded). A point measured as time is compared as busbw
+when large, and a point measured as busbw is compared as time when small (each derived from
+the other with the nccl-tests definitions).
 :func:`validate_many` runs several files and summarizes all their points together (the
 headline over several hold-outs at once).
 """
@@ -276,7 +278,8 @@ def entry_rows(e: dict, preds: list, note: str = "") -> list[dict]:
             e["id"], j, metric, meas, pred, st, error_pct=err, notes=note,
             collective=e["collective"], ranks=n, size=pt["size"], algo=p.algo, proto=p.proto,
             measured_busbw=meas_bus, predicted_busbw=p.busbw, measured_time_us=meas_t,
-            predicted_time_us=p.time_us, busbw_err_pct=busbw_err, time_err_pct=time_err))
+            predicted_time_us=p.time_us, busbw_err_pct=busbw_err, time_err_pct=time_err,
+            stack=e["stack"], stack_kind=stack_kind(e)))
     return rows
 
 
@@ -295,22 +298,38 @@ def validate_many(paths: list[str], on_entry: Callable[[str], None] | None = Non
     True
     """
     files = [validate(p, on_entry) for p in paths]
-    return {"files": files, "summary": validation.pooled(files, by_size)}
+    return {"files": files, "summary": validation.pooled(files, split)}
 
 
-def by_size(rows: list[dict]) -> dict:
-    """The collectives' own split of a summary block: ``{by_size: {large, small}}``, busbw
+#: what an entry's source says of its software stack (a point's ``stack_kind``): its NCCL
+#: release (``stack.nccl``), that it is not published (``stack: unstated ...``), or nothing
+STACK_KINDS = ("release", "unstated", "unrecorded")
+
+
+def stack_kind(e: dict) -> str:
+    """Which of :data:`STACK_KINDS` an entry (of :func:`load_entries`) is."""
+    if e.get("nccl") is not None:
+        return "release"
+    return "unstated" if str(e.get("stack", "")).startswith("unstated") else "unrecorded"
+
+
+def split(rows: list[dict]) -> dict:
+    """The collectives' own split of a summary block: ``by_size`` ``{large, small}``, busbw
     error over points of :data:`~gpufabric.collectives.params.LARGE_BYTES` and more, time
-    error below :data:`~gpufabric.collectives.params.SMALL_BYTES` (points without a size,
-    from other validators pooled with these, are left out)."""
+    error below :data:`~gpufabric.collectives.params.SMALL_BYTES`; and ``by_stack``, each
+    point's error by what its source says of its software stack (:data:`STACK_KINDS`), so a
+    run whose stack is not published is seen apart rather than fitted to. Points without a
+    size, from other validators pooled with these, are left out."""
     sized = [r for r in rows if "busbw_err_pct" in r]
     return {"by_size": {
         "large": validation.stats(r["busbw_err_pct"] for r in sized
                                   if r["size"] >= params.LARGE_BYTES),
         "small": validation.stats(r["time_err_pct"] for r in sized
-                                  if r["size"] < params.SMALL_BYTES)}}
+                                  if r["size"] < params.SMALL_BYTES)},
+        "by_stack": {k: validation.stats(r["error_pct"] for r in sized
+                                         if r.get("stack_kind") == k) for k in STACK_KINDS}}
 
 
 def summarize(rows: list[dict]) -> dict:
     """:func:`gpufabric.validation.summarize` with the large / small split in every block."""
-    return validation.summarize(rows, by_size)
+    return validation.summarize(rows, split)

@@ -65,7 +65,7 @@ def test_algorithms_a_release_lacks_are_left_out_and_refused():
     with versions.use("2.16.5"):
         assert m.predict("all_reduce", GIB).algo != "nvls"
         assert "nvls" not in m.algorithms("all_reduce", m.layout(8))
-        with pytest.raises(InputError, match="not in the NCCL release") as exc:
+        with pytest.raises(InputError, match="not in NCCL 2.16.5") as exc:
             m.predict("all_reduce", GIB, algo="nvls")
         assert exc.value.field == "algorithm"
     with versions.use("2.18.5"):
@@ -169,3 +169,27 @@ def test_the_summary_keeps_runs_whose_stack_is_not_published_apart(tmp_path, cli
                                                       "unrecorded"]
     code, out, _ = cli("validate", str(f))
     assert code == 0 and "stack: not published" in out and "stack: NCCL release stated" in out
+
+
+def _missing_in_worker(_x):
+    return versions.missing()
+
+
+def test_worker_processes_model_the_callers_nccl_release():
+    from gpufabric import sweep
+    with versions.use("2.16.5"):
+        assert sweep.run(_missing_in_worker, [0, 1], jobs=2) == [("nvls", "nvls_tree", "pat")] * 2
+    assert sweep.run(_missing_in_worker, [0, 1], jobs=2) == [(), ()]
+
+
+def test_train_models_the_release(cli):
+    # NCCL 2.16 has no NVLS: tensor-parallel all-reduces (no sequence parallelism) on 8 H100s
+    # run as rings, slower
+    args = ("train", "llama2-7b", "hgx-h100", "--tp", "8", "--no-sp", "--json")
+    import json
+    code, out, _ = cli(*args)
+    new = json.loads(out)
+    code2, out2, _ = cli(*args, "--nccl", "2.16.5")
+    old = json.loads(out2)
+    assert code == code2 == 0
+    assert old["step_time_s"] > new["step_time_s"]

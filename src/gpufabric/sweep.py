@@ -34,14 +34,16 @@ R = TypeVar("R")
 
 
 class _Under:
-    """``fn`` run under the caller's parameters (:func:`gpufabric.params.current`): a worker
-    process or Ray task has its own context, which holds the shipped values."""
+    """``fn`` run under the caller's parameters (:func:`gpufabric.params.current`) and NCCL
+    release (:func:`gpufabric.collectives.versions.release`): a worker process or Ray task
+    has its own context, which holds the shipped values and no release."""
 
-    def __init__(self, fn: Callable[[Any], Any], p: params.Params):
-        self.fn, self.p = fn, p
+    def __init__(self, fn: Callable[[Any], Any], p: params.Params, release: Any = None):
+        self.fn, self.p, self.release = fn, p, release
 
     def __call__(self, x: Any) -> Any:
-        with params.use(self.p):
+        from gpufabric.collectives import versions
+        with params.use(self.p), versions.use(self.release):
             return self.fn(x)
 
 
@@ -79,8 +81,11 @@ def run(fn: Callable[[T], R], items: Sequence[T], *, ray: bool = False,
         (one by one in this process or the pool, a Ray task's share at a time on Ray).
     """
     items = list(items)
-    if (ray or address or jobs > 1) and params.current() != params.SHIPPED:
-        fn = _Under(fn, params.current())
+    from gpufabric.collectives import versions
+    release = versions.release()
+    if (ray or address or jobs > 1) and (params.current() != params.SHIPPED
+                                         or release is not None):
+        fn = _Under(fn, params.current(), release)
     if not (ray or address) and jobs > 1 and len(items) > 1:
         return _run_pool(fn, items, jobs, progress)
     if not (ray or address):

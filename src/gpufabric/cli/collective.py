@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from gpufabric.cli.common import (Col, Progress, app, emit_json, kernel_times_option,
-                                  print_cross_validation, print_table,
+                                  nccl_option, print_cross_validation, print_table,
                                   print_validation_summary, print_wrapped, profile_option,
                                   refuse_together, whole, wide_option)
 from gpufabric.cli.serve import print_inference, run_inference
@@ -97,11 +97,7 @@ def collective(
     json: bool = typer.Option(False, "--json", help="Print JSON."),
     explain: bool = typer.Option(False, "--explain",
                                  help="Name the bottleneck link and how busy it is."),
-    nccl: str | None = typer.Option(None, "--nccl", metavar="VERSION",
-                                    help="The NCCL release to model (2.7.3 or later, e.g. "
-                                    "2.18.5): its latency tables and algorithms (no NVLS "
-                                    "before 2.17.1). Default: the release `gpufabric "
-                                    "params` names."),
+    nccl: str | None = nccl_option(),
     profile: str | None = profile_option(),
 ) -> None:
     """Predict an nccl-tests table: size, count, type, redop, root, time, algbw, busbw."""
@@ -113,21 +109,20 @@ def collective(
     try:
         opn = C.check_op(op)
         algo_n = C.check_algo(algo)
-        release = None if nccl is None else versions.parse(nccl, "--nccl")
     except InputError as exc:
         raise InputError(exc.message, field=_OPTION.get(exc.field or "", exc.field)) from None
-    with versions.use(release):
-        m, name = _model(system)
-        try:
-            preds = []
-            with Progress("collective", len(sizes)) as progress:
-                for s in sizes:
-                    preds.append(m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
-                                           concurrent=concurrent))
-                    progress.step(_fmt_size(s))
-        except InputError as exc:
-            raise InputError(exc.message, file=system,
-                             field=_OPTION.get(exc.field or "", exc.field)) from None
+    release = versions.release()             # --nccl
+    m, name = _model(system)
+    try:
+        preds = []
+        with Progress("collective", len(sizes)) as progress:
+            for s in sizes:
+                preds.append(m.predict(opn, s, ranks, algo_n, proto, per_node=per_node,
+                                       concurrent=concurrent))
+                progress.step(_fmt_size(s))
+    except InputError as exc:
+        raise InputError(exc.message, file=system,
+                         field=_OPTION.get(exc.field or "", exc.field)) from None
     if json:
         emit_json({"system": name, "op": opn, "ranks": preds[0].ranks,
                    **({"nccl": ".".join(map(str, release))} if release else {}),

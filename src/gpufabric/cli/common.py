@@ -151,6 +151,24 @@ def _use_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | No
     return value
 
 
+def _use_nccl(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
+    """Model NCCL release ``value`` for the rest of the command (its algorithms, its tuner's
+    choices: gpufabric.collectives.versions)."""
+    if value:
+        from gpufabric.collectives import versions
+        ctx.with_resource(versions.use(versions.parse(value, "--nccl")))
+    return value
+
+
+def nccl_option() -> Any:
+    """The ``--nccl VERSION`` option of the commands whose figures hold collectives: the
+    NCCL release to model for the rest of the command."""
+    return typer.Option(None, "--nccl", callback=_use_nccl, metavar="VERSION",
+                        help="The NCCL release to model (2.7.3 or later, e.g. 2.18.5): its "
+                             "algorithms (no NVLS before 2.17.1) and its tuner's choices. "
+                             "Default: the release `gpufabric params` names.")
+
+
 def model_file_option() -> Any:
     """The ``--model-file FILE`` option of `train` and `serve`: the model by a Hugging Face
     config or its shape instead of a name."""

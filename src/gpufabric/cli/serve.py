@@ -8,7 +8,8 @@ from typing import Any
 import typer
 
 from gpufabric.cli.common import (Col, Progress, app, emit_json, kernel_times_option,
-                                  model_and_system, model_file_option, note, print_table,
+                                  model_and_system, model_file_option, nccl_option, note,
+                                  print_table,
                                   print_validation_summary, profile_option, refuse_alone,
                                   refuse_together, whole, wide_option)
 from gpufabric.errors import InputError
@@ -314,6 +315,7 @@ OPT: dict[str, Any] = {
         "or over --kv-tier's tiers)."),
     "json": typer.Option(False, "--json", help="Print JSON."),
     "profile": profile_option(),
+    "nccl": nccl_option(),
     "kernel_times": kernel_times_option(),
 }
 
@@ -354,6 +356,7 @@ def serve(ctx: typer.Context, model: str | None = OPT["model"],
           draft_model: str | None = OPT["draft_model"],
           kv_tier: str | None = OPT["kv_tier"], prefix_tokens: int = OPT["prefix_tokens"],
           json: bool = OPT["json"], profile: str | None = OPT["profile"],
+          nccl: str | None = OPT["nccl"],
           kernel_times: str = OPT["kernel_times"]) -> None:
     """Simulate serving MODEL on SYSTEM: latencies, throughput, goodput, KV cache, bottleneck."""
     o = {k: v for k, v in locals().items() if k != "ctx"}

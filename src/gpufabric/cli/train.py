@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from gpufabric.cli.common import (Col, Progress, above, app, emit_json, model_file_option,
+                                  nccl_option,
                                   print_table, print_validation_summary, profile_option,
                                   refuse_alone, refuse_together, whole)
 from gpufabric.errors import InputError
@@ -138,6 +139,7 @@ OPT: dict[str, Any] = {
         help="Run the search on this Ray cluster."),
     "json": typer.Option(False, "--json", help="Print JSON."),
     "profile": profile_option(),
+    "nccl": nccl_option(),
 }
 
 
@@ -154,7 +156,7 @@ def train(ctx: typer.Context, model: str | None = OPT["model"], system: str | No
           power_cap: float | None = OPT["power_cap"], framework: str | None = OPT["framework"],
           search_: bool = OPT["search_"], top: int = OPT["top"], ray: bool = OPT["ray"],
           ray_address: str | None = OPT["ray_address"], json: bool = OPT["json"],
-          profile: str | None = OPT["profile"]) -> None:
+          profile: str | None = OPT["profile"], nccl: str | None = OPT["nccl"]) -> None:
     """Step time of a training job with its breakdown, tokens/s, MFU, memory, bottleneck."""
     from gpufabric.cli.common import model_and_system
     from gpufabric.workloads.models import load_model

@@ -291,15 +291,6 @@ record(
     f"{_TUNING} hwLatencies NET NVLSTree Simple", nccl=True)
 
 record(
-    "NCCL_MISSING", (), "algorithms",
-    "the modelled algorithms the NCCL release in use lacks (left out of the automatic choice "
-    "and refused when forced)",
-    f"NCCL {NCCL_VERSION} has every modelled algorithm; an older release set with "
-    "collective --nccl or a measurements entry's stack.nccl lacks those its era names "
-    "(collectives/data/nccl_versions.yaml: NVLS from 2.17.1, NVLS tree from 2.18.1, PAT from "
-    "2.23.4)", nccl=True)
-
-record(
     "PAT", {"efficiency": 0.75, "per_rank_us": 2.8, "log_latency_divisor": 3.5}, "x / us",
     "PAT all_gather / reduce_scatter (one GPU per node): share of the ring's rate, linear "
     "latency per rank, the network latency per log2(nodes) divided by this",

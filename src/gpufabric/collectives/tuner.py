@@ -187,13 +187,13 @@ class Model:
     # -- which algorithms ------------------------------------------------------------------
     def algorithms(self, op: str, lay: Layout) -> list[str]:
         """The algorithms NCCL's tuner chooses among for ``op`` on these ranks (those of the
-        NCCL release in use: ``P.NCCL_MISSING`` are left out)."""
+        NCCL release in use: those it lacks are left out)."""
         return [a.name for a in self._runnable(op, lay) if a.auto]
 
     def _runnable(self, op: str, lay: Layout) -> list[Algorithm]:
         """The algorithms that can run ``op`` on these ranks with the NCCL release in use,
         in NCCL's order."""
-        missing = P.NCCL_MISSING
+        missing = versions.missing()
         return [a for a in sorted(ALGORITHMS.values(), key=lambda a: a.order)
                 if a.name not in missing and a.applies(self, op, lay)]
 
@@ -237,9 +237,10 @@ class Model:
         if algo == "nvls_tree" and lay.nodes == 1:
             algo = "nvls"
         allowed = [a.name for a in self._runnable(op, lay)]
-        if algo in P.NCCL_MISSING:
-            raise InputError(f"algorithm '{algo}' is not in the NCCL release in use (NVLS from "
-                             f"2.17.1, NVLS tree from 2.18.1, PAT from 2.23.4); allowed: "
+        if algo in versions.missing():
+            rel = ".".join(map(str, versions.release() or ()))
+            raise InputError(f"algorithm '{algo}' is not in NCCL {rel} (NVLS from 2.17.1, NVLS "
+                             f"tree from 2.18.1, PAT from 2.23.4); allowed: "
                              f"{', '.join(['auto'] + allowed)}", field="algorithm")
         if algo in NOT_MODELLED:
             raise InputError(f"algorithm '{algo}' (NCCL's) is not modelled here; allowed: "
@@ -340,7 +341,7 @@ class Model:
         """
         tuner = versions.chooser()
         key = (op, size, ranks, algo, proto, per_node, concurrent, _params.current().key,
-               tuner.key if tuner is not None else "")
+               versions.release(), tuner.key if tuner is not None else "")
         hit = self._memo.get(key)
         if hit is None:
             hit = self._predict(op, size, ranks, algo, proto, per_node, concurrent)

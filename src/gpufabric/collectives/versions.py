@@ -23,10 +23,10 @@ Examples
 ('2.19.1', '2.23.4')
 >>> from gpufabric.collectives import params as P
 >>> with use("2.16.5"):
-...     P.NCCL_MISSING, P.BASE_LAT_US["ring"]["LL"], chooser()["BASE_LAT_US"]["ring"]["LL"]
+...     missing(), P.BASE_LAT_US["ring"]["LL"], chooser()["BASE_LAT_US"]["ring"]["LL"]
 (('nvls', 'nvls_tree', 'pat'), 6.6, 3.6)
->>> P.NCCL_MISSING, chooser() is None
-((), True)
+>>> missing(), chooser() is None, release() is None
+((), True, True)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 from contextvars import ContextVar
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from gpufabric import params as _params
@@ -101,7 +101,6 @@ def leaves(v: Version) -> list[tuple[str, tuple, Any]]:
         out.append(("NVLS_LAT_US", (), float(e["nvls_lat"])))
     if e.get("nvls_tree_net_lat") is not None:
         out.append(("NVLS_TREE_NET_LAT_US", (), float(e["nvls_tree_net_lat"])))
-    out.append(("NCCL_MISSING", (), tuple(e.get("missing") or ())))
     return out
 
 
@@ -112,32 +111,43 @@ def params_for(release: str | Version, base: _params.Params | None = None) -> _p
     return (base if base is not None else _params.current()).with_leaves(leaves(v))
 
 
-#: the parameters the collective model chooses its algorithm and protocol by (a release's
-#: tables over the current parameters), None: the current ones
-_CHOOSER: ContextVar[_params.Params | None] = ContextVar("gpufabric_nccl_chooser",
-                                                         default=None)
+#: the NCCL release in use (None: the one the shipped constants are)
+_RELEASE: ContextVar[Version | None] = ContextVar("gpufabric_nccl_release", default=None)
+
+
+def release() -> Version | None:
+    """The NCCL release in use in this context (:func:`use`), or None."""
+    return _RELEASE.get()
+
+
+def missing() -> tuple[str, ...]:
+    """The modelled algorithms the NCCL release in use lacks (none without one)."""
+    v = _RELEASE.get()
+    return () if v is None else tuple(era(v).get("missing") or ())
+
+
+@lru_cache(maxsize=64)
+def _chooser(v: Version, base: _params.Params) -> _params.Params:
+    return params_for(v, base)
 
 
 def chooser() -> _params.Params | None:
-    """The parameters NCCL's tuner chooses by in this context: the release in use's tables,
-    or None (the current parameters, which also time the choice)."""
-    return _CHOOSER.get()
+    """The parameters NCCL's tuner chooses by in this context: the release in use's tables
+    over the current parameters (a profile in use stays in use), or None without one (the
+    current parameters choose, as they time)."""
+    v = _RELEASE.get()
+    return None if v is None else _chooser(v, _params.current())
 
 
 @contextlib.contextmanager
 def use(release: str | Version | None) -> Iterator[None]:
-    """Make NCCL ``release`` the one in use for the ``with`` block, over the current
-    parameters (a profile in use stays in use): its missing algorithms are gone, and its
-    tables choose (:func:`chooser`); ``None``: nothing changes."""
+    """Make NCCL ``release`` the one in use for the ``with`` block: its missing algorithms
+    are gone and its tables choose (:func:`chooser`); ``None``: nothing changes."""
     if release is None:
         yield
         return
-    v = release if isinstance(release, tuple) else parse(release)
-    base = _params.current()
-    lacks = [leaf for leaf in leaves(v) if leaf[0] == "NCCL_MISSING"]
-    token = _CHOOSER.set(params_for(v, base))
+    token = _RELEASE.set(release if isinstance(release, tuple) else parse(release))
     try:
-        with _params.use(base.with_leaves(lacks)):
-            yield
+        yield
     finally:
-        _CHOOSER.reset(token)
+        _RELEASE.reset(token)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpufabric import collectives as C
+from gpufabric.collectives import versions
 from gpufabric import params as _params
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
@@ -162,7 +163,7 @@ def _coll_time(topo: Topology, op: str, size: float, g: Group) -> float:
         return 0.0
     algo, proto = _NCCL.get() if op in _NCCL_OPS else (None, None)
     memo = COLL_CACHE.get()
-    key = (_params.current().key, op, int(size), g, algo, proto)
+    key = (_params.current().key, versions.release(), op, int(size), g, algo, proto)
     if memo is not None and key in memo:
         return memo[key]
     p = C.predict(topo, op, int(size), g.ranks, algo, proto, per_node=g.per_node,

@@ -51,3 +51,12 @@ def test_an_unknown_order_is_refused_naming_the_field():
     with pytest.raises(InputError, match=r"x\.yaml: scheduler\.order: unknown order 'lifo'; "
                                          r"allowed: decode-first, prefill-first"):
         parse(d, "x.yaml")
+
+
+def test_the_vllm_0_6_entries_run_vllm_v0():
+    # their release (V0's scheduler) is in the engine name the entry gives, not read from text
+    from gpufabric.workloads.inference.validate import entry_engine, load_entries
+    v06 = [e for e in load_entries("tests/data/calibration/inference.yaml")
+           if str(e["engine"].get("version", "")).startswith("0.6.0")]
+    assert len(v06) == 2
+    assert {engine_key(entry_engine(e)) for e in v06} == {"vllm-v0"}

@@ -67,6 +67,8 @@ def test_the_validator_runs_a_few_entries(tmp_path):
     srv = rows[(ids[1], "output_tokens_per_s")]
     assert abs(srv["error_pct"]) <= 10
     assert {(ids[1], k) for k in ("ttft_ms_p99", "tpot_ms_p99")} <= set(rows)
+    # ... and the highest rate within its p99 limits, searched for by the model's own runs
+    assert rows[(ids[1], "max_requests_per_s_within_slo")]["measured"] == 173.96
     # GPT-J's summaries give samples per second only: listed as skipped, with the reason
     assert res["skipped"] == [{"id": ids[2], "point": 0,
                                "reason": "no figure the model predicts"}]
@@ -141,3 +143,64 @@ def test_near_capacity_a_server_run_amplifies_an_error_of_the_step_cost():
     # the step cost is restored after each prediction
     from gpufabric.workloads.inference import serve
     assert serve.step_model is tool._STEP_MODEL
+
+
+def test_every_server_run_states_its_limits_and_its_rate_within_them():
+    # LoadGen's Server limits of the two benchmarks, as data; the submitter's rate (completed
+    # samples per second) is the highest it found within them
+    server = [e for e in entries() if e["workload"]["client"] == "mlperf-server"]
+    assert len(server) == 15
+    for e in server:
+        assert e["workload"]["slo"] == {"ttft_ms_p99": 2000, "tpot_ms_p99": 200}, e["id"]
+        assert e["result"]["max_requests_per_s_within_slo"] == e["result"]["requests_per_s"]
+
+
+def test_the_rate_within_the_limits_is_the_highest_the_models_runs_meet_them_at():
+    """The search's answer passes both p99 limits below capacity, and a rate 4 % higher (over
+    twice the search's resolution) does not: the limits, not the measured rate, decide it."""
+    from dataclasses import replace
+
+    from gpufabric.workloads.inference import validate as V
+    from gpufabric.workloads.inference.serve import serve
+    eid = "mlperf-v4.1-nvidia-h200-sxm-141gbx8-trt-mixtral-8x7b-server"
+    e = next(x for x in entries() if x["id"] == eid)
+    calls = []
+    real = V.rate_within_slo
+
+    def spy(model, topo, cfg, slo, dur, gpus):
+        calls.append((model, topo, cfg, slo, dur))
+        return real(model, topo, cfg, slo, dur, gpus)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(V, "rate_within_slo", spy)
+    try:
+        r, _ = V._run_point(e, {}, within_slo=True)
+    finally:
+        mp.undo()
+    model, topo, cfg, slo, dur = calls[0]
+    assert slo == {"ttft_ms_p99": 2000.0, "tpot_ms_p99": 200.0}
+    assert dur == e["workload"]["duration_s"]
+    best = r["rate_within_slo"]
+
+    def run(rate):
+        out = serve(model, topo, replace(cfg, rate=rate, requests=min(int(rate * dur),
+                                                                       V.MAX_STEADY_REQUESTS)))
+        return not out.get("overloaded") and out["ttft_ms"]["p99"] <= 2000 and \
+            out["tpot_ms"]["p99"] <= 200
+    assert run(best) and not run(1.04 * best)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"slo": {"ttft_p99": 2000}}, "workload.slo.ttft_p99"),
+    ({"slo": {"tpot_ms_p99": -1}}, "workload.slo.tpot_ms_p99"),
+    ({"slo": None}, "workload.slo"),
+    ({"mode": "offline", "request_rate": None}, "result.max_requests_per_s_within_slo"),
+])
+def test_a_bad_slo_refuses_the_entry_naming_the_field(tmp_path, change, field):
+    eid = "mlperf-v4.1-nvidia-b200-sxm-180gbx1-trt-llama2-70b-99-server"
+    e = next(x for x in yaml.safe_load(DATA.read_text()) if x["id"] == eid)
+    e["workload"].update(change)
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump([e]))
+    res = validate(str(f))
+    assert res["points"] == [] and len(res["skipped"]) == 1
+    assert res["skipped"][0]["reason"].startswith(f"refused: {field}: ")

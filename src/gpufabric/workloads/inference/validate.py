@@ -27,6 +27,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 
@@ -69,7 +70,18 @@ METRICS = {
     "input_tokens_per_s_per_gpu": ("pool_input_tokens_per_s_per_gpu", None),
     "output_tokens_per_s_per_node": ("pool_output_tokens_per_s_per_node", None),
     "output_tokens_per_s_per_user": ("pool_output_tokens_per_s_per_user", None),
+    # the highest request rate the deployment ran at within the entry's latency limits
+    # (``workload.slo``; MLPerf Server: the rate its submitter raised until a p99 limit
+    # bound), against the highest the model's runs meet them at (:func:`rate_within_slo`)
+    "max_requests_per_s_within_slo": ("rate_within_slo", None),
 }
+#: the latency figures a ``workload.slo`` may limit (keys of METRICS, as the result states
+#: them), each a ceiling in milliseconds
+SLO_KEYS = ("ttft_ms", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms", "tpot_ms_p50", "tpot_ms_p99",
+            "itl_ms", "itl_ms_p50", "latency_ms", "latency_ms_p50")
+#: bisections of the rate search within an SLO, after the doubling that brackets it: the
+#: bracket [x, 2x] narrowed to x / 64, under 2 % of the answer
+SLO_BISECTIONS = 6
 
 
 def fitted_on(eid: str) -> bool:
@@ -258,7 +270,9 @@ def _system(spec: dict[str, Any]) -> Any:
     return _system_of(json.dumps(spec, sort_keys=True))
 
 
-def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
+def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]:
+    """One point's serve run and what it ran; with ``within_slo`` also the highest rate the
+    deployment meets the workload's ``slo`` at (``rate_within_slo`` in the run's figures)."""
     sysd, mod = e["system"], e["model"]
     par = {**(e.get("parallelism") or {}), **{k: v for k, v in pt.items()
                                              if k in ("tp", "pp", "ep", "attention_dp")}}
@@ -317,11 +331,73 @@ def _run_point(e: dict, pt: dict) -> tuple[dict, dict]:
         cfg.spec, cfg.spec_tokens = "mtp", _int(par["mtp"], "mtp")
         acc = par.get("mtp_acceptance")
         cfg.acceptance = tuple(acc) if isinstance(acc, list) else acc
+    if within_slo:
+        if not (mode == "online" and rate is not None and math.isfinite(rate)):
+            raise InputError("a highest rate within the SLO is measured by runs at a rate: "
+                             "the workload needs mode online and a request_rate",
+                             field="result.max_requests_per_s_within_slo")
+        slo = slo_limits(wl.get("slo"))
     r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
     r.update(_llama_bench(r, isl_n, osl_n))
+    if within_slo:
+        dur = _duration(wl, clients.get(str(wl["client"]), field="workload.client")
+                        if wl.get("client") is not None else None)
+        r["rate_within_slo"] = rate_within_slo(spec_m, topo, cfg, slo, dur, gpus)
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
                "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
                "batch": batch, "precision": prec, "dataset": dataset}
+
+
+def slo_limits(v: Any, field: str = "workload.slo") -> dict[str, float]:
+    """A workload's latency limits: a mapping of :data:`SLO_KEYS` to milliseconds > 0.
+
+    >>> slo_limits({"ttft_ms_p99": 2000, "tpot_ms_p99": 200})
+    {'ttft_ms_p99': 2000.0, 'tpot_ms_p99': 200.0}
+    >>> try:
+    ...     slo_limits({"ttft_p99": 2000})
+    ... except InputError as exc:
+    ...     print(exc.field, "|", exc.message[:16])
+    workload.slo.ttft_p99 | unknown latency;
+    """
+    if not isinstance(v, dict) or not v:
+        raise InputError(f"got {v!r}; expected a mapping of latency figures to their limits "
+                         f"in ms (allowed: {', '.join(SLO_KEYS)})", field=field)
+    out = {}
+    for k, x in v.items():
+        if k not in SLO_KEYS:
+            raise InputError(f"unknown latency; allowed: {', '.join(SLO_KEYS)}",
+                             field=f"{field}.{k}")
+        ms = _num(x)
+        if ms is None or not 0 < ms < math.inf:
+            raise InputError(f"got {x!r}; expected milliseconds > 0", field=f"{field}.{k}")
+        out[str(k)] = ms
+    return out
+
+
+def rate_within_slo(model: Any, topo: Any, cfg: ServeConfig, slo: dict[str, float],
+                    duration_s: float | None, gpus: int) -> float:
+    """The highest request rate at which a run of ``cfg`` (its client, its measure, its
+    duration's arrivals up to :data:`MAX_STEADY_REQUESTS`) stays within every limit of
+    ``slo`` and below the deployment's capacity: the rate doubles from a small one until a run
+    fails, then :data:`SLO_BISECTIONS` bisections (no measured figure enters the search). Each
+    trial runs as many requests as the point's own run would at that rate (:func:`_load`). The
+    step model is built once: the rate and the request count do not enter it."""
+    from gpufabric.workloads.inference.serve import check_config, step_model
+    from gpufabric.workloads.inference.supernode import highest_passing
+    limits = [(METRICS[k], ms) for k, ms in slo.items()]
+    sm: list[Any] = []
+
+    def ok(rate: float) -> tuple[bool, None]:
+        n = min(max(1, int(rate * duration_s)), MAX_STEADY_REQUESTS) if duration_s else \
+            cfg.requests
+        c = replace(cfg, rate=rate, requests=n)
+        if not sm:
+            check_config(c)
+            sm.append(step_model(model, topo, c))
+        r = serve(model, topo, c, sm=sm[0])
+        return not r.get("overloaded") and all(
+            (r[pk] if q is None else r[pk][q]) <= ms for (pk, q), ms in limits), None
+    return highest_passing(ok, max(0.05, 0.02 * gpus), SLO_BISECTIONS)[0]
 
 
 def _lengths(wl: dict) -> tuple[str | None, float, float, int, int]:
@@ -595,7 +671,7 @@ def validate(path: str, progress: Callable[[int, int], None] | None = None) -> d
                 skipped.append(validation.skip(eid, j, "no figure the model predicts"))
                 continue
             try:
-                r, info = _run_point(e, pt)
+                r, info = _run_point(e, pt, "max_requests_per_s_within_slo" in keys)
             except Skip as s:
                 skipped.append(validation.skip(eid, j, str(s)))
                 continue

@@ -61,11 +61,11 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("Inference: llama-bench", "llama.cpp prompt and generation speeds of GGUF formats",
      ["llamacpp.yaml"]),
     ("Inference: MLPerf Inference submissions",
-     "MLPerf Inference v4.0 and v4.1 closed-division LLM results of eight submitters (Llama 2 "
-     "70B, Mixtral 8x7B, GPT-J; LoadGen's Offline and Server scenarios) on H100, H100 NVL, "
-     "H200, B200, L40S and MI300X, with TensorRT-LLM and vLLM as each submission configured "
-     "them; nothing is fitted on them, and GPT-J's summaries (samples per second only) are "
-     "skipped",
+     "MLPerf Inference v4.0, v4.1 and v5.0 closed-division LLM results of eight submitters "
+     "(Llama 2 70B, Mixtral 8x7B, GPT-J; LoadGen's Offline, Server and Interactive scenarios) "
+     "on H100, H100 NVL, H200, B200, L40S, MI300X and MI325X, with TensorRT-LLM and vLLM as "
+     "each submission configured them; nothing is fitted on them, and GPT-J's summaries "
+     "(samples per second only) are skipped",
      ["mlperf_inference.yaml"]),
     ("Video and image generation", "published generation times of diffusion transformers "
      "(seconds per video or image)", ["video.yaml"]),

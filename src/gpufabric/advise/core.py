@@ -1165,12 +1165,23 @@ def advise(sc: Scenario, prices: Prices, *, top: int = 5, kwh_usd: float = 0.10,
     # the training searches of one scenario share their memory verdicts (in each worker: the
     # workers start inside, with this one parameter set)
     t0 = time.perf_counter()
-    with memory_verdicts(), sweep.workers(jobs if not ray else 1):
-        cands = priced_designs(sc, prices, kwh_usd, jobs if not ray else 1) \
+    here = local_jobs(jobs, ray)
+    with memory_verdicts(), sweep.workers(here):
+        cands = priced_designs(sc, prices, kwh_usd, here) \
             if designs is None else [_unjudged(c) for c in designs]
         return _advise(sc, cands, t0, top=top, kwh_usd=kwh_usd, prices=prices,
                        runner=Runner(ray=ray, jobs=jobs), batch=batch,
                        max_evaluations=max_evaluations, progress=progress)
+
+
+def local_jobs(jobs: int, ray: bool) -> int:
+    """Worker processes of this machine for the work an advice does here (judging and pricing
+    the designs): ``jobs``, or one where Ray runs the models on its own workers.
+
+    >>> local_jobs(4, False), local_jobs(4, True)
+    (4, 1)
+    """
+    return 1 if ray else jobs
 
 
 def priced_designs(sc: Scenario, prices: Prices, kwh_usd: float = 0.10,

@@ -56,7 +56,7 @@ def sweep(sc: Scenario, prices: Prices, targets: tuple[float, ...],
     rows: list[dict[str, Any]] = []
     cheapest: list[dict[str, Any]] = []
     # the designs and their prices do not depend on the target: made once, ranked at each
-    jobs = 1 if advise_kw.get("ray") else advise_kw.get("jobs", 1)
+    jobs = core.local_jobs(advise_kw.get("jobs", 1), bool(advise_kw.get("ray")))
     designs = core.priced_designs(sc, prices, advise_kw.get("kwh_usd", 0.10), jobs)
     for x in targets:
         st = replace(sc, serve=replace(sc.serve, slo_tpot_ms=1000.0 / x))

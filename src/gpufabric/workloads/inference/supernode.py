@@ -58,6 +58,26 @@ def highest_passing(ok: Callable[[float], tuple[bool, Any]], start: float, steps
     return lo, best
 
 
+def highest_rate(model: Any, topo: Topology, cfg: ServeConfig,
+                 passes: Callable[[dict], bool], requests: Callable[[float], int | None], *,
+                 start: float, steps: int = 5, sm: StepModel | None = None,
+                 stop_below: float | None = None) -> tuple[float, dict | None]:
+    """The highest rate at which a run of ``cfg`` (``requests(rate)`` requests) ``passes``
+    and stays below the deployment's capacity, and that run (:func:`highest_passing` from
+    ``start``). The step model is built once (``sm`` where the caller built it): the rate and
+    the request count do not enter it. ``stop_below``: as :func:`serve` takes it."""
+    sm_: list[StepModel] = [] if sm is None else [sm]     # built once
+
+    def ok(rate: float) -> tuple[bool, dict]:
+        c = replace(cfg, rate=rate, requests=requests(rate))
+        if not sm_:
+            check_config(c)
+            sm_.append(step_model(model, topo, c))
+        r = serve(model, topo, c, sm=sm_[0], stop_below=stop_below)
+        return passes(r) and not r.get("overloaded"), r
+    return highest_passing(ok, start, steps)
+
+
 def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float = 0.9,
              steps: int = 5, duration_s: float = 30.0, sm: StepModel | None = None
              ) -> tuple[float, dict | None]:
@@ -66,19 +86,12 @@ def max_rate(model: str, topo: Topology, cfg: ServeConfig, *, attainment: float 
     least ``duration_s`` seconds of arrivals (and ``cfg.requests`` requests), so queues have
     time to build; a rate above capacity fails however its short run went (its queue grows
     without bound). ``sm``: :func:`step_model` of ``cfg`` on ``topo`` where the caller built
-    it (the rate does not enter it)."""
-    sm_: list[StepModel] = [] if sm is None else [sm]     # built once
-
-    def ok(rate: float) -> tuple[bool, dict]:
-        n = max(cfg.requests or 0, int(rate * duration_s))
-        c = replace(cfg, rate=rate, requests=n)
-        if not sm_:
-            check_config(c)
-            sm_.append(step_model(model, topo, c))
-        # a run that falls short is stopped once it must (its figures are not kept)
-        r = serve(model, topo, c, sm=sm_[0], stop_below=attainment)
-        return r["slo_attainment"] >= attainment and not r.get("overloaded"), r
-    return highest_passing(ok, max(0.05, 0.02 * len(topo.gpus())), steps)
+    it (the rate does not enter it). A run that falls short is stopped once it must (its
+    figures are not kept)."""
+    return highest_rate(model, topo, cfg, lambda r: r["slo_attainment"] >= attainment,
+                        lambda rate: max(cfg.requests or 0, int(rate * duration_s)),
+                        start=max(0.05, 0.02 * len(topo.gpus())), steps=steps, sm=sm,
+                        stop_below=attainment)
 
 
 def _layout_row(model: str, topo: Topology, cfg: ServeConfig, lay: dict, gpus: int,

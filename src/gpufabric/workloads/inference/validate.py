@@ -27,7 +27,6 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 
@@ -340,8 +339,7 @@ def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]
     r = serve(spec_m, topo, cfg)  # type: ignore[arg-type]  # serve takes a spec or a name
     r.update(_llama_bench(r, isl_n, osl_n))
     if within_slo:
-        dur = _duration(wl, clients.get(str(wl["client"]), field="workload.client")
-                        if wl.get("client") is not None else None)
+        dur = _duration(wl, clients.get(cfg.client) if cfg.client else None)
         r["rate_within_slo"] = rate_within_slo(spec_m, topo, cfg, slo, dur, gpus)
     return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
                "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
@@ -378,26 +376,22 @@ def rate_within_slo(model: Any, topo: Any, cfg: ServeConfig, slo: dict[str, floa
                     duration_s: float | None, gpus: int) -> float:
     """The highest request rate at which a run of ``cfg`` (its client, its measure, its
     duration's arrivals up to :data:`MAX_STEADY_REQUESTS`) stays within every limit of
-    ``slo`` and below the deployment's capacity: the rate doubles from a small one until a run
-    fails, then :data:`SLO_BISECTIONS` bisections (no measured figure enters the search). Each
-    trial runs as many requests as the point's own run would at that rate (:func:`_load`). The
-    step model is built once: the rate and the request count do not enter it."""
-    from gpufabric.workloads.inference.serve import check_config, step_model
-    from gpufabric.workloads.inference.supernode import highest_passing
+    ``slo`` and below the deployment's capacity
+    (:func:`~gpufabric.workloads.inference.supernode.highest_rate`): the rate doubles from a
+    small one until a run fails, then :data:`SLO_BISECTIONS` bisections (no measured figure
+    enters the search). Each trial runs as many requests as the point's own run would at that
+    rate (:func:`_load`)."""
+    from gpufabric.workloads.inference.supernode import highest_rate
     limits = [(METRICS[k], ms) for k, ms in slo.items()]
-    sm: list[Any] = []
 
-    def ok(rate: float) -> tuple[bool, None]:
-        n = min(max(1, int(rate * duration_s)), MAX_STEADY_REQUESTS) if duration_s else \
+    def within(r: dict) -> bool:
+        return all((r[pk] if q is None else r[pk][q]) <= ms for (pk, q), ms in limits)
+
+    def requests(rate: float) -> int | None:
+        return min(max(1, int(rate * duration_s)), MAX_STEADY_REQUESTS) if duration_s else \
             cfg.requests
-        c = replace(cfg, rate=rate, requests=n)
-        if not sm:
-            check_config(c)
-            sm.append(step_model(model, topo, c))
-        r = serve(model, topo, c, sm=sm[0])
-        return not r.get("overloaded") and all(
-            (r[pk] if q is None else r[pk][q]) <= ms for (pk, q), ms in limits), None
-    return highest_passing(ok, max(0.05, 0.02 * gpus), SLO_BISECTIONS)[0]
+    return highest_rate(model, topo, cfg, within, requests, start=max(0.05, 0.02 * gpus),
+                        steps=SLO_BISECTIONS)[0]
 
 
 def _lengths(wl: dict) -> tuple[str | None, float, float, int, int]:

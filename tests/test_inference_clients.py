@@ -74,11 +74,14 @@ def test_a_static_batch_sends_each_round_when_the_last_one_has_finished():
             assert sent[0] == pytest.approx(res.finish[4 * (k - 1): 4 * k].max())
 
 
-def test_mlperf_server_runs_its_minimum_duration_and_reports_the_steady_state():
+def test_mlperf_server_runs_its_minimum_duration_and_takes_every_request():
+    # LoadGen (loadgen/results.cc) takes its means and percentiles over every sample of the
+    # run, from an empty system: no warm-up is left out
     r = serve("llama3-8b", from_spec(ONE_H100),
               ServeConfig(rate=2.0, requests=None, isl=512, osl=128, client="mlperf-server"))
     assert r["requests"] == 1200                      # 600 s at 2 requests/s
-    assert r["measure"] == "steady" and r["workload"]["client"] == "mlperf-server"
+    assert r["measure"] == "run" and r["workload"]["client"] == "mlperf-server"
+    assert "steady" not in r and "overloaded" not in r     # a stable run: no queue builds
     static = serve("llama3-8b", from_spec(ONE_H100),
                    ServeConfig(concurrency=8, requests=16, isl=512, osl=128,
                                client="static-batch"))
@@ -129,5 +132,32 @@ def test_clients_lists_each_client_within_120_columns(cli):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["#", "client", "arrivals", "figures", "min"]
-    assert any(line.split()[:4] == ["mlperf-server", "open", "steady", "600"] for line in lines)
+    assert any(line.split()[:4] == ["mlperf-server", "open", "run", "600"] for line in lines)
     assert max(map(len, lines)) <= 120
+
+
+def test_a_run_taken_whole_says_when_its_rate_is_overloaded():
+    """A client that takes its figures over the whole run keeps them (the latencies of a
+    queue that grows for its 600 s), and still says the rate is above the capacity."""
+    cfg = ServeConfig(rate=2.0, requests=None, isl=512, osl=128, client="mlperf-server")
+    stable = serve("llama3-8b", from_spec(ONE_H100), cfg)
+    over = serve("llama3-8b", from_spec(ONE_H100), ServeConfig(
+        rate=400.0, requests=4000, isl=512, osl=128, client="mlperf-server"))
+    assert over["overloaded"] is True
+    assert over["capacity_requests_per_s"] < 400.0
+    assert over["requests_per_s"] < over["capacity_requests_per_s"] * 1.1
+    assert over["ttft_ms"]["p99"] > 10 * stable["ttft_ms"]["p99"]
+
+
+def test_a_stated_duration_runs_its_arrivals_on_each_instance():
+    """The most requests a duration asks for count per simulated instance: eight replicas
+    of one engine each run as many as one engine alone would."""
+    cap = clients.MAX_DURATION_REQUESTS
+    assert clients.duration_requests(10.0, 600.0) == 6000
+    assert clients.duration_requests(1000.0, 600.0) == cap
+    assert clients.duration_requests(1000.0, 600.0, instances=8) == 8 * cap
+    assert clients.duration_requests(1000.0, 60.0, instances=8) == 60000
+    eight = serve("llama3-8b", from_spec({"gpu": "H100-SXM", "gpus_per_node": 8}),
+                  ServeConfig(rate=16.0, requests=None, isl=512, osl=128,
+                              client="mlperf-server"))
+    assert eight["requests"] == 9600 and eight["workload"]["simulated_requests"] == 1200

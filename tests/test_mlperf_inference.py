@@ -51,7 +51,9 @@ def test_the_datasets_named_are_the_benchmarks_own():
     assert mixtral.osl.mean == 144.84
 
 
-def test_the_validator_runs_a_few_entries(tmp_path):
+def test_the_validator_runs_a_few_entries(tmp_path, monkeypatch):
+    # (fewer arrivals per engine than the stated duration's, for the test's time)
+    monkeypatch.setattr(clients, "MAX_DURATION_REQUESTS", 8000)
     ids = ["mlperf-v4.1-amd-1xmi300x-2xepyc-9374f-llama2-70b-99-offline",
            "mlperf-v4.1-fujitsu-gx2560m7-h100-sxm-80gbx4-trt-mixtral-8x7b-server",
            "mlperf-v4.1-nvidia-h200-sxm-141gbx8-trt-gptj-99-offline"]
@@ -134,13 +136,15 @@ def test_near_capacity_a_server_run_amplifies_an_error_of_the_step_cost():
     """Supermicro's H100 TP2 Server run offers the rate its submitter chose, about nine tenths
     of what its engines serve: there 3% more cost per step lengthens the predicted TPOT by far
     more than 3% (the steady batch rate a / (1 - rate b) grows as the capacity 1/b nears the
-    rate), while the throughput stays the offered one (tools/nearcap_sensitivity.py)."""
+    rate), while the throughput stays the offered one: LoadGen's completed tokens over its
+    whole run, within 1% of it whatever the step cost (tools/nearcap_sensitivity.py)."""
     tool = _nearcap_tool()
     eid = "mlperf-v4.1-supermicro-sys-821ge-tnhr-h100-sxm-80gbx8-trt-llama2-70b-99-server"
     e = next(x for x in entries() if x["id"] == eid)
     base, slower = tool.predict(e, 1.0), tool.predict(e, 1.03)
     assert slower["tpot_ms"]["mean"] > 1.03 ** 3 * base["tpot_ms"]["mean"]
-    assert slower["throughput_tokens_per_s"] == pytest.approx(base["throughput_tokens_per_s"])
+    assert slower["throughput_tokens_per_s"] == pytest.approx(base["throughput_tokens_per_s"],
+                                                              rel=0.01)
     # the step cost is restored after each prediction
     from gpufabric.workloads.inference import serve
     assert serve.step_model is tool._STEP_MODEL
@@ -165,9 +169,11 @@ def test_every_server_run_states_its_limits_and_its_rate_within_them():
             assert e["result"][k] <= v, e["id"]
 
 
-def test_the_rate_within_the_limits_is_the_highest_the_models_runs_meet_them_at():
+def test_the_rate_within_the_limits_is_the_highest_the_models_runs_meet_them_at(monkeypatch):
     """The search's answer passes both p99 limits below capacity, and a rate 4 % higher (over
     twice the search's resolution) does not: the limits, not the measured rate, decide it."""
+    # (fewer arrivals per engine than the stated duration's, for the test's time)
+    monkeypatch.setattr(clients, "MAX_DURATION_REQUESTS", 8000)
     from dataclasses import replace
 
     from gpufabric.workloads.inference import validate as V
@@ -192,8 +198,8 @@ def test_the_rate_within_the_limits_is_the_highest_the_models_runs_meet_them_at(
     best = r["rate_within_slo"]
 
     def run(rate):
-        out = serve(model, topo, replace(cfg, rate=rate, requests=min(int(rate * dur),
-                                                                       V.MAX_STEADY_REQUESTS)))
+        out = serve(model, topo, replace(cfg, rate=rate,
+                                         requests=V._duration_requests(cfg, rate, dur)))
         return not out.get("overloaded") and out["ttft_ms"]["p99"] <= 2000 and \
             out["tpot_ms"]["p99"] <= 200
     assert run(best) and not run(1.04 * best)

@@ -14,7 +14,7 @@ Examples
 --------
 >>> c = get("MLPerf-Server")
 >>> c.name, c.arrivals, c.measure, c.min_duration_s
-('mlperf-server', 'open', 'steady', 600.0)
+('mlperf-server', 'open', 'run', 600.0)
 >>> get("benchmark_serving.py").name
 'vllm-bench-serve'
 """
@@ -30,9 +30,12 @@ from gpufabric.fileio import load_data
 
 ARRIVALS = ("open", "closed", "synchronized", "offline")
 MEASURES = ("run", "steady")
-#: Most requests a client's minimum duration asks the simulator for (a run of that many
-#: reaches its steady state well within the simulator's speed goal).
-MAX_DURATION_REQUESTS = 100_000
+#: Most requests one simulated instance runs for a run of a duration (a client's minimum or a
+#: measurements entry's stated one). Near capacity the batch fills slowly (its relaxation
+#: time grows as ``1 / (1 - load)^2``: several minutes at 90 % of capacity), so a run is
+#: simulated over its whole duration where this allows: 2,400 s of MLPerf's Llama 2 70B
+#: Server run on one H200 are some 31,000 requests.
+MAX_DURATION_REQUESTS = 50_000
 
 
 @dataclass(frozen=True)
@@ -76,18 +79,23 @@ def get(name: str, field: str = "--client") -> Client:
                      field=field)
 
 
-def duration_requests(rate: float | None, client: Client) -> int | None:
-    """Requests a run of ``client`` at ``rate`` needs to fill its minimum duration (None
-    when it states none, or the run is not at a finite rate).
+def duration_requests(rate: float | None, duration_s: float | None,
+                      instances: int = 1) -> int | None:
+    """Requests a run at ``rate`` (all instances together) needs to fill ``duration_s``, at
+    most :data:`MAX_DURATION_REQUESTS` for each of the ``instances`` that share them (None
+    when no duration is stated, or the run is not at a finite rate).
 
-    >>> duration_requests(83.5, get("mlperf-server"))
-    50100
-    >>> duration_requests(None, get("mlperf-server")) is None
+    >>> duration_requests(80.0, get("mlperf-server").min_duration_s)
+    48000
+    >>> duration_requests(800.0, 600.0), duration_requests(800.0, 600.0, instances=8)
+    (50000, 400000)
+    >>> duration_requests(None, 600.0) is None
     True
     """
-    if client.min_duration_s is None or rate is None or not math.isfinite(rate):
+    if duration_s is None or rate is None or not math.isfinite(rate):
         return None
-    return min(MAX_DURATION_REQUESTS, max(1, math.ceil(rate * client.min_duration_s)))
+    return min(MAX_DURATION_REQUESTS * max(1, instances),
+               max(1, math.ceil(rate * duration_s)))
 
 
 def check_load(client: Client, rate: float | None, concurrency: int | None) -> None:

@@ -34,8 +34,9 @@ from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
 from gpufabric.workloads.inference.speculative import SpecStep
 from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
-                                                     check_fits, saturated, simulate,
-                                                     slo_out_of_reach, summarize)
+                                                     backlog_growth, check_fits, saturated,
+                                                     simulate, slo_out_of_reach,
+                                                     steady_window, summarize)
 
 def engine_batched_tokens(engine: str, gpu: str) -> tuple[int, str]:
     """The engine's default prefill token budget on this GPU kind, and where it comes from:
@@ -332,17 +333,18 @@ def shared_prefix(reqs: R.Requests, tokens: int) -> R.Requests:
     return reqs
 
 
-def with_client(cfg: ServeConfig) -> ServeConfig:
+def with_client(cfg: ServeConfig, instances: int = 1) -> ServeConfig:
     """``cfg`` as its benchmark client runs it: the client's way of taking figures where
-    ``measure`` is not given, and the requests of its minimum duration where ``requests`` is
-    not given (a load the client cannot apply is refused)."""
+    ``measure`` is not given, and the requests of its minimum duration (over ``instances``
+    simulated as one) where ``requests`` is not given (a load the client cannot apply is
+    refused)."""
     if cfg.client is None:
         return cfg if cfg.measure else replace(cfg, measure="steady")
     c = clients.get(cfg.client)
     clients.check_load(c, cfg.rate, cfg.concurrency)
     out = replace(cfg, client=c.name, measure=cfg.measure or c.measure)
     if cfg.requests is None and not cfg.trace:
-        out.requests = clients.duration_requests(cfg.rate, c)
+        out.requests = clients.duration_requests(cfg.rate, c.min_duration_s, instances)
     return out
 
 
@@ -420,15 +422,15 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     Its capacity, where it needs one, is measured quickly (:func:`capacity`).
     """
     check_config(cfg)
-    cfg = with_client(cfg)
+    reps = instances(topo, cfg)
+    share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
+    cfg = with_client(cfg, share)
     if cfg.prefix_tokens and not cfg.kv_tiers:      # prefix caching in HBM (the engines')
         cfg = replace(cfg, kv_tiers=("hbm",))
     if cfg.measure not in ("steady", "run"):
         raise InputError(f"unknown measure '{cfg.measure}'; allowed: steady, run",
                          field="measure")
     sm = sm or step_model(model, topo, cfg)
-    reps = instances(topo, cfg)
-    share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
     sched = scheduler_config(sm, cfg)
     online = cfg.rate is not None or bool(cfg.concurrency)
     if not online and cfg.requests is None and not cfg.trace:
@@ -445,13 +447,12 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     # the capacity: for a run of no stated count (one prediction, where it is worth its
     # saturated run), else where the steady state shows a queue that builds or the run is
     # too short to have one (its requests still in their first answers when the last came)
-    queue = "steady" not in s or s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
-        s["steady"]["requests"]
     rate = cfg.rate
     # (a client that holds at most --concurrency in flight queues the rest itself: the
     # engine sees no more than that, and the run's own figures are what it serves)
-    cap = capacity(sm, cfg, share, sched, quick=stop_below is not None) if steady and \
-        rate is not None and not cfg.concurrency and (auto or queue) else {}
+    at_rate = online and rate is not None and not cfg.concurrency
+    cap = capacity(sm, cfg, share, sched, quick=stop_below is not None) if at_rate and \
+        (auto or _queue_builds(s, res, steady)) else {}
     over = bool(cap) and rate is not None and rate / share > cap["requests_per_s"]
     tried = [_converging(s, reqs, share)]
     # an overloaded run's latencies grow with its length: its capacity is the answer
@@ -475,21 +476,38 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     return _report(sm, topo, cfg, reqs, res, s, share, reps, sched, steady)
 
 
+def _queue_builds(s: dict, res: SimResult, steady: bool) -> bool:
+    """Whether a run's requests in the system grow over its steady state by more than
+    :data:`QUEUE_GROWTH` of its arrivals there (or the run is too short to have one): a
+    steady-state run's own window, else the window a steady state would have (a run whose
+    client takes its figures over the whole run still says when its rate is overloaded)."""
+    if steady:
+        return "steady" not in s or s["steady"]["backlog_growth"] > QUEUE_GROWTH * \
+            s["steady"]["requests"]
+    window = steady_window(res)
+    if window is None:
+        return True
+    arrived, growth = backlog_growth(res, *window)
+    return growth > QUEUE_GROWTH * arrived
+
+
 def _deployment_figures(s: dict, res: SimResult, reqs: R.Requests, cfg: ServeConfig,
                         share: int, cap: dict, over: bool) -> None:
     """``s`` (one simulated instance's summary) turned into the deployment's figures, in
-    place: an overloaded run serves its capacity, a stable open loop what is offered (flow
-    conservation), and the rates count every instance."""
+    place: an overloaded steady state serves its capacity, a stable one what is offered
+    (flow conservation), a run measured whole its own figures (where its rate is overloaded,
+    it says so), and the rates count every instance."""
     if "steady" in s:
         s["steady"]["measured_tokens_per_s"] = s["throughput_tokens_per_s"] * share
-    if over:
+    whole = cfg.measure == "run"        # figures over the whole run stay the run's own
+    if over and not whole:
         # the queue never empties: the engine serves at its saturated rate, and the
         # latencies are those of this run, growing with its length
         s["goodput_requests_per_s"] = s["slo_attainment"] * cap["requests_per_s"]
         s.update({k: cap[k] for k in ("throughput_tokens_per_s", "total_tokens_per_s",
                                       "requests_per_s")})
-    elif ("steady" in s or cap) and cfg.rate is not None and not cfg.trace and \
-            not cfg.concurrency:
+    elif not whole and ("steady" in s or cap) and cfg.rate is not None and not cfg.trace \
+            and not cfg.concurrency:
         # a stable deployment (by its steady state, or by its capacity where the run is too
         # short to have one) serves what is offered (flow conservation): the rate times the
         # requests' lengths, whatever this sample's arrivals in the window were

@@ -1015,6 +1015,20 @@ def steady_window(res: SimResult) -> tuple[float, float] | None:
     return (t0, t1) if t1 > t0 else None
 
 
+def backlog_growth(res: SimResult, t0: float, t1: float) -> tuple[int, int]:
+    """(requests that arrived in ``[t0, t1]``, growth of the requests in the system from
+    ``t0`` to ``t1``): a queue that builds grows by a share of its arrivals.
+
+    >>> r = SimResult(np.arange(10.0), np.arange(10.0) + 1, np.arange(10.0) + 2,
+    ...               *[np.ones(10)] * 4, *[np.zeros(0)] * 5, num_blocks=1)
+    >>> backlog_growth(r, 2.0, 9.0)
+    (8, 0)
+    """
+    arrived = int(((res.arrival >= t0) & (res.arrival <= t1)).sum())
+    backlog = [int((res.arrival <= t).sum() - (res.finish <= t).sum()) for t in (t0, t1)]
+    return arrived, backlog[1] - backlog[0]
+
+
 def _median(x: np.ndarray) -> float:
     """``np.median`` of a non-empty array without NaNs, to the bit, without the import of
     ``numpy.ma`` that its first call costs (15 ms of a single prediction).
@@ -1110,9 +1124,7 @@ def summarize(res: SimResult, gpus: int = 1, slo_ttft_ms: float | None = None,
         out_tok, in_tok = _tokens_between(res, t0, t1)
         keep = (res.arrival >= t0) & (res.arrival <= t1)
         done = float(((res.finish >= t0) & (res.finish <= t1)).sum())
-        arrived = int(keep.sum())
-        backlog = [int((res.arrival <= t).sum() - (res.finish <= t).sum()) for t in (t0, t1)]
-        growth = backlog[1] - backlog[0]
+        arrived, growth = backlog_growth(res, t0, t1)
         info = {"steady": {"start_s": t0, "end_s": t1, "requests": arrived,
                            "backlog_growth": growth}}
     dur = dur if dur > 0 else float("nan")

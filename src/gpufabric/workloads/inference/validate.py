@@ -44,8 +44,10 @@ from gpufabric.workloads.models import find_model
 
 #: Most requests simulated for one point (offline runs reach their steady state long before).
 MAX_SIM_REQUESTS = 1000
-#: Most requests simulated for a run of a stated duration (``workload.duration_s``).
-MAX_STEADY_REQUESTS = 20000
+#: Requests an offline run of a stated duration (``workload.duration_s``) simulates at least,
+#: up to its stated count (an online one simulates the arrivals of its duration:
+#: :func:`~gpufabric.workloads.inference.clients.duration_requests`).
+OFFLINE_DURATION_REQUESTS = 20000
 #: Full batches of each engine an offline run of a stated duration simulates at least (as an
 #: offline `serve` of no stated count does: serve.OFFLINE_BATCHES, where the figures are).
 STEADY_BATCHES = OFFLINE_BATCHES
@@ -375,7 +377,7 @@ def slo_limits(v: Any, field: str = "workload.slo") -> dict[str, float]:
 def rate_within_slo(model: Any, topo: Any, cfg: ServeConfig, slo: dict[str, float],
                     duration_s: float | None, gpus: int) -> float:
     """The highest request rate at which a run of ``cfg`` (its client, its measure, its
-    duration's arrivals up to :data:`MAX_STEADY_REQUESTS`) stays within every limit of
+    duration's arrivals: :func:`_duration_requests`) stays within every limit of
     ``slo`` and below the deployment's capacity
     (:func:`~gpufabric.workloads.inference.supernode.highest_rate`): the rate doubles from a
     small one until a run fails, then :data:`SLO_BISECTIONS` bisections (no measured figure
@@ -388,8 +390,7 @@ def rate_within_slo(model: Any, topo: Any, cfg: ServeConfig, slo: dict[str, floa
         return all((r[pk] if q is None else r[pk][q]) <= ms for (pk, q), ms in limits)
 
     def requests(rate: float) -> int | None:
-        return min(max(1, int(rate * duration_s)), MAX_STEADY_REQUESTS) if duration_s else \
-            cfg.requests
+        return _duration_requests(cfg, rate, duration_s) if duration_s else cfg.requests
     return highest_rate(model, topo, cfg, within, requests, start=max(0.05, 0.02 * gpus),
                         steps=SLO_BISECTIONS)[0]
 
@@ -436,11 +437,11 @@ def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int | None, reps: int,
     if mode == "online" and rate is not None and math.isfinite(rate):
         cfg.rate = rate
         dur = _duration(wl, client)
-        # a run of a stated duration (MLPerf's Server scenario) is simulated to its steady
-        # state: its arrivals over that time, up to MAX_STEADY_REQUESTS, its figures those
-        # of the steady state (LoadGen's run is long enough for its warm-up to vanish)
+        # a run of a stated duration (MLPerf's Server scenario) is simulated over that time:
+        # its arrivals from an empty system, its figures as its client takes them (LoadGen:
+        # over every request; without a client, the steady state)
         cfg.requests = min(n_req or MAX_SIM_REQUESTS, MAX_SIM_REQUESTS) if not dur else \
-            min(int(rate * dur), MAX_STEADY_REQUESTS)
+            _duration_requests(cfg, rate, dur)
         if client is None:
             cfg.measure = "steady" if dur else "run"
     else:                                   # offline, or online at an infinite rate
@@ -449,11 +450,19 @@ def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int | None, reps: int,
         cfg.max_num_seqs = _int(batch, "batch_size")
 
 
+def _duration_requests(cfg: ServeConfig, rate: float, dur: float) -> int:
+    """Requests an online run of ``cfg`` at ``rate`` simulates for a stated duration: its
+    arrivals over ``dur``, at most :data:`~gpufabric.workloads.inference.clients.\
+MAX_DURATION_REQUESTS` for each instance simulated as one."""
+    share = max(1, cfg.replicas or 1) * cfg.dp_attention * cfg.pp
+    return clients.duration_requests(rate, dur, share) or 1
+
+
 def _offline_requests(dur: float | None, n_req: int | None, batch: float | None,
                       engines: int) -> int:
     """Requests an offline run simulates: at most :data:`MAX_SIM_REQUESTS`, and for a run of a
     duration ``dur`` (MLPerf's Offline scenario: one query of samples enough for its minimum
-    duration) its stated requests, up to :data:`MAX_STEADY_REQUESTS` or
+    duration) its stated requests, up to :data:`OFFLINE_DURATION_REQUESTS` or
     :data:`STEADY_BATCHES` full batches of each of its ``engines``, whichever is more: each
     engine fills its batch, runs it and drains, and with fewer batches the ramp-up and drain
     are a large part of the run, where LoadGen's long run makes them a small one.
@@ -467,7 +476,7 @@ def _offline_requests(dur: float | None, n_req: int | None, batch: float | None,
     """
     if not dur:
         return min(n_req or MAX_SIM_REQUESTS, MAX_SIM_REQUESTS)
-    full = max(MAX_STEADY_REQUESTS, STEADY_BATCHES * int(batch or 0) * max(engines, 1))
+    full = max(OFFLINE_DURATION_REQUESTS, STEADY_BATCHES * int(batch or 0) * max(engines, 1))
     return min(n_req, full) if n_req else full
 
 

@@ -161,3 +161,13 @@ def test_a_stated_duration_runs_its_arrivals_on_each_instance():
                   ServeConfig(rate=16.0, requests=None, isl=512, osl=128,
                               client="mlperf-server"))
     assert eight["requests"] == 9600 and eight["workload"]["simulated_requests"] == 1200
+
+
+def test_the_cli_says_an_overloaded_whole_run_keeps_its_own_figures(cli):
+    code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--isl", "512",
+                         "--osl", "128", "--rate", "400", "--requests", "4000", "--client",
+                         "mlperf-server")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("# overloaded: 400 requests/s"))
+    assert line.endswith("the figures are this run's (4,000 requests), its latencies growing "
+                         "with its length")

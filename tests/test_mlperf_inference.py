@@ -199,7 +199,7 @@ def test_the_rate_within_the_limits_is_the_highest_the_models_runs_meet_them_at(
 
     def run(rate):
         out = serve(model, topo, replace(cfg, rate=rate,
-                                         requests=V._duration_requests(cfg, rate, dur)))
+                                         requests=V._duration_requests(cfg, topo, rate, dur)))
         return not out.get("overloaded") and out["ttft_ms"]["p99"] <= 2000 and \
             out["tpot_ms"]["p99"] <= 200
     assert run(best) and not run(1.04 * best)

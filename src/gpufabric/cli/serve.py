@@ -188,12 +188,12 @@ def measure_lines(r: dict) -> list[str]:
     if r.get("overloaded"):
         # a client's figures over its whole run are the run's own; a steady state's
         # throughput is the capacity's
-        whose = "the figures are this run's ({n:,} requests), its latencies" \
-            if r.get("measure") == "run" else "throughput is the capacity's, and the " \
-            "latencies are this run's ({n:,} requests),"
+        run = f"this run's ({r['requests']:,} requests)"
+        whose = f"the figures are {run}, its latencies" if r.get("measure") == "run" else \
+            f"throughput is the capacity's, and the latencies are {run},"
         out.append(f"# overloaded: {r['workload']['rate']:g} requests/s is above the capacity "
-                   f"of {r['capacity_requests_per_s']:,.2f} requests/s; "
-                   + whose.format(n=r["requests"]) + " growing with its length")
+                   f"of {r['capacity_requests_per_s']:,.2f} requests/s; {whose} growing with "
+                   "its length")
     elif r.get("capacity_requests_per_s"):
         load = r["workload"]["rate"] / r["capacity_requests_per_s"]
         out.append(f"# load: {load:.0%} of the capacity of {r['capacity_requests_per_s']:,.2f} "

@@ -399,6 +399,12 @@ def instances(topo: Topology, cfg: ServeConfig) -> int:
     return max(1, gpus // per)
 
 
+def streams(topo: Topology, cfg: ServeConfig) -> int:
+    """Request streams of ``cfg`` on ``topo`` that one simulated instance stands for: its
+    instances times the attention data-parallel ranks and pipeline stages of each."""
+    return instances(topo, cfg) * cfg.dp_attention * cfg.pp
+
+
 def serve(model: str, topo: Topology, cfg: ServeConfig,
           progress: Callable[[int, int], None] | None = None, *,
           sm: StepModel | None = None, stop_below: float | None = None) -> dict:
@@ -422,8 +428,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     Its capacity, where it needs one, is measured quickly (:func:`capacity`).
     """
     check_config(cfg)
-    reps = instances(topo, cfg)
-    share = reps * cfg.dp_attention * cfg.pp     # request streams simulated as one
+    reps, share = instances(topo, cfg), streams(topo, cfg)
     cfg = with_client(cfg, share)
     if cfg.prefix_tokens and not cfg.kv_tiers:      # prefix caching in HBM (the engines')
         cfg = replace(cfg, kv_tiers=("hbm",))

@@ -37,7 +37,7 @@ from gpufabric.sweep import each
 from gpufabric.topology.build import from_spec
 from gpufabric.workloads.inference import clients
 from gpufabric.workloads.inference.itertime import engine_key
-from gpufabric.workloads.inference.serve import OFFLINE_BATCHES, ServeConfig, serve
+from gpufabric.workloads.inference.serve import OFFLINE_BATCHES, ServeConfig, serve, streams
 from gpufabric.workloads.models import (ModelSpec, gives_shape, load_model, load_model_file,
                                         model_from_shape, with_model_file)
 from gpufabric.workloads.models import find_model
@@ -325,7 +325,7 @@ def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]
         cfg.scheduler_steps = _int(steps, "engine.num_scheduler_steps")
     if wl.get("max_batch_per_rank"):
         cfg.max_num_seqs = _int(wl["max_batch_per_rank"], "max_batch_per_rank")
-    _load(cfg, wl, mode, n_req, reps, isl)
+    _load(cfg, topo, wl, mode, n_req, reps, isl)
     if par.get("mtp"):
         # multi-token prediction: the entry's acceptance where it states one, else the
         # sourced default for the model (speculative.DEFAULTS)
@@ -390,7 +390,8 @@ def rate_within_slo(model: Any, topo: Any, cfg: ServeConfig, slo: dict[str, floa
         return all((r[pk] if q is None else r[pk][q]) <= ms for (pk, q), ms in limits)
 
     def requests(rate: float) -> int | None:
-        return _duration_requests(cfg, rate, duration_s) if duration_s else cfg.requests
+        return _duration_requests(cfg, topo, rate, duration_s) if duration_s else \
+            cfg.requests
     return highest_rate(model, topo, cfg, within, requests, start=max(0.05, 0.02 * gpus),
                         steps=SLO_BISECTIONS)[0]
 
@@ -409,7 +410,7 @@ def _lengths(wl: dict) -> tuple[str | None, float, float, int, int]:
     return None, isl, osl, (_int(isl, "isl") if isl else 0), _int(osl, "osl")
 
 
-def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int | None, reps: int,
+def _load(cfg: ServeConfig, topo: Any, wl: dict, mode: str, n_req: int | None, reps: int,
           isl: float) -> None:
     """The run's load as the entry's client and mode apply it, set on ``cfg``: a static
     batch (one synchronized round where the client fires at once), a closed loop, an open
@@ -441,7 +442,7 @@ def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int | None, reps: int,
         # its arrivals from an empty system, its figures as its client takes them (LoadGen:
         # over every request; without a client, the steady state)
         cfg.requests = min(n_req or MAX_SIM_REQUESTS, MAX_SIM_REQUESTS) if not dur else \
-            _duration_requests(cfg, rate, dur)
+            _duration_requests(cfg, topo, rate, dur)
         if client is None:
             cfg.measure = "steady" if dur else "run"
     else:                                   # offline, or online at an infinite rate
@@ -450,12 +451,12 @@ def _load(cfg: ServeConfig, wl: dict, mode: str, n_req: int | None, reps: int,
         cfg.max_num_seqs = _int(batch, "batch_size")
 
 
-def _duration_requests(cfg: ServeConfig, rate: float, dur: float) -> int:
-    """Requests an online run of ``cfg`` at ``rate`` simulates for a stated duration: its
-    arrivals over ``dur``, at most :data:`~gpufabric.workloads.inference.clients.\
-MAX_DURATION_REQUESTS` for each instance simulated as one."""
-    share = max(1, cfg.replicas or 1) * cfg.dp_attention * cfg.pp
-    return clients.duration_requests(rate, dur, share) or 1
+def _duration_requests(cfg: ServeConfig, topo: Any, rate: float, dur: float) -> int:
+    """Requests an online run of ``cfg`` on ``topo`` at ``rate`` simulates for a stated
+    duration: its arrivals over ``dur``, at most :data:`~gpufabric.workloads.inference.\
+clients.MAX_DURATION_REQUESTS` for each request stream simulated as one
+    (:func:`~gpufabric.workloads.inference.serve.streams`)."""
+    return clients.duration_requests(rate, dur, streams(topo, cfg)) or 1
 
 
 def _offline_requests(dur: float | None, n_req: int | None, batch: float | None,

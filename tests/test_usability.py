@@ -108,3 +108,29 @@ def test_compare_table_fits_a_100_column_terminal():
     for name in ("hgx-h100-4node-ndr-2to1", "nvlink-bridge-pairs", "dgx1-v100"):
         assert name in text
     assert "31.5/31.5/300" in text and "15.8/25/50" in text and "NV2:8" in text
+
+
+def test_no_help_text_loses_its_brackets_to_markup():
+    """typer renders help as rich markup, where ``[aic]`` or ``[@GBps]`` is a tag and vanishes:
+    every command's and option's help must read the same once rendered (brackets escaped)."""
+    from rich.text import Text
+
+    from gpufabric.cli.common import app
+    from gpufabric.cli.entry import _command, register
+
+    register([])
+    texts = []
+
+    def walk(command, path):
+        texts.append((path, command.help or ""))
+        texts.extend((f"{path} {p.name}", getattr(p, "help", None) or "")
+                     for p in command.params)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(_command(app), "gpufabric")
+    assert len(texts) > 300                                  # every command and option
+    lost = [(where, text) for where, text in texts
+            if Text.from_markup(text).plain != text.replace("\\[", "[")]
+    assert not lost
+    assert any("gpufabric[aic]" in Text.from_markup(text).plain for _, text in texts)

@@ -230,7 +230,7 @@ def kernel_times_option() -> Any:
                         metavar="SOURCE",
                         help="GEMM times: model (gpufabric's roofline) or aic (measured "
                              "kernels of AIConfigurator's database where it covers the GPU, "
-                             "engine and shape; needs the [aic] extra).")
+                             "engine and shape; needs the \\[aic] extra).")
 
 
 def flag_name(param: Any) -> str:

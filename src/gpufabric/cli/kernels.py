@@ -8,7 +8,7 @@ from gpufabric.cli.common import Col, Progress, app, emit_json, print_table, wid
 
 kernels_app = typer.Typer(no_args_is_help=True, help="gpufabric's kernel times against measured "
                           "kernels (NVIDIA AIConfigurator's database: pip install "
-                          "'gpufabric[aic]').")
+                          "'gpufabric\\[aic]').")
 app.add_typer(kernels_app, name="kernels")
 
 _DB = typer.Option(None, "--db", help="The database's systems/data folder (default: "

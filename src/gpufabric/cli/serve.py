@@ -308,7 +308,7 @@ OPT: dict[str, Any] = {
     "draft_model": typer.Option(None, "--draft-model", help="With --spec draft: "
         "the draft model (a built-in name)."),
     "kv_tier": typer.Option(None, "--kv-tier", help="Prefix caching over KV "
-        "cache tiers beyond HBM, NAME:SIZE[@GBps] per GPU, "
+        "cache tiers beyond HBM, NAME:SIZE\\[@GBps] per GPU, "
         "comma-separated: host:512GiB,nvme:4TiB,"
         "remote:16TiB@25 (hbm alone: HBM only). Needs a "
         "--trace naming its prefixes (hash_ids or "

@@ -110,9 +110,10 @@ def test_compare_table_fits_a_100_column_terminal():
     assert "31.5/31.5/300" in text and "15.8/25/50" in text and "NV2:8" in text
 
 
-def test_no_help_text_loses_its_brackets_to_markup():
+def test_help_texts_keep_their_brackets_and_wrap_to_the_terminal():
     """typer renders help as rich markup, where ``[aic]`` or ``[@GBps]`` is a tag and vanishes:
-    every command's and option's help must read the same once rendered (brackets escaped)."""
+    every command's and option's help must read the same once rendered (brackets escaped); and
+    it keeps a docstring's line breaks, which broke paragraphs mid-sentence at 80 columns."""
     from rich.text import Text
 
     from gpufabric.cli.common import app
@@ -130,6 +131,9 @@ def test_no_help_text_loses_its_brackets_to_markup():
 
     walk(_command(app), "gpufabric")
     assert len(texts) > 300                                  # every command and option
+    # each paragraph one line, for the terminal to wrap (not broken where the source was)
+    assert not [where for where, text in texts if any(
+        "\n" in para for para in text.split("\n\n"))]
     lost = [(where, text) for where, text in texts
             if Text.from_markup(text).plain != text.replace("\\[", "[")]
     assert not lost

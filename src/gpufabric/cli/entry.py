@@ -88,8 +88,25 @@ def _command(app):
 
     key = _registered(app)
     if not _BUILT or _BUILT[0][0] != key:
-        _BUILT[:] = [(key, typer.main.get_command(app))]
+        command = typer.main.get_command(app)
+        _reflow_help(command)
+        _BUILT[:] = [(key, command)]
     return _BUILT[0][1]
+
+
+def _reflow_help(command) -> None:
+    """Each paragraph of every command's help as one line for the terminal to wrap: typer
+    keeps a docstring's line breaks after its first paragraph, so text written at 95 columns
+    broke mid-sentence in an 80-column terminal (a paragraph starting with ``\\b`` is kept)."""
+    import inspect
+
+    if command.help:
+        text, cut, rest = inspect.cleandoc(command.help).partition("\f")
+        command.help = "\n\n".join(
+            p if p.startswith("\b") else " ".join(p.split("\n"))
+            for p in text.split("\n\n")) + cut + rest
+    for sub in getattr(command, "commands", {}).values():
+        _reflow_help(sub)
 
 
 #: What a value typer cannot read should have been, by the kind of parse that failed.

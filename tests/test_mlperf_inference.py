@@ -220,3 +220,27 @@ def test_a_bad_slo_refuses_the_entry_naming_the_field(tmp_path, change, field):
     res = validate(str(f))
     assert res["points"] == [] and len(res["skipped"]) == 1
     assert res["skipped"][0]["reason"].startswith(f"refused: {field}: ")
+
+
+def test_the_validator_builds_the_scale_up_an_entry_states(tmp_path):
+    """Fujitsu's GX2560M7 is an HGX H100 4-GPU board: its system file states six NVLink links
+    from each GPU to each other one (a direct mesh, 150 GB/s a pair each way, no NVSwitch). The
+    validator builds the scale-up an entry states (it used to keep only nvswitch and pcie), so
+    the tensor-parallel pair's all-reduce runs at a third of an NVSwitch's rate."""
+    eid = "mlperf-v4.1-fujitsu-gx2560m7-h100-sxm-80gbx4-trt-llama2-70b-99-offline"
+    e = next(x for x in yaml.safe_load(DATA.read_text()) if x["id"] == eid)
+    assert e["system"]["scale_up"] == "nvlink-mesh" and e["parallelism"]["tp"] == 2
+    e["workload"] = {**e["workload"], "num_requests": 3000}       # a short run, for time
+    del e["workload"]["duration_s"]
+    f = tmp_path / "e.yaml"
+
+    def predicted(scale_up):
+        f.write_text(yaml.safe_dump([{**e, "system": {**e["system"], "scale_up": scale_up}}]))
+        return validate(str(f))["points"][0]["predicted"]
+
+    mesh, switch = predicted("nvlink-mesh"), predicted("nvswitch")
+    assert mesh < 0.9 * switch
+    # a scale-up the system cannot have refuses the point with the reason, not the file
+    f.write_text(yaml.safe_dump([{**e, "system": {**e["system"], "scale_up": "sli"}}]))
+    res = validate(str(f))
+    assert not res["points"] and res["skipped"][0]["reason"].startswith("refused: ")

@@ -264,10 +264,14 @@ def _system_of(key: str) -> Any:
     return from_spec(json.loads(key))
 
 
-def _system(spec: dict[str, Any]) -> Any:
-    """The system of a spec, one object per distinct spec: the points of an entry share it,
-    and with it the collective predictions their step tables ask for (nothing in a serving
-    run changes its topology)."""
+def _system(spec: dict[str, Any], sysd: dict[str, Any],
+            stated: tuple[str, ...] = ("scale_up", "nic", "nics_per_node", "nvlink_domain")
+            ) -> Any:
+    """The system of a spec, with what the entry's ``system`` states of ``stated`` (its
+    scale-up: an NVSwitch, a direct NVLink mesh, bridges, PCIe; its NICs); one object per
+    distinct spec: the points of an entry share it, and with it the collective predictions
+    their step tables ask for (nothing in a serving run changes its topology)."""
+    spec = {**spec, **{k: sysd[k] for k in stated if sysd.get(k) is not None}}
     return _system_of(json.dumps(spec, sort_keys=True))
 
 
@@ -305,10 +309,7 @@ def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]
         ep = tp
     gpus = _int(pt.get("gpus") or sysd.get("gpus"), "gpus", tp * pp * reps)
     per_node = _int(sysd.get("gpus_per_node"), "gpus_per_node", gpus)
-    spec: dict[str, Any] = {"gpu": gpu, "gpus_per_node": max(per_node, tp * pp)}
-    if sysd.get("scale_up") in ("nvswitch", "pcie"):
-        spec["scale_up"] = sysd["scale_up"]
-    topo = _system(spec)
+    topo = _system({"gpu": gpu, "gpus_per_node": max(per_node, tp * pp)}, sysd, ("scale_up",))
     # the entry's request count where it states one (None: as many as the run needs)
     n_req = _int(wl.get("num_requests"), "num_requests") if wl.get("num_requests") else None
     rate, conc, batch = (_num(wl.get(k)) for k in ("request_rate", "concurrency",
@@ -528,10 +529,7 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     spec: dict[str, Any] = {"gpu": sysd.get("gpu"),
                             "gpus_per_node": _int(sysd.get("gpus_per_node"), "gpus_per_node", 8),
                             "nodes": _int(sysd.get("nodes"), "nodes", 2)}
-    for k in ("scale_up", "nic", "nics_per_node"):
-        if sysd.get(k) is not None:
-            spec[k] = sysd[k]
-    topo = _system(spec)
+    topo = _system(spec, sysd, ("scale_up", "nic", "nics_per_node"))
     isl = _int(wl["isl"], "isl")
     prec = str(mod.get("precision") or "bf16").lower()
     cfg = ServeConfig(tp=tp, precision=prec, engine=entry_engine(e),
@@ -587,11 +585,8 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     nodes = max(_int(sysd.get("nodes"), "nodes", 1), -(-tp // per_node))
     spec: dict[str, Any] = {"gpu": catalog.gpu_variant(gpu, sysd.get("gpu_variant")),
                             "gpus_per_node": per_node, "nodes": nodes}
-    for k in ("scale_up", "nic", "nics_per_node", "nvlink_domain"):
-        if sysd.get(k) is not None:
-            spec[k] = sysd[k]
     if nodes > 1:
-        spec.setdefault("nic", "ib-ndr")
+        spec["nic"] = "ib-ndr"              # unless the entry states its NICs
     prec = str(pt.get("precision") or mod.get("precision") or "bf16").lower()
     prec = {"nvfp4": "fp4", "fp4 (nvfp4)": "fp4"}.get(prec, prec)
     kv = pt.get("kv_cache_dtype") or mod.get("kv_cache_dtype")
@@ -613,7 +608,7 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     budget = _int(tokens, "tokens_per_rank") if tokens else None
     if phase == "decode":       # the step tables cover the batch (or the largest one sought)
         budget = _int(batch, "batch") if batch else DECODE_BATCH_CAP
-    sm = StepModel(model, _system(spec), ServeLayout(tp=tp, ep=ep, dp_attention=adp),
+    sm = StepModel(model, _system(spec, sysd), ServeLayout(tp=tp, ep=ep, dp_attention=adp),
                    precision=prec, kv_dtype=kv, engine=engine,
                    max_tokens=budget or 8192, eplb=bool(par.get("eplb")))
     r: dict[str, Any]

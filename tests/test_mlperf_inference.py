@@ -236,7 +236,9 @@ def test_the_validator_builds_the_scale_up_an_entry_states(tmp_path):
 
     def predicted(scale_up):
         f.write_text(yaml.safe_dump([{**e, "system": {**e["system"], "scale_up": scale_up}}]))
-        return validate(str(f))["points"][0]["predicted"]
+        pt = validate(str(f))["points"][0]
+        assert pt["system"] == f"4xH100-SXM-{scale_up}"       # each point names what it ran on
+        return pt["predicted"]
 
     mesh, switch = predicted("nvlink-mesh"), predicted("nvswitch")
     assert mesh < 0.9 * switch

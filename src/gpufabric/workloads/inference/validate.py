@@ -344,9 +344,9 @@ def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]
     if within_slo:
         dur = _duration(wl, clients.get(cfg.client) if cfg.client else None)
         r["rate_within_slo"] = rate_within_slo(spec_m, topo, cfg, slo, dur, gpus)
-    return r, {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "ep": ep, "gpus": gpus,
-               "mode": mode, "isl": isl, "osl": osl, "rate": rate, "concurrency": conc,
-               "batch": batch, "precision": prec, "dataset": dataset}
+    return r, {"model": model, "gpu": gpu, "system": topo.name, "tp": tp, "pp": pp, "ep": ep,
+               "gpus": gpus, "mode": mode, "isl": isl, "osl": osl, "rate": rate,
+               "concurrency": conc, "batch": batch, "precision": prec, "dataset": dataset}
 
 
 def slo_limits(v: Any, field: str = "workload.slo") -> dict[str, float]:
@@ -538,8 +538,8 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
         cfg.max_batched_tokens = max(isl, 8192)
     r = serve_pd(model, topo, cfg, (x, y))
     r["kv_transfer_ms"] = r["pd"]["kv_transfer_ms"]
-    return r, {"model": model, "gpu": sysd["gpu"], "tp": tp, "pp": 1, "ep": 1,
-               "gpus": (x + y) * tp, "mode": "pd single-stream", "isl": isl, "osl": 2,
+    return r, {"model": model, "gpu": sysd["gpu"], "system": topo.name, "tp": tp, "pp": 1,
+               "ep": 1, "gpus": (x + y) * tp, "mode": "pd single-stream", "isl": isl, "osl": 2,
                "rate": None, "concurrency": 1, "batch": None, "precision": prec}
 
 
@@ -630,9 +630,9 @@ def _run_pd_pool(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
                        f"{p['bound']}-bound (compute {p['compute_ms']:.1f} ms, "
                        f"communication {p['comm_ms']:.1f} ms"
                        + (", two-batch overlap)" if overlap else ")"))
-    return r, {"model": model, "gpu": gpu, "tp": tp, "pp": 1, "ep": ep, "gpus": tp,
-               "mode": f"pd {phase} pool", "isl": isl, "osl": None, "rate": None,
-               "concurrency": None, "batch": p.get("batch_per_rank", budget),
+    return r, {"model": model, "gpu": gpu, "system": sm.topo.name, "tp": tp, "pp": 1,
+               "ep": ep, "gpus": tp, "mode": f"pd {phase} pool", "isl": isl, "osl": None,
+               "rate": None, "concurrency": None, "batch": p.get("batch_per_rank", budget),
                "precision": prec}
 
 

@@ -34,6 +34,20 @@ def test_nvlink_domain_partitions_servers_and_the_nics_join_them():
     assert (lay.nodes, lay.per_node) == (3, 8)
 
 
+def test_a_systems_name_says_when_its_nvlink_domain_spans_trays():
+    """Trays of a larger NVLink domain are named with it: without it a rack of 18 GB200 trays
+    read like 18 four-GPU NVSwitch servers joined by InfiniBand."""
+    rack = {"gpu": "GB200", "gpus_per_node": 4, "nodes": 18, "nic": "ib-ndr"}
+    assert from_spec({**rack, "nvlink_domain": 72}).name == "18x4xGB200-nvswitch-nvl72-4xib-ndr"
+    assert from_spec({**rack, "nvlink_domain": 4}).name == "18x4xGB200-nvswitch-8xib-ndr"
+    assert from_spec({**rack, "nodes": 6, "nvlink_domain": 8}).name == \
+        "6x4xGB200-nvswitch-nvl8-4xib-ndr"
+    # two trays of a rack: the rack's domain, built on its switches
+    assert from_spec({**rack, "nodes": 2, "nvlink_domain": 72}).name.startswith(
+        "2x4xGB200-nvswitch-nvl72")
+    assert from_spec({"gpu": "H100-SXM", "gpus_per_node": 8}).name == "8xH100-SXM-nvswitch"
+
+
 def test_collectives_see_a_multi_tray_domain_as_one_nvls_domain():
     t = load_system("gb200-nvl72")
     p = C.predict(t, "all_reduce", 2**30)

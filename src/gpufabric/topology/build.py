@@ -562,8 +562,13 @@ def from_spec(spec: dict[str, Any], name: str = "", file: str | None = None,
 
 
 def _spec_name(s: dict[str, Any]) -> str:
+    """``NODESxGPUSxGPU-SCALEUP[-nvlDOMAIN]-NICSxNIC``: the NVLink domain is named when it
+    spans several trays (two trays of an NVL72 rack, NVL8 partitions), which the rest of the
+    name reads the same as servers of their own."""
     g = s["gpu"] if isinstance(s["gpu"], str) else "+".join(s["gpu"])
     base = f"{s['gpus_per_node']}x{g}-{s['scale_up']}"
+    if s.get("supernode"):
+        base += f"-nvl{s['supernode']['domain_gpus']}"
     return f"{s['nodes']}x{base}-{s['nics_per_node']}x{s['nic']}" if s["nodes"] > 1 else base
 
 

@@ -120,3 +120,25 @@ def test_no_measurement_entry_id_is_written_in_the_code():
     hits = [f"{p.relative_to(src)}:{n}" for p in src.rglob("*.py")
             for n, line in enumerate(p.read_text().splitlines(), 1) if pat.search(line)]
     assert hits == []
+
+
+@pytest.mark.parametrize("name, key, near", [
+    ("mlperf_inference.yaml", "scale-up", "scale_up"),     # inference
+    ("training.yaml", "gpus_per_nod", "gpus_per_node"),    # training
+    ("video.yaml", "nodes", None),                         # generation: one server, no nodes
+])
+def test_a_system_key_its_validator_does_not_read_is_one_line_exit_2(cli, tmp_path, name, key,
+                                                                      near):
+    """A key of an entry's system no validator reads used to be dropped without a word (a
+    misspelt scale-up left the machine at its default): it is refused, naming the entry's
+    field, the nearest allowed key and every allowed one."""
+    data = yaml.safe_load((DATA / name).read_text())
+    entries = data["entries"] if isinstance(data, dict) else data
+    e = {**entries[0], "system": {**entries[0]["system"], key: 4}}
+    f = tmp_path / name
+    f.write_text(yaml.safe_dump([e]))
+    code, out, err = cli("validate", str(f))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{name}: [0]({e['id']}).system: unknown key {key!r}" in err
+    assert (f"did you mean {near!r}?" in err) == (near is not None)
+    assert "(allowed: " in err and "gpu" in err

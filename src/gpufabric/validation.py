@@ -40,6 +40,7 @@ Examples
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -80,6 +81,33 @@ def skip(eid: str, index: int | None, reason: str) -> dict[str, Any]:
 def fitted_ids() -> set[str]:
     """Every id and ``prefix-*`` pattern some recorded parameter (any layer) was fitted on."""
     return {i for p in _params.REGISTRY.values() for i in p.fitted_on}
+
+
+#: What a training or inference entry's ``system`` may state, the keys both validators build
+#: the machine from (each adds the ones only it reads); ``fabric`` is free text for the reader.
+SYSTEM_FIELDS = frozenset({"gpu", "gpu_variant", "gpus", "gpus_per_node", "nodes", "scale_up",
+                         "nic", "nics_per_node", "fabric"})
+
+
+def check_keys(mapping: dict[str, Any], allowed: Iterable[str], path: str, field: str) -> None:
+    """Refuse a key of an entry's mapping (its ``system``) that its validator does not read: a
+    misspelt ``scale-up`` used to leave the machine at its default without a word.
+
+    >>> check_keys({"gpu": "H100-SXM", "scale-up": "nvswitch"}, SYSTEM_FIELDS, "f.yaml",
+    ...            "[0](x).system")
+    Traceback (most recent call last):
+    ...
+    gpufabric.errors.InputError: f.yaml: [0](x).system: unknown key 'scale-up'; did you mean \
+'scale_up'? (allowed: fabric, gpu, gpu_variant, gpus, gpus_per_node, nic, nics_per_node, \
+nodes, scale_up)
+    """
+    known = sorted(set(allowed))
+    bad = sorted(str(k) for k in mapping if k not in known)
+    if bad:
+        near = difflib.get_close_matches(bad[0].replace("-", "_"), known, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(f"unknown key {bad[0]!r}{hint} (allowed: {', '.join(known)})",
+                         file=path, field=field)
 
 
 def entries_of(data: Any, path: str) -> tuple[Any, str]:

@@ -85,6 +85,10 @@ def is_training_file(data: Any) -> bool:
             and "model" in items[0] and "collective" not in items[0])
 
 
+#: The keys a training entry's ``system`` may state (also the board power limit it ran under).
+SYSTEM_FIELDS = validation.SYSTEM_FIELDS | {"power_cap_W"}
+
+
 def load(path: str) -> list[dict[str, Any]]:
     data = load_yaml(path, what="a training measurements file (YAML)")
     data, file_mark = validation.entries_of(data, path)
@@ -102,6 +106,7 @@ def load(path: str) -> list[dict[str, Any]]:
                                  field=f"[{i}].{key}")
         if not isinstance(e["system"], dict) or not isinstance(e["model"], dict):
             raise InputError("expected a mapping", file=path, field=f"[{i}]({e['id']}).system")
+        validation.check_keys(e["system"], SYSTEM_FIELDS, path, f"[{i}]({e['id']}).system")
         e = data[i] = {**e, "model": with_model_file(e["model"], path, f"[{i}]({e['id']})")}
         why = validation.looked_at(e, file_mark, path, f"[{i}]({e['id']})")
         if why:

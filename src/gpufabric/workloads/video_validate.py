@@ -31,6 +31,10 @@ METRICS = {"latency_s": "seconds_per_video"}
 LAYOUT_KEYS = ("ulysses", "ring", "cfg_parallel")
 
 
+#: The keys a generation entry's ``system`` may state: one server of a catalog GPU.
+SYSTEM_FIELDS = frozenset({"gpu", "gpus_per_node", "scale_up", "fabric"})
+
+
 def _entries(path: str) -> tuple[list[Any], str]:
     data = load_yaml(path, what="a measurements file (YAML)")
     ents, mark = validation.entries_of(data, path)
@@ -93,6 +97,8 @@ def validate(path: str, progress: Callable[[int, int], None] | None = None) -> d
         if not isinstance(e, dict) or not e.get("id"):
             raise InputError("expected a mapping with an id", file=path, field=f"[{i}]")
         eid = str(e["id"])
+        if isinstance(e.get("system"), dict):
+            validation.check_keys(e["system"], SYSTEM_FIELDS, path, f"[{i}]({eid}).system")
         status = validation.status(eid, validation.looked_at(e, mark, path), fitted)
         for j, pt in each(enumerate(e.get("points") or [{}]), progress, total):
             keys = [k for k in METRICS if isinstance(pt.get(k), int | float)]

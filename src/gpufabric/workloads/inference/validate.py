@@ -213,6 +213,11 @@ def entry_engine(e: dict) -> str:
     return both if engine_key(both) != engine_key(name) else name
 
 
+#: The keys an inference entry's ``system`` may state (a disaggregated pool also reads its
+#: NVLink domain).
+SYSTEM_FIELDS = validation.SYSTEM_FIELDS | {"nvlink_domain"}
+
+
 def load_entries(path: str) -> list[dict]:
     data = load_yaml(path, what="an inference measurements file (YAML)")
     data, file_mark = validation.entries_of(data, path)
@@ -227,6 +232,7 @@ def load_entries(path: str) -> list[dict]:
             if not isinstance(e.get(key), dict):
                 raise InputError("missing or not a mapping", file=path,
                                  field=f"[{i}]({e['id']}).{key}")
+        validation.check_keys(e["system"], SYSTEM_FIELDS, path, f"[{i}]({e['id']}).system")
         for key in ("engine", "parallelism", "workload", "result"):
             if e.get(key) is not None and not isinstance(e[key], dict):
                 raise InputError("not a mapping", file=path, field=f"[{i}]({e['id']}).{key}")

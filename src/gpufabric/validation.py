@@ -40,13 +40,12 @@ Examples
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpufabric import params as _params
-from gpufabric.errors import InputError
+from gpufabric.errors import InputError, closest_name
 
 #: the three statuses of an entry (see the module's doc)
 FITTED, LOOKED_AT, HELD_OUT = "fitted", "looked-at", "held-out"
@@ -104,8 +103,8 @@ nodes, scale_up)
     known = sorted(set(allowed))
     bad = sorted(str(k) for k in mapping if k not in known)
     if bad:
-        near = difflib.get_close_matches(bad[0].replace("-", "_"), known, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
+        near = closest_name(bad[0], known)
+        hint = f"; did you mean {near!r}?" if near else ""
         raise InputError(f"unknown key {bad[0]!r}{hint} (allowed: {', '.join(known)})",
                          file=path, field=field)
 

@@ -11,7 +11,8 @@ from gpufabric.workloads.inference import engines as E
 from gpufabric.workloads.inference.itertime import (ENGINE_LAYER_S, ENGINE_OVERHEAD_S,
                                                     ENGINE_REQUEST_S, ServeLayout, StepModel,
                                                     engine_key)
-from gpufabric.workloads.inference.serve import ServeConfig, scheduler_config, step_model
+from gpufabric.workloads.inference.serve import (ServeConfig, scheduler_config, serve,
+                                                 step_model, with_client)
 
 ENGINES = ("vllm", "vllm-v0", "sglang", "tensorrt-llm", "tensorrt-llm-tensorrt", "lmdeploy",
            "llama.cpp", "fastertransformer")
@@ -214,3 +215,50 @@ def test_tensorrt_llms_backends_differ_where_the_runtimes_do():
     topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
     sm = step_model("llama3-8b", topo, ServeConfig(engine="trtllm tensorrt"))
     assert sm.overhead_s == pytest.approx(trt.overhead_s + 32 * trt.layer_s)
+
+
+def test_chunked_prefill_is_the_options_else_the_clients_else_the_engines():
+    """A prompt above the token budget: the TensorRT-LLM profile's engine (no chunked context
+    by default) refuses it; --chunked-prefill, or trtllm-bench's own setting (it starts the
+    engine with chunked context), runs it in chunks of the budget."""
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
+    base = dict(engine="tensorrt-llm", isl=12000, osl=8, rate=1.0, requests=20)
+
+    def chunked(**kw):
+        cfg = with_client(ServeConfig(**{**base, **kw}))
+        return scheduler_config(step_model("llama3-8b", topo, cfg), cfg).chunked_prefill
+
+    assert (chunked(), chunked(chunked_prefill=True), chunked(engine="vllm")) == (
+        False, True, True)
+    assert chunked(client="trtllm-bench", rate=None) is True
+    assert chunked(client="trtllm-bench", rate=None, chunked_prefill=False) is False
+    assert chunked(client="mlperf-server") is False          # LoadGen leaves the engine be
+    with pytest.raises(InputError, match="a prompt of 12000 tokens exceeds the token budget "
+                                         "8192 without chunked prefill"):
+        serve("llama3-8b", topo, ServeConfig(**base))
+    r = serve("llama3-8b", topo, ServeConfig(**base, chunked_prefill=True))
+    assert r["requests"] == 20
+
+
+def test_the_cli_turns_chunked_prefill_on_or_off(cli):
+    args = ("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--engine", "vllm",
+            "--isl", "12000", "--osl", "8", "--rate", "1", "--requests", "20")
+    code, out, err = cli(*args, "--no-chunked-prefill")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "exceeds the token budget 8192 without chunked prefill" in err
+    code, out, err = cli(*args, "--chunked-prefill", "--json")
+    assert code == 0 and json.loads(out)["requests"] == 20
+
+
+def test_a_budget_that_would_take_hours_is_refused_before_any_work(cli):
+    """A token budget of one token over long prompts needs more prefill iterations than the
+    simulator runs (each is a pass of its loop): one line, exit 2, before the run starts
+    (its 1,000 requests x 100,000 prompt tokens)."""
+    code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1",
+                         "--max-batched-tokens", "1", "--isl", "100000", "--osl", "10",
+                         "--rate", "1")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "gpufabric: error: max_batched_tokens: the prompts need at least 100,000,000 prefill "
+        "iterations at a budget of 1 tokens; at most 10,000,000 are simulated: raise the "
+        "token budget or run fewer requests"]

@@ -270,6 +270,11 @@ OPT: dict[str, Any] = {
     "max_batched_tokens": typer.Option(None, "--max-batched-tokens",
         callback=whole(1),
         help="Token budget of an iteration."),
+    "chunked_prefill": typer.Option(None, "--chunked-prefill/--no-chunked-prefill",
+        help="Prefill prompts in chunks of the token budget, or each whole in one "
+        "iteration (default: as --client sets up the engine, else the engine "
+        "profile's: chunked for vLLM V1, SGLang, LMDeploy and llama.cpp, whole for "
+        "TensorRT-LLM, vLLM V0 and FasterTransformer)."),
     "preemption": typer.Option("recompute", "--preemption", help="recompute or swap."),
     "scheduler_steps": typer.Option(1, "--scheduler-steps", callback=whole(1),
         help="Multi-step scheduling: decode in rounds of N "
@@ -346,6 +351,7 @@ def serve(ctx: typer.Context, model: str | None = OPT["model"],
           kv_dtype: str | None = OPT["kv_dtype"], engine: str = OPT["engine"],
           max_num_seqs: int | None = OPT["max_num_seqs"],
           max_batched_tokens: int | None = OPT["max_batched_tokens"],
+          chunked_prefill: bool | None = OPT["chunked_prefill"],
           preemption: str = OPT["preemption"],
           scheduler_steps: int = OPT["scheduler_steps"],
           gpu_memory_utilization: float | None = OPT["gpu_memory_utilization"],
@@ -426,7 +432,8 @@ def _check_serve(ctx: typer.Context, o: dict[str, Any]) -> None:
 #: ServeConfig's fields that `serve` takes as options of the same name.
 _SAME = ("tp", "ep", "pp", "dp_attention", "replicas", "precision", "kv_dtype", "engine",
          "rate", "burst_cv", "concurrency", "isl", "osl", "trace", "dataset", "dataset_spread",
-         "max_num_seqs", "max_batched_tokens", "preemption", "seed", "eplb",
+         "max_num_seqs", "max_batched_tokens", "chunked_prefill", "preemption", "seed",
+         "eplb",
          "gpu_memory_utilization", "scheduler_steps", "measure", "client", "spec",
          "spec_tokens", "acceptance", "draft_model", "prefix_tokens")
 

@@ -48,6 +48,9 @@ class Client:
     min_duration_s: float | None
     reports: str
     source: str
+    #: how the client sets up the engine's prefill: chunked (True), whole (False) or as the
+    #: engine's own default (None)
+    chunked_prefill: bool | None = None
 
 
 def _spelling(name: str) -> str:
@@ -63,9 +66,12 @@ def builtin() -> dict[str, Client]:
         if d["arrivals"] not in ARRIVALS or d["measure"] not in MEASURES:
             raise ValueError(f"clients.yaml: {name}: arrivals or measure out of range")
         dur = d.get("min_duration_s")
+        chunked = d.get("chunked_prefill")
+        if chunked not in (None, True, False):
+            raise ValueError(f"clients.yaml: {name}: chunked_prefill must be true or false")
         out[name] = Client(name, d["title"], tuple(d.get("aliases", ())), d["arrivals"],
                            d["measure"], float(dur) if dur is not None else None,
-                           d.get("reports", ""), " ".join(d["source"].split()))
+                           d.get("reports", ""), " ".join(d["source"].split()), chunked)
     return out
 
 
@@ -115,5 +121,6 @@ def table() -> list[dict]:
     """One row per client (name, arrivals, measure, minimum duration, source) for the docs
     and ``gpufabric clients``."""
     return [{"name": c.name, "title": c.title, "arrivals": c.arrivals, "measure": c.measure,
-             "min_duration_s": c.min_duration_s, "reports": c.reports, "source": c.source}
+             "min_duration_s": c.min_duration_s, "reports": c.reports,
+             "chunked_prefill": c.chunked_prefill, "source": c.source}
             for c in builtin().values()]

@@ -86,6 +86,9 @@ class ServeConfig:
     seed: int = 0
     eplb: bool = False                   # MoE: redundant experts balance the EP ranks
     gpu_memory_utilization: float | None = None   # None: the engine profile's
+    #: prefill prompts in chunks of the token budget (True) or whole (False); None: as the
+    #: benchmark client sets up the engine, else the engine profile's default
+    chunked_prefill: bool | None = None
     scheduler_steps: int = 1             # multi-step scheduling (vLLM 0.6 --num-scheduler-steps)
     #: how an online run's figures are taken: ``steady`` (its steady state: warm-up and drain
     #: left out) or ``run`` (over the whole run, as a benchmark client takes them); None: the
@@ -335,14 +338,17 @@ def shared_prefix(reqs: R.Requests, tokens: int) -> R.Requests:
 
 def with_client(cfg: ServeConfig, instances: int = 1) -> ServeConfig:
     """``cfg`` as its benchmark client runs it: the client's way of taking figures where
-    ``measure`` is not given, and the requests of its minimum duration (over ``instances``
-    simulated as one) where ``requests`` is not given (a load the client cannot apply is
-    refused)."""
+    ``measure`` is not given, the engine's chunked prefill as the client sets it up where
+    ``chunked_prefill`` is not given, and the requests of its minimum duration (over
+    ``instances`` simulated as one) where ``requests`` is not given (a load the client cannot
+    apply is refused)."""
     if cfg.client is None:
         return cfg if cfg.measure else replace(cfg, measure="steady")
     c = clients.get(cfg.client)
     clients.check_load(c, cfg.rate, cfg.concurrency)
     out = replace(cfg, client=c.name, measure=cfg.measure or c.measure)
+    if cfg.chunked_prefill is None:
+        out.chunked_prefill = c.chunked_prefill
     if cfg.requests is None and not cfg.trace:
         out.requests = clients.duration_requests(cfg.rate, c.min_duration_s, instances)
     return out
@@ -382,6 +388,9 @@ def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
     return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=sm.block_size,
                            max_num_seqs=cfg.max_num_seqs or sm.profile.max_num_seqs,
                            max_batched_tokens=sm.max_tokens,
+                           chunked_prefill=(sm.profile.chunked_prefill
+                                            if cfg.chunked_prefill is None
+                                            else cfg.chunked_prefill),
                            preemption=cfg.preemption, swap_s_per_token=swap,
                            reserve_full=sm.profile.reserve_full,
                            scheduler_steps=cfg.scheduler_steps, order=sm.profile.order)

@@ -171,8 +171,37 @@ def check_fits(reqs: Requests, cfg: SchedulerConfig) -> None:
                          f"{cfg.num_blocks}", field="--isl/--osl")
     if not cfg.chunked_prefill and int(isl.max()) > cfg.max_batched_tokens:
         raise InputError(f"a prompt of {int(isl.max())} tokens exceeds the token budget "
-                         f"{cfg.max_batched_tokens} without chunked prefill",
+                         f"{cfg.max_batched_tokens} without chunked prefill (an engine "
+                         "refuses it): raise the budget or turn chunked prefill on",
                          field="max_batched_tokens")
+
+
+#: The most prefill iterations a run may need: a prompt is prefilled in chunks of at most the
+#: token budget, so a run takes at least its prompts' tokens over the budget in iterations,
+#: each a pass of the scheduler's loop. Twice the largest request count (``--requests``) keeps
+#: every run within about the work of the largest one the request limit allows.
+MAX_PREFILL_ITERATIONS = 10_000_000
+
+
+def check_work(reqs: Requests, cfg: SchedulerConfig) -> None:
+    """Refuse a run whose prompts need more than :data:`MAX_PREFILL_ITERATIONS` prefill
+    iterations at its token budget (a budget of a few tokens over long prompts would otherwise
+    run for hours), before any work is done.
+
+    >>> from gpufabric.workloads.inference.requests import closed_loop
+    >>> try:
+    ...     check_work(closed_loop(8, 100_000, 1024, 16), SchedulerConfig(num_blocks=10**6,
+    ...                                                                  max_batched_tokens=1))
+    ... except InputError as e:
+    ...     print(str(e)[:76])
+    max_batched_tokens: the prompts need at least 102,400,000 prefill iterations
+    """
+    need = -(-_total(reqs.isl.astype(np.int64)) // int(cfg.max_batched_tokens))
+    if need > MAX_PREFILL_ITERATIONS:
+        raise InputError(f"the prompts need at least {need:,} prefill iterations at a budget "
+                         f"of {cfg.max_batched_tokens} tokens; at most "
+                         f"{MAX_PREFILL_ITERATIONS:,} are simulated: raise the token budget "
+                         "or run fewer requests", field="max_batched_tokens")
 
 
 @dataclass
@@ -217,6 +246,8 @@ class BatchState:
                  front_end_s: float = 0.0,
                  prefix: tuple[np.ndarray, np.ndarray] | None = None):
         check_fits(reqs, cfg)
+        if not prefilled:
+            check_work(reqs, cfg)
         self.cost, self.cfg, self.progress = cost, cfg, progress
         self.policy = POLICIES[cfg.order]
         # tokens a decoding sequence keeps per step (above 1 with speculative decoding, the

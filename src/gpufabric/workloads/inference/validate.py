@@ -281,6 +281,26 @@ def _system(spec: dict[str, Any], sysd: dict[str, Any],
     return _system_of(json.dumps(spec, sort_keys=True))
 
 
+def _engine_settings(cfg: ServeConfig, wl: dict) -> None:
+    """The engine settings an entry's ``workload`` states: ``chunked_prefill`` (true: prompts
+    prefilled in chunks of the token budget; false: whole) and ``gpu_memory_utilization`` (the
+    fraction of GPU memory the engine uses); an unstated one stays the client's or the
+    engine profile's default."""
+    chunked = wl.get("chunked_prefill")
+    if chunked is not None:
+        if not isinstance(chunked, bool):
+            raise InputError(f"must be true or false, got {chunked!r}",
+                             field="workload.chunked_prefill")
+        cfg.chunked_prefill = chunked
+    util = wl.get("gpu_memory_utilization")
+    if util is not None:
+        u = _num(util)
+        if u is None or not 0 < u <= 1:
+            raise InputError(f"must be a fraction above 0 and at most 1, got {util!r}",
+                             field="workload.gpu_memory_utilization")
+        cfg.gpu_memory_utilization = u
+
+
 def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]:
     """One point's serve run and what it ran; with ``within_slo`` also the highest rate the
     deployment meets the workload's ``slo`` at (``rate_within_slo`` in the run's figures)."""
@@ -332,6 +352,7 @@ def _run_point(e: dict, pt: dict, within_slo: bool = False) -> tuple[dict, dict]
         cfg.scheduler_steps = _int(steps, "engine.num_scheduler_steps")
     if wl.get("max_batch_per_rank"):
         cfg.max_num_seqs = _int(wl["max_batch_per_rank"], "max_batch_per_rank")
+    _engine_settings(cfg, wl)
     _load(cfg, topo, wl, mode, n_req, reps, isl)
     if par.get("mtp"):
         # multi-token prediction: the entry's acceptance where it states one, else the
@@ -540,7 +561,8 @@ def _run_pd(e: dict, pt: dict, par: dict, wl: dict) -> tuple[dict, dict]:
     prec = str(mod.get("precision") or "bf16").lower()
     cfg = ServeConfig(tp=tp, precision=prec, engine=entry_engine(e),
                       rate=0.05, requests=1, isl=isl, osl=2)
-    if wl.get("chunked_prefill") is False:
+    _engine_settings(cfg, wl)
+    if cfg.chunked_prefill is False:
         cfg.max_batched_tokens = max(isl, 8192)
     r = serve_pd(model, topo, cfg, (x, y))
     r["kv_transfer_ms"] = r["pd"]["kv_transfer_ms"]

@@ -68,10 +68,11 @@ def test_each_side_runs_the_engine_its_published_run_used():
             assert d.scenario(c.scenario).serve.engine == ran[i], (c.id, i)
             seen += 1
     assert seen >= 40
-    # AMD's MLPerf runs were vLLM's, NVIDIA's TensorRT-LLM's TensorRT backend
+    # AMD's MLPerf v4.1 runs were vLLM 0.4.3's (the V0 engine), NVIDIA's TensorRT-LLM's
+    # TensorRT backend
     c = {c.id: c for c in check.load("builtin")}["mlperf41-llama2-70b-offline-mi300x-vs-h100"]
     assert (c.a.scenario(c.scenario).serve.engine,
-            c.b.scenario(c.scenario).serve.engine) == ("vllm", "tensorrt-llm-tensorrt")
+            c.b.scenario(c.scenario).serve.engine) == ("vllm-v0", "tensorrt-llm-tensorrt")
 
 
 @pytest.mark.parametrize("pred, pub, higher, ok", [

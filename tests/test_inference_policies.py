@@ -40,6 +40,7 @@ def test_engines_name_their_order_and_versions_pick_the_profile():
     assert profile("sglang").order == "prefill-first"
     assert profile("vllm").order == "decode-first"
     assert engine_key("vLLM 0.6.0 (--num-scheduler-steps 10)") == "vllm-v0"
+    assert engine_key("vLLM 0.4.3") == "vllm-v0"        # 0.4 schedules prompts first too
     assert engine_key("vLLM V1") == engine_key("vLLM 0.10.1") == "vllm"
     assert profile(engine_key("vllm 0.6.3")).order == "prefill-first"
 

@@ -138,3 +138,30 @@ def test_the_engine_backend_is_a_key_of_the_entry(tmp_path):
     f.write_text(yaml.safe_dump([e]))
     skipped = validate(str(f))["skipped"]
     assert skipped and all("engine.backend" in s["reason"] for s in skipped)
+
+
+def test_engine_settings_are_keys_of_the_workload(tmp_path):
+    """AMD's MLPerf v4.1 harness ran vLLM 0.4.3 (the V0 engine) with the settings its code
+    folder gives, stated as keys: ``chunked_prefill`` and ``gpu_memory_utilization`` change the
+    run; a value of the wrong kind refuses the entry naming the field."""
+    mlperf = DATA.parent / "mlperf_inference.yaml"
+    eid = "mlperf-v4.1-amd-1xmi300x-2xepyc-9374f-llama2-70b-99-offline"
+    e = [x for x in yaml.safe_load(mlperf.read_text()) if x["id"] == eid][0]
+    wl = e["workload"]
+    assert (wl["chunked_prefill"], wl["gpu_memory_utilization"], wl["batch_size"]) == (
+        False, 0.99, 2048)
+    f = tmp_path / "e.yaml"
+
+    def run(**changes):
+        x = json.loads(json.dumps(e))
+        x["workload"].update(changes)
+        f.write_text(yaml.safe_dump([x]))
+        return validate(str(f))
+
+    whole = run()["points"][0]
+    assert whole["engine"] == "vllm-v0"
+    assert run(chunked_prefill=True)["points"][0]["predicted"] != whole["predicted"]
+    assert run(gpu_memory_utilization=0.5)["points"][0]["predicted"] < whole["predicted"]
+    for key, bad in (("chunked_prefill", "yes"), ("gpu_memory_utilization", 1.5)):
+        skipped = run(**{key: bad})["skipped"]
+        assert skipped and f"workload.{key}" in skipped[0]["reason"]

@@ -68,6 +68,16 @@ def test_a_serving_scenario_names_its_engine_as_serve_takes_it():
                              spec={"gpu": "H100-SXM", "gpus_per_node": 1})
         job = core._jobs(one, _sc({"workloads": {"serve": {**base, "engine": name}}}))[1][0][0]
         assert job.engine == profile      # the serving runs use that profile
+    # chunked or whole prefill: the engine's default unless the scenario states it
+    assert _sc({"workloads": {"serve": base}}).serve.chunked_prefill is None
+    s = _sc({"workloads": {"serve": {**base, "chunked_prefill": True}}})
+    one = core.Candidate(gpu="H100-SXM", gpus_per_node=1, nodes=1, deployment="on-prem",
+                         spec={"gpu": "H100-SXM", "gpus_per_node": 1})
+    job = core._jobs(one, s)[1][0][0]
+    assert job.chunked_prefill is True and core.serve_setup(job)[1].chunked_prefill is True
+    with pytest.raises(InputError) as e:
+        _sc({"workloads": {"serve": {**base, "chunked_prefill": "yes"}}}, "bad.yaml")
+    assert (e.value.file, e.value.field) == ("bad.yaml", "workloads.serve.chunked_prefill")
 
 
 def test_consumer_gpus_are_left_out_of_datacenter_designs_with_the_reason():

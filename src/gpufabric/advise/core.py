@@ -459,6 +459,7 @@ class _ServeJob:
     dataset: str | None = None  # the requests' lengths from a named dataset
     prefix_tokens: int = 0      # prompt tokens every request shares (prefix caching)
     engine: str = "vllm"        # the engine profile the instance runs
+    chunked_prefill: bool | None = None   # None: the engine profile's default
 
 
 #: Requests per serving trial and seconds of arrivals: small, for speed (the SLO percentile
@@ -477,7 +478,8 @@ def serve_setup(job: _ServeJob) -> tuple[Any, Any]:
                       dp_attention=lay.get("dp_attention", 1), replicas=1,
                       precision=job.precision, isl=job.isl, osl=job.osl,
                       requests=SERVE_REQUESTS, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot,
-                      dataset=job.dataset, prefix_tokens=job.prefix_tokens, engine=job.engine)
+                      dataset=job.dataset, prefix_tokens=job.prefix_tokens, engine=job.engine,
+                      chunked_prefill=job.chunked_prefill)
     if job.spec is not None:
         cfg = replace(cfg, spec=job.spec[0], spec_tokens=job.spec[1],
                       acceptance=job.spec[2], draft_model=job.spec[3])
@@ -620,7 +622,7 @@ def _jobs(c: Candidate, sc: Scenario, every: bool = False
             mine.append((_ServeJob(s.model, design, tuple(sorted(lay.items())), w, s.isl, s.osl,
                                    s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
                                    s.concurrency is not None, s.speculative, s.dataset,
-                                   s.prefix_tokens, s.engine), w))
+                                   s.prefix_tokens, s.engine, s.chunked_prefill), w))
     return jt, mine
 
 
@@ -853,6 +855,7 @@ class _PDJob:
     precision: str
     shared: bool               # both pools inside one server
     engine: str = "vllm"       # the engine profile both pools run
+    chunked_prefill: bool | None = None   # None: the engine profile's default
 
 
 def pd_setup(job: _PDJob) -> tuple[Any, Any, Any]:
@@ -866,7 +869,7 @@ def pd_setup(job: _PDJob) -> tuple[Any, Any, Any]:
     base = ServeConfig(tp=lay.get("tp", 1), ep=lay.get("ep", 1),
                        dp_attention=lay.get("dp_attention", 1), precision=job.precision,
                        isl=job.isl, osl=job.osl, slo_ttft_ms=job.ttft, slo_tpot_ms=job.tpot,
-                       engine=job.engine)
+                       engine=job.engine, chunked_prefill=job.chunked_prefill)
     return pt, dt, base
 
 
@@ -965,7 +968,7 @@ def _pd_jobs(pairs: list[tuple[Candidate, Candidate]], sc: Scenario
                     continue
                 jobs.append(_PDJob(s.model, one_a, one_b, tuple(sorted(lay.items())), x, y,
                                    s.isl, s.osl, s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
-                                   shared, s.engine))
+                                   shared, s.engine, s.chunked_prefill))
                 meta.append((a, b))
     return jobs, meta
 
@@ -1469,8 +1472,10 @@ def _describe_one(c: Candidate) -> str:
     up = c.spec.get("scale_up") or ("rack NVLink" if c.rack_scale else "default")
     host = c.spec.get("host", {}).get("switch_layout", "")
     f = c.spec.get("fabric") or {}        # a PD pool's servers carry NICs, no fabric plan
+    # a rack-scale domain's trays are one NVLink system: no NICs between them to name
     net = (f", {c.spec['nics_per_node']}x {c.spec['nic']}" + (
-        f" {f['topology']} {f['oversubscription']:g}:1" if f else "")) if c.nodes > 1 else ""
+        f" {f['topology']} {f['oversubscription']:g}:1" if f else "")) \
+        if c.nodes > 1 and "nic" in c.spec else ""
     return (f"{c.nodes}x {c.gpus_per_node}-GPU {c.gpu} server ({up}"
             f"{', ' + host + ' PCIe switches' if host else ''}{net})")
 

@@ -139,7 +139,8 @@ def _pd_jobs(t: Target, jobs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
                 continue
             out.append((core._PDJob(s.model, one, one, j.layout, x, y, s.isl, s.osl,
                                     s.slo_ttft_ms, s.slo_tpot_ms, s.precision,
-                                    (x + y) * w <= gpn, s.engine), (x + y) * w))
+                                    (x + y) * w <= gpn, s.engine, s.chunked_prefill),
+                        (x + y) * w))
     return out
 
 
@@ -316,6 +317,8 @@ def serve_command(t: Target, d: dict[str, Any], job: Any = None) -> str:
     words += ["--dataset", s.dataset] if s.dataset else \
         ["--isl", str(s.isl), "--osl", str(s.osl)]
     words += ["--precision", s.precision, "--engine", s.engine]
+    if s.chunked_prefill is not None:
+        words += ["--chunked-prefill" if s.chunked_prefill else "--no-chunked-prefill"]
     words += [w for flag, v in (("--slo-ttft", s.slo_ttft_ms), ("--slo-tpot", s.slo_tpot_ms))
               if v is not None for w in (flag, f"{v:g}")]
     if s.speculative is not None:

@@ -35,7 +35,7 @@ TRAIN_KEYS = ("model", "model_file", "tokens", "steps", "global_batch", "seq_len
               "deadline_hours")
 SERVE_KEYS = ("model", "model_file", "rate", "concurrency", "isl", "osl", "slo_ttft_ms",
               "slo_tpot_ms", "interactivity", "precision", "pd", "speculative", "dataset",
-              "prefix_tokens", "engine")
+              "prefix_tokens", "engine", "chunked_prefill")
 SPECULATIVE_KEYS = ("method", "tokens", "acceptance", "draft_model")
 SERVICE_KEYS = ("name", "cores", "memory_GB")
 CONSTRAINT_KEYS = ("budget_capex_usd", "budget_usd_per_hour", "power_kW", "max_gpus",
@@ -113,6 +113,9 @@ class Serve:
     prefix_tokens: int = 0
     #: the engine profile every instance runs (``serve --engine``: a built-in profile)
     engine: str = "vllm"
+    #: prompts prefilled in chunks of the budget (True) or whole (False); None: the engine
+    #: profile's default (``serve --chunked-prefill``)
+    chunked_prefill: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,17 @@ def _serve(d: Any, file: str) -> Serve | None:
                  slo_ttft_ms=ttft, slo_tpot_ms=tpot, precision=_precision(d, file, w),
                  interactivity=inter, speculative=spec, dataset=dataset,
                  prefix_tokens=int(prefix or 0), engine=engine(d.get("engine", "vllm"), file,
-                                                               f"{w}.engine"))
+                                                               f"{w}.engine"),
+                 chunked_prefill=_chunked(d, file, w))
+
+
+def _chunked(d: dict, file: str, w: str) -> bool | None:
+    """A serving workload's ``chunked_prefill``: true, false or absent (the engine's default)."""
+    v = d.get("chunked_prefill")
+    if v is not None and not isinstance(v, bool):
+        raise InputError(f"expected true or false, got {v!r}", file=file,
+                         field=f"{w}.chunked_prefill")
+    return v
 
 
 def engine(v: Any, file: str, where: str) -> str:

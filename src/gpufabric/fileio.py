@@ -538,6 +538,16 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
         if not os.access(target, os.W_OK):
             raise InputError("cannot write: permission denied", file=name, field=field)
         return parent
+    fd, tmp = _temp_beside(name, target, field)
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return parent
+
+
+def _temp_beside(name: str, target: str, field: str | None) -> tuple[int, str]:
+    """A new temporary file (descriptor, path) in the directory ``target`` is (or will be)
+    in; that directory missing, not a directory or not writable is an :class:`InputError`."""
+    parent = Path(target).parent
     if not parent.exists():
         raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
                          field=field)
@@ -545,13 +555,10 @@ def check_output(path: str | os.PathLike[str], *, field: str | None = None) -> P
         raise InputError(f"'{parent}' is not a directory", file=name, field=field)
     try:
         import tempfile     # here: its import (random, hashlib) costs every run 5-10 ms
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
+        return tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
     except OSError as exc:
         raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
                          field=field) from None
-    os.close(fd)
-    Path(tmp).unlink(missing_ok=True)
-    return parent
 
 
 def write_output(path: str | os.PathLike[str], text: str | bytes, *,
@@ -597,17 +604,7 @@ def write_output(path: str | os.PathLike[str], text: str | bytes, *,
         _write_through(name, target, data, field)
         return
     parent = Path(target).parent
-    if not parent.exists():
-        raise InputError(f"directory '{parent}' does not exist; create it first", file=name,
-                         field=field)
-    if not parent.is_dir():
-        raise InputError(f"'{parent}' is not a directory", file=name, field=field)
-    try:
-        import tempfile     # here: its import (random, hashlib) costs every run 5-10 ms
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(target).name[:200]}.")
-    except OSError as exc:
-        raise InputError(f"cannot write in '{parent}': {exc.strerror or exc}", file=name,
-                         field=field) from None
+    fd, tmp = _temp_beside(name, target, field)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

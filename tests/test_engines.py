@@ -255,10 +255,28 @@ def test_a_budget_that_would_take_hours_is_refused_before_any_work(cli):
     simulator runs (each is a pass of its loop): one line, exit 2, before the run starts
     (its 1,000 requests x 100,000 prompt tokens)."""
     code, out, err = cli("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1",
-                         "--max-batched-tokens", "1", "--isl", "100000", "--osl", "10",
-                         "--rate", "1")
+                         "--engine", "sglang", "--max-batched-tokens", "1", "--isl", "100000",
+                         "--osl", "10", "--rate", "1")
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
         "gpufabric: error: max_batched_tokens: the prompts need at least 100,000,000 prefill "
         "iterations at a budget of 1 tokens; at most 10,000,000 are simulated: raise the "
         "token budget or run fewer requests"]
+
+
+def test_vllm_refuses_a_budget_below_its_batch_limit(cli):
+    """vLLM refuses max_num_batched_tokens below max_num_seqs (its SchedulerConfig check);
+    its profiles say so, and so does `serve`. SGLang and TensorRT-LLM take such a budget
+    (NVIDIA's MLPerf v5.0 H200 engines ran 1,536 tokens under a batch of 2,048)."""
+    assert E.profile("vllm").budget_covers_batch and E.profile("vllm-v0").budget_covers_batch
+    assert not E.profile("tensorrt-llm").budget_covers_batch
+    base = ("serve", "llama3-8b", "gpu=H100-SXM,gpus_per_node=1", "--rate", "1",
+            "--requests", "20")
+    code, out, err = cli(*base, "--max-batched-tokens", "128")
+    assert code == 2 and out == "" and err.strip().splitlines() == [
+        "gpufabric: error: --max-batched-tokens: a budget of 128 tokens is below the batch "
+        "limit of 256 sequences, which vLLM V1 refuses: raise it to 256 or lower "
+        "--max-num-seqs"]
+    assert cli(*base, "--max-batched-tokens", "128", "--max-num-seqs", "128")[0] == 0
+    assert cli(*base, "--max-batched-tokens", "128", "--engine", "tensorrt-llm",
+               "--chunked-prefill")[0] == 0

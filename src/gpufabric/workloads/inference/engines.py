@@ -87,6 +87,9 @@ class EngineProfile:
     registered: bool = False
     #: how an iteration's batch is formed (:mod:`gpufabric.workloads.inference.policies`)
     order: str = "decode-first"
+    #: the engine refuses a token budget below its batch limit (vLLM: every running sequence
+    #: must be able to put a token in each step)
+    budget_covers_batch: bool = False
 
     def _seconds(self, p: Param | None) -> float:
         """A time of the profile: a built-in profile's as the current parameters have it, a
@@ -236,7 +239,8 @@ def parse(d: Any, file: str, register: bool = False) -> EngineProfile:
                          str(sch["policy"]), bool(sch["chunked_prefill"]),
                          sch["admission"] == "reserve-full", " ".join(str(sch["source"]).split()),
                          int(seqs), tuple(rules), float(util), str(mu["of"]), int(bs), graphs,
-                         over, req, lay, file, pdr, tuple(extra), register, str(order))
+                         over, req, lay, file, pdr, tuple(extra), register, str(order),
+                         bool(sch.get("budget_covers_batch", False)))
 
 
 def _scheduler(sch: Any, file: str) -> tuple[dict, str]:
@@ -252,6 +256,8 @@ def _scheduler(sch: Any, file: str) -> tuple[dict, str]:
                    "reserve-full", file, "scheduler.admission")
     if not isinstance(sch.get("chunked_prefill"), bool):
         raise _err("must be true or false", file, "scheduler.chunked_prefill")
+    if not isinstance(sch.get("budget_covers_batch", False), bool):
+        raise _err("must be true or false", file, "scheduler.budget_covers_batch")
     from gpufabric.workloads.inference.policies import POLICIES as ORDERS
     order = sch.get("order", "decode-first")
     if order not in ORDERS:

@@ -383,10 +383,15 @@ def speculative(model, cfg: ServeConfig):
 
 def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
     swap = sm.kv_bytes_per_token / (SWAP_GBps * 1e9)
+    seqs = cfg.max_num_seqs or sm.profile.max_num_seqs
+    if sm.profile.budget_covers_batch and sm.max_tokens < seqs:
+        raise InputError(f"a budget of {sm.max_tokens} tokens is below the batch limit of "
+                         f"{seqs} sequences, which {sm.profile.title} refuses: raise it to "
+                         f"{seqs} or lower --max-num-seqs", field="--max-batched-tokens")
     # a pipeline of pp stages runs pp batches at once (vLLM's virtual engines), each with a
     # pp-th of the KV cache
     return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=sm.block_size,
-                           max_num_seqs=cfg.max_num_seqs or sm.profile.max_num_seqs,
+                           max_num_seqs=seqs,
                            max_batched_tokens=sm.max_tokens,
                            chunked_prefill=(sm.profile.chunked_prefill
                                             if cfg.chunked_prefill is None

@@ -280,3 +280,16 @@ def test_vllm_refuses_a_budget_below_its_batch_limit(cli):
     assert cli(*base, "--max-batched-tokens", "128", "--max-num-seqs", "128")[0] == 0
     assert cli(*base, "--max-batched-tokens", "128", "--engine", "tensorrt-llm",
                "--chunked-prefill")[0] == 0
+
+
+def test_vllm_v0_without_chunked_prefill_sizes_its_budget_to_the_context():
+    """vLLM V0 without chunked prefill sets max_num_batched_tokens to max(max_model_len,
+    2048): a prompt up to the model's context fits one step (Llama 3 8B: 8,192 tokens)."""
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 1})
+    whole = step_model("llama3-8b", topo, ServeConfig(engine="vllm-v0"))
+    chunked = step_model("llama3-8b", topo, ServeConfig(engine="vllm-v0", chunked_prefill=True))
+    stated = step_model("llama3-8b", topo, ServeConfig(engine="vllm-v0", max_batched_tokens=4096))
+    assert (whole.max_tokens, chunked.max_tokens, stated.max_tokens) == (8192, 2048, 4096)
+    r = serve("llama3-8b", topo, ServeConfig(engine="vllm-v0", isl=6000, osl=8, rate=1.0,
+                                            requests=10))
+    assert r["requests"] == 10

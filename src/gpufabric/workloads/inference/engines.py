@@ -59,6 +59,9 @@ class TokenRule:
     source: str
     min_GiB: float = 0.0
     not_gpu: tuple[str, ...] = ()
+    #: without chunked prefill the budget is at least the model's context length (vLLM V0:
+    #: ``max(max_model_len, 2048)``), so every prompt the model takes fits one step
+    context: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,11 @@ class EngineProfile:
         if p is None:
             return 0.0
         return float(p.value if self.registered else p.shipped)
+
+    def whole_budget(self, tokens: int, context: int) -> int:
+        """The token budget without chunked prefill: ``tokens``, or the model's ``context``
+        where the engine's rule raises it to that (:attr:`TokenRule.context`)."""
+        return max(tokens, context) if any(r.context for r in self.token_rules) else tokens
 
     def batched_tokens(self, gpu: str) -> tuple[int, str]:
         """The engine's default prefill token budget on this GPU kind, and its source."""
@@ -278,9 +286,12 @@ def _token_rules(mbt: Any, file: str) -> list[TokenRule]:
         if not isinstance(r, dict) or not r.get("source") or not isinstance(r.get("value"), int) \
                 or isinstance(r.get("value"), bool) or r["value"] < 1:
             raise _err("expected a whole value >= 1 and a source", file, where)
+        if not isinstance(r.get("context", False), bool):
+            raise _err("must be true or false", file, where + ".context")
         rules.append(TokenRule(int(r["value"]), " ".join(str(r["source"]).split()),
                                float(r.get("min_GiB", 0.0)),
-                               tuple(str(g).lower() for g in r.get("not_gpu") or ())))
+                               tuple(str(g).lower() for g in r.get("not_gpu") or ()),
+                               bool(r.get("context", False))))
     return rules
 
 

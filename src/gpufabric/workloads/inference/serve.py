@@ -32,6 +32,7 @@ from gpufabric.workloads.inference import clients, kerneltimes
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
+from gpufabric.workloads.models import load_model
 from gpufabric.workloads.inference.speculative import SpecStep
 from gpufabric.workloads.inference.simulator import (GaveUp, SchedulerConfig, SimResult,
                                                      backlog_growth, check_fits, saturated,
@@ -359,6 +360,10 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
     speculative step (:class:`~gpufabric.workloads.inference.speculative.SpecStep`)."""
     spec = speculative(model, cfg)
     tok, _ = engine_batched_tokens(cfg.engine, topo.gpus()[0].model)
+    prof = engine_profile(cfg.engine)
+    if cfg.max_batched_tokens is None and not (prof.chunked_prefill if cfg.chunked_prefill
+                                               is None else cfg.chunked_prefill):
+        tok = prof.whole_budget(tok, load_model(model).seq_len)
     sm = StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                    engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
                    block_size=cfg.block_size, eplb=cfg.eplb,

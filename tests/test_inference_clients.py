@@ -171,3 +171,26 @@ def test_the_cli_says_an_overloaded_whole_run_keeps_its_own_figures(cli):
     line = next(x for x in out.splitlines() if x.startswith("# overloaded: 400 requests/s"))
     assert line.endswith("the figures are this run's (4,000 requests), its latencies growing "
                          "with its length")
+
+
+def test_trtllm_bench_sizes_the_engine_as_its_tuning_does():
+    """trtllm-bench sets the batch limit and the token budget itself when the run does not
+    (tensorrt_llm/bench/build/tuning.py): Llama 3 70B in FP8 on one H100 leaves room for two
+    or three 2,000-token requests, rounded up to its floor of 64 and 2,048 tokens; on eight,
+    in TP8, 1,786 rounded up to 1,792 requests and 3,584 tokens (1 + 1000/1000 each). Stated
+    limits win, and other clients leave the engine's defaults."""
+    from gpufabric.workloads.inference.serve import with_client
+    h100 = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+    base = ServeConfig(engine="tensorrt-llm", precision="fp8", isl=1000, osl=1000,
+                       client="trtllm-bench")
+    one = with_client(base, 1, "llama3-70b", from_spec({"gpu": "H100-SXM",
+                                                        "gpus_per_node": 1}))
+    tp8 = with_client(ServeConfig(**{**base.__dict__, "tp": 8}), 1, "llama3-70b", h100)
+    assert (one.max_num_seqs, one.max_batched_tokens, one.chunked_prefill) == (64, 2048, True)
+    assert (tp8.max_num_seqs, tp8.max_batched_tokens) == (1792, 3584)
+    stated = with_client(ServeConfig(**{**base.__dict__, "max_num_seqs": 32}), 1,
+                         "llama3-70b", h100)
+    assert (stated.max_num_seqs, stated.max_batched_tokens) == (32, 2048)
+    other = with_client(ServeConfig(**{**base.__dict__, "client": "genai-perf",
+                                       "concurrency": 4}), 1, "llama3-70b", h100)
+    assert (other.max_num_seqs, other.max_batched_tokens) == (None, None)

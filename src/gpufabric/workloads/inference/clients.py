@@ -24,9 +24,13 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpufabric.errors import InputError
 from gpufabric.fileio import load_data
+
+if TYPE_CHECKING:
+    from gpufabric.workloads.models import ModelSpec
 
 ARRIVALS = ("open", "closed", "synchronized", "offline")
 MEASURES = ("run", "steady")
@@ -51,6 +55,9 @@ class Client:
     #: how the client sets up the engine's prefill: chunked (True), whole (False) or as the
     #: engine's own default (None)
     chunked_prefill: bool | None = None
+    #: the client sizes the engine's batch limit and token budget itself (``trtllm-bench``:
+    #: :func:`trtllm_bench_settings`); None: the engine's defaults
+    engine_settings: str | None = None
 
 
 def _spelling(name: str) -> str:
@@ -69,10 +76,63 @@ def builtin() -> dict[str, Client]:
         chunked = d.get("chunked_prefill")
         if chunked not in (None, True, False):
             raise ValueError(f"clients.yaml: {name}: chunked_prefill must be true or false")
+        setup = d.get("engine_settings")
+        if setup not in (None, *ENGINE_SETTINGS):
+            raise ValueError(f"clients.yaml: {name}: engine_settings must be one of "
+                             f"{', '.join(ENGINE_SETTINGS)}")
         out[name] = Client(name, d["title"], tuple(d.get("aliases", ())), d["arrivals"],
                            d["measure"], float(dur) if dur is not None else None,
-                           d.get("reports", ""), " ".join(d["source"].split()), chunked)
+                           d.get("reports", ""), " ".join(d["source"].split()), chunked,
+                           setup)
     return out
+
+
+#: trtllm-bench's weight and KV-cache bytes per value by quantisation (tensorrt_llm/bench/
+#: build/tuning.py BYTES_PER_ELEM: FP8 and FP8 block scales 1, NVFP4 0.5, anything else 2)
+_TRTLLM_BENCH_BYTES = {"fp8": 1.0, "fp8-per-channel": 1.0, "fp4": 0.5}
+
+
+def trtllm_bench_settings(model: ModelSpec, weights: str, kv: str, gpu_GiB: float, tp: int,
+                          pp: int, isl: int, osl: int) -> tuple[int, int] | None:
+    """The batch limit and token budget ``trtllm-bench`` gives the engine when the run sets
+    none (tensorrt_llm/bench/build/tuning.py, commit 04cba882: calc_engine_setting and
+    finetune_setting): the requests of ``isl + osl`` tokens whose KV cache fits 0.95 of the
+    memory the weights leave on the ``tp x pp`` GPUs (at most 4,096, over the stages), and as
+    many tokens as they bring a step, ``1 + isl / osl`` each (at most 32,768), both rounded up
+    as trtllm-bench rounds them. None where the weights leave no memory or the model has no
+    KV heads to count.
+
+    >>> from gpufabric.workloads.models import load_model
+    >>> trtllm_bench_settings(load_model("llama3-70b"), "fp8", "fp8", 80, 1, 1, 1000, 1000)
+    (64, 2048)
+    >>> trtllm_bench_settings(load_model("llama3-8b"), "fp8", "fp8", 80, 1, 1, 128, 2048)
+    (640, 2048)
+    """
+    per_token = (2 * model.layers * max(tp, model.kv_heads) * model.head_dim
+                 * _TRTLLM_BENCH_BYTES.get(kv, 2.0))
+    free = gpu_GiB * tp * pp - model.params() * _TRTLLM_BENCH_BYTES.get(weights, 2.0) / 1024**3
+    if per_token <= 0 or free <= 0 or isl + osl <= 0 or osl <= 0:
+        return None
+    requests = free * 0.95 * 1024**3 / (per_token * (isl + osl))
+    bs = min(requests, 4096) / pp
+    tokens = min(bs * (1 + isl / osl), 32768)
+    if bs < 256:
+        max_bs = max(64, 32 * math.ceil(bs / 32))
+    elif bs < 1024:
+        max_bs = 128 * math.ceil(bs / 128)
+    else:
+        max_bs = 256 * math.ceil(bs / 256)
+    if tokens < 4096:
+        max_tokens = max(2048, 256 * math.ceil(tokens / 256))
+    elif tokens < 8192:
+        max_tokens = 512 * math.ceil(tokens / 512)
+    else:
+        max_tokens = 1024 * math.ceil(tokens / 1024)
+    return max_bs, max_tokens
+
+
+#: the engine set-ups a client may name (``engine_settings`` in clients.yaml)
+ENGINE_SETTINGS = ("trtllm-bench",)
 
 
 def get(name: str, field: str = "--client") -> Client:

@@ -337,12 +337,13 @@ def shared_prefix(reqs: R.Requests, tokens: int) -> R.Requests:
     return reqs
 
 
-def with_client(cfg: ServeConfig, instances: int = 1) -> ServeConfig:
+def with_client(cfg: ServeConfig, instances: int = 1, model=None,
+                topo: Topology | None = None) -> ServeConfig:
     """``cfg`` as its benchmark client runs it: the client's way of taking figures where
-    ``measure`` is not given, the engine's chunked prefill as the client sets it up where
-    ``chunked_prefill`` is not given, and the requests of its minimum duration (over
-    ``instances`` simulated as one) where ``requests`` is not given (a load the client cannot
-    apply is refused)."""
+    ``measure`` is not given, the engine's chunked prefill, batch limit and token budget as
+    the client sets them up where they are not given (the last two need the ``model`` and the
+    ``topo``), and the requests of its minimum duration (over ``instances`` simulated as one)
+    where ``requests`` is not given (a load the client cannot apply is refused)."""
     if cfg.client is None:
         return cfg if cfg.measure else replace(cfg, measure="steady")
     c = clients.get(cfg.client)
@@ -350,9 +351,24 @@ def with_client(cfg: ServeConfig, instances: int = 1) -> ServeConfig:
     out = replace(cfg, client=c.name, measure=cfg.measure or c.measure)
     if cfg.chunked_prefill is None:
         out.chunked_prefill = c.chunked_prefill
+    if c.engine_settings == "trtllm-bench" and model is not None and topo is not None and \
+            (cfg.max_num_seqs is None or cfg.max_batched_tokens is None):
+        kv = cfg.kv_dtype or ("fp8" if cfg.precision in ("fp8", "fp4") else "bf16")
+        got = clients.trtllm_bench_settings(load_model(model), cfg.precision, kv,
+                                            _gpu_GiB(topo), cfg.tp, cfg.pp, cfg.isl, cfg.osl)
+        if got is not None:
+            out.max_num_seqs = cfg.max_num_seqs or got[0]
+            out.max_batched_tokens = cfg.max_batched_tokens or got[1]
     if cfg.requests is None and not cfg.trace:
         out.requests = clients.duration_requests(cfg.rate, c.min_duration_s, instances)
     return out
+
+
+def _gpu_GiB(topo: Topology) -> float:
+    """GiB of memory of one of the system's GPUs (the catalog's figure, as the memory
+    accounting reads it)."""
+    from gpufabric.workloads import compute as C
+    return float(C.gpu_spec(topo.gpus()[0].model).memory_GB)
 
 
 def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
@@ -448,7 +464,7 @@ def serve(model: str, topo: Topology, cfg: ServeConfig,
     """
     check_config(cfg)
     reps, share = instances(topo, cfg), streams(topo, cfg)
-    cfg = with_client(cfg, share)
+    cfg = with_client(cfg, share, model, topo)
     if cfg.prefix_tokens and not cfg.kv_tiers:      # prefix caching in HBM (the engines')
         cfg = replace(cfg, kv_tiers=("hbm",))
     if cfg.measure not in ("steady", "run"):

@@ -25,7 +25,8 @@ from typing import Any
 from gpufabric.errors import InputError
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
-from gpufabric.workloads.inference.serve import ServeConfig, check_config, serve, step_model
+from gpufabric.workloads.inference.serve import (ServeConfig, check_config, serve, step_model,
+                                                 with_client)
 from gpufabric.workloads.models import load_model
 
 
@@ -72,7 +73,7 @@ def highest_rate(model: Any, topo: Topology, cfg: ServeConfig,
         c = replace(cfg, rate=rate, requests=requests(rate))
         if not sm_:
             check_config(c)
-            sm_.append(step_model(model, topo, c))
+            sm_.append(step_model(model, topo, with_client(c, 1, model, topo)))
         r = serve(model, topo, c, sm=sm_[0], stop_below=stop_below)
         return passes(r) and not r.get("overloaded"), r
     return highest_passing(ok, start, steps)

@@ -83,6 +83,11 @@ def print_summary(r: dict) -> None:
                    f"{r['memory']['kv_tokens']:,} tokens per instance "
                    f"({r['memory']['kv_cache_GB']:.1f} GB per GPU), "
                    f"{r['max_concurrency']:,} requests of this length at once")
+        sch = r.get("scheduler") or {}
+        if sch:
+            typer.echo(f"# engine limits: {sch['max_num_seqs']:,} sequences, "
+                       f"{sch['max_batched_tokens']:,} tokens a step, "
+                       f"{'chunked' if sch['chunked_prefill'] else 'whole'} prefill")
     sp = r.get("speculative")
     if sp:
         acc = "/".join(f"{a:g}" for a in sp["acceptance"])

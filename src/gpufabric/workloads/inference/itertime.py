@@ -368,7 +368,7 @@ class StepModel:
         self.gpu = C.gpu_spec(gpus[0].model)
         self.format = P.lookup(str(precision), "weights", "--precision")
         self.precision = self.format.name
-        kvd = kv_dtype or ("fp8" if self.precision in ("fp8", "fp4") else "bf16")
+        kvd = kv_dtype or P.default_kv(self.precision)
         self.kv_format = P.lookup(str(kvd), "kv", "--kv-dtype")
         self.kv_dtype = self.kv_format.name
         comp = self._compute_precision()

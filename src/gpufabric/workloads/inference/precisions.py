@@ -136,6 +136,16 @@ def names(use: str) -> list[str]:
     return [n for n, f in formats().items() if use in f.use]
 
 
+def default_kv(weights: str) -> str:
+    """The KV-cache format a run takes when it names none: FP8 beside FP8 or FP4 weights (the
+    engines' quantised checkpoints carry an FP8 KV cache), else BF16.
+
+    >>> default_kv("fp4"), default_kv("int4-awq")
+    ('fp8', 'bf16')
+    """
+    return "fp8" if weights in ("fp8", "fp4") else "bf16"
+
+
 def lookup(name: str, use: str, fld: str | None = None) -> Format:
     """The format ``name`` (canonical or an alias) for ``use``; an :class:`InputError` naming
     ``fld`` (default: the option of that use) and the allowed names otherwise."""

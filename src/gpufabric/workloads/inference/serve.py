@@ -29,6 +29,7 @@ from gpufabric.cache import BoundedDict
 from gpufabric.errors import InputError, check_range
 from gpufabric.topology.model import Topology
 from gpufabric.workloads.inference import clients, kerneltimes
+from gpufabric.workloads.inference import precisions as P
 from gpufabric.workloads.inference import requests as R
 from gpufabric.workloads.inference.engines import profile as engine_profile
 from gpufabric.workloads.inference.itertime import ServeLayout, StepModel
@@ -353,9 +354,11 @@ def with_client(cfg: ServeConfig, instances: int = 1, model=None,
         out.chunked_prefill = c.chunked_prefill
     if c.engine_settings == "trtllm-bench" and model is not None and topo is not None and \
             (cfg.max_num_seqs is None or cfg.max_batched_tokens is None):
-        kv = cfg.kv_dtype or ("fp8" if cfg.precision in ("fp8", "fp4") else "bf16")
-        got = clients.trtllm_bench_settings(load_model(model), cfg.precision, kv,
-                                            _gpu_GiB(topo), cfg.tp, cfg.pp, cfg.isl, cfg.osl)
+        weights = P.lookup(str(cfg.precision), "weights", "--precision").name
+        kv = P.lookup(str(cfg.kv_dtype), "kv", "--kv-dtype").name if cfg.kv_dtype else \
+            P.default_kv(weights)
+        got = clients.trtllm_bench_settings(load_model(model), weights, kv, _gpu_GiB(topo),
+                                            cfg.tp, cfg.pp, cfg.isl, cfg.osl)
         if got is not None:
             out.max_num_seqs = cfg.max_num_seqs or got[0]
             out.max_batched_tokens = cfg.max_batched_tokens or got[1]

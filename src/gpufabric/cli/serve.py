@@ -554,8 +554,10 @@ def clients(json: bool = typer.Option(False, "--json", help="Print JSON (with so
     typer.echo(f"# {'client':<22} {'arrivals':<13} {'figures':<8} {'min run':>8}  what it is")
     for r in rows:
         dur = f"{r['min_duration_s']:g} s" if r["min_duration_s"] else "-"
-        setup = {True: " (chunked prefill)", False: " (whole prefill)"}.get(
-            r["chunked_prefill"], "")
+        setup = ", ".join(x for x in (
+            {True: "chunked", False: "whole prefill"}.get(r["chunked_prefill"], ""),
+            "own limits" if r["engine_settings"] else "") if x)
+        setup = f" ({setup})" if setup else ""
         typer.echo(f"  {r['name']:<22} {r['arrivals']:<13} {r['measure']:<8} {dur:>8}  "
                    f"{r['title']}{setup}")
 

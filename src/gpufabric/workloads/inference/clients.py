@@ -182,5 +182,6 @@ def table() -> list[dict]:
     and ``gpufabric clients``."""
     return [{"name": c.name, "title": c.title, "arrivals": c.arrivals, "measure": c.measure,
              "min_duration_s": c.min_duration_s, "reports": c.reports,
-             "chunked_prefill": c.chunked_prefill, "source": c.source}
+             "chunked_prefill": c.chunked_prefill, "engine_settings": c.engine_settings,
+             "source": c.source}
             for c in builtin().values()]

@@ -116,19 +116,15 @@ def trtllm_bench_settings(model: ModelSpec, weights: str, kv: str, gpu_GiB: floa
     requests = free * 0.95 * 1024**3 / (per_token * (isl + osl))
     bs = min(requests, 4096) / pp
     tokens = min(bs * (1 + isl / osl), 32768)
-    if bs < 256:
-        max_bs = max(64, 32 * math.ceil(bs / 32))
-    elif bs < 1024:
-        max_bs = 128 * math.ceil(bs / 128)
-    else:
-        max_bs = 256 * math.ceil(bs / 256)
-    if tokens < 4096:
-        max_tokens = max(2048, 256 * math.ceil(tokens / 256))
-    elif tokens < 8192:
-        max_tokens = 512 * math.ceil(tokens / 512)
-    else:
-        max_tokens = 1024 * math.ceil(tokens / 1024)
-    return max_bs, max_tokens
+    return (_round_up(bs, ((256, 32), (1024, 128), (math.inf, 256)), 64),
+            _round_up(tokens, ((4096, 256), (8192, 512), (math.inf, 1024)), 2048))
+
+
+def _round_up(x: float, tiers: tuple[tuple[float, int], ...], floor: int) -> int:
+    """``x`` rounded up to the step of the first tier whose limit it is below, at least
+    ``floor`` (trtllm-bench's finetune_setting)."""
+    step = next(step for limit, step in tiers if x < limit)
+    return max(floor, step * math.ceil(x / step))
 
 
 #: the engine set-ups a client may name (``engine_settings`` in clients.yaml)

@@ -367,6 +367,12 @@ def with_client(cfg: ServeConfig, instances: int = 1, model=None,
     return out
 
 
+def chunked_prefill(cfg: ServeConfig, profile) -> bool:
+    """Whether the run's prompts are prefilled in chunks: as ``cfg`` says (the options, an
+    entry, the client through :func:`with_client`), else as the engine ``profile`` does."""
+    return profile.chunked_prefill if cfg.chunked_prefill is None else cfg.chunked_prefill
+
+
 def _gpu_GiB(topo: Topology) -> float:
     """GiB of memory of one of the system's GPUs (the catalog's figure, as the memory
     accounting reads it)."""
@@ -380,8 +386,7 @@ def step_model(model: str, topo: Topology, cfg: ServeConfig) -> StepModel:
     spec = speculative(model, cfg)
     tok, _ = engine_batched_tokens(cfg.engine, topo.gpus()[0].model)
     prof = engine_profile(cfg.engine)
-    if cfg.max_batched_tokens is None and not (prof.chunked_prefill if cfg.chunked_prefill
-                                               is None else cfg.chunked_prefill):
+    if cfg.max_batched_tokens is None and not chunked_prefill(cfg, prof):
         tok = prof.whole_budget(tok, load_model(model).seq_len)
     sm = StepModel(model, topo, cfg.layout(), precision=cfg.precision, kv_dtype=cfg.kv_dtype,
                    engine=cfg.engine, max_tokens=cfg.max_batched_tokens or tok,
@@ -417,9 +422,7 @@ def scheduler_config(sm: StepModel, cfg: ServeConfig) -> SchedulerConfig:
     return SchedulerConfig(num_blocks=max(1, sm.kv_blocks // cfg.pp), block_size=sm.block_size,
                            max_num_seqs=seqs,
                            max_batched_tokens=sm.max_tokens,
-                           chunked_prefill=(sm.profile.chunked_prefill
-                                            if cfg.chunked_prefill is None
-                                            else cfg.chunked_prefill),
+                           chunked_prefill=chunked_prefill(cfg, sm.profile),
                            preemption=cfg.preemption, swap_s_per_token=swap,
                            reserve_full=sm.profile.reserve_full,
                            scheduler_steps=cfg.scheduler_steps, order=sm.profile.order)

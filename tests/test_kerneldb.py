@@ -72,6 +72,43 @@ def test_moe_rows_of_skewed_routing_are_left_out():
     assert all(len(p["parts"]) == 2 for p in pts)     # up and down GEMMs
 
 
+MOE_HEAD = ("framework,version,device,op_name,kernel_source,moe_dtype,num_tokens,hidden_size,"
+            "inter_size,topk,num_experts,moe_tp_size,moe_ep_size,distribution,latency\n")
+
+
+def _moe_table(root, version, rows, reuse_from=None):
+    d = root / "h100_sxm" / "moe" / "trtllm" / version
+    d.mkdir(parents=True)
+    (d / "moe_perf.csv").write_text(MOE_HEAD + "".join(
+        f"TRTLLM,{version},H100,moe,{src},bfloat16,{tokens},4096,1536,8,128,1,1,balanced,{lat}\n"
+        for src, tokens, lat in rows))
+    if reuse_from:
+        (d / "reuse.yaml").write_text(
+            f"schema_version: 1\nreuse:\n- table: moe_perf\n  from_version: {reuse_from}\n")
+
+
+def test_a_version_that_reuses_an_earlier_ones_table_reads_its_rows_too(tmp_path):
+    # 2.0 measured 4096 tokens again and declares the rest reused from 1.0
+    _moe_table(tmp_path, "1.0", [("moe_torch_flow", 1024, 0.5), ("moe_torch_flow", 4096, 1.5)])
+    _moe_table(tmp_path, "2.0", [("moe_torch_flow", 4096, 1.2)], reuse_from="1.0")
+    t = D.tables(tmp_path, family="moe")[0]
+    assert t.version == "2.0" and D.reused(t).version == "1.0"
+    rows = D.read(t, ["num_tokens", "latency"])
+    assert sorted((r["num_tokens"], r["latency"]) for r in rows) == [(1024, 0.5), (4096, 1.2)]
+    # without a declaration only the version's own rows are read
+    (t.path.parent / "reuse.yaml").unlink()
+    assert [r["num_tokens"] for r in D.read(t)] == [4096]
+
+
+def test_a_non_gated_moe_kernel_is_timed_with_its_single_up_projection(tmp_path):
+    _moe_table(tmp_path, "1.0", [("moe_torch_flow", 4096, 1.0),
+                                 ("moe_torch_flow_nongated", 4096, 1.0)])
+    gated, plain = K.points(D.tables(tmp_path, family="moe")[0])
+    # the up GEMM of the gated kernel is twice as wide (gate and up), the down GEMMs equal
+    assert gated["parts"][1] == plain["parts"][1]
+    assert gated["parts"][0][0] == pytest.approx(2 * plain["parts"][0][0], rel=0.02)
+
+
 def test_allreduce_rows_are_nccl_all_reduces_timed_by_the_collective_model():
     pts = K.points(D.tables(FX, family="allreduce")[0])
     assert [p["shape"] for p in pts] == [(8,), (8,), (4,)]   # the all_gather row is not one

@@ -116,10 +116,12 @@ def decode_parts(row: dict, gpu: C.GPUSpec) -> Parts | None:
 
 
 def moe_parts(row: dict, gpu: C.GPUSpec) -> Parts | None:
-    """The routed experts' gated up and down GEMMs of ``num_tokens`` tokens on one rank of
+    """The routed experts' up and down GEMMs of ``num_tokens`` tokens on one rank of
     ``moe_tp_size x moe_ep_size``, balanced routing (the rows with another distribution are
     left out): each local expert gets ``tokens x topk / experts`` rows and the step reads the
-    weights of the experts it touches, as the serving model counts them."""
+    weights of the experts it touches, as the serving model counts them. The up GEMM is
+    gated (gate and up projections, twice the width) unless the kernel is a non-gated one
+    (``kernel_source`` ``..._nongated``)."""
     if row.get("distribution", "balanced") != "balanced":
         return None
     fc = _compute(str(row["moe_dtype"]), gpu)
@@ -127,10 +129,11 @@ def moe_parts(row: dict, gpu: C.GPUSpec) -> Parts | None:
         return None
     T, E, k = row["num_tokens"], row["num_experts"], row["topk"]
     h, fe = row["hidden_size"], row["inter_size"] / row["moe_tp_size"]
+    g = 1 if "nongated" in str(row.get("kernel_source", "")) else 2
     local = max(E // row["moe_ep_size"], 1)
     rows = max(math.ceil(T * k / E), 1)
     touched = local * (1.0 - (1.0 - k / E) ** T)
-    return [_linear(gpu, fc, rows, 2 * fe, h, count=local, weight_count=touched),
+    return [_linear(gpu, fc, rows, g * fe, h, count=local, weight_count=touched),
             _linear(gpu, fc, rows, h, fe, count=local, weight_count=touched)]
 
 

@@ -153,8 +153,47 @@ def _number(text: str) -> Any:
     return text
 
 
+#: Columns of a row that are not the measured kernel's shape (what it measured, and where).
+NOT_SHAPE = frozenset({"latency", "framework", "version", "device"})
+
+
+def reused(table: Table) -> Table | None:
+    """The table of an earlier version that ``table``'s version declares it reuses (its
+    ``reuse.yaml``: ``reuse: [{table: moe_perf, from_version: 1.3.0rc20}]``, written where a
+    new version re-measured only some shapes), or None."""
+    decl = table.path.parent / "reuse.yaml"
+    if not decl.is_file():
+        return None
+    doc = fileio.load_yaml(decl, what="a kernel database's reuse declaration")
+    entries = doc.get("reuse") if isinstance(doc, dict) else None
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict) or e.get("table") != table.path.stem:
+            continue
+        ver = str(e.get("from_version", ""))
+        for suffix in _SUFFIXES:
+            f = table.path.parent.parent / ver / f"{table.path.stem}{suffix}"
+            if ver and ver != table.version and f.is_file():
+                return Table(table.system, table.family, table.backend, ver, f)
+    return None
+
+
 def read(table: Table, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """The rows of ``table``, one dict per measured kernel (``latency`` in milliseconds)."""
+    """The rows of ``table``, one dict per measured kernel (``latency`` in milliseconds), and
+    those of the earlier version it declares it reuses (:func:`reused`) for the shapes it did
+    not measure again."""
+    older = reused(table)
+    if older is None:
+        return _read_file(table, columns)
+    rows = _read_file(table, None)
+
+    def shape(r: dict[str, Any]) -> tuple:
+        return tuple(sorted((k, v) for k, v in r.items() if k not in NOT_SHAPE))
+    seen = {shape(r) for r in rows}
+    rows = [r for r in read(older) if shape(r) not in seen] + rows
+    return rows if columns is None else [{k: r[k] for k in columns if k in r} for r in rows]
+
+
+def _read_file(table: Table, columns: list[str] | None) -> list[dict[str, Any]]:
     if table.path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq

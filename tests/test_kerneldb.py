@@ -215,3 +215,69 @@ def test_kernel_times_refuses_an_unknown_source_and_a_missing_database(cli, tmp_
     monkeypatch.setenv(D.ENV, str(FX))
     code, out, _ = cli(*args, "--kernel-times", "aic")
     assert code == 0 and "kernel times     " in out
+
+
+def test_a_measured_moe_layer_is_read_at_its_shape_layout_and_format():
+    from gpufabric.kerneldb import timing as T
+    src = T.Source(FX)
+    # Qwen3-235B's expert shape (hidden 4096, 1536 per expert, 128 experts, top 8) on one
+    # H100 through vLLM: 1.2 ms balanced in BF16, 0.8 ms in FP8, at 4096 tokens
+    from gpufabric.workloads.inference.kerneltimes import MoeShape
+    shape = MoeShape(4096, 1536, 8, 128, 1, 1, True)
+    assert src.moe_s("H100-SXM", "vllm", "bf16", 4096, shape) == pytest.approx(1.2e-3)
+    assert src.moe_s("H100-SXM", "vllm", "fp8", 4096, shape) == pytest.approx(0.8e-3)
+    # beyond the measured tokens: proportional (compute-bound)
+    assert src.moe_s("H100-SXM", "vllm", "bf16", 8192, shape) == pytest.approx(2.4e-3)
+    # another expert layout, a non-gated kernel, a format or engine not measured: the model
+    assert src.moe_s("H100-SXM", "vllm", "bf16", 4096, shape._replace(moe_ep=8)) is None
+    assert src.moe_s("H100-SXM", "vllm", "bf16", 4096, shape._replace(gated=False)) is None
+    assert src.moe_s("H100-SXM", "vllm", "fp4", 4096, shape) is None
+    assert src.moe_s("H100-SXM", "lmdeploy", "bf16", 4096, shape) is None
+
+
+def test_trtllm_moe_reads_its_default_kernels_at_the_newest_version_that_measured_them(
+        tmp_path):
+    from gpufabric.kerneldb import timing as T
+    # 1.0 measured the gated shape with CUTLASS and min-latency kernels; 2.0 re-measured only
+    # a non-gated kernel and declares no reuse
+    _moe_table(tmp_path, "1.0", [("moe_torch_flow_cutlass", 4096, 2.0),
+                                 ("moe_torch_flow_min_latency", 4096, 1.0)])
+    _moe_table(tmp_path, "2.0", [("moe_torch_flow_nongated", 4096, 3.0)])
+    from gpufabric.workloads.inference.kerneltimes import MoeShape
+    src = T.Source(tmp_path)
+    args = ("H100-SXM", "tensorrt-llm", "bf16", 4096)
+    gated = MoeShape(4096, 1536, 8, 128, 1, 1, True)
+    # CUTLASS, TensorRT-LLM's default; a non-gated kernel is not one of its defaults
+    assert src.moe_s(*args, gated) == pytest.approx(2.0e-3)
+    assert src.moe_s(*args, gated._replace(gated=False)) is None
+
+
+def test_serve_times_the_routed_experts_from_the_measured_moe_kernels(tmp_path):
+    from gpufabric.kerneldb import timing as T
+    from gpufabric.topology.build import from_spec
+    from gpufabric.workloads.inference import kerneltimes
+    # a database with Qwen3-235B's experts measured on 8 H100s at expert parallelism 8
+    d = tmp_path / "h100_sxm" / "moe" / "vllm" / "1.0"
+    d.mkdir(parents=True)
+    (d / "moe_perf.csv").write_text(MOE_HEAD + "".join(
+        f"VLLM,1.0,H100,moe,vllm_fused_moe,fp8,{t},4096,1536,8,128,1,8,balanced,{lat}\n"
+        for t, lat in ((256, 0.5), (8192, 2.0))))
+    topo = from_spec({"gpu": "H100-SXM", "gpus_per_node": 8})
+    lay = IT.ServeLayout(tp=8, ep=8)
+
+    def experts_s():
+        sm = IT.StepModel("qwen3-235b-a22b", topo, lay, precision="fp8", engine="vllm")
+        per = 8192 * 8 / 128 * IT.rank_load_factor(8192, 128, 8, 8, sm.load_cv)
+        g = 2 if sm.model.gated else 1
+        parts = sm._experts(per, sm.model.expert_ffn, g, 16, 16.0)
+        return sum(max(c, b) for c, b in parts), sm.gemm_sources
+
+    model_s, model_src = experts_s()
+    with kerneltimes.use(T.Source(tmp_path)):
+        meas_s, meas_src = experts_s()
+    assert "measured" not in model_src
+    # the busiest rank's load, as balanced tokens, read off the measured curve
+    busiest = round(8192 * IT.rank_load_factor(8192, 128, 8, 8))
+    assert meas_s == pytest.approx(0.5e-3 + 1.5e-3 * (busiest - 256) / (8192 - 256)
+                                   if busiest <= 8192 else 2.0e-3 * busiest / 8192)
+    assert meas_src["measured"] > 0 and meas_s != pytest.approx(model_s)

@@ -4,9 +4,10 @@ With AIConfigurator's database installed (``pip install 'gpufabric[aic]'``), ``s
 --kernel-times aic`` (and ``validate --kernel-times aic``) takes the time of each dense GEMM
 of a serving iteration (the attention projections, the MLP, a MoE model's router and shared
 experts, the logits) from the kernels measured on the same GPU by the engine's own backend,
-where the database covers them, and keeps gpufabric's roofline everywhere else (other GPUs
-and vendors, formats the database did not measure, the routed experts' grouped GEMMs). Each
-run says how much of its GEMM time came from which source.
+where the database covers them, and each MoE layer's routed experts from the MoE kernels it
+measured at the same shape and expert layout, and keeps gpufabric's roofline everywhere else
+(other GPUs and vendors, formats, shapes or layouts the database did not measure). Each run
+says how much of its GEMM time came from which source.
 
 How a GEMM ``(T x k) @ (k x n)`` is read from a table of measured ``(m, n, k, latency)``
 rows of its weight format:
@@ -65,8 +66,21 @@ BACKENDS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
 DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 #: The names ``--kernel-times`` takes.
 CHOICES = ("model", "aic")
+#: The database's MoE weight formats for gpufabric's tensor precision, in order of preference
+#: (FP8 per-tensor where measured, else block-scaled: DeepSeek's checkpoints are block-scaled
+#: and the database measured their shapes so).
+MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_block"),
+              "fp4": ("nvfp4",)}
+#: The MoE kernels an engine runs by default, by the database's ``kernel_source``, first
+#: found first: TensorRT-LLM's CUTLASS MoE backend (its default), DeepGEMM for block-scaled
+#: FP8 on Blackwell; the min-latency kernels are an opt-in backend and are not read. Other
+#: backends: the kernel source with the most measured rows of the shape.
+MOE_KERNELS = {"trtllm": ("moe_torch_flow_cutlass", "deepgemm", "moe_torch_flow")}
 
 _Curve = tuple[list[int], list[float]]
+#: a MoE table's curves: (dtype, hidden, inter, top_k, experts, moe_tp, moe_ep, gated) ->
+#: kernel source -> curve over the tokens entering the layer
+_MoeKey = tuple[str, int, int, int, int, int, int, bool]
 
 
 @dataclass
@@ -79,6 +93,8 @@ class Source:
     _tables: dict[tuple[str, str], dict[tuple[str, int, int], _Curve] | None] = \
         field(default_factory=dict)
     versions: dict[tuple[str, str], str] = field(default_factory=dict)
+    _moe: dict[tuple[str, str], dict[_MoeKey, dict[str, _Curve]] | None] = \
+        field(default_factory=dict)
 
     def _curves(self, gpu: str, backend: str) -> dict[tuple[str, int, int], _Curve] | None:
         key = (gpu, backend)
@@ -117,6 +133,57 @@ class Source:
             (_, n2, k2), curve = near
             t = _at(curve, T) * (n * k) / (n2 * k2)
         return t if t >= MIN_KERNEL_S else None
+
+    def _moe_curves(self, gpu: str, backend: str) -> dict[_MoeKey, dict[str, _Curve]] | None:
+        key = (gpu, backend)
+        if key not in self._moe:
+            # every version, oldest first: a shape's newest measurement wins (TensorRT-LLM
+            # 1.3.0rc23 re-measured only non-gated kernels on the H100 and H200)
+            tabs = D.tables(self.db, gpu=gpu, family="moe", backend=backend, latest=False)
+            curves: dict[_MoeKey, dict[str, _Curve]] | None = None
+            if tabs:
+                raw: dict[_MoeKey, dict[str, dict[int, float]]] = {}
+                rows = (r for t in tabs for r in D.read(t))
+                for r in rows:
+                    lat = r.get("latency")
+                    if r.get("distribution") != "balanced" or not (
+                            isinstance(lat, int | float) and lat > 0):
+                        continue
+                    src = str(r.get("kernel_source", ""))
+                    k = (str(r["moe_dtype"]), int(r["hidden_size"]), int(r["inter_size"]),
+                         int(r["topk"]), int(r["num_experts"]), int(r["moe_tp_size"]),
+                         int(r["moe_ep_size"]), "nongated" not in src)
+                    raw.setdefault(k, {}).setdefault(src, {})[int(r["num_tokens"])] = \
+                        float(lat) * 1e-3
+                curves = {k: {src: (sorted(v), [v[t] for t in sorted(v)])
+                              for src, v in by_src.items()} for k, by_src in raw.items()}
+            self._moe[key] = curves
+        return self._moe[key]
+
+    def moe_s(self, gpu: str, engine: str, prec: str, tokens: float,
+              shape: kerneltimes.MoeShape) -> float | None:
+        """Seconds of one MoE layer's routed experts on one rank, as the database measured
+        the same shape and layout (its ``moe_tp_size x moe_ep_size``) with balanced routing
+        through ``engine``'s backend, interpolated over the tokens entering the layer (None:
+        not covered: another shape or layout, a format or kernel not measured, or a kernel
+        under :data:`MIN_KERNEL_S`)."""
+        backend = backend_of(engine)
+        curves = self._moe_curves(gpu, backend) if backend else None
+        if not curves or tokens <= 0:
+            return None
+        for dtype in MOE_DTYPES.get(prec, ()):
+            by_src = curves.get((dtype, int(shape.hidden), int(shape.inter), int(shape.top_k),
+                                 int(shape.experts), int(shape.moe_tp), int(shape.moe_ep),
+                                 bool(shape.gated)))
+            if not by_src:
+                continue
+            pref = [s for s in MOE_KERNELS.get(str(backend), ()) if s in by_src]
+            if MOE_KERNELS.get(str(backend)) and not pref:
+                continue
+            src = pref[0] if pref else max(sorted(by_src), key=lambda s: len(by_src[s][0]))
+            t = _at(by_src[src], max(int(round(tokens)), 1))
+            return t if t >= MIN_KERNEL_S else None
+        return None
 
     def table(self, gpu: str, engine: str) -> str:
         """The GEMM table read for ``gpu`` and ``engine`` ('' if none)."""

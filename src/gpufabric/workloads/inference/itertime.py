@@ -457,22 +457,24 @@ class StepModel:
                 field="MODEL")
 
     def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
-                weight_count: float | None = None) -> tuple[float, float]:
+                weight_count: float | None = None, tally: bool = True) -> tuple[float, float]:
         """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n):
         gpufabric's roofline, or a dense GEMM's measured time where a measured timing source
         is in use and covers it (:mod:`gpufabric.kerneldb.timing`), split in the roofline's
         proportions so the bottleneck keeps its name."""
         c, mem = linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
                           rate=self.compute_rate, count=count, weight_count=weight_count)
+        if not tally:                   # timed by the caller (the routed experts)
+            return c, mem
         src, model_s = kerneltimes.current(), max(c, mem)
         t = None
         if src is not None and count == 1 and weight_count is None and self.compute_rate == 1:
             t = src.gemm_s(self.gpu.name, self.engine, self.compute_prec, T, n, k)
-        tally = self.gemm_sources
+        sources = self.gemm_sources
         if t is None or model_s <= 0:
-            tally["model"] = tally.get("model", 0.0) + model_s
+            sources["model"] = sources.get("model", 0.0) + model_s
             return c, mem
-        tally["measured"] = tally.get("measured", 0.0) + t
+        sources["measured"] = sources.get("measured", 0.0) + t
         return c * t / model_s, mem * t / model_s
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
@@ -508,10 +510,7 @@ class StepModel:
             touched = local * (1.0 - (1.0 - k / E) ** Tm)
             fe = m.expert_ffn / moe_tp
             parts.append(self._linear("router", Tm, E, m.hidden))
-            parts.append(self._linear("expert_up", max(math.ceil(per_expert), 1), fe * g,
-                                      m.hidden, count=local, weight_count=touched))
-            parts.append(self._linear("expert_down", max(math.ceil(per_expert), 1), m.hidden,
-                                      fe, count=local, weight_count=touched))
+            parts.extend(self._experts(per_expert, fe, g, local, touched))
             if m.shared_experts:
                 fs = m.expert_ffn * m.shared_experts / lay.tp
                 parts.append(self._linear("shared_up", Tm, fs * g, m.hidden))
@@ -524,6 +523,34 @@ class StepModel:
         tot = sum(max(c, b) for c, b in parts)
         mem = sum(b for c, b in parts if b >= c)
         return tot, mem
+
+    def _experts(self, per_expert: float, fe: float, g: int, local: int,
+                 touched: float) -> list[tuple[float, float]]:
+        """The routed experts' up and down GEMMs of one MoE layer on the busiest rank, whose
+        experts get ``per_expert`` rows each: gpufabric's roofline, or the measured MoE
+        kernel of the same shape and layout where a measured timing source covers it, at the
+        tokens that give each expert as many rows balanced, split in the roofline's
+        proportions."""
+        m, lay = self.model, self.layout
+        rows = max(math.ceil(per_expert), 1)
+        parts = [self._linear("expert_up", rows, fe * g, m.hidden, count=local,
+                              weight_count=touched, tally=False),
+                 self._linear("expert_down", rows, m.hidden, fe, count=local,
+                              weight_count=touched, tally=False)]
+        model_s = sum(max(c, b) for c, b in parts)
+        src, t = kerneltimes.current(), None
+        if (src is not None and self.compute_rate == 1 and model_s > 0
+                and getattr(self, "expert_slots", m.experts) == m.experts):
+            busiest = per_expert * m.experts / m.top_k
+            shape = kerneltimes.MoeShape(m.hidden, m.expert_ffn, m.top_k, m.experts,
+                                         lay.tp // lay.ep, lay.ep, m.gated)
+            t = src.moe_s(self.gpu.name, self.engine, self.compute_prec, busiest, shape)
+        tally = self.gemm_sources
+        if t is None:
+            tally["model"] = tally.get("model", 0.0) + model_s
+            return parts
+        tally["measured"] = tally.get("measured", 0.0) + t
+        return [(c * t / model_s, b * t / model_s) for c, b in parts]
 
     @property
     def elementwise_bytes_per_token(self) -> float:

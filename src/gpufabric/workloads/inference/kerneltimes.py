@@ -1,10 +1,11 @@
 """Where the serving model takes its GEMM times: its own roofline, or a measured source.
 
 The serving step model (:class:`~gpufabric.workloads.inference.itertime.StepModel`) asks the
-source in use, if any, for each dense GEMM's time and keeps its roofline where the source has
-none. The default is no source. A source is any object with the :class:`Source` methods; the
-measured one is :class:`gpufabric.kerneldb.timing.Source` (NVIDIA AIConfigurator's kernel
-database, ``serve --kernel-times aic``), set for a block by :func:`use`.
+source in use, if any, for each dense GEMM's time and each MoE layer's routed experts, and
+keeps its roofline where the source has none. The default is no source. A source is any
+object with the :class:`Source` methods; the measured one is
+:class:`gpufabric.kerneldb.timing.Source` (NVIDIA AIConfigurator's kernel database, ``serve
+--kernel-times aic``), set for a block by :func:`use`.
 
 Examples
 --------
@@ -19,7 +20,21 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+
+class MoeShape(NamedTuple):
+    """A MoE layer's routed experts as a kernel table keys them: the hidden size, the width
+    of one expert, top-k of the experts, the expert-TP x expert-parallel layout of the ranks,
+    and whether the up projection is gated."""
+
+    hidden: int
+    inter: int
+    top_k: int
+    experts: int
+    moe_tp: int
+    moe_ep: int
+    gated: bool
 
 
 class Source(Protocol):
@@ -32,6 +47,14 @@ class Source(Protocol):
                k: float) -> float | None:
         """Seconds of one GEMM ``(T x k) @ (k x n)`` at tensor precision ``prec`` on
         ``gpu`` as ``engine`` runs it (None: not covered)."""
+        ...
+
+    def moe_s(self, gpu: str, engine: str, prec: str, tokens: float,
+              shape: MoeShape) -> float | None:
+        """Seconds of one MoE layer's routed experts on one rank of the shape's layout
+        (their grouped up and down GEMMs, routing and permutation around them) for
+        ``tokens`` tokens entering the layer, balanced over the experts (None: not
+        covered)."""
         ...
 
     def table(self, gpu: str, engine: str) -> str:

@@ -95,6 +95,10 @@ def test_a_version_that_reuses_an_earlier_ones_table_reads_its_rows_too(tmp_path
     assert t.version == "2.0" and D.reused(t).version == "1.0"
     rows = D.read(t, ["num_tokens", "latency"])
     assert sorted((r["num_tokens"], r["latency"]) for r in rows) == [(1024, 0.5), (4096, 1.2)]
+    # two versions that declare each other reused: each table read once
+    (D.reused(t).path.parent / "reuse.yaml").write_text(
+        "reuse:\n- {table: moe_perf, from_version: '2.0'}\n")
+    assert len(D.read(t)) == 2
     # without a declaration only the version's own rows are read
     (t.path.parent / "reuse.yaml").unlink()
     assert [r["num_tokens"] for r in D.read(t)] == [4096]

@@ -177,19 +177,20 @@ def reused(table: Table) -> Table | None:
     return None
 
 
-def read(table: Table, columns: list[str] | None = None) -> list[dict[str, Any]]:
+def read(table: Table, columns: list[str] | None = None,
+         _after: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The rows of ``table``, one dict per measured kernel (``latency`` in milliseconds), and
-    those of the earlier version it declares it reuses (:func:`reused`) for the shapes it did
-    not measure again."""
+    those of the earlier version it declares it reuses (:func:`reused`, followed once per
+    version) for the shapes it did not measure again."""
     older = reused(table)
-    if older is None:
+    if older is None or older.version in _after:
         return _read_file(table, columns)
     rows = _read_file(table, None)
 
     def shape(r: dict[str, Any]) -> tuple:
         return tuple(sorted((k, v) for k, v in r.items() if k not in NOT_SHAPE))
     seen = {shape(r) for r in rows}
-    rows = [r for r in read(older) if shape(r) not in seen] + rows
+    rows = [r for r in read(older, None, _after | {table.version}) if shape(r) not in seen] + rows
     return rows if columns is None else [{k: r[k] for k in columns if k in r} for r in rows]
 
 

@@ -140,10 +140,12 @@ class Source:
             # every version, oldest first: a shape's newest measurement wins (TensorRT-LLM
             # 1.3.0rc23 re-measured only non-gated kernels on the H100 and H200)
             tabs = D.tables(self.db, gpu=gpu, family="moe", backend=backend, latest=False)
+            # a version another one declares it reuses is read with that one, not again
+            inside = {r.version for r in map(D.reused, tabs) if r is not None}
             curves: dict[_MoeKey, dict[str, _Curve]] | None = None
             if tabs:
                 raw: dict[_MoeKey, dict[str, dict[int, float]]] = {}
-                rows = (r for t in tabs for r in D.read(t))
+                rows = (r for t in tabs if t.version not in inside for r in D.read(t))
                 for r in rows:
                     lat = r.get("latency")
                     if r.get("distribution") != "balanced" or not (

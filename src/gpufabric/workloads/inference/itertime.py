@@ -456,26 +456,29 @@ class StepModel:
                 " MiB); use more GPUs (--tp/--pp/--ep) or a smaller --precision",
                 field="MODEL")
 
-    def _linear(self, name: str, T: int, n: float, k: float, *, count: int = 1,
-                weight_count: float | None = None, tally: bool = True) -> tuple[float, float]:
-        """(compute-limited, memory-limited) seconds of ``count`` GEMMs (T x k) @ (k x n):
-        gpufabric's roofline, or a dense GEMM's measured time where a measured timing source
-        is in use and covers it (:mod:`gpufabric.kerneldb.timing`), split in the roofline's
-        proportions so the bottleneck keeps its name."""
+    def _linear(self, name: str, T: int, n: float, k: float) -> tuple[float, float]:
+        """(compute-limited, memory-limited) seconds of one GEMM (T x k) @ (k x n):
+        gpufabric's roofline, or its measured time where a measured timing source is in use
+        and covers it (:mod:`gpufabric.kerneldb.timing`)."""
         c, mem = linear_s(self.gpu, self.compute_prec, T, n, k, wb=self.wb, ab=self.ab,
-                          rate=self.compute_rate, count=count, weight_count=weight_count)
-        if not tally:                   # timed by the caller (the routed experts)
-            return c, mem
-        src, model_s = kerneltimes.current(), max(c, mem)
-        t = None
-        if src is not None and count == 1 and weight_count is None and self.compute_rate == 1:
+                          rate=self.compute_rate)
+        src, t = kerneltimes.current(), None
+        if src is not None and self.compute_rate == 1:
             t = src.gemm_s(self.gpu.name, self.engine, self.compute_prec, T, n, k)
+        return self._timed([(c, mem)], t)[0]
+
+    def _timed(self, parts: list[tuple[float, float]],
+               measured_s: float | None) -> list[tuple[float, float]]:
+        """``parts`` (the roofline's (compute-limited, memory-limited) seconds of a kernel),
+        or the ``measured_s`` seconds of the same kernel split in the roofline's proportions
+        so the bottleneck keeps its name; tallied in :attr:`gemm_sources` by source."""
+        model_s = sum(max(c, b) for c, b in parts)
         sources = self.gemm_sources
-        if t is None or model_s <= 0:
+        if measured_s is None or model_s <= 0:
             sources["model"] = sources.get("model", 0.0) + model_s
-            return c, mem
-        sources["measured"] = sources.get("measured", 0.0) + t
-        return c * t / model_s, mem * t / model_s
+            return parts
+        sources["measured"] = sources.get("measured", 0.0) + measured_s
+        return [(c * measured_s / model_s, b * measured_s / model_s) for c, b in parts]
 
     def _layer_gemms(self, T: int, moe: bool) -> tuple[float, float]:
         """(time, of which memory-bound) of one block's linear layers for ``T`` tokens."""
@@ -533,24 +536,17 @@ class StepModel:
         proportions."""
         m, lay = self.model, self.layout
         rows = max(math.ceil(per_expert), 1)
-        parts = [self._linear("expert_up", rows, fe * g, m.hidden, count=local,
-                              weight_count=touched, tally=False),
-                 self._linear("expert_down", rows, m.hidden, fe, count=local,
-                              weight_count=touched, tally=False)]
-        model_s = sum(max(c, b) for c, b in parts)
+        parts = [linear_s(self.gpu, self.compute_prec, rows, n, k, wb=self.wb, ab=self.ab,
+                          rate=self.compute_rate, count=local, weight_count=touched)
+                 for n, k in ((fe * g, m.hidden), (m.hidden, fe))]
         src, t = kerneltimes.current(), None
-        if (src is not None and self.compute_rate == 1 and model_s > 0
+        if (src is not None and self.compute_rate == 1
                 and getattr(self, "expert_slots", m.experts) == m.experts):
             busiest = per_expert * m.experts / m.top_k
             shape = kerneltimes.MoeShape(m.hidden, m.expert_ffn, m.top_k, m.experts,
                                          lay.tp // lay.ep, lay.ep, m.gated)
             t = src.moe_s(self.gpu.name, self.engine, self.compute_prec, busiest, shape)
-        tally = self.gemm_sources
-        if t is None:
-            tally["model"] = tally.get("model", 0.0) + model_s
-            return parts
-        tally["measured"] = tally.get("measured", 0.0) + t
-        return [(c * t / model_s, b * t / model_s) for c, b in parts]
+        return self._timed(parts, t)
 
     @property
     def elementwise_bytes_per_token(self) -> float:

@@ -187,6 +187,34 @@ def test_a_measured_gemm_is_interpolated_in_rows_and_scaled_from_a_neighbouring_
     assert src.gemm_s("H100-SXM", "vllm", "bf16", 8, 4096, 4096) is None
 
 
+def test_tensorrt_llm_backends_read_only_the_kernels_of_their_own_runtime(tmp_path):
+    from gpufabric.kerneldb import timing as T
+    # TensorRT-LLM's tables measure its PyTorch flow; a trt_flow row is a TensorRT-flow plugin
+    d = tmp_path / "h100_sxm" / "gemm" / "trtllm" / "1.0"
+    d.mkdir(parents=True)
+    (d / "gemm_perf.csv").write_text(
+        "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
+        "TRTLLM,1.0,H100,gemm,torch_flow,bfloat16,4096,4096,4096,0.2\n"
+        "TRTLLM,1.0,H100,gemm,trt_flow_/gemm_L1/PLUGIN_V2_Gemm_0,bfloat16,4096,16384,16384,0.9\n")
+    src = T.Source(tmp_path)
+    pytorch, trt = "tensorrt-llm", "tensorrt-llm-tensorrt"
+    assert src.gemm_s("H100-SXM", pytorch, "bf16", 4096, 4096, 4096) == pytest.approx(2e-4)
+    assert src.gemm_s("H100-SXM", pytorch, "bf16", 4096, 16384, 16384) is None
+    assert src.gemm_s("H100-SXM", trt, "bf16", 4096, 16384, 16384) == pytest.approx(9e-4)
+    assert src.gemm_s("H100-SXM", trt, "bf16", 4096, 4096, 4096) is None
+    assert src.table("H100-SXM", pytorch) == src.table("H100-SXM", trt) == "h100_sxm trtllm 1.0"
+    # no TensorRT-flow row of a format it times on this GPU (a weight-only plugin's is not):
+    # the TensorRT backend is not covered, and says why
+    (d / "gemm_perf.csv").write_text(
+        "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
+        "TRTLLM,1.0,H100,gemm,torch_flow,bfloat16,4096,4096,4096,0.2\n"
+        "TRTLLM,1.0,H100,gemm,trt_flow_/wo_L1/PLUGIN_V2_WeightOnly_0,int4_wo,4096,4096,4096,0.3\n")
+    src = T.Source(tmp_path)
+    assert src.gemm_s("H100-SXM", trt, "bf16", 4096, 4096, 4096) is None
+    assert src.table("H100-SXM", trt) == ""
+    assert "TensorRT backend" in src.missing("H100-SXM", trt)
+
+
 def test_serve_takes_measured_gemms_where_covered_and_says_how_much(monkeypatch):
     from gpufabric.kerneldb import timing as T
     from gpufabric.topology.build import from_spec

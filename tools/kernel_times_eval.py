@@ -3,8 +3,9 @@
 Runs ``validate`` on serving measurements files twice, with gpufabric's roofline and with
 ``--kernel-times aic`` (NVIDIA AIConfigurator's measured GEMMs where they cover the GPU, the
 engine's backend and the shape; needs ``pip install 'gpufabric[aic]'``), and prints the median
-absolute error of both on the points the database covers (a catalog GPU it measured, an
-engine whose backend it measured), by entry status and by GPU and engine. With ``--cv``,
+absolute error of both on the points the database covers (a GPU whose GEMMs it measured through
+the engine's own runtime: TensorRT-LLM's TensorRT backend is not its PyTorch flow), by entry
+status and by GPU and engine. With ``--cv``,
 the leave-one-source-out cross-validation's points instead: every fitted serving constant
 refitted without each source, with that source's GEMM times.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 from statistics import median
 
-from gpufabric.kerneldb import db as D
 from gpufabric.kerneldb import timing
 from gpufabric.workloads.inference.validate import validate
 
@@ -43,10 +43,10 @@ def main() -> None:
     ap.add_argument("files", nargs="+", help="serving measurements files")
     ap.add_argument("--cv", action="store_true", help="the leave-one-source-out points")
     args = ap.parse_args()
-    covered = set(D.SYSTEMS.values())
     model, aic = _points(args.files, None, args.cv), _points(args.files, "aic", args.cv)
-    rows = [(p, aic[k]) for k, p in model.items() if k in aic and p.get("gpu") in covered
-            and timing.backend_of(str(p.get("engine", ""))) is not None]
+    src = timing.Source()
+    rows = [(p, aic[k]) for k, p in model.items() if k in aic
+            and src.table(str(p.get("gpu", "")), str(p.get("engine", "")))]
     print(f"{'points the database covers':<44} {'points':>6} {'roofline':>10} {'measured':>10}")
     for st in ("held-out", "fitted", "looked-at"):
         sel = [r for r in rows if r[0]["status"] == st]

@@ -201,6 +201,9 @@ def _read_file(table: Table, columns: list[str] | None) -> list[dict[str, Any]]:
         except ImportError:
             raise InputError(f"reading {table.path.name} needs pyarrow: {INSTALL}",
                              field="--db") from None
+        if columns is not None:      # the columns asked for that the table has
+            have = set(pq.read_schema(table.path).names)
+            columns = [c for c in columns if c in have]
         return pq.read_table(table.path, columns=columns).to_pylist()
     name = str(table.path)
     rows = list(fileio.csv_rows(fileio.read_text(table.path, what="a kernel table"), name))

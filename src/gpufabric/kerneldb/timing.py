@@ -3,11 +3,13 @@
 With AIConfigurator's database installed (``pip install 'gpufabric[aic]'``), ``serve
 --kernel-times aic`` (and ``validate --kernel-times aic``) takes the time of each dense GEMM
 of a serving iteration (the attention projections, the MLP, a MoE model's router and shared
-experts, the logits) from the kernels measured on the same GPU by the engine's own backend,
-where the database covers them, and each MoE layer's routed experts from the MoE kernels it
-measured at the same shape and expert layout, and keeps gpufabric's roofline everywhere else
-(other GPUs and vendors, formats, shapes or layouts the database did not measure). Each run
-says how much of its GEMM time came from which source.
+experts, the logits) from the kernels measured on the same GPU by the engine's own backend
+and runtime (:data:`RUNTIMES`: TensorRT-LLM's tables are its PyTorch flow's kernels, so the
+TensorRT backend's engines are not covered by them), where the database covers them, and each
+MoE layer's routed experts from the MoE kernels it measured at the same shape and expert
+layout, and keeps gpufabric's roofline everywhere else (other GPUs and vendors, runtimes,
+formats, shapes or layouts the database did not measure). Each run says how much of its GEMM
+time came from which source.
 
 How a GEMM ``(T x k) @ (k x n)`` is read from a table of measured ``(m, n, k, latency)``
 rows of its weight format:
@@ -59,11 +61,22 @@ MAX_SHAPE_RATIO = 2.0
 #: end-to-end runs), not the tensor-core or HBM rate (the database's large kernels:
 #: :data:`gpufabric.kerneldb.compare.LARGE_S`).
 MIN_KERNEL_S = 0.1e-3
-#: Serving engine profiles (their family, before any ``-backend`` suffix) and the database's
-#: backend folder that measured their kernels.
-BACKENDS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+#: Serving engine profiles (their family, before any ``-backend`` suffix; the longest that
+#: matches wins) and what measured their kernels: the database's backend folder and the runtime
+#: its rows must come from (None: any). TensorRT-LLM's tables hold the kernels of its PyTorch
+#: flow (``kernel_source`` torch_flow, moe_torch_flow_*, deepgemm: the ``tensorrt-llm``
+#: profile) and, on the A100, a few TensorRT-flow plugin GEMMs (``trt_flow_...``: smooth-quant
+#: and weight-only); engines built by trtllm-build (the ``tensorrt-llm-tensorrt`` profile)
+#: run TensorRT's own kernels, so only the latter stand for them.
+RUNTIMES: dict[str, tuple[str, str | None]] = {
+    "vllm": ("vllm", None), "sglang": ("sglang", None),
+    "tensorrt-llm-tensorrt": ("trtllm", TRT_FLOW := "trt_flow"),
+    "tensorrt-llm": ("trtllm", TORCH_FLOW := "torch_flow")}
 #: gpufabric's tensor precision of a GEMM and the database's weight format of the same kernel.
 DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+#: The database's GEMM weight formats the source times (a table of only other formats, as the
+#: A100's TensorRT-flow smooth-quant and weight-only plugins, covers nothing).
+TIMED_DTYPES = frozenset(DTYPES.values())
 #: The names ``--kernel-times`` takes.
 CHOICES = ("model", "aic")
 #: The database's MoE weight formats for gpufabric's tensor precision, in order of preference
@@ -81,6 +94,7 @@ _Curve = tuple[list[int], list[float]]
 #: a MoE table's curves: (dtype, hidden, inter, top_k, experts, moe_tp, moe_ep, gated) ->
 #: kernel source -> curve over the tokens entering the layer
 _MoeKey = tuple[str, int, int, int, int, int, int, bool]
+_TableKey = tuple[str, str, str | None]
 
 
 @dataclass
@@ -90,36 +104,43 @@ class Source:
 
     db: str | os.PathLike[str] | None = None
     name: str = "aic"
-    _tables: dict[tuple[str, str], dict[tuple[str, int, int], _Curve] | None] = \
+    # each keyed by (GPU, database backend, runtime): see :data:`RUNTIMES`
+    _tables: dict[_TableKey, dict[tuple[str, int, int], _Curve] | None] = \
         field(default_factory=dict)
-    versions: dict[tuple[str, str], str] = field(default_factory=dict)
-    _moe: dict[tuple[str, str], dict[_MoeKey, dict[str, _Curve]] | None] = \
+    versions: dict[_TableKey, str] = field(default_factory=dict)
+    _moe: dict[_TableKey, dict[_MoeKey, dict[str, _Curve]] | None] = \
         field(default_factory=dict)
 
-    def _curves(self, gpu: str, backend: str) -> dict[tuple[str, int, int], _Curve] | None:
-        key = (gpu, backend)
+    def _curves(self, gpu: str, engine: str) -> dict[tuple[str, int, int], _Curve] | None:
+        run = runtime_of(engine)
+        if run is None:
+            return None
+        backend, flow = run
+        key: _TableKey = (gpu, backend, flow)
         if key not in self._tables:
             tabs = D.tables(self.db, gpu=gpu, family="gemm", backend=backend)
             curves: dict[tuple[str, int, int], _Curve] | None = None
             if tabs:
                 t = tabs[-1]
-                self.versions[key] = f"{t.system} {t.backend} {t.version}"
                 raw: dict[tuple[str, int, int], dict[int, float]] = {}
-                for r in D.read(t, ["gemm_dtype", "m", "n", "k", "latency"]):
+                for r in D.read(t, ["gemm_dtype", "m", "n", "k", "latency", "kernel_source"]):
                     lat = r.get("latency")
-                    if isinstance(lat, int | float) and lat > 0:
+                    if (isinstance(lat, int | float) and lat > 0 and of_runtime(r, flow)
+                            and r.get("gemm_dtype") in TIMED_DTYPES):
                         raw.setdefault((str(r["gemm_dtype"]), int(r["n"]), int(r["k"])),
                                        {})[int(r["m"])] = float(lat) * 1e-3
                 curves = {k: (sorted(v), [v[m] for m in sorted(v)]) for k, v in raw.items()}
-            self._tables[key] = curves
+                if curves:
+                    self.versions[key] = f"{t.system} {t.backend} {t.version}"
+            self._tables[key] = curves or None
         return self._tables[key]
 
     def gemm_s(self, gpu: str, engine: str, prec: str, T: int, n: float,
                k: float) -> float | None:
         """Seconds of one GEMM ``(T x k) @ (k x n)`` at tensor precision ``prec`` as the
         database measured it on ``gpu`` through ``engine``'s backend (None: not covered)."""
-        dtype, backend = DTYPES.get(prec), backend_of(engine)
-        curves = self._curves(gpu, backend) if dtype and backend else None
+        dtype = DTYPES.get(prec)
+        curves = self._curves(gpu, engine) if dtype else None
         if dtype is None or not curves or T <= 0:
             return None
         n, k = int(round(n)), int(round(k))
@@ -134,8 +155,12 @@ class Source:
             t = _at(curve, T) * (n * k) / (n2 * k2)
         return t if t >= MIN_KERNEL_S else None
 
-    def _moe_curves(self, gpu: str, backend: str) -> dict[_MoeKey, dict[str, _Curve]] | None:
-        key = (gpu, backend)
+    def _moe_curves(self, gpu: str, engine: str) -> dict[_MoeKey, dict[str, _Curve]] | None:
+        run = runtime_of(engine)
+        if run is None:
+            return None
+        backend, flow = run
+        key: _TableKey = (gpu, backend, flow)
         if key not in self._moe:
             # every version, oldest first: a shape's newest measurement wins (TensorRT-LLM
             # 1.3.0rc23 re-measured only non-gated kernels on the H100 and H200)
@@ -149,7 +174,7 @@ class Source:
                 for r in rows:
                     lat = r.get("latency")
                     if r.get("distribution") != "balanced" or not (
-                            isinstance(lat, int | float) and lat > 0):
+                            isinstance(lat, int | float) and lat > 0) or not of_runtime(r, flow):
                         continue
                     src = str(r.get("kernel_source", ""))
                     k = (str(r["moe_dtype"]), int(r["hidden_size"]), int(r["inter_size"]),
@@ -159,7 +184,7 @@ class Source:
                         float(lat) * 1e-3
                 curves = {k: {src: (sorted(v), [v[t] for t in sorted(v)])
                               for src, v in by_src.items()} for k, by_src in raw.items()}
-            self._moe[key] = curves
+            self._moe[key] = curves or None
         return self._moe[key]
 
     def moe_s(self, gpu: str, engine: str, prec: str, tokens: float,
@@ -170,7 +195,7 @@ class Source:
         not covered: another shape or layout, a format or kernel not measured, or a kernel
         under :data:`MIN_KERNEL_S`)."""
         backend = backend_of(engine)
-        curves = self._moe_curves(gpu, backend) if backend else None
+        curves = self._moe_curves(gpu, engine)
         if not curves or tokens <= 0:
             return None
         for dtype in MOE_DTYPES.get(prec, ()):
@@ -189,16 +214,19 @@ class Source:
 
     def table(self, gpu: str, engine: str) -> str:
         """The GEMM table read for ``gpu`` and ``engine`` ('' if none)."""
-        be = backend_of(engine)
-        if be is None:
+        run = runtime_of(engine)
+        if run is None or self._curves(gpu, engine) is None:
             return ""
-        self._curves(gpu, be)
-        return self.versions.get((gpu, be), "")
+        return self.versions.get((gpu, *run), "")
 
     def missing(self, gpu: str, engine: str) -> str:
         """Why there is no table for ``gpu`` and ``engine``."""
-        if backend_of(engine) is None:
+        run = runtime_of(engine)
+        if run is None:
             return f"the database measured no kernels of the {engine} engine"
+        if run[1] == TRT_FLOW:
+            return (f"the database measured no {gpu} GEMMs of TensorRT-LLM's TensorRT backend "
+                    "(its TensorRT-LLM kernels are the PyTorch flow's)")
         return f"the database has no GEMM table of {gpu}"
 
 
@@ -244,13 +272,42 @@ def use(name: str | None, db: str | os.PathLike[str] | None = None,
         yield src
 
 
+def runtime_of(engine: str) -> tuple[str, str | None] | None:
+    """The database backend and runtime that measured an engine profile's kernels (None:
+    none), the longest profile family that names it first.
+
+    >>> runtime_of("tensorrt-llm-tensorrt"), runtime_of("tensorrt-llm")
+    (('trtllm', 'trt_flow'), ('trtllm', 'torch_flow'))
+    >>> runtime_of("vllm-v0"), runtime_of("lmdeploy")
+    (('vllm', None), None)
+    """
+    for fam in sorted(RUNTIMES, key=len, reverse=True):
+        if engine == fam or engine.startswith(fam + "-"):
+            return RUNTIMES[fam]
+    return None
+
+
 def backend_of(engine: str) -> str | None:
     """The database backend that measured an engine profile's kernels (None: none).
 
     >>> backend_of("tensorrt-llm-tensorrt"), backend_of("vllm-v0"), backend_of("lmdeploy")
     ('trtllm', 'vllm', None)
     """
-    for fam, be in BACKENDS.items():
-        if engine == fam or engine.startswith(fam + "-"):
-            return be
-    return None
+    run = runtime_of(engine)
+    return run[0] if run else None
+
+
+def of_runtime(row: dict[str, Any], flow: str | None) -> bool:
+    """Whether a measured row comes from ``flow``: TensorRT-LLM's TensorRT flow
+    (``kernel_source`` starting ``trt_flow``), any other (the PyTorch flow), or, for None,
+    either.
+
+    >>> of_runtime({"kernel_source": "trt_flow_/gemm_L1/PLUGIN"}, "trt_flow")
+    True
+    >>> of_runtime({"kernel_source": "deepgemm"}, "trt_flow"), of_runtime({}, "torch_flow")
+    (False, True)
+    """
+    if flow is None:
+        return True
+    trt = str(row.get("kernel_source", "")).startswith(TRT_FLOW)
+    return trt if flow == TRT_FLOW else not trt

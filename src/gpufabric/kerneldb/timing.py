@@ -68,10 +68,10 @@ MIN_KERNEL_S = 0.1e-3
 #: profile) and, on the A100, a few TensorRT-flow plugin GEMMs (``trt_flow_...``: smooth-quant
 #: and weight-only); engines built by trtllm-build (the ``tensorrt-llm-tensorrt`` profile)
 #: run TensorRT's own kernels, so only the latter stand for them.
+TRT_FLOW, TORCH_FLOW = "trt_flow", "torch_flow"
 RUNTIMES: dict[str, tuple[str, str | None]] = {
     "vllm": ("vllm", None), "sglang": ("sglang", None),
-    "tensorrt-llm-tensorrt": ("trtllm", TRT_FLOW := "trt_flow"),
-    "tensorrt-llm": ("trtllm", TORCH_FLOW := "torch_flow")}
+    "tensorrt-llm-tensorrt": ("trtllm", TRT_FLOW), "tensorrt-llm": ("trtllm", TORCH_FLOW)}
 #: gpufabric's tensor precision of a GEMM and the database's weight format of the same kernel.
 DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 #: The database's GEMM weight formats the source times (a table of only other formats, as the

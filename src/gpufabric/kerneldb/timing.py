@@ -112,11 +112,10 @@ class Source:
         field(default_factory=dict)
 
     def _curves(self, gpu: str, engine: str) -> dict[tuple[str, int, int], _Curve] | None:
-        run = runtime_of(engine)
-        if run is None:
+        key = _table_key(gpu, engine)
+        if key is None:
             return None
-        backend, flow = run
-        key: _TableKey = (gpu, backend, flow)
+        _, backend, flow = key
         if key not in self._tables:
             tabs = D.tables(self.db, gpu=gpu, family="gemm", backend=backend)
             curves: dict[tuple[str, int, int], _Curve] | None = None
@@ -156,11 +155,10 @@ class Source:
         return t if t >= MIN_KERNEL_S else None
 
     def _moe_curves(self, gpu: str, engine: str) -> dict[_MoeKey, dict[str, _Curve]] | None:
-        run = runtime_of(engine)
-        if run is None:
+        key = _table_key(gpu, engine)
+        if key is None:
             return None
-        backend, flow = run
-        key: _TableKey = (gpu, backend, flow)
+        _, backend, flow = key
         if key not in self._moe:
             # every version, oldest first: a shape's newest measurement wins (TensorRT-LLM
             # 1.3.0rc23 re-measured only non-gated kernels on the H100 and H200)
@@ -214,10 +212,10 @@ class Source:
 
     def table(self, gpu: str, engine: str) -> str:
         """The GEMM table read for ``gpu`` and ``engine`` ('' if none)."""
-        run = runtime_of(engine)
-        if run is None or self._curves(gpu, engine) is None:
+        key = _table_key(gpu, engine)
+        if key is None or self._curves(gpu, engine) is None:
             return ""
-        return self.versions.get((gpu, *run), "")
+        return self.versions.get(key, "")
 
     def missing(self, gpu: str, engine: str) -> str:
         """Why there is no table for ``gpu`` and ``engine``."""
@@ -285,6 +283,12 @@ def runtime_of(engine: str) -> tuple[str, str | None] | None:
         if engine == fam or engine.startswith(fam + "-"):
             return RUNTIMES[fam]
     return None
+
+
+def _table_key(gpu: str, engine: str) -> _TableKey | None:
+    """(GPU, database backend, runtime) of ``engine``'s tables on ``gpu`` (None: none)."""
+    run = runtime_of(engine)
+    return None if run is None else (gpu, *run)
 
 
 def backend_of(engine: str) -> str | None:

@@ -5,6 +5,7 @@ run of no stated count runs enough full batches to be the deployment's sustained
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -111,3 +112,31 @@ def test_a_searchs_quick_capacity_is_eight_batches_of_what_the_kv_cache_holds():
     quick = S.capacity(sm, cfg, 1, sched, quick=True)["requests_per_s"]
     full = S.capacity(sm, cfg, 1, sched)["requests_per_s"]
     assert quick == pytest.approx(full, rel=0.10)
+
+
+def test_near_capacity_a_run_shows_the_same_arrivals_a_little_slower_and_faster(cli):
+    """At nine tenths of its capacity a run is shown again at 2% less and 2% more load (its
+    request count and seed: the same arrivals, spaced by the rate): the median TTFT and TPOT
+    grow with the load. Half the capacity, or above it, shows nothing of the kind."""
+    from gpufabric.workloads.inference.serve import LOAD_STEP, near_capacity
+    cap = _run(60.0, 1000)["capacity_requests_per_s"]
+    topo, cfg = from_spec(ONE_H100), ServeConfig(rate=0.9 * cap, requests=2000, isl=1000,
+                                                 osl=200)
+    r = serve("llama3-8b", topo, cfg)
+    near = near_capacity("llama3-8b", topo, cfg, r)
+    assert near is not None and near["load"] == pytest.approx(0.9, rel=0.02)
+    lo, hi = near["lower"], near["higher"]
+    assert lo["rate"] == pytest.approx(0.9 * cap * (1 - LOAD_STEP))
+    assert hi["rate"] == pytest.approx(0.9 * cap * (1 + LOAD_STEP))
+    for k in ("ttft_ms", "tpot_ms"):
+        assert lo[k]["p50"] <= r[k]["p50"] <= hi[k]["p50"], k
+    half = replace(cfg, rate=0.5 * cap)
+    assert near_capacity("llama3-8b", topo, half, serve("llama3-8b", topo, half)) is None
+    over = replace(cfg, rate=60.0)
+    assert near_capacity("llama3-8b", topo, over, serve("llama3-8b", topo, over)) is None
+    code, out, _ = cli("serve", "llama3-8b", ONE, "--rate", f"{0.9 * cap:.2f}", "--isl", "1000",
+                       "--osl", "200", "--requests", "2000")
+    assert code == 0 and "# near capacity, the same run at 2% less load (" in out
+    code, out, _ = cli("serve", "llama3-8b", ONE, "--rate", f"{0.9 * cap:.2f}", "--isl", "1000",
+                       "--osl", "200", "--requests", "2000", "--json")
+    assert code == 0 and json.loads(out)["near_capacity"]["higher"]["rate"] > 0.9 * cap

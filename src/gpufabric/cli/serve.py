@@ -203,6 +203,15 @@ def measure_lines(r: dict) -> list[str]:
         load = r["workload"]["rate"] / r["capacity_requests_per_s"]
         out.append(f"# load: {load:.0%} of the capacity of {r['capacity_requests_per_s']:,.2f} "
                    "requests/s")
+    near = r.get("near_capacity")
+    if near:
+        sides = [f"at {near['load_step']:.0%} {'less' if side == 'lower' else 'more'} load "
+                 f"({near[side]['rate']:,.2f} requests/s): "
+                 + ("overloaded" if near[side]["overloaded"] else
+                    f"TTFT p50 {near[side]['ttft_ms']['p50']:,.1f} ms, TPOT p50 "
+                    f"{near[side]['tpot_ms']['p50']:,.1f} ms")
+                 for side in ("lower", "higher")]
+        out.append(f"# near capacity, the same run {sides[0]}; {sides[1]}")
     return out
 
 
@@ -504,10 +513,13 @@ def _serve_one(model: str, system: str, cfg: Any, o: dict[str, Any]) -> None:
                      load(o["decode_system"]) if o["decode_system"] else None,
                      overlap=o["two_batch_overlap"])
     else:
-        from gpufabric.workloads.inference.serve import serve as run
+        from gpufabric.workloads.inference.serve import near_capacity, serve as run
         once = cfg if o["requests"] is not None or o["trace"] else replace(cfg, requests=None)
         with Progress("serve") as progress:
             r = run(model, topo, once, progress=progress.told("requests of one instance"))
+        near = near_capacity(model, topo, once, r)
+        if near:
+            r["near_capacity"] = near
     if o["json"]:
         emit_json(r)
     else:

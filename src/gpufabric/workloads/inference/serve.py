@@ -703,6 +703,35 @@ def capacity(sm: StepModel, cfg: ServeConfig, share: int, sched: SchedulerConfig
     return _saturated(sm, cfg, share, sched, n)
 
 
+#: Load (rate over capacity) from which :func:`near_capacity` shows a run's latencies at a
+#: slightly lower and higher rate: as a queue nears its server's capacity its waits climb
+#: steeply, so there the figures hang on the capacity more than on anything else.
+NEAR_CAPACITY = 0.85
+#: The relative change of the rate, each way, :func:`near_capacity` runs at.
+LOAD_STEP = 0.02
+
+
+def near_capacity(model: str, topo: Topology, cfg: ServeConfig, r: dict) -> dict | None:
+    """How the latencies of ``r`` (:func:`serve` of ``cfg`` on ``topo``) move with the load,
+    where its rate is at least :data:`NEAR_CAPACITY` of its capacity and under it: the same
+    run (its request count and seed: the same arrivals, spaced by the rate) at a rate
+    :data:`LOAD_STEP` lower and higher, each side's rate, TTFT and TPOT (p50, p99) and
+    whether it is overloaded. None for an open-loop run further from capacity, an overloaded
+    one, or a run of another load (a concurrency, a trace)."""
+    cap, rate = r.get("capacity_requests_per_s"), cfg.rate
+    if (not cap or rate is None or r.get("overloaded") or cfg.concurrency or cfg.trace
+            or rate < NEAR_CAPACITY * cap):
+        return None
+    sm = step_model(model, topo, cfg)
+    out: dict = {"load": rate / cap, "load_step": LOAD_STEP}
+    for side, f in (("lower", 1 - LOAD_STEP), ("higher", 1 + LOAD_STEP)):
+        x = serve(model, topo, replace(cfg, rate=rate * f, requests=r["requests"]), sm=sm)
+        out[side] = {"rate": rate * f, "overloaded": bool(x.get("overloaded")),
+                     **{k: {p: x[k][p] for p in ("p50", "p99")}
+                        for k in ("ttft_ms", "tpot_ms")}}
+    return out
+
+
 #: Fewest requests per stream of a quick capacity run (:func:`capacity`).
 QUICK_REQUESTS = 256
 

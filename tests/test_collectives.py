@@ -62,6 +62,21 @@ def test_ring_bandwidth_is_the_nvlink_rate_nccl_uses():
     assert p.time_us == pytest.approx(P.BASE_LAT_US["ring"]["Simple"] + 7 * 3.4 + t_bw)
 
 
+def test_rings_on_an_eight_gpu_full_mesh_use_every_link():
+    """MI300X's xGMI joins each of 8 GPUs to the 7 others by one link: 7 rings, each over one
+    link per GPU and direction, disjoint, carry the data in equal shares (the complete
+    directed graph on 8 vertices splits into 7 Hamiltonian cycles); RCCL's 315 GB/s of bus
+    bandwidth at 8 GiB on such a node is more than 6 links carry."""
+    m = C.Model(spec(gpu="MI300X", gpus_per_node=8, scale_up="xgmi"))
+    gpus = m.layout(8).gpus[0]
+    rings = m.planner.weighted_rings(gpus)
+    assert len(rings) == 7 and all(w == pytest.approx(1 / 7) for _, w in rings)
+    used = [(c[i], c[(i + 1) % 8]) for c, _ in rings for i in range(8)]
+    assert len(used) == len(set(used)) == 8 * 7           # every directed link, once
+    six_links = 6 * 48.0                                  # RCCL's usable xGMI rate per link
+    assert C.predict(m.topo, "all_reduce", 8 * GB, algo="ring").busbw > 1.1 * six_links
+
+
 def test_nvls_reduces_in_the_switch_on_hopper_not_on_ampere():
     h = C.predict(from_spec(H100), "all_reduce", 8 * GB)
     a = C.predict(from_spec(A100), "all_reduce", 8 * GB)

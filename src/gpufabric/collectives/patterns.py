@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from itertools import pairwise
 
+import numpy as np
+
 from gpufabric.errors import InputError
 from gpufabric.network import Network, Transfer
 from gpufabric.topology.model import NVSWITCH, Topology
@@ -211,31 +213,34 @@ class Planner:
         return out
 
     def _pack_rings(self, gpus, peer, max_rings: int = 16):
+        """Greedy packing (see :meth:`weighted_rings`), first taking the first of equally
+        spare cycles, then with the ties broken at random (seeded) up to
+        :data:`RING_PACK_RESTARTS` times while the rings carry less than a GPU's links allow:
+        a greedy choice can strand links (on a full mesh of 8, the first-found cycles use
+        6 of each GPU's 7 links, where 7 disjoint rings exist)."""
         cycles = self._hamiltonian_cycles(gpus, peer)
         if not cycles:
             return []
-        cap: dict[tuple[str, str], float] = {}
-        for (a, b), ok in peer.items():
-            if ok:
-                w = self.router.peer_walk(a, b) or ()
-                cap[(a, b)] = min(self.net.caps_Bps[self.net.edge(u, v)]
-                                  for u, v in pairwise(w))
-        picked: list[tuple[list[str], float]] = []
-        first = None
-        for _ in range(max_rings):
-            best, best_rate = None, 0.0
-            for c in cycles:
-                rate = min(cap[(a, b)] for a, b in zip(c, c[1:] + c[:1], strict=True))
-                if rate > best_rate * (1 + 1e-9):
-                    best, best_rate = c, rate
-            if best is None or best_rate <= 0 or (first and best_rate < 0.05 * first):
+        pairs = [ab for ab, ok in peer.items() if ok]
+        at = {ab: i for i, ab in enumerate(pairs)}
+        cap = np.array([min(self.net.caps_Bps[self.net.edge(u, v)]
+                            for u, v in pairwise(self.router.peer_walk(a, b) or ()))
+                        for a, b in pairs])
+        edges = np.array([[at[ab] for ab in zip(c, c[1:] + c[:1], strict=True)]
+                          for c in cycles])
+        # no set of rings carries more than the GPU with the least out- or in-capacity
+        bound = min(min(sum(cap[at[(a, b)]] for b in gpus if (a, b) in at),
+                        sum(cap[at[(b, a)]] for b in gpus if (b, a) in at)) for a in gpus)
+        rng = np.random.default_rng(0)
+        best: list[tuple[int, float]] = []
+        for trial in range(1 + RING_PACK_RESTARTS):
+            picked = _greedy_rings(edges, cap.copy(), max_rings, rng if trial else None)
+            if sum(r for _, r in picked) > sum(r for _, r in best) * (1 + 1e-9):
+                best = picked
+            if sum(r for _, r in best) >= bound * (1 - 1e-9):
                 break
-            first = first or best_rate
-            for a, b in zip(best, best[1:] + best[:1], strict=True):
-                cap[(a, b)] -= best_rate
-            picked.append((best, best_rate))
-        tot = sum(r for _, r in picked)
-        return [(c, r / tot) for c, r in picked]
+        tot = sum(r for _, r in best)
+        return [(cycles[i], r / tot) for i, r in best]
 
     @staticmethod
     def _hamiltonian_cycles(gpus, peer, limit: int = 5000):
@@ -786,3 +791,29 @@ class Planner:
 
 
 _TRANSPORT_ORDER = ["nvlink", "pcie", "shm", "net"]
+
+
+#: Packings of an intra-node mesh's rings tried with their ties broken at random after the
+#: first, while the rings carry less than a GPU's links allow (seeded: the same rings each run).
+RING_PACK_RESTARTS = 32
+
+
+def _greedy_rings(edges: np.ndarray, cap: np.ndarray, max_rings: int,
+                  rng: np.random.Generator | None) -> list[tuple[int, float]]:
+    """Rings as (cycle index, rate): take a cycle (rows of ``edges``, link indices into
+    ``cap``) with the most spare capacity, give it that capacity, take it off its links, repeat
+    until none is left or the best is under 5% of the first. Ties: the first, or with ``rng``
+    one at random."""
+    picked: list[tuple[int, float]] = []
+    first = 0.0
+    for _ in range(max_rings):
+        rate = cap[edges].min(axis=1)
+        top = float(rate.max())
+        if top <= 0 or (first and top < 0.05 * first):
+            break
+        ties = np.flatnonzero(rate >= top * (1 - 1e-9))
+        i = int(ties[0] if rng is None else rng.choice(ties))
+        first = first or top
+        cap[edges[i]] -= top
+        picked.append((i, top))
+    return picked

@@ -92,6 +92,19 @@ def test_the_data_files_parse_is_kept_and_read_back(tmp_path, monkeypatch):
     assert fileio.load_data("gpufabric.catalog", "data", "nics.yaml") == first
 
 
+@pytest.mark.parametrize("off", ["off", "0", "false", "No", "NONE", " off "])
+def test_a_cache_switched_off_by_any_common_word_writes_no_folder(off, tmp_path, monkeypatch):
+    """GPUFABRIC_CACHE=0 (a switch's usual 'off') parses every run and never makes a folder
+    named after the word in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(fileio.CACHE_ENV, off)
+    assert fileio.cache_dir() is None
+    assert fileio.load_data("gpufabric.catalog", "data", "nics.yaml")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(fileio.CACHE_ENV, str(tmp_path / "kept"))
+    assert fileio.cache_dir() == tmp_path / "kept"
+
+
 def test_main_builds_its_command_once_per_set_of_registered_commands():
     """typer builds the click command (every option of every command) on each call; `main`
     keeps it until another command is registered."""

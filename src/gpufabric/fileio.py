@@ -668,14 +668,19 @@ def _fsync_dir(directory: Path) -> None:
 
 # -- gpufabric's own data files ---------------------------------------------------------------
 #: Where parsed copies of gpufabric's own data files are kept between runs: ``GPUFABRIC_CACHE``
-#: (a folder, or ``off``), else ``$XDG_CACHE_HOME/gpufabric``, else ``~/.cache/gpufabric``.
+#: (a folder, or one of :data:`CACHE_OFF`), else ``$XDG_CACHE_HOME/gpufabric``, else
+#: ``~/.cache/gpufabric``.
 CACHE_ENV = "GPUFABRIC_CACHE"
+#: Values of :data:`CACHE_ENV` (any case) that turn the cache off, not folders to fill: the
+#: words a switch is commonly set to (``GPUFABRIC_CACHE=0`` is never a folder named ``0`` in the
+#: working directory).
+CACHE_OFF = frozenset({"off", "0", "false", "no", "none", "disable", "disabled"})
 
 
 def cache_dir() -> Path | None:
     """The folder of :data:`CACHE_ENV`, or None when caching is off."""
-    env = os.environ.get(CACHE_ENV, "")
-    if env == "off":
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env.lower() in CACHE_OFF:
         return None
     if env:
         return Path(env)

@@ -233,13 +233,14 @@ class Planner:
                         sum(cap[at[(b, a)]] for b in gpus if (b, a) in at)) for a in gpus)
         rng = np.random.default_rng(0)
         best: list[tuple[int, float]] = []
+        tot = 0.0
         for trial in range(1 + RING_PACK_RESTARTS):
             picked = _greedy_rings(edges, cap.copy(), max_rings, rng if trial else None)
-            if sum(r for _, r in picked) > sum(r for _, r in best) * (1 + 1e-9):
-                best = picked
-            if sum(r for _, r in best) >= bound * (1 - 1e-9):
+            carried = sum(r for _, r in picked)
+            if carried > tot * (1 + 1e-9):
+                best, tot = picked, carried
+            if tot >= bound * (1 - 1e-9):
                 break
-        tot = sum(r for _, r in best)
         return [(cycles[i], r / tot) for i, r in best]
 
     @staticmethod

@@ -722,10 +722,10 @@ def near_capacity(model: str, topo: Topology, cfg: ServeConfig, r: dict) -> dict
     if (not cap or rate is None or r.get("overloaded") or cfg.concurrency or cfg.trace
             or rate < NEAR_CAPACITY * cap):
         return None
-    sm = step_model(model, topo, cfg)
     out: dict = {"load": rate / cap, "load_step": LOAD_STEP}
     for side, f in (("lower", 1 - LOAD_STEP), ("higher", 1 + LOAD_STEP)):
-        x = serve(model, topo, replace(cfg, rate=rate * f, requests=r["requests"]), sm=sm)
+        # (serve builds the step model as the run did: after its client set up the engine)
+        x = serve(model, topo, replace(cfg, rate=rate * f, requests=r["requests"]))
         out[side] = {"rate": rate * f, "overloaded": bool(x.get("overloaded")),
                      **{k: {p: x[k][p] for p in ("p50", "p99")}
                         for k in ("ttft_ms", "tpot_ms")}}

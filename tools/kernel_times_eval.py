@@ -7,9 +7,12 @@ absolute error of both on the points the database covers (a GPU whose GEMMs it m
 the engine's own runtime: TensorRT-LLM's TensorRT backend is not its PyTorch flow), by entry
 status and by GPU and engine. With ``--cv``,
 the leave-one-source-out cross-validation's points instead: every fitted serving constant
-refitted without each source, with that source's GEMM times.
+refitted without each source, with that source's GEMM times. ``--points`` lists every covered
+point with its two errors; ``--all-kernels`` reads every measured kernel, those under
+:data:`~gpufabric.kerneldb.timing.MIN_KERNEL_S` too (their launch and drain then counted per
+kernel as well as in the engines' per-iteration overheads, which ``--cv`` refits under them).
 
-    python tools/kernel_times_eval.py tests/data/calibration/inference.yaml [--cv]
+    python tools/kernel_times_eval.py tests/data/calibration/inference.yaml [--cv] [--points]
 """
 
 from __future__ import annotations
@@ -42,7 +45,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="serving measurements files")
     ap.add_argument("--cv", action="store_true", help="the leave-one-source-out points")
+    ap.add_argument("--points", action="store_true", help="every covered point's two errors")
+    ap.add_argument("--all-kernels", action="store_true",
+                    help="read measured kernels under MIN_KERNEL_S too")
     args = ap.parse_args()
+    if args.all_kernels:
+        timing.MIN_KERNEL_S = 0.0
     model, aic = _points(args.files, None, args.cv), _points(args.files, "aic", args.cv)
     src = timing.Source()
     rows = [(p, aic[k]) for k, p in model.items() if k in aic
@@ -58,6 +66,12 @@ def main() -> None:
         by.setdefault((r[0]["gpu"], r[0]["engine"]), []).append(r)
     for (gpu, eng), sel in sorted(by.items()):
         print(_line(f"  {gpu} {eng}", sel))
+    if args.points:
+        print(f"\n{'entry':<52} {'point':>5} {'metric':<28} {'status':<9} "
+              f"{'roofline':>9} {'measured':>9}")
+        for p, q in sorted(rows, key=lambda r: abs(r[0]["error_pct"])):
+            print(f"{p['id']:<52} {p['point']:>5} {p['metric']:<28} {p['status']:<9} "
+                  f"{p['error_pct']:>+8.1f}% {q['error_pct']:>+8.1f}%")
 
 
 if __name__ == "__main__":

@@ -201,10 +201,11 @@ def _read_file(table: Table, columns: list[str] | None) -> list[dict[str, Any]]:
         except ImportError:
             raise InputError(f"reading {table.path.name} needs pyarrow: {INSTALL}",
                              field="--db") from None
+        pf = pq.ParquetFile(table.path)
         if columns is not None:      # the columns asked for that the table has
-            have = set(pq.read_schema(table.path).names)
+            have = set(pf.schema_arrow.names)
             columns = [c for c in columns if c in have]
-        return pq.read_table(table.path, columns=columns).to_pylist()
+        return pf.read(columns=columns).to_pylist()
     name = str(table.path)
     rows = list(fileio.csv_rows(fileio.read_text(table.path, what="a kernel table"), name))
     if not rows:
